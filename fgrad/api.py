@@ -1,0 +1,455 @@
+"""The transformations users call: grad, vjp, jvp and the Jacobians built on them.
+
+Every transformation flattens its arguments (pytrees), opens a trace one level
+above the current one, runs the function on tracers, and unflattens the result.
+"""
+import functools
+
+import numpy as np
+
+from . import numpy as fnp
+from .backend import check_same_backend
+from .core import Tracer, get_aval, new_trace
+from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
+from .interpreters.forward import JVPTrace, JVPTracer
+from .interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
+from .tree import tree_flatten, tree_map, tree_structure, tree_unflatten
+
+# ---------------------------------------------------------------------------
+# Choosing and checking the differentiated arguments
+# ---------------------------------------------------------------------------
+
+
+def _normalize_argnums(argnums, nargs, fname):
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+    out = []
+    for n in nums:
+        if not isinstance(n, int):
+            raise ArgnumError(f"argnums must be an int or a tuple of ints, got {n!r}")
+        if not -nargs <= n < nargs:
+            raise ArgnumError(
+                f"argnums={argnums!r} refers to positional argument {n}, but {fname} "
+                f"was called with {nargs} positional argument{'s' * (nargs != 1)}.")
+        out.append(n % nargs)
+    return single, tuple(out)
+
+
+def _as_input(x, what, allow_complex=True):
+    """A differentiated leaf as an array, refusing integers and booleans."""
+    if not isinstance(x, Tracer) and not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    dtype = get_aval(x).dtype
+    if dtype.kind not in ("fc" if allow_complex else "f"):
+        kind = "complex" if dtype.kind == "c" else dtype.name
+        hint = ("pass holomorphic=True for complex-to-complex functions, or split "
+                "into real and imaginary parts" if dtype.kind == "c" else
+                f"convert it with x.astype(float) (or write {_float_example(x)})")
+        raise InvalidInputError(
+            f"{what} has dtype {kind}, but only floating-point inputs can be "
+            f"differentiated: {hint}. To keep an argument fixed, leave it out of "
+            "argnums.")
+    return x
+
+
+def _float_example(x):
+    try:
+        return f"{float(np.asarray(x).ravel()[0])!r} instead of {np.asarray(x).ravel()[0]!r}"
+    except Exception:
+        return "a float literal"
+
+
+class _Selection:
+    """The differentiated leaves of ``args``/``kwargs`` and how to rebuild them."""
+
+    def __init__(self, fname, args, kwargs, argnums, argnames, allow_complex):
+        if argnums is None:
+            argnums = 0 if not argnames else ()
+        self.single, self.argnums = _normalize_argnums(argnums, len(args), fname)
+        self.argnames = (argnames,) if isinstance(argnames, str) else tuple(argnames or ())
+        for name in self.argnames:
+            if name not in kwargs:
+                raise ArgnumError(
+                    f"argnames names {name!r}, but {fname} was called without a "
+                    f"keyword argument {name!r} (got {sorted(kwargs) or 'none'}).")
+        self.args, self.kwargs = list(args), dict(kwargs)
+        selected = tuple(args[i] for i in self.argnums) + tuple(
+            kwargs[n] for n in self.argnames)
+        leaves, self.tree = tree_flatten(selected)
+        check_same_backend(leaves, "the differentiated arguments")
+        self.leaves = [_as_input(x, f"{fname}'s {self._where(i)}", allow_complex)
+                       for i, x in enumerate(leaves)]
+
+    def _where(self, leaf_index):
+        return f"differentiated input (leaf {leaf_index})"
+
+    def call(self, fun, new_leaves):
+        selected = tree_unflatten(self.tree, new_leaves)
+        args, kwargs = list(self.args), dict(self.kwargs)
+        for i, value in zip(self.argnums, selected):
+            args[i] = value
+        for name, value in zip(self.argnames, selected[len(self.argnums):]):
+            kwargs[name] = value
+        return fun(*args, **kwargs)
+
+    def shape_result(self, leaves):
+        """Per-leaf results back into the structure the user asked for."""
+        selected = tree_unflatten(self.tree, leaves)
+        by_num, by_name = selected[:len(self.argnums)], selected[len(self.argnums):]
+        by_name = dict(zip(self.argnames, by_name))
+        if not self.argnames:
+            return by_num[0] if self.single else by_num
+        if not self.argnums:
+            return by_name
+        return (by_num[0] if self.single else by_num), by_name
+
+
+def _fname(fun):
+    return getattr(fun, "__name__", type(fun).__name__)
+
+
+# ---------------------------------------------------------------------------
+# Reverse mode
+# ---------------------------------------------------------------------------
+
+
+def _lower(x, trace):
+    """This trace's tracer -> its primal; anything else unchanged."""
+    if isinstance(x, ReverseTracer) and x._trace is trace:
+        return x.primal
+    return x
+
+
+def _reverse_record(fun, selection, has_aux):
+    """Run ``fun`` under a new reverse trace; returns (trace, out, out_leaves, aux)."""
+    with new_trace(ReverseTrace) as trace:
+        inputs = [trace.new_input(x) for x in selection.leaves]
+        out = selection.call(fun, inputs)
+    aux = None
+    if has_aux:
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError(f"has_aux=True requires {_fname(fun)} to return a pair "
+                            f"(output, aux), got {type(out).__name__}")
+        out, aux = out
+        aux = tree_map(lambda x: _lower(x, trace), aux)
+    return trace, out, aux
+
+
+def _sweep(trace, out_leaves, ct_leaves, selection, consume):
+    seeds = {}
+    for leaf, ct in zip(out_leaves, ct_leaves):
+        if isinstance(leaf, ReverseTracer) and leaf._trace is trace:
+            seeds[leaf.node] = ct if leaf.node not in seeds else seeds[leaf.node] + ct
+    if consume:
+        cts = backward_pass(trace, seeds)
+    else:
+        saved = list(trace.eqns)
+        cts = backward_pass(trace, seeds)
+        trace.eqns = saved
+    # inputs are nodes 0..n-1; an input nothing depended on gets real zeros here,
+    # at the boundary, so the user sees arrays of the right shape and dtype.
+    return [cts[i] if i in cts else fnp.zeros_like(x)
+            for i, x in enumerate(selection.leaves)]
+
+
+def grad(fun, argnums=None, has_aux=False, *, argnames=None, holomorphic=False):
+    """The gradient of a scalar-valued function.
+
+    ``argnums`` (an int or a tuple, default 0) chooses positional arguments and
+    ``argnames`` keyword arguments; each may be any pytree of float arrays. With
+    ``has_aux=True``, ``fun`` returns ``(value, aux)`` and the result is
+    ``(gradient, aux)``.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> fgrad.grad(lambda x: fnp.sum(x ** 2))(np.array([1.0, 2.0]))
+    array([2., 4.])
+    """
+    value_and_grad_f = value_and_grad(fun, argnums, has_aux, argnames=argnames,
+                                      holomorphic=holomorphic)
+
+    @functools.wraps(fun)
+    def grad_f(*args, **kwargs):
+        (value, aux), g = _split(value_and_grad_f(*args, **kwargs), has_aux)
+        return (g, aux) if has_aux else g
+    return grad_f
+
+
+def _split(result, has_aux):
+    value, g = result
+    return (value if has_aux else (value, None)), g
+
+
+def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
+                   holomorphic=False):
+    """Like `grad`, but returns ``(value, gradient)`` from one evaluation.
+
+    With ``has_aux=True`` the result is ``((value, aux), gradient)``.
+
+    >>> import fgrad, fgrad.numpy as fnp
+    >>> value, g = fgrad.value_and_grad(lambda x: fnp.sin(x))(0.0)
+    >>> float(value), float(g)
+    (0.0, 1.0)
+    """
+    @functools.wraps(fun)
+    def value_and_grad_f(*args, **kwargs):
+        name = _fname(fun)
+        selection = _Selection(f"grad({name})", args, kwargs, argnums, argnames,
+                               allow_complex=holomorphic)
+        trace, out, aux = _reverse_record(fun, selection, has_aux)
+        leaves, _ = tree_flatten(out)
+        _check_scalar_output(out, leaves, name, holomorphic)
+        ans = _lower(leaves[0], trace)
+        g = _sweep(trace, leaves, [fnp.ones_like(ans)], selection, consume=True)
+        value = (ans, aux) if has_aux else ans
+        return value, selection.shape_result(g)
+    return value_and_grad_f
+
+
+def _check_scalar_output(out, leaves, name, holomorphic):
+    if len(leaves) != 1 or not hasattr(leaves[0], "shape") and not isinstance(
+            leaves[0], (float, int)):
+        raise NonScalarOutputError(
+            f"grad requires {name} to return a single scalar, got "
+            f"{tree_structure(out)}: return one array, or use fgrad.vjp / "
+            "fgrad.jacrev for several outputs.")
+    aval = get_aval(leaves[0])
+    if aval.shape != ():
+        raise NonScalarOutputError(
+            f"grad requires a scalar output, got shape {aval.shape} from {name}: "
+            "reduce it with .sum() (or .mean()), or use fgrad.vjp / fgrad.jacrev for "
+            "the derivative of every element.")
+    if aval.dtype.kind == "c" and not holomorphic:
+        raise NonScalarOutputError(
+            f"grad requires a real scalar output, got {aval.dtype} from {name}: take "
+            "fnp.real(...) or abs(...)**2 of it, pass holomorphic=True if the "
+            "function is complex-differentiable, or use fgrad.vjp.")
+    if aval.dtype.kind not in "fc":
+        raise NonScalarOutputError(
+            f"grad requires a floating-point output, got {aval.dtype} from {name}: an "
+            "integer or boolean output has no gradient.")
+
+
+def vjp(fun, *primals, has_aux=False):
+    """Evaluate ``fun(*primals)`` and return ``(out, vjp_fn)``.
+
+    ``vjp_fn(ct)`` takes a cotangent shaped like ``out`` and returns a tuple with
+    one cotangent per primal; it may be called many times.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> out, vjp_fn = fgrad.vjp(lambda x: x * 3.0, np.array([1.0, 2.0]))
+    >>> vjp_fn(np.array([1.0, 10.0]))
+    (array([ 3., 30.]),)
+    """
+    name = _fname(fun)
+    selection = _Selection(f"vjp({name})", primals, {}, tuple(range(len(primals))),
+                           None, allow_complex=True)
+    trace, out, aux = _reverse_record(fun, selection, has_aux)
+    out_leaves, out_tree = tree_flatten(out)
+    primal_out = tree_unflatten(out_tree, [_lower(x, trace) for x in out_leaves])
+    out_avals = [get_aval(x) for x in out_leaves]
+
+    def vjp_fn(ct):
+        ct_leaves, ct_tree = tree_flatten(ct)
+        if ct_tree != out_tree:
+            raise CotangentError(
+                f"the cotangent passed to the vjp function of {name} has structure "
+                f"{ct_tree}, but the output has structure {out_tree}.")
+        for i, (c, aval) in enumerate(zip(ct_leaves, out_avals)):
+            _check_like(c, aval, f"cotangent leaf {i}", "output", name)
+        return selection.shape_result(
+            _sweep(trace, out_leaves, ct_leaves, selection, consume=False))
+
+    return (primal_out, vjp_fn, aux) if has_aux else (primal_out, vjp_fn)
+
+
+def _check_like(value, aval, what, of, name):
+    got = get_aval(value)
+    if got.shape != aval.shape:
+        raise CotangentError(f"{what} has shape {got.shape}, but the {of} of {name} "
+                             f"it pairs with has shape {aval.shape}.")
+    if got.dtype != aval.dtype and not got.weak_type and aval.dtype.kind in "fc":
+        raise CotangentError(f"{what} has dtype {got.dtype}, but the {of} of {name} "
+                             f"it pairs with has dtype {aval.dtype}; cast it with "
+                             f".astype({aval.dtype.name!r}).")
+
+
+# ---------------------------------------------------------------------------
+# Forward mode
+# ---------------------------------------------------------------------------
+
+
+def jvp(fun, primals, tangents):
+    """Evaluate ``fun`` and its directional derivative: ``(out, tangent_out)``.
+
+    ``primals`` and ``tangents`` are tuples (one entry per positional argument) of
+    matching structure, shapes and dtypes.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> fgrad.jvp(fnp.sin, (0.0,), (2.0,))
+    (np.float64(0.0), np.float64(2.0))
+    """
+    name = _fname(fun)
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError("jvp expects primals and tangents as tuples (one entry per "
+                        f"argument), got {type(primals).__name__} and "
+                        f"{type(tangents).__name__}: write jvp(f, (x,), (v,)).")
+    p_leaves, p_tree = tree_flatten(tuple(primals))
+    t_leaves, t_tree = tree_flatten(tuple(tangents))
+    if p_tree != t_tree:
+        raise CotangentError(f"jvp of {name}: tangents have structure {t_tree}, but "
+                             f"primals have structure {p_tree}.")
+    check_same_backend(p_leaves + t_leaves, f"jvp({name})'s primals and tangents")
+    p_leaves = [x if hasattr(x, "dtype") or isinstance(x, Tracer) else np.asarray(x)
+                for x in p_leaves]
+    for i, (p, t) in enumerate(zip(p_leaves, t_leaves)):
+        _check_like(t, get_aval(p), f"tangent leaf {i}", "primal", name)
+    with new_trace(JVPTrace) as trace:
+        inputs = [JVPTracer(trace, p, t) if get_aval(p).dtype.kind in "fc" else p
+                  for p, t in zip(p_leaves, t_leaves)]
+        out = fun(*tree_unflatten(p_tree, inputs))
+    out_leaves, out_tree = tree_flatten(out)
+    primal_out, tangent_out = [], []
+    for x in out_leaves:
+        if isinstance(x, JVPTracer) and x._trace is trace:
+            primal_out.append(x.primal)
+            tangent_out.append(x.tangent)
+        else:
+            primal_out.append(x)
+            tangent_out.append(fnp.zeros_like(x))
+    return tree_unflatten(out_tree, primal_out), tree_unflatten(out_tree, tangent_out)
+
+
+def linearize(fun, *primals):
+    """``(out, jvp_fn)`` with ``jvp_fn(*tangents)`` the derivative at ``primals``.
+
+    The primal output is computed once here; each ``jvp_fn`` call currently
+    re-runs forward mode (a staged linear graph will replace that with jit).
+
+    >>> import fgrad, fgrad.numpy as fnp
+    >>> out, f_jvp = fgrad.linearize(fnp.sin, 0.0)
+    >>> float(f_jvp(3.0))
+    3.0
+    """
+    out = fun(*primals)
+
+    def jvp_fn(*tangents):
+        return jvp(fun, primals, tangents)[1]
+    return out, jvp_fn
+
+
+# ---------------------------------------------------------------------------
+# Jacobians and Hessians
+# ---------------------------------------------------------------------------
+
+
+def _basis(leaves):
+    """Yield ``(leaf_index, flat_position, one-hot leaves)`` for every element."""
+    for i, leaf in enumerate(leaves):
+        aval = get_aval(leaf)
+        for k in range(aval.size):
+            onehot = [fnp.zeros_like(x) for x in leaves]
+            flat = np.zeros(aval.size, aval.dtype)
+            flat[k] = 1
+            onehot[i] = flat.reshape(aval.shape)
+            yield onehot
+
+
+def _assemble(rows, out_avals, in_avals, out_major):
+    """Stack per-basis results into one Jacobian block per (output, input) pair.
+
+    ``rows[b][j]`` is the result for basis element ``b`` at leaf ``j`` of the other
+    side; blocks have shape ``out.shape + in.shape``.
+    """
+    blocks = []
+    outer, inner = (out_avals, in_avals) if out_major else (in_avals, out_avals)
+    start = 0
+    basis_blocks = []
+    for aval in outer:
+        basis_blocks.append(rows[start:start + aval.size])
+        start += aval.size
+    for o, o_aval in enumerate(out_avals):
+        row = []
+        for i, i_aval in enumerate(in_avals):
+            if out_major:
+                parts = [r[i] for r in basis_blocks[o]]
+                block = fnp.reshape(fnp.stack(parts) if parts else
+                                    np.zeros((0,) + i_aval.shape),
+                                    o_aval.shape + i_aval.shape)
+            else:
+                parts = [r[o] for r in basis_blocks[i]]
+                stacked = fnp.stack(parts, axis=-1) if parts else \
+                    np.zeros(o_aval.shape + (0,))
+                block = fnp.reshape(stacked, o_aval.shape + i_aval.shape)
+            row.append(block)
+        blocks.append(row)
+    return blocks
+
+
+def _jacobian_result(blocks, out_tree, sel):
+    per_out = [sel.shape_result(row) for row in blocks]
+    return tree_unflatten(out_tree, per_out)
+
+
+def jacrev(fun, argnums=0):
+    """The Jacobian by reverse mode: one VJP per output element.
+
+    The result has the output's structure, each leaf holding the input's
+    structure of blocks shaped ``out.shape + in.shape``.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> fgrad.jacrev(lambda x: x ** 2)(np.array([1.0, 3.0]))
+    array([[2., 0.],
+           [0., 6.]])
+    """
+    @functools.wraps(fun)
+    def jac_f(*args, **kwargs):
+        sel = _Selection(f"jacrev({_fname(fun)})", args, kwargs, argnums, None, True)
+        trace, out, _ = _reverse_record(fun, sel, False)
+        out_leaves, out_tree = tree_flatten(out)
+        out_avals = [get_aval(x) for x in out_leaves]
+        primal_out = [_lower(x, trace) for x in out_leaves]
+        rows = [_sweep(trace, out_leaves, onehot, sel, consume=False)
+                for onehot in _basis(primal_out)]
+        in_avals = [get_aval(x) for x in sel.leaves]
+        return _jacobian_result(_assemble(rows, out_avals, in_avals, True), out_tree, sel)
+    return jac_f
+
+
+def jacfwd(fun, argnums=0):
+    """The Jacobian by forward mode: one JVP per input element.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> fgrad.jacfwd(lambda x: x ** 2)(np.array([1.0, 3.0]))
+    array([[2., 0.],
+           [0., 6.]])
+    """
+    @functools.wraps(fun)
+    def jac_f(*args, **kwargs):
+        sel = _Selection(f"jacfwd({_fname(fun)})", args, kwargs, argnums, None, True)
+
+        def partial(*leaves):
+            return sel.call(fun, list(leaves))
+        rows, out_tree, out_avals = [], None, None
+        for onehot in _basis(sel.leaves):
+            out, tangent = jvp(partial, tuple(sel.leaves), tuple(onehot))
+            t_leaves, out_tree = tree_flatten(tangent)
+            out_avals = [get_aval(x) for x in tree_flatten(out)[0]]
+            rows.append(t_leaves)
+        if out_tree is None:                    # no input elements at all
+            out = partial(*sel.leaves)
+            out_leaves, out_tree = tree_flatten(out)
+            out_avals = [get_aval(x) for x in out_leaves]
+        in_avals = [get_aval(x) for x in sel.leaves]
+        return _jacobian_result(_assemble(rows, out_avals, in_avals, False), out_tree, sel)
+    return jac_f
+
+
+def hessian(fun, argnums=0):
+    """The Hessian of a scalar function, as ``jacfwd(jacrev(fun))``.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> fgrad.hessian(lambda x: fnp.sum(x ** 3))(np.array([1.0, 2.0]))
+    array([[ 6.,  0.],
+           [ 0., 12.]])
+    """
+    return jacfwd(jacrev(fun, argnums), argnums)

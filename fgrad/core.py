@@ -1,0 +1,475 @@
+"""Primitives, abstract values, tracers, and the trace stack.
+
+A `Primitive` is one row of the dispatch table: its columns are the array
+implementation (``impl``), the shape/dtype rule (``abstract``), the reverse rule
+(``vjp``), the forward rule (``jvp``) and the batching rule (``batch``). Every
+transformation is an interpreter (a `Trace`) that reads one column of that row.
+
+`Primitive.bind` is the single entry point: with no tracer among the arguments it
+calls ``impl`` directly (the eager fast path); otherwise it hands the call to the
+trace with the highest level among its arguments. Traces nest by level, so
+``grad(grad(f))`` and ``jvp(grad(f))`` are just two interpreters stacked, the inner
+one binding on the outer one's tracers.
+"""
+import contextlib
+import threading
+
+import numpy as np
+
+from .errors import ImmutableArrayError, MissingRuleError, NumpyFunctionError, \
+    TracerLeakError
+
+# ---------------------------------------------------------------------------
+# Abstract values
+# ---------------------------------------------------------------------------
+
+
+class ShapedArray:
+    """The abstract value of an array: its shape and dtype.
+
+    ``weak_type`` marks Python scalars, which follow NumPy 2's promotion rule of
+    taking the other operand's precision (``float32_array * 2.0`` stays float32).
+
+    >>> ShapedArray((2, 3), np.float32)
+    f32[2,3]
+    """
+
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape, dtype, weak_type=False):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = weak_type
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __eq__(self, other):
+        return (isinstance(other, ShapedArray) and self.shape == other.shape
+                and self.dtype == other.dtype)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self):
+        return f"{short_dtype(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+    def strip_weak(self):
+        return ShapedArray(self.shape, self.dtype)
+
+
+_DTYPE_SHORT = {"float": "f", "int": "i", "uint": "u", "complex": "c", "bool": "bool"}
+
+
+def short_dtype(dtype):
+    """``float32`` -> ``f32``, as in graph listings."""
+    name = np.dtype(dtype).name
+    for long, short in _DTYPE_SHORT.items():
+        if name.startswith(long):
+            return name.replace(long, short)
+    return name
+
+
+_PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64,
+                     complex: np.complex128}
+
+
+def get_aval(x):
+    """The `ShapedArray` of an array, a tracer or a Python scalar."""
+    if isinstance(x, Tracer):
+        return x.aval
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None:
+        return ShapedArray(x.shape, dtype)
+    scalar_dtype = _PY_SCALAR_DTYPES.get(type(x))
+    if scalar_dtype is not None:
+        return ShapedArray((), scalar_dtype, weak_type=True)
+    arr = np.asarray(x)
+    return ShapedArray(arr.shape, arr.dtype)
+
+
+def is_float_dtype(dtype):
+    """True for the dtypes that carry derivatives: floating and complex."""
+    return dtype.kind in "fc"
+
+
+class Zero:
+    """A symbolic zero tangent or cotangent of abstract value ``aval``.
+
+    Rules receive `Zero` where a derivative is known to be zero and skip the work;
+    nothing ever allocates an array of zeros just to add it.
+    """
+
+    __slots__ = ("aval",)
+
+    def __init__(self, aval):
+        self.aval = aval
+
+    def __repr__(self):
+        return f"Zero({self.aval})"
+
+
+def is_zero(x):
+    return x is None or type(x) is Zero
+
+
+# ---------------------------------------------------------------------------
+# Primitives: the dispatch table
+# ---------------------------------------------------------------------------
+
+# name -> Primitive.  Written when a module defining primitives is imported (like
+# a registry of classes), never during a computation.
+primitive_table = {}
+
+
+class Primitive:
+    """A pure array function and its row of transformation rules.
+
+    Columns (each ``None`` until registered):
+
+    - ``impl(*args, **params)``: the computation on backend arrays;
+    - ``abstract(*avals, **params)``: output `ShapedArray` (tuple if several);
+    - ``vjp(ct, ans, needed, *args, **params)``: a tuple with one cotangent per
+      argument (``None`` for zero or not needed), written with fgrad primitives;
+    - ``jvp(tangents, ans, *args, **params)``: the output tangent, ``tangents``
+      holding a `Zero` for every argument without one;
+    - ``batch``: filled in by vmap.
+
+    ``nondiff=True`` declares that the output has no derivative (comparisons,
+    ``floor``): its derivative is zero by definition, not by a missing rule.
+
+    >>> double_p = Primitive("double", impl=lambda x: 2 * x)
+    >>> double_p.bind(np.float64(3.0))
+    np.float64(6.0)
+    """
+
+    def __init__(self, name, impl=None, abstract=None, *, multiple_results=False,
+                 nondiff=False, family=None, register=True):
+        self.name = name
+        self.impl = impl
+        self.abstract = abstract
+        self.vjp = None
+        self.jvp = None
+        self.batch = None
+        self.multiple_results = multiple_results
+        self.nondiff = nondiff
+        # where its rules live, for error messages: "primitives/elementwise.py"
+        self.family = family
+        if register:
+            if name in primitive_table:
+                raise ValueError(f"a primitive named {name!r} is already registered")
+            primitive_table[name] = self
+
+    def __repr__(self):
+        return self.name
+
+    def bind(self, *args, **params):
+        """Apply the primitive: eagerly, or through the innermost active trace."""
+        top = None
+        for a in args:
+            if isinstance(a, Tracer):
+                trace = a._trace
+                if top is None or trace.level > top.level:
+                    top = trace
+        if top is None:
+            return self.impl(*args, **params)
+        if not top.active:
+            raise TracerLeakError(_leak_message(self))
+        return top.process(self, args, params)
+
+    # -- registering rules ---------------------------------------------------
+
+    def def_vjp(self, *rules):
+        """Register one VJP rule per positional argument.
+
+        ``rule(ct, ans, *args, **params) -> ct_arg``; ``None`` in place of a rule
+        marks an argument with no derivative (an integer index, a mask).
+        """
+        def vjp(ct, ans, needed, *args, **params):
+            out = []
+            for i, need in enumerate(needed):
+                if not need:
+                    out.append(None)
+                    continue
+                rule = rules[i] if i < len(rules) else None
+                if rule is None:
+                    raise MissingRuleError(missing_rule_message(self, "vjp", i))
+                out.append(rule(ct, ans, *args, **params))
+            return tuple(out)
+        self.vjp = vjp
+        return vjp
+
+    def def_vjp_joint(self, rule):
+        """Register a VJP rule computing every needed cotangent at once.
+
+        ``rule(ct, ans, needed, *args, **params) -> tuple``; used where the
+        cotangents share work or the arity varies (``concatenate``).
+        """
+        self.vjp = rule
+        return rule
+
+    def def_jvp(self, *rules):
+        """Register one JVP rule per positional argument, summed over arguments.
+
+        ``rule(x_dot, ans, *args, **params) -> tangent contribution``.
+        """
+        def jvp(tangents, ans, *args, **params):
+            total = None
+            for i, t in enumerate(tangents):
+                if type(t) is Zero:
+                    continue
+                rule = rules[i] if i < len(rules) else None
+                if rule is None:
+                    raise MissingRuleError(missing_rule_message(self, "jvp", i))
+                contribution = rule(t, ans, *args, **params)
+                if contribution is None:
+                    continue
+                total = contribution if total is None else total + contribution
+            return total
+        self.jvp = jvp
+        return jvp
+
+    def def_jvp_joint(self, rule):
+        """Register a JVP rule ``rule(tangents, ans, *args, **params)``."""
+        self.jvp = rule
+        return rule
+
+
+def missing_rule_message(prim, transformation, argnum=None):
+    """What to say when ``prim`` has no ``transformation`` rule."""
+    arg = "" if argnum is None else f" for argument {argnum}"
+    if prim.family:
+        where = f"add it in {prim.family} next to the primitive's other rules"
+    else:
+        where = f"register it with fgrad.def{transformation}({prim.name}, ...)"
+    return (f"primitive '{prim.name}' has no {transformation.upper()} rule{arg}, "
+            f"which {_USED_BY[transformation]} needs: {where}, or wrap the calling "
+            "function in fgrad.custom_vjp / fgrad.custom_jvp to supply the "
+            "derivative yourself.")
+
+
+_USED_BY = {"vjp": "reverse mode (grad, vjp, jacrev)",
+            "jvp": "forward mode (jvp, jacfwd, hessian)",
+            "batch": "vmap",
+            "abstract": "jit staging"}
+
+
+def _leak_message(prim):
+    return (f"'{prim.name}' was applied to a tracer that escaped the transformation "
+            "that created it (stored in a global, a closure or a list during a grad/"
+            "jvp call and used after it returned). Return the value from the "
+            "transformed function instead.")
+
+
+# ---------------------------------------------------------------------------
+# Traces and the thread-local trace stack
+# ---------------------------------------------------------------------------
+
+
+class _TraceState(threading.local):
+    """Per-thread interpreter state: the only mutable state fgrad keeps."""
+
+    def __init__(self):
+        self.trace_stack = []
+        self.check_graphs = False
+
+
+_state = _TraceState()
+
+
+class Trace:
+    """An interpreter of primitives at one nesting level."""
+
+    __slots__ = ("level", "active")
+
+    def __init__(self, level):
+        self.level = level
+        self.active = True
+
+    def process(self, prim, args, params):
+        raise NotImplementedError
+
+    def process_custom_vjp(self, fun, fwd, bwd, args):
+        raise NotImplementedError
+
+    def process_custom_jvp(self, fun, rule, args):
+        raise NotImplementedError
+
+
+@contextlib.contextmanager
+def new_trace(trace_type, *init_args):
+    """Open a trace one level above the current top, and close it on exit.
+
+    Closing marks the trace inactive, so a tracer leaked out of it is reported
+    instead of silently joining some later computation.
+    """
+    stack = _state.trace_stack
+    trace = trace_type(len(stack) + 1, *init_args)
+    stack.append(trace)
+    try:
+        yield trace
+    finally:
+        stack.pop()
+        trace.active = False
+
+
+def current_level():
+    return len(_state.trace_stack)
+
+
+@contextlib.contextmanager
+def checking_graphs(enabled=True):
+    """Re-check every recorded graph against the abstract rules (for tests).
+
+    Inside this context, each reverse-mode graph is verified with
+    `fgrad.graph.check_graph` before its sweep, so a primitive whose ``impl``
+    and ``abstract`` disagree fails at the equation that recorded it.
+    """
+    previous = _state.check_graphs
+    _state.check_graphs = enabled
+    try:
+        yield
+    finally:
+        _state.check_graphs = previous
+
+
+def graph_checking_enabled():
+    return _state.check_graphs
+
+
+# ---------------------------------------------------------------------------
+# Tracers
+# ---------------------------------------------------------------------------
+
+
+class Tracer:
+    """An array stand-in that routes every operation to its trace.
+
+    Arithmetic, comparison, indexing and the array methods are installed by
+    `fgrad.numpy` (which owns the functions they call); NumPy functions applied
+    to a tracer come back to fgrad through ``__array_ufunc__`` and
+    ``__array_function__``.
+    """
+
+    __slots__ = ("_trace",)
+    # above ndarray's, so `ndarray + tracer` defers to the tracer's operators
+    __array_priority__ = 1000
+
+    @property
+    def aval(self):
+        raise NotImplementedError
+
+    def concrete(self):
+        """The concrete value behind the tracer (eager traces have one)."""
+        raise NotImplementedError
+
+    shape = property(lambda self: self.aval.shape)
+    dtype = property(lambda self: self.aval.dtype)
+    ndim = property(lambda self: len(self.aval.shape))
+    size = property(lambda self: self.aval.size)
+
+    def __len__(self):
+        shape = self.aval.shape
+        if not shape:
+            raise TypeError("len() of a 0-d traced array")
+        return shape[0]
+
+    def __iter__(self):
+        if not self.aval.shape:
+            raise TypeError("iteration over a 0-d traced array")
+        return (self[i] for i in range(self.aval.shape[0]))
+
+    def __setitem__(self, index, value):
+        raise ImmutableArrayError(
+            "fgrad arrays are immutable inside transformations, so `x[idx] = v` is "
+            "not allowed. Use the functional update `x = fgrad.at(x)[idx].set(v)` "
+            "(or .add(v) / .multiply(v)), which returns a new array.")
+
+    # Python conversions need a concrete value; eager traces have one.
+    def __bool__(self):
+        return bool(self.concrete())
+
+    def __float__(self):
+        return float(self.concrete())
+
+    def __int__(self):
+        return int(self.concrete())
+
+    def __complex__(self):
+        return complex(self.concrete())
+
+    def __index__(self):
+        return int(self.concrete())
+
+    def item(self):
+        return self.concrete().item()
+
+    def tolist(self):
+        return self.concrete().tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        raise NumpyFunctionError(
+            f"a traced array ({self.aval}) cannot be converted to a NumPy array: "
+            "that would drop its derivative silently. Use fgrad.numpy functions "
+            "on it (import fgrad.numpy as fnp), or fgrad.stop_gradient(x) and "
+            "then convert if you mean to treat it as a constant.")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from . import numpy as fnp
+        name = ufunc.__name__
+        fn = getattr(fnp, name, None)
+        if method != "__call__" or fn is None or kwargs.get("out") is not None:
+            what = f"numpy.{name}" + ("" if method == "__call__" else f".{method}")
+            raise NumpyFunctionError(
+                f"{what} was called on a traced array, and fgrad has no rule for "
+                f"it{' with out=' if kwargs.get('out') is not None else ''}. "
+                f"{_suggestion(name, method)}")
+        kwargs.pop("out", None)
+        return fn(*inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from . import numpy as fnp
+        namespace = fnp
+        for part in func.__module__.split(".")[1:]:
+            namespace = getattr(namespace, part, None)
+            if namespace is None:
+                break
+        fn = getattr(namespace, func.__name__, None) if namespace else None
+        if fn is None or fn is func:
+            raise NumpyFunctionError(
+                f"{func.__module__}.{func.__name__} was called on a traced array "
+                f"and fgrad.numpy has no {func.__name__}. "
+                f"{_suggestion(func.__name__, '__call__')}")
+        return fn(*args, **kwargs)
+
+    def __repr__(self):
+        kind = type(self).__name__
+        try:
+            value = np.array2string(np.asarray(self._value_for_repr()), precision=4,
+                                    threshold=20)
+            return f"{kind}({self.aval}, value={value})"
+        except Exception:                          # staged tracers have no value
+            return f"{kind}({self.aval})"
+
+    def _value_for_repr(self):
+        return self.concrete()
+
+
+def _suggestion(name, method):
+    if method == "reduce":
+        return f"Use fgrad.numpy.sum / prod / max / min instead of np.{name}.reduce."
+    return ("Call the fgrad.numpy function of the same name (import fgrad.numpy as "
+            "fnp), or, if fgrad lacks it, define it with fgrad.primitive and "
+            "fgrad.defvjp / fgrad.defjvp.")
+
+
+def full_lower(x):
+    """Strip eager tracers down to the concrete array they carry (for printing)."""
+    while isinstance(x, Tracer):
+        x = x.concrete()
+    return x

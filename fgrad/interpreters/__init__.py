@@ -1,0 +1,1 @@
+"""One module per transformation: reverse (grad, vjp) and forward (jvp) mode."""

@@ -1,0 +1,78 @@
+"""Forward mode: carry a tangent beside every value and push it through JVP rules.
+
+A value whose tangent is zero is never wrapped: the trace returns the bare primal,
+so symbolic zeros cost nothing and `fgrad.jvp` instantiates them only at the end.
+"""
+from ..core import Trace, Tracer, Zero, full_lower, get_aval, missing_rule_message
+from ..errors import CustomRuleError, MissingRuleError
+
+
+class JVPTracer(Tracer):
+    """A value under forward mode: the primal and its (nonzero) tangent."""
+
+    __slots__ = ("primal", "tangent")
+
+    def __init__(self, trace, primal, tangent):
+        self._trace = trace
+        self.primal = primal
+        self.tangent = tangent
+
+    @property
+    def aval(self):
+        return get_aval(self.primal)
+
+    def concrete(self):
+        return full_lower(self.primal)
+
+
+class JVPTrace(Trace):
+    """Evaluates primitives on primals and their JVP rules on tangents."""
+
+    __slots__ = ()
+
+    def _unwrap(self, args):
+        primals, tangents = [], []
+        for a in args:
+            if isinstance(a, JVPTracer) and a._trace is self:
+                primals.append(a.primal)
+                tangents.append(a.tangent)
+            else:
+                primals.append(a)
+                tangents.append(Zero(get_aval(a)))
+        return primals, tangents
+
+    def process(self, prim, args, params):
+        primals, tangents = self._unwrap(args)
+        ans = prim.bind(*primals, **params)
+        if prim.nondiff:
+            return ans
+        if prim.jvp is None:
+            raise MissingRuleError(missing_rule_message(prim, "jvp"))
+        if prim.multiple_results:
+            if not any(get_aval(a).dtype.kind in "fc" for a in ans):
+                return ans
+            out_tangents = prim.jvp(tangents, ans, *primals, **params)
+            return tuple(self._wrap(a, t) for a, t in zip(ans, out_tangents))
+        if get_aval(ans).dtype.kind not in "fc":
+            return ans
+        return self._wrap(ans, prim.jvp(tangents, ans, *primals, **params))
+
+    def _wrap(self, primal, tangent):
+        if tangent is None or type(tangent) is Zero:
+            return primal
+        return JVPTracer(self, primal, tangent)
+
+    def process_custom_vjp(self, fun, fwd, bwd, args):
+        raise CustomRuleError(
+            f"forward mode (jvp, jacfwd, hessian) reached the custom_vjp function "
+            f"{getattr(fun, '__name__', fun)!r}, which only defines a reverse rule. "
+            "Use fgrad.custom_jvp instead (reverse mode derives its VJP from the JVP "
+            "rule), or differentiate it with grad/vjp/jacrev.")
+
+    def process_custom_jvp(self, fun, rule, args):
+        from ..custom import call_jvp_rule
+        primals, tangents = self._unwrap(args)
+        out, out_tangent = call_jvp_rule(fun, rule, primals, tangents)
+        if isinstance(out, tuple):
+            return tuple(self._wrap(o, t) for o, t in zip(out, out_tangent))
+        return self._wrap(out, out_tangent)

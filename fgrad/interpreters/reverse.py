@@ -1,0 +1,154 @@
+"""Reverse mode: record a linear graph while evaluating, then sweep it backwards.
+
+A `ReverseTrace` belongs to one `grad`/`vjp` call. Each primitive applied to one of
+its tracers is evaluated on the real values (so Python control flow on values
+works) and appended to the trace's own list of equations; nothing is global.
+
+An equation is a plain tuple, ``(prim, in_nodes, out_node, args, ans, params)``:
+this is the hottest allocation of reverse mode, and a tuple is the cheapest
+record Python has. ``args`` and ``ans`` are what the VJP rule reads (the
+residuals); ``in_nodes`` holds, per argument, the node number of the tracer it came
+from, or ``None`` for a constant. `fgrad.graph` prints and checks such lists.
+"""
+from ..core import Trace, Tracer, Zero, full_lower, get_aval, graph_checking_enabled, \
+    missing_rule_message
+from ..errors import MissingRuleError
+
+
+class ReverseTracer(Tracer):
+    """A value under reverse mode: the primal value and its node in the graph."""
+
+    __slots__ = ("primal", "node")
+
+    def __init__(self, trace, primal, node):
+        self._trace = trace
+        self.primal = primal
+        self.node = node
+
+    @property
+    def aval(self):
+        return get_aval(self.primal)
+
+    def concrete(self):
+        return full_lower(self.primal)
+
+
+class ReverseTrace(Trace):
+    """Evaluates primitives and records the equations the reverse sweep needs."""
+
+    __slots__ = ("eqns", "num_nodes")
+
+    def __init__(self, level):
+        super().__init__(level)
+        self.eqns = []
+        self.num_nodes = 0
+
+    def new_input(self, value):
+        node = self.num_nodes
+        self.num_nodes = node + 1
+        return ReverseTracer(self, value, node)
+
+    def _unwrap(self, args):
+        primals, in_nodes = [], []
+        for a in args:
+            if isinstance(a, ReverseTracer) and a._trace is self:
+                primals.append(a.primal)
+                in_nodes.append(a.node)
+            else:
+                primals.append(a)
+                in_nodes.append(None)
+        return primals, in_nodes
+
+    def process(self, prim, args, params):
+        primals, in_nodes = self._unwrap(args)
+        ans = prim.bind(*primals, **params)
+        if prim.nondiff:
+            return ans
+        return self.record(prim, in_nodes, primals, ans, params)
+
+    def record(self, prim, in_nodes, primals, ans, params):
+        """Append one equation and return the tracer(s) of its output(s)."""
+        if prim.vjp is None:
+            # raised while recording, before the forward pass is wasted
+            raise MissingRuleError(missing_rule_message(prim, "vjp"))
+        if prim.multiple_results:
+            return self._record_multiple(prim, in_nodes, primals, ans, params)
+        # Integer and boolean results carry no derivative: they leave the graph
+        # as constants, so nothing downstream of them is recorded.
+        if get_aval(ans).dtype.kind not in "fc":
+            return ans
+        node = self.num_nodes
+        self.num_nodes = node + 1
+        self.eqns.append((prim, in_nodes, node, primals, ans, params))
+        return ReverseTracer(self, ans, node)
+
+    def _record_multiple(self, prim, in_nodes, primals, ans, params):
+        nodes, outs = [], []
+        for a in ans:
+            if get_aval(a).dtype.kind in "fc":
+                node = self.num_nodes
+                self.num_nodes = node + 1
+                nodes.append(node)
+                outs.append(ReverseTracer(self, a, node))
+            else:
+                nodes.append(None)
+                outs.append(a)
+        self.eqns.append((prim, in_nodes, tuple(nodes), primals, tuple(ans), params))
+        return tuple(outs)
+
+    def process_custom_vjp(self, fun, fwd, bwd, args):
+        # fwd runs on this level's primals, so lower levels differentiate through
+        # fwd and bwd as ordinary code (that is what makes grad(grad(f)) work).
+        from ..custom import custom_vjp_primitive
+        primals, in_nodes = self._unwrap(args)
+        out, residuals = fwd(*primals)
+        prim = custom_vjp_primitive(fun, bwd, residuals, primals, out)
+        return self.record(prim, in_nodes, primals, out, {})
+
+    def process_custom_jvp(self, fun, rule, args):
+        # Reverse mode of a custom_jvp function: the rule's output tangent is
+        # linear in the input tangents, so the VJP is the transpose of that linear
+        # map, which reverse mode over the rule itself computes.
+        from ..custom import custom_jvp_transpose_primitive
+        primals, in_nodes = self._unwrap(args)
+        out = fun(*primals)
+        prim = custom_jvp_transpose_primitive(fun, rule, primals, out)
+        return self.record(prim, in_nodes, primals, out, {})
+
+
+def backward_pass(trace, seeds):
+    """Sweep ``trace``'s equations backwards from ``seeds`` ({node: cotangent}).
+
+    Returns the cotangents of the nodes no equation produced (the inputs). Each
+    equation is popped as it is swept, releasing its residuals, and each cotangent
+    is popped when its producer reads it, so memory falls as the sweep proceeds.
+    """
+    if graph_checking_enabled():
+        from ..graph import check_graph
+        check_graph(trace.eqns)
+    cts = dict(seeds)
+    eqns = trace.eqns
+    pop_ct = cts.pop
+    while eqns:
+        prim, in_nodes, out, args, ans, params = eqns.pop()
+        if type(out) is tuple:
+            ct = tuple(_ct_or_zero(pop_ct(n, None) if n is not None else None, a)
+                       for n, a in zip(out, ans))
+            if all(type(c) is Zero for c in ct):
+                continue
+        else:
+            ct = pop_ct(out, None)
+            if ct is None:
+                continue
+        needed = tuple(n is not None for n in in_nodes)
+        arg_cts = prim.vjp(ct, ans, needed, *args, **params)
+        for node, arg_ct in zip(in_nodes, arg_cts):
+            if node is None or arg_ct is None or type(arg_ct) is Zero:
+                continue
+            previous = cts.get(node)
+            cts[node] = arg_ct if previous is None else previous + arg_ct
+    return cts
+
+
+def _ct_or_zero(ct, primal):
+    return Zero(get_aval(primal)) if ct is None else ct

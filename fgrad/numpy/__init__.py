@@ -1,0 +1,166 @@
+"""NumPy's API over fgrad primitives: ``import fgrad.numpy as fnp``.
+
+Outside every transformation these functions return plain NumPy (or CuPy)
+arrays at close to the cost of the NumPy call; inside one they bind primitives.
+Functions that create arrays from nothing (``zeros``, ``arange``, ``random``) are
+NumPy's own: they have no inputs to differentiate.
+"""
+import numpy as _np
+
+from fgrad.primitives import creation as _creation
+from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import indexing as _indexing
+from fgrad.primitives import products as _products
+from fgrad.primitives import reductions as _red
+from fgrad.primitives import shape as _shape
+from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
+
+from . import _methods  # noqa: F401  (installs the array methods on tracers)
+
+# -- passthrough: constants, dtypes, array creation ---------------------------
+pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, _np.newaxis
+float16, float32, float64 = _np.float16, _np.float32, _np.float64
+complex64, complex128 = _np.complex64, _np.complex128
+int8, int16, int32, int64, bool_ = _np.int8, _np.int16, _np.int32, _np.int64, _np.bool_
+uint8, uint32, uint64 = _np.uint8, _np.uint32, _np.uint64
+ndarray, dtype, finfo, iinfo = _np.ndarray, _np.dtype, _np.finfo, _np.iinfo
+zeros, ones, full, empty, eye, identity = (_np.zeros, _np.ones, _np.full, _np.empty,
+                                           _np.eye, _np.identity)
+arange, linspace, random = _np.arange, _np.linspace, _np.random
+shape, ndim, size = _np.shape, _np.ndim, _np.size
+
+# -- elementwise ---------------------------------------------------------------
+add, subtract, multiply, divide, power = (_ew.add, _ew.subtract, _ew.multiply,
+                                          _ew.divide, _ew.power)
+true_divide = divide
+maximum, minimum, negative, square, sqrt = (_ew.maximum, _ew.minimum, _ew.negative,
+                                            _ew.square, _ew.sqrt)
+exp, log, log1p, expm1 = _ew.exp, _ew.log, _ew.log1p, _ew.expm1
+sin, cos, tan, tanh, sinh, cosh, arctan = (_ew.sin, _ew.cos, _ew.tan, _ew.tanh,
+                                           _ew.sinh, _ew.cosh, _ew.arctan)
+absolute = abs = _ew.absolute
+sign = _ew.sign
+equal, not_equal, less, less_equal, greater, greater_equal = (
+    _ew.equal, _ew.not_equal, _ew.less, _ew.less_equal, _ew.greater, _ew.greater_equal)
+where = _ew.where
+real, conj = _ew.real, _ew.conj
+conjugate = conj
+stop_gradient = _creation.stop_gradient
+
+
+def zeros_like(a, dtype=None):
+    """An array of zeros shaped like ``a`` (on its backend)."""
+    return _creation.zeros_like(a, dtype)
+
+
+def ones_like(a, dtype=None):
+    """An array of ones shaped like ``a`` (on its backend)."""
+    return _creation.ones_like(a, dtype)
+
+
+def full_like(a, fill_value, dtype=None):
+    """An array shaped like ``a`` filled with ``fill_value``."""
+    return _creation.full_like(a, fill_value, dtype)
+
+
+# -- reductions ---------------------------------------------------------------
+
+def _with_dtype(result, dtype):
+    return result if dtype is None else _ew.convert_element_type(result, dtype)
+
+
+def sum(a, axis=None, dtype=None, keepdims=False):
+    """Sum of elements over ``axis``.
+
+    >>> import numpy as np
+    >>> sum(np.arange(6.0).reshape(2, 3), axis=0)
+    array([3., 5., 7.])
+    """
+    return _with_dtype(_red.sum_(a, axis, keepdims), dtype)
+
+
+def mean(a, axis=None, dtype=None, keepdims=False):
+    """Arithmetic mean over ``axis``."""
+    return _with_dtype(_red.mean(a, axis, keepdims), dtype)
+
+
+def prod(a, axis=None, dtype=None, keepdims=False):
+    """Product of elements over ``axis``."""
+    return _with_dtype(_red.prod(a, axis, keepdims), dtype)
+
+
+def max(a, axis=None, keepdims=False):
+    """Maximum over ``axis``; tied maxima share the derivative equally."""
+    return _red.max_(a, axis, keepdims)
+
+
+def min(a, axis=None, keepdims=False):
+    """Minimum over ``axis``; tied minima share the derivative equally."""
+    return _red.min_(a, axis, keepdims)
+
+
+amax, amin = max, min
+
+# -- shapes ---------------------------------------------------------------------
+
+
+def reshape(a, newshape, order="C"):
+    """``a`` with a new shape (C order only)."""
+    if order != "C":
+        raise NotImplementedError("fgrad.numpy.reshape supports order='C' only")
+    return _shape.reshape(a, newshape)
+
+
+def transpose(a, axes=None):
+    """Permute the axes of ``a``."""
+    return _shape.transpose(a, axes)
+
+
+broadcast_to = _shape.broadcast_to
+expand_dims, squeeze = _shape.expand_dims, _shape.squeeze
+
+
+def concatenate(arrays, axis=0):
+    """Join arrays along an existing axis."""
+    return _shape.concatenate(arrays, axis)
+
+
+def stack(arrays, axis=0):
+    """Join arrays along a new axis."""
+    return _shape.stack(arrays, axis)
+
+
+def astype(x, dtype):
+    """``x`` converted to ``dtype``."""
+    return _ew.convert_element_type(x, dtype)
+
+
+# -- products ---------------------------------------------------------------------
+matmul, dot = _products.matmul, _products.dot
+
+
+# -- building arrays from sequences that may hold tracers --------------------------
+
+def _contains_tracer(obj):
+    if isinstance(obj, _Tracer):
+        return True
+    if isinstance(obj, (list, tuple)):
+        return any(_contains_tracer(o) for o in obj)
+    return False
+
+
+def array(obj, dtype=None, copy=True):
+    """``numpy.array``, which also accepts (nested) lists holding traced values."""
+    if isinstance(obj, (list, tuple)) and _contains_tracer(obj):
+        return _with_dtype(stack([array(o) for o in obj]), dtype)
+    if isinstance(obj, _Tracer):
+        return _with_dtype(obj, dtype)
+    return _np.array(obj, dtype=dtype, copy=copy)
+
+
+def asarray(obj, dtype=None):
+    """``numpy.asarray``; traced values pass through unchanged."""
+    if isinstance(obj, _Tracer) or (isinstance(obj, (list, tuple))
+                                    and _contains_tracer(obj)):
+        return array(obj, dtype)
+    return _np.asarray(obj, dtype=dtype)

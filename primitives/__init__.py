@@ -1,0 +1,7 @@
+"""Every primitive fgrad knows, one module per family, all rules beside each one.
+
+Importing this package fills `fgrad.core.primitive_table`. Each module defines
+``<name>_p`` primitives and, right under each, its impl, abstract, vjp and jvp
+rules; the plain function of the same name (``sin(x)``) binds the primitive.
+"""
+from . import elementwise, reductions, shape, indexing, products, creation  # noqa: F401

@@ -1,0 +1,51 @@
+"""Arrays made from others' shapes, and stop_gradient.
+
+These have no derivative (``nondiff``): ``zeros_like(x)`` does not depend on the
+values of ``x``, and `stop_gradient` declares that its output should be treated
+as a constant.
+"""
+import numpy as np
+
+from fgrad.backend import array_module
+from fgrad.core import Primitive, ShapedArray, get_aval
+
+FAMILY = "primitives/creation.py"
+
+
+def _full_like_abstract(x, fill_value, dtype):
+    return ShapedArray(x.shape, dtype)
+
+
+full_like_p = Primitive(
+    "full_like",
+    lambda x, fill_value, dtype: array_module(x).full(np.shape(x) if not hasattr(
+        x, "shape") else x.shape, fill_value, dtype),
+    _full_like_abstract, nondiff=True, family=FAMILY)
+
+
+def full_like(x, fill_value, dtype=None):
+    """An array shaped like ``x``, on its backend, filled with ``fill_value``."""
+    dtype = get_aval(x).dtype if dtype is None else np.dtype(dtype)
+    return full_like_p.bind(x, fill_value=fill_value, dtype=dtype)
+
+
+def zeros_like(x, dtype=None):
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x, dtype=None):
+    return full_like(x, 1, dtype)
+
+
+stop_gradient_p = Primitive("stop_gradient", lambda x: x,
+                            lambda x: x.strip_weak(), nondiff=True, family=FAMILY)
+
+
+def stop_gradient(x):
+    """``x``, treated as a constant by every transformation (zero derivative).
+
+    >>> import fgrad, fgrad.numpy as fnp
+    >>> float(fgrad.grad(lambda x: x * fgrad.stop_gradient(x))(3.0))
+    3.0
+    """
+    return stop_gradient_p.bind(x)

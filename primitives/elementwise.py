@@ -1,0 +1,266 @@
+"""Elementwise primitives: NumPy's ufuncs, with broadcasting undone in one place.
+
+Each primitive's VJP rules are written as if no broadcasting happened; the
+wrapper made by `_elementwise_rules` sums a cotangent back to its operand's shape
+and dtype (`unbroadcast`), and broadcasts a tangent up to the output's
+(`rebroadcast`). Complex derivatives follow JAX and autograd: the VJP is the
+transpose of the JVP, with no conjugation.
+"""
+import numpy as np
+
+from fgrad.backend import array_module
+from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+
+from .base import elementwise_abstract
+
+FAMILY = "primitives/elementwise.py"
+
+
+def _ufunc_primitive(name, nondiff=False, np_name=None):
+    np_fn = getattr(np, np_name or name)
+    xp_name = np_name or name
+
+    def impl(*args):
+        xp = array_module(*args)
+        return (np_fn if xp is np else getattr(xp, xp_name))(*args)
+    return Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
+                     family=FAMILY)
+
+
+def unbroadcast(ct, like):
+    """Sum ``ct`` over the axes broadcasting added, and cast it to ``like``'s dtype.
+
+    The cotangent of an operand must have the operand's shape and dtype: a
+    ``(3,)`` operand added to a ``(2, 3)`` one receives the sum of the ``(2, 3)``
+    cotangent over its first axis; a float32 operand in a float64 product
+    receives a float32 cotangent; a real operand receives the real part.
+    """
+    from .reductions import sum_
+    from .shape import reshape
+    aval = get_aval(like)
+    shape = aval.shape
+    ct_shape = get_aval(ct).shape
+    if ct_shape != shape:
+        lead = len(ct_shape) - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, d in enumerate(shape) if d == 1 and ct_shape[lead + i] != 1)
+        if axes:
+            ct = sum_(ct, axis=axes)
+        if get_aval(ct).shape != shape:
+            ct = reshape(ct, shape)
+    return cast_like(ct, aval)
+
+
+def rebroadcast(t, ans):
+    """Broadcast a tangent contribution ``t`` to the output's shape and dtype."""
+    from .shape import broadcast_to
+    aval = get_aval(ans)
+    t_aval = get_aval(t)
+    if t_aval.shape != aval.shape:
+        t = broadcast_to(t, aval.shape)
+    return cast_like(t, aval)
+
+
+def cast_like(x, aval):
+    dtype = get_aval(x).dtype
+    if dtype == aval.dtype:
+        return x
+    if dtype.kind == "c" and aval.dtype.kind != "c":
+        x = real(x)
+    return convert_element_type(x, aval.dtype)
+
+
+def _elementwise_rules(prim, vjps, jvps):
+    """Register per-argument rules wrapped with unbroadcast / rebroadcast."""
+    def wrap_vjp(i, rule):
+        if rule is None:
+            return None
+        return lambda ct, ans, *args: unbroadcast(rule(ct, ans, *args), args[i])
+    prim.def_vjp(*[wrap_vjp(i, r) for i, r in enumerate(vjps)])
+
+    def wrap_jvp(rule):
+        if rule is None:
+            return None
+        return lambda t, ans, *args: rebroadcast(rule(t, ans, *args), ans)
+    prim.def_jvp(*[wrap_jvp(r) for r in jvps])
+
+
+def _unary(name, vjp, jvp=None):
+    """A unary ufunc whose derivative is ``d(ans, x)``: vjp ct*d, jvp t*d."""
+    prim = _ufunc_primitive(name)
+    prim.def_vjp(lambda ct, ans, x: cast_like(vjp(ct, ans, x), get_aval(x)))
+    prim.def_jvp(jvp or (lambda t, ans, x: vjp(t, ans, x)))
+    return prim
+
+
+# ---------------------------------------------------------------------------
+# Arithmetic
+# ---------------------------------------------------------------------------
+
+add_p = _ufunc_primitive("add")
+_elementwise_rules(add_p, [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: ct],
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: t])
+
+subtract_p = _ufunc_primitive("subtract")
+_elementwise_rules(subtract_p, [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct],
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t])
+
+multiply_p = _ufunc_primitive("multiply")
+_elementwise_rules(multiply_p,
+                   [lambda ct, ans, x, y: ct * y, lambda ct, ans, x, y: ct * x],
+                   [lambda t, ans, x, y: t * y, lambda t, ans, x, y: x * t])
+
+divide_p = _ufunc_primitive("divide")
+_elementwise_rules(divide_p,
+                   [lambda ct, ans, x, y: ct / y, lambda ct, ans, x, y: -ct * ans / y],
+                   [lambda t, ans, x, y: t / y, lambda t, ans, x, y: -t * ans / y])
+
+
+def _safe_log(x):
+    # log(x) where x != 0 and 0 elsewhere: d(x**y)/dy = x**y * log(x) is 0 at
+    # x == 0 (for y > 0), and the inner where keeps log(0) = -inf out of it.
+    nonzero = not_equal(x, 0)
+    return where(nonzero, log(where(nonzero, x, 1)), 0)
+
+
+power_p = _ufunc_primitive("power")
+_elementwise_rules(
+    power_p,
+    [lambda ct, ans, x, y: ct * y * power(x, y - 1),
+     lambda ct, ans, x, y: ct * ans * _safe_log(x)],
+    [lambda t, ans, x, y: t * y * power(x, y - 1),
+     lambda t, ans, x, y: t * ans * _safe_log(x)])
+
+maximum_p = _ufunc_primitive("maximum")
+minimum_p = _ufunc_primitive("minimum")
+
+
+def _select_ties(ct, wins, ties):
+    # ties split the derivative evenly between the two operands
+    return where(wins, ct, where(ties, ct * 0.5, 0))
+
+
+_elementwise_rules(
+    maximum_p,
+    [lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y)),
+     lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y))],
+    [lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y)),
+     lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y))])
+_elementwise_rules(
+    minimum_p,
+    [lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y)),
+     lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y))],
+    [lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y)),
+     lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y))])
+
+# ---------------------------------------------------------------------------
+# Unary functions: rule(ct, ans, x) -> ct * f'(x)
+# ---------------------------------------------------------------------------
+
+negative_p = _unary("negative", lambda ct, ans, x: -ct)
+square_p = _unary("square", lambda ct, ans, x: ct * 2 * x)
+sqrt_p = _unary("sqrt", lambda ct, ans, x: ct * 0.5 / ans)
+exp_p = _unary("exp", lambda ct, ans, x: ct * ans)
+log_p = _unary("log", lambda ct, ans, x: ct / x)
+log1p_p = _unary("log1p", lambda ct, ans, x: ct / (1 + x))
+expm1_p = _unary("expm1", lambda ct, ans, x: ct * (ans + 1))
+sin_p = _unary("sin", lambda ct, ans, x: ct * cos(x))
+cos_p = _unary("cos", lambda ct, ans, x: -ct * sin(x))
+tan_p = _unary("tan", lambda ct, ans, x: ct * (1 + ans * ans))
+tanh_p = _unary("tanh", lambda ct, ans, x: ct * (1 - ans * ans))
+sinh_p = _unary("sinh", lambda ct, ans, x: ct * cosh(x))
+cosh_p = _unary("cosh", lambda ct, ans, x: ct * sinh(x))
+arctan_p = _unary("arctan", lambda ct, ans, x: ct / (1 + x * x))
+abs_p = _unary("absolute", lambda ct, ans, x: ct * sign(x))
+
+# ---------------------------------------------------------------------------
+# Without derivative: comparisons and sign
+# ---------------------------------------------------------------------------
+
+sign_p = _ufunc_primitive("sign", nondiff=True)
+equal_p = _ufunc_primitive("equal", nondiff=True)
+not_equal_p = _ufunc_primitive("not_equal", nondiff=True)
+less_p = _ufunc_primitive("less", nondiff=True)
+less_equal_p = _ufunc_primitive("less_equal", nondiff=True)
+greater_p = _ufunc_primitive("greater", nondiff=True)
+greater_equal_p = _ufunc_primitive("greater_equal", nondiff=True)
+
+# ---------------------------------------------------------------------------
+# where, dtype conversion, real part
+# ---------------------------------------------------------------------------
+
+
+def _where_impl(c, x, y):
+    return array_module(c, x, y).where(c, x, y)
+
+
+where_p = Primitive("where", _where_impl, elementwise_abstract(np.where),
+                    family=FAMILY)
+_elementwise_rules(
+    where_p,
+    [None, lambda ct, ans, c, x, y: where(c, ct, 0),
+     lambda ct, ans, c, x, y: where(c, 0, ct)],
+    [None, lambda t, ans, c, x, y: where(c, t, 0),
+     lambda t, ans, c, x, y: where(c, 0, t)])
+
+
+def _convert_impl(x, dtype):
+    return array_module(x).asarray(x).astype(dtype)
+
+
+def _convert_abstract(x, dtype):
+    return ShapedArray(x.shape, dtype)
+
+
+convert_element_type_p = Primitive("convert_element_type", _convert_impl,
+                                   _convert_abstract, family=FAMILY)
+convert_element_type_p.def_vjp(
+    lambda ct, ans, x, dtype: cast_like(ct, get_aval(x))
+    if get_aval(x).dtype.kind in "fc" else None)
+convert_element_type_p.def_jvp(lambda t, ans, x, dtype: convert_element_type(t, dtype))
+
+real_p = _ufunc_primitive("real")
+real_p.def_vjp(lambda ct, ans, x: cast_like(ct, get_aval(x)))
+real_p.def_jvp(lambda t, ans, x: real(t))
+
+conj_p = _ufunc_primitive("conjugate")
+conj_p.def_vjp(lambda ct, ans, x: conj(ct))
+conj_p.def_jvp(lambda t, ans, x: conj(t))
+
+
+# ---------------------------------------------------------------------------
+# Binding functions, used by rules everywhere and wrapped by fgrad.numpy
+# ---------------------------------------------------------------------------
+
+def _binder(prim):
+    bind = prim.bind
+
+    def fn(*args):
+        return bind(*args)
+    fn.__name__ = prim.name
+    fn.__doc__ = f"Bind the ``{prim.name}`` primitive."
+    return fn
+
+
+add, subtract, multiply, divide, power = map(
+    _binder, (add_p, subtract_p, multiply_p, divide_p, power_p))
+maximum, minimum, negative, square, sqrt = map(
+    _binder, (maximum_p, minimum_p, negative_p, square_p, sqrt_p))
+exp, log, log1p, expm1 = map(_binder, (exp_p, log_p, log1p_p, expm1_p))
+sin, cos, tan, tanh, sinh, cosh, arctan, absolute = map(
+    _binder, (sin_p, cos_p, tan_p, tanh_p, sinh_p, cosh_p, arctan_p, abs_p))
+sign, equal, not_equal, less, less_equal, greater, greater_equal = map(
+    _binder, (sign_p, equal_p, not_equal_p, less_p, less_equal_p, greater_p,
+              greater_equal_p))
+where, real, conj = map(_binder, (where_p, real_p, conj_p))
+
+
+def convert_element_type(x, dtype):
+    """``x`` as ``dtype`` (``astype``); a no-op when the dtype already matches."""
+    dtype = np.dtype(dtype)
+    if get_aval(x).dtype == dtype:
+        return x
+    return convert_element_type_p.bind(x, dtype=dtype)
+
+
+__all__ = ["unbroadcast", "rebroadcast", "cast_like", "Zero"]

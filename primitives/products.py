@@ -1,0 +1,84 @@
+"""Matrix products: matmul (with NumPy's 1-d and batch broadcasting), and dot."""
+import numpy as np
+
+from fgrad.backend import array_module
+from fgrad.core import Primitive, ShapedArray, get_aval
+
+from .base import dummy
+
+FAMILY = "primitives/products.py"
+
+
+def _matmul_abstract(a, b):
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: operands must be at least 1-d; use multiply (*) "
+                         "for scalars")
+    a_shape = (1,) + a.shape if a.ndim == 1 else a.shape
+    b_shape = b.shape + (1,) if b.ndim == 1 else b.shape
+    if a_shape[-1] != b_shape[-2]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned "
+                         f"({a_shape[-1]} != {b_shape[-2]})")
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    shape = batch + (a_shape[-2],) * (a.ndim > 1) + (b_shape[-1],) * (b.ndim > 1)
+    return ShapedArray(shape, np.result_type(dummy(a), dummy(b)))
+
+
+matmul_p = Primitive("matmul", lambda a, b: array_module(a, b).matmul(a, b),
+                     _matmul_abstract, family=FAMILY)
+
+
+def _matmul_vjp_a(ct, ans, a, b):
+    from .elementwise import unbroadcast
+    from .shape import expand_dims, reshape, swap_last_axes
+    a_nd, b_nd = get_aval(a).ndim, get_aval(b).ndim
+    if a_nd == 1 and b_nd == 1:
+        ct_a = ct * b
+    elif b_nd == 1:                          # (..., n, k) @ (k,) -> (..., n)
+        ct_a = expand_dims(ct, -1) * b
+    elif a_nd == 1:                          # (k,) @ (..., k, m) -> (..., m)
+        ct_a = reshape(matmul(b, expand_dims(ct, -1)), get_aval(ct).shape[:-1]
+                       + (get_aval(b).shape[-2],))
+    else:
+        ct_a = matmul(ct, swap_last_axes(b))
+    return unbroadcast(ct_a, a)
+
+
+def _matmul_vjp_b(ct, ans, a, b):
+    from .elementwise import unbroadcast
+    from .shape import expand_dims, reshape, swap_last_axes
+    a_nd, b_nd = get_aval(a).ndim, get_aval(b).ndim
+    if a_nd == 1 and b_nd == 1:
+        ct_b = ct * a
+    elif a_nd == 1:                          # (k,) @ (..., k, m) -> (..., m)
+        ct_b = expand_dims(a, -1) * expand_dims(ct, -2)
+    elif b_nd == 1:                          # (..., n, k) @ (k,) -> (..., n)
+        a_t = swap_last_axes(a)
+        ct_b = reshape(matmul(a_t, expand_dims(ct, -1)), get_aval(a_t).shape[:-1])
+    else:
+        ct_b = matmul(swap_last_axes(a), ct)
+    return unbroadcast(ct_b, b)
+
+
+matmul_p.def_vjp(_matmul_vjp_a, _matmul_vjp_b)
+matmul_p.def_jvp(lambda t, ans, a, b: matmul(t, b), lambda t, ans, a, b: matmul(a, t))
+
+
+def matmul(a, b):
+    """NumPy's ``a @ b``."""
+    return matmul_p.bind(a, b)
+
+
+def dot(a, b):
+    """NumPy's ``dot``: products over the last axis of ``a`` and the second-to-last
+    of ``b`` (the last if ``b`` is 1-d); scalars multiply."""
+    from .shape import moveaxis_to_front, reshape
+    a_aval, b_aval = get_aval(a), get_aval(b)
+    if a_aval.ndim == 0 or b_aval.ndim == 0:
+        return a * b
+    if b_aval.ndim <= 2:
+        return matmul(a, b)
+    # N-d b: contract with its axis -2, keeping b's other axes in order.
+    k = b_aval.shape[-2]
+    rest = b_aval.shape[:-2] + b_aval.shape[-1:]
+    b2 = reshape(moveaxis_to_front(b, b_aval.ndim - 2), (k, -1))
+    return reshape(matmul(a, b2), a_aval.shape[:-1] + rest)
