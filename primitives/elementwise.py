@@ -258,7 +258,8 @@ where, real, conj = map(_binder, (where_p, real_p, conj_p))
 def convert_element_type(x, dtype):
     """``x`` as ``dtype`` (``astype``); a no-op when the dtype already matches."""
     dtype = np.dtype(dtype)
-    if get_aval(x).dtype == dtype:
+    aval = get_aval(x)
+    if aval.dtype == dtype and not aval.weak_type:
         return x
     return convert_element_type_p.bind(x, dtype=dtype)
 

@@ -175,7 +175,10 @@ def set_at(x, index, v):
 
 
 def add_at(x, index, v):
+    from .elementwise import convert_element_type
     from .shape import broadcast_to
+    if get_aval(v).weak_type:            # a Python scalar takes x's precision
+        v = convert_element_type(v, get_aval(x).dtype)
     spec, arrays = parse_index(index)
     target = _index_abstract(get_aval(x), *map(get_aval, arrays), spec=spec)
     return x + scatter_add(broadcast_to(v, target.shape), arrays, spec,
