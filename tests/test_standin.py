@@ -8,6 +8,9 @@ stand-in array. Any impl or rule that handed device data to NumPy raises
 `StandInRefused` (or the stand-in's TypeError for a NumPy array argument), so
 this holds on machines without a GPU.
 """
+import sys
+import types
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -16,8 +19,9 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad.backend import array_module, backend_name
 from fgrad.errors import BackendMismatchError, DeviceError
-from fgrad.testing import check_grads
 from fgrad.tree import tree_leaves
+from device_suite import Device, check_case, check_nested_transformations, \
+    check_nondiff, check_scalar_input_moves
 from primitive_specs import NONDIFF_SPECS, SPECS
 from standin_backend import StandInArray, StandInRefused, registered, standin, \
     to_numpy, to_standin
@@ -53,61 +57,25 @@ def test_standin_refuses_numpy(device):
 
 # -- the property suite ------------------------------------------------------------
 
+STANDIN = Device("standin", StandInArray)
+
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_property_suite_on_standin(name, device):
-    @given(SPECS[name])
-    def check(case):
-        args = to_standin(case.args)
-        out = case.fun(*args)
-        _all_on_device(out, f"{name}'s output")
-        if case.reference is not None:
-            np.testing.assert_allclose(to_numpy(out), case.reference(*case.args),
-                                       rtol=1e-12, atol=1e-12)
-        if case.order:
-            _, vjp_fn = fgrad.vjp(case.fun, *args)
-            _all_on_device(vjp_fn(fnp.ones_like(out)), f"{name}'s cotangents")
-            _, t = fgrad.jvp(case.fun, args, tuple(fnp.ones_like(a) for a in args))
-            _all_on_device(t, f"{name}'s tangent")
-            check_grads(case.fun, args, order=case.order, modes=("fwd", "rev"),
-                        **case.tol)
-    check()
+    given(SPECS[name])(lambda case: check_case(STANDIN, name, case))()
 
 
 @pytest.mark.parametrize("name", sorted(NONDIFF_SPECS))
 def test_nondifferentiable_on_standin(name, device):
-    @given(NONDIFF_SPECS[name])
-    def check(case):
-        f, ref, host_args = case
-        args = to_standin(host_args)
-        out = f(*args)
-        _all_on_device(out, f"{name}'s output")
-        np.testing.assert_array_equal(to_numpy(out), ref(*host_args))
-        g = fgrad.grad(lambda *xs: fnp.sum(f(*xs) * 1.0))(*args)
-        _all_on_device(g, f"{name}'s gradient")
-        np.testing.assert_array_equal(to_numpy(g), np.zeros_like(host_args[0]))
-    check()
+    given(NONDIFF_SPECS[name])(lambda case: check_nondiff(STANDIN, name, case))()
 
 
 def test_grad_of_grad_and_jacobians_stay_on_device(device):
-    x = to_standin(np.array([0.3, -1.2, 2.0]))
-
-    def f(x):
-        return fnp.sum(fnp.tanh(x) ** 2 * fnp.exp(-x))
-    g2 = fgrad.grad(lambda x: fnp.sum(fgrad.grad(f)(x) ** 2))(x)
-    _all_on_device(g2, "grad of grad")
-    _all_on_device(fgrad.hessian(f)(x), "hessian")
-    _all_on_device(fgrad.jacrev(fnp.sin)(x), "jacrev")
-    host = to_numpy(x)
-    np.testing.assert_allclose(to_numpy(fgrad.jacfwd(fnp.sin)(x)), np.diag(np.cos(host)))
+    check_nested_transformations(STANDIN)
 
 
 def test_python_scalar_input_goes_to_the_device(device):
-    x = to_standin(np.array([1.0, 2.0]))
-    gx, gs = fgrad.grad(lambda x, s: fnp.sum(x * s), argnums=(0, 1))(x, 3.0)
-    _all_on_device((gx, gs), "gradient")
-    assert float(gs) == 3.0
-    np.testing.assert_array_equal(to_numpy(gx), [3.0, 3.0])
+    check_scalar_input_moves(STANDIN)
 
 
 # -- mixing backends ------------------------------------------------------------------
@@ -171,18 +139,20 @@ def test_device_put_unknown_device_is_an_error():
 
 
 def test_device_put_gpu_without_cupy_says_how_to_install(monkeypatch):
-    import sys
-    try:
-        import cupy  # noqa: F401
-        import cupy.cuda
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            pytest.skip("a GPU is present: the error cannot happen here")
-    except ImportError:
-        pass
-    except Exception:
-        pass
     monkeypatch.setitem(sys.modules, "cupy", None)          # import cupy -> ImportError
-    with pytest.raises(DeviceError, match=r"pip install 'fgrad\[cuda\]'"):
+    with pytest.raises(DeviceError, match=r"needs CuPy, which is not installed.*"
+                                          r"pip install 'fgrad\[cuda\]'"):
+        fgrad.device_put(np.ones(2), "gpu")
+
+
+def test_device_put_gpu_without_a_device_says_so(monkeypatch):
+    def no_driver():
+        raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
+    runtime = types.SimpleNamespace(getDeviceCount=no_driver)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    with pytest.raises(DeviceError, match=r"CuPy is installed but no CUDA device is "
+                                          r"usable \(RuntimeError: cudaErrorNoDevice"):
         fgrad.device_put(np.ones(2), "gpu")
 
 
