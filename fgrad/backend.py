@@ -21,19 +21,22 @@ _backends = {}
 
 
 class _Backend:
-    __slots__ = ("array_type", "module", "name", "to_numpy", "from_numpy")
+    __slots__ = ("array_type", "module", "name", "to_numpy", "from_numpy", "scipy")
 
-    def __init__(self, array_type, module, name, to_numpy, from_numpy):
+    def __init__(self, array_type, module, name, to_numpy, from_numpy, scipy):
         self.array_type, self.module, self.name = array_type, module, name
-        self.to_numpy, self.from_numpy = to_numpy, from_numpy
+        self.to_numpy, self.from_numpy, self.scipy = to_numpy, from_numpy, scipy
 
 
-def register_backend(array_type, module, name, *, to_numpy=None, from_numpy=None):
+def register_backend(array_type, module, name, *, to_numpy=None, from_numpy=None,
+                     scipy=None):
     """Declare that arrays of ``array_type`` are computed with ``module``.
 
     ``to_numpy(x)`` copies one such array to a NumPy array (default
     ``module.asnumpy``) and ``from_numpy(a)`` copies a NumPy array in (default
     ``module.asarray``); `device_put` uses them, under the device name ``name``.
+    ``scipy`` names the backend's SciPy counterpart package (``"cupyx.scipy"``),
+    which `scipy_module` imports from.
 
     >>> import numpy as np
     >>> class Stand(np.ndarray): pass
@@ -44,7 +47,7 @@ def register_backend(array_type, module, name, *, to_numpy=None, from_numpy=None
     _backends[array_type] = _Backend(
         array_type, module, name,
         to_numpy or getattr(module, "asnumpy", None) or (lambda x: x.get()),
-        from_numpy or module.asarray)
+        from_numpy or module.asarray, scipy)
 
 
 def unregister_backend(array_type):
@@ -56,7 +59,7 @@ def _register_cupy_if_imported():
     cupy = sys.modules.get("cupy")
     if cupy is not None and getattr(cupy, "ndarray", None) is not None \
             and cupy.ndarray not in _backends:
-        register_backend(cupy.ndarray, cupy, "cupy")
+        register_backend(cupy.ndarray, cupy, "cupy", scipy="cupyx.scipy")
 
 
 def foreign_backends_active():
@@ -143,6 +146,28 @@ def check_same_backend(leaves, what="the arguments", describe=None):
             f"{what} mix array backends ({where}). Put them on one device first: "
             "fgrad.device_put(x, 'gpu') moves a value (or a pytree) to the GPU, "
             "fgrad.device_put(x, 'cpu') back to the host.")
+
+
+def scipy_module(xp, name):
+    """SciPy's submodule ``name`` ("special", "linalg") for array module ``xp``.
+
+    ``scipy.special`` for NumPy, ``cupyx.scipy.special`` for CuPy: the SciPy-side
+    counterpart of `array_module`, for impls of SciPy functions.
+
+    >>> import numpy as np
+    >>> scipy_module(np, "special").__name__
+    'scipy.special'
+    """
+    import importlib
+    if xp is numpy:
+        return importlib.import_module(f"scipy.{name}")
+    for entry in _backends.values():
+        if entry.module is xp and entry.scipy is not None:
+            return importlib.import_module(f"{entry.scipy}.{name}")
+    raise NotImplementedError(
+        f"the {getattr(xp, '__name__', xp)} backend has no SciPy counterpart "
+        f"registered, so scipy.{name} functions cannot run on its arrays; move the "
+        "data to the host with fgrad.device_put(x, 'cpu') for this computation.")
 
 
 def module_of_leaves(leaves):

@@ -16,6 +16,7 @@ Use `registered()` to install it for the duration of a test; `to_standin` and
 """
 import contextlib
 import operator
+import sys
 
 import numpy as np
 
@@ -243,6 +244,8 @@ class _Namespace:
 
     def __init__(self, numpy_namespace, prefix):
         self._np, self._prefix = numpy_namespace, prefix
+        # opt_einsum imports its backend by this name (contract(backend=xp.__name__))
+        self.__name__ = MODULE_NAME + ("." + prefix.rstrip(".") if prefix else "")
 
     def __getattr__(self, name):
         value = getattr(self._np, name)
@@ -266,6 +269,8 @@ class _Namespace:
     ndarray = StandInArray
 
 
+MODULE_NAME = "fgrad_standin"
+SCIPY_NAME = "fgrad_standin_scipy"      # the stand-in's cupyx.scipy
 standin = _Namespace(np, "")
 
 
@@ -274,11 +279,26 @@ def registered():
     """Register the stand-in backend as ``"standin"`` for the block's duration."""
     backend.register_backend(StandInArray, standin, "standin",
                              to_numpy=lambda x: x.get(),
-                             from_numpy=lambda a: StandInArray(np.array(a)))
+                             from_numpy=lambda a: StandInArray(np.array(a)),
+                             scipy=SCIPY_NAME)
+    # importable by name, as cupy and cupyx.scipy are, for libraries that
+    # dispatch on a module name (opt_einsum's backend=, backend.scipy_module)
+    names = {MODULE_NAME: standin}
+    try:
+        import scipy.linalg
+        import scipy.special
+        names.update({SCIPY_NAME: _Namespace(scipy, f"{SCIPY_NAME}."),
+                      f"{SCIPY_NAME}.special": _Namespace(scipy.special, "special."),
+                      f"{SCIPY_NAME}.linalg": _Namespace(scipy.linalg, "linalg.")})
+    except ImportError:                    # SciPy is optional; so is its stand-in
+        pass
+    sys.modules.update(names)
     try:
         yield standin
     finally:
         backend.unregister_backend(StandInArray)
+        for name in names:
+            sys.modules.pop(name, None)
 
 
 def to_standin(tree):

@@ -159,3 +159,37 @@ def test_device_put_gpu_without_a_device_says_so(monkeypatch):
 def test_device_put_refuses_tracers(device):
     with pytest.raises(DeviceError, match="traced value inside a transformation"):
         fgrad.grad(lambda x: fnp.sum(fgrad.device_put(x, "standin")))(np.ones(2))
+
+
+# -- the patterns the einsum / linalg / fft / scipy impls follow ---------------------
+
+
+def test_opt_einsum_dispatches_to_the_device_module_by_name(device):
+    import opt_einsum
+    a, b, c = (to_standin(np.arange(1.0, 1.0 + np.prod(s)).reshape(s))
+               for s in [(2, 3), (3, 4), (4, 2)])
+    xp = array_module(a, b, c)
+    out = opt_einsum.contract("ij,jk,kl->il", a, b, c, backend=xp.__name__)
+    assert type(out) is StandInArray
+    host = to_numpy((a, b, c))
+    np.testing.assert_allclose(to_numpy(out), host[0] @ host[1] @ host[2])
+
+
+def test_linalg_fft_and_scipy_submodules_follow_the_data(device):
+    from fgrad.backend import scipy_module
+    pytest.importorskip("scipy")
+    a = to_standin(np.array([[2.0, 1.0], [1.0, 3.0]]))
+    xp = array_module(a)
+    assert type(xp.linalg.solve(a, a)) is StandInArray
+    assert type(xp.fft.rfft(a)) is StandInArray
+    erf = scipy_module(xp, "special").erf
+    np.testing.assert_allclose(to_numpy(erf(a)), __import__("scipy").special.erf(
+        to_numpy(a)))
+    assert type(erf(a)) is StandInArray
+
+
+def test_scipy_module_without_a_counterpart_says_what_to_do():
+    from fgrad.backend import scipy_module
+    with pytest.raises(NotImplementedError, match=r"no SciPy counterpart registered.*"
+                                                  r"device_put\(x, 'cpu'\)"):
+        scipy_module(types.SimpleNamespace(__name__="fakexp"), "special")
