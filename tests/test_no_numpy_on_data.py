@@ -27,6 +27,7 @@ METADATA = {
     "broadcast_shapes",    # shape tuples in, shape tuple out
     "result_type",         # dtype promotion, called on dtypes or 0-d dummies
     "exceptions.AxisError",  # an exception class
+    "finfo", "iinfo",      # limits of a dtype
 }
 
 # (file, enclosing function) -> why a NumPy call there is not on device data.
