@@ -79,6 +79,11 @@ def _in_axes(in_axes, args, kwargs, name):
     else:
         per_arg = [in_axes] * len(args)
     for i, (arg, prefix) in enumerate(zip(args, per_arg)):
+        if (prefix is None or type(prefix) is int) and (
+                hasattr(arg, "shape") or isinstance(arg, Tracer)):
+            labels.append(f"argument {i}")           # the common case: one array
+            axes.append(prefix)
+            continue
         try:
             arg_axes = broadcast_prefix(prefix, arg)
         except ValueError:

@@ -22,7 +22,10 @@ def axis_size(args, dims):
 
 
 def unbatched_ndim(x, d):
-    return get_aval(x).ndim - (d is not None)
+    ndim = getattr(x, "ndim", None)
+    if ndim is None:               # a Python scalar
+        return 0
+    return ndim - (d is not None)
 
 
 def move_axis(x, src, dst):

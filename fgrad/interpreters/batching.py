@@ -38,9 +38,9 @@ class BatchTracer(Tracer):
 
     @property
     def aval(self):
-        aval = get_aval(self.val)
-        shape, d = aval.shape, self.batch_dim
-        return ShapedArray(shape[:d] + shape[d + 1:], aval.dtype)
+        val, d = self.val, self.batch_dim
+        shape = val.shape          # a batched value is an array or a tracer, never a scalar
+        return ShapedArray(shape[:d] + shape[d + 1:], val.dtype)
 
     def concrete(self):
         raise BatchedConversionError(_conversion_message("a conversion to a concrete "
