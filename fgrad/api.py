@@ -8,7 +8,8 @@ import functools
 import numpy as np
 
 from . import numpy as fnp
-from .backend import check_same_backend
+from .backend import asarray_on, check_same_backend, foreign_backends_active, \
+    module_of_leaves
 from .core import Tracer, get_aval, new_trace
 from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from .interpreters.forward import JVPTrace, JVPTracer
@@ -36,10 +37,11 @@ def _normalize_argnums(argnums, nargs, fname):
     return single, tuple(out)
 
 
-def _as_input(x, what, allow_complex=True):
-    """A differentiated leaf as an array, refusing integers and booleans."""
+def _as_input(x, what, allow_complex=True, xp=np):
+    """A differentiated leaf as an array of module ``xp``, refusing integers and
+    booleans (a Python scalar next to device arrays goes to the device)."""
     if not isinstance(x, Tracer) and not hasattr(x, "dtype"):
-        x = np.asarray(x)
+        x = asarray_on(xp, x)
     dtype = get_aval(x).dtype
     if dtype.kind not in ("fc" if allow_complex else "f"):
         kind = "complex" if dtype.kind == "c" else dtype.name
@@ -77,8 +79,11 @@ class _Selection:
         selected = tuple(args[i] for i in self.argnums) + tuple(
             kwargs[n] for n in self.argnames)
         leaves, self.tree = tree_flatten(selected)
-        check_same_backend(leaves, "the differentiated arguments")
-        self.leaves = [_as_input(x, f"{fname}'s {self._where(i)}", allow_complex)
+        xp = np
+        if foreign_backends_active():
+            _check_arguments_backend(fname, args, kwargs)
+            xp = module_of_leaves(leaves)
+        self.leaves = [_as_input(x, f"{fname}'s {self._where(i)}", allow_complex, xp)
                        for i, x in enumerate(leaves)]
 
     def _where(self, leaf_index):
@@ -103,6 +108,23 @@ class _Selection:
         if not self.argnums:
             return by_name
         return (by_num[0] if self.single else by_num), by_name
+
+
+def _check_arguments_backend(fname, args, kwargs):
+    """Every array argument (differentiated or not) on one backend, or an error
+    naming each argument's backend by its position."""
+    labelled = []
+    for i, a in enumerate(args):
+        labelled.append((f"argument {i}", a))
+    for name, a in kwargs.items():
+        labelled.append((f"keyword argument {name!r}", a))
+    leaves, labels = [], []
+    for label, a in labelled:
+        sub = tree_flatten(a)[0]
+        leaves.extend(sub)
+        labels.extend([label] if len(sub) == 1 else
+                      [f"{label} (leaf {j})" for j in range(len(sub))])
+    check_same_backend(leaves, f"the arguments of {fname}", labels.__getitem__)
 
 
 def _fname(fun):
@@ -299,8 +321,14 @@ def jvp(fun, primals, tangents):
     if p_tree != t_tree:
         raise CotangentError(f"jvp of {name}: tangents have structure {t_tree}, but "
                              f"primals have structure {p_tree}.")
-    check_same_backend(p_leaves + t_leaves, f"jvp({name})'s primals and tangents")
-    p_leaves = [x if hasattr(x, "dtype") or isinstance(x, Tracer) else np.asarray(x)
+    xp = np
+    if foreign_backends_active():
+        p_labels = _leaf_labels("primal", primals)
+        t_labels = _leaf_labels("tangent", tangents)
+        check_same_backend(p_leaves + t_leaves, f"jvp({name})'s primals and tangents",
+                           (p_labels + t_labels).__getitem__)
+        xp = module_of_leaves(p_leaves + t_leaves)
+    p_leaves = [x if hasattr(x, "dtype") or isinstance(x, Tracer) else asarray_on(xp, x)
                 for x in p_leaves]
     for i, (p, t) in enumerate(zip(p_leaves, t_leaves)):
         _check_like(t, get_aval(p), f"tangent leaf {i}", "primal", name)
@@ -318,6 +346,15 @@ def jvp(fun, primals, tangents):
             primal_out.append(x)
             tangent_out.append(fnp.zeros_like(x))
     return tree_unflatten(out_tree, primal_out), tree_unflatten(out_tree, tangent_out)
+
+
+def _leaf_labels(kind, values):
+    labels = []
+    for i, a in enumerate(values):
+        n = len(tree_flatten(a)[0])
+        labels.extend([f"{kind} {i}"] if n == 1 else
+                      [f"{kind} {i} (leaf {j})" for j in range(n)])
+    return labels
 
 
 def linearize(fun, *primals):
@@ -343,18 +380,19 @@ def linearize(fun, *primals):
 # ---------------------------------------------------------------------------
 
 
-def _basis(avals):
+def _basis(avals, xp):
     """One batch of one-hot vectors per leaf: ``(total,) + aval.shape`` each.
 
     Row ``k`` of the stacked batch is the ``k``-th element of the flattened
-    leaves; it is built with NumPy because it is a constant, not derived data.
+    leaves. It is a constant, built on the host and copied once to the
+    leaves' backend ``xp``.
     """
     total = sum(a.size for a in avals)
     out, start = [], 0
     for aval in avals:
         eye = np.zeros((total, aval.size), aval.dtype)
         eye[np.arange(start, start + aval.size), np.arange(aval.size)] = 1
-        out.append(eye.reshape((total,) + aval.shape))
+        out.append(asarray_on(xp, eye.reshape((total,) + aval.shape)))
         start += aval.size
     return out
 
@@ -412,7 +450,7 @@ def jacrev(fun, argnums=0, chunk_size=None):
 
         def pullback(*ct_leaves):
             return _sweep(trace, out_leaves, ct_leaves, sel, consume=False)
-        basis = _basis(out_avals)
+        basis = _basis(out_avals, module_of_leaves(out_leaves))
         if sum(a.size for a in out_avals) == 0:
             rows = [np.zeros((0,) + a.shape, a.dtype) for a in in_avals]
         else:
@@ -446,7 +484,8 @@ def jacfwd(fun, argnums=0, chunk_size=None):
         else:
             def push(*tangents):
                 return tree_flatten(jvp(partial, tuple(sel.leaves), tangents)[1])[0]
-            cols = vmap(push, out_axes=-1, chunk_size=chunk_size)(*_basis(in_avals))
+            cols = vmap(push, out_axes=-1, chunk_size=chunk_size)(
+                *_basis(in_avals, module_of_leaves(sel.leaves)))
         return _jacobian_result(_blocks(cols, in_avals, out_avals, False), out_tree, sel)
     return jac_f
 

@@ -80,3 +80,14 @@ class BatchedConversionError(FgradError, TypeError):
 
 class LoopBatchingWarning(UserWarning):
     """A primitive without a batching rule ran once per example under `vmap`."""
+
+
+class DeviceError(FgradError, RuntimeError):
+    """`device_put` was asked for a device that is not available.
+
+    >>> fgrad.device_put(x, "gpu")      # doctest: +SKIP
+    DeviceError: device_put(x, 'gpu') needs CuPy, which is not installed ...
+
+    Fix: install CuPy (``pip install 'fgrad[cuda]'``) on a machine with an NVIDIA
+    GPU, or keep the data on the host with ``device_put(x, "cpu")``.
+    """
