@@ -485,12 +485,3 @@ def test_out_axes_none_on_a_batched_output_and_missing_axis_size():
     with pytest.raises(BatchAxisError, match="chunk_size must be a positive int"):
         fgrad.vmap(lambda a: a, chunk_size=0)
 
-
-def test_the_vmap_guide_runs():
-    import pathlib
-    import re
-    guide = pathlib.Path(__file__).parent.parent / "docs" / "vmap.md"
-    blocks = re.findall(r"```python\n(.*?)```", guide.read_text(), re.S)
-    assert len(blocks) >= 5
-    for i, block in enumerate(blocks):
-        exec(compile(block, f"docs/vmap.md block {i}", "exec"), {})
