@@ -57,6 +57,31 @@ class NumpyFunctionError(FgradError, TypeError):
     """A NumPy function was called on a traced array and fgrad cannot route it."""
 
 
+class BatchAxisError(FgradError, ValueError):
+    """`vmap` was given axes that do not fit its arguments or outputs.
+
+    >>> fgrad.vmap(f, in_axes=(0, 0))(np.ones(3), np.ones(4))   # doctest: +SKIP
+    BatchAxisError: vmap got inconsistent batch sizes: argument 0 has size 3 ...
+
+    Fix: make every mapped axis the same length, give ``in_axes`` one entry per
+    positional argument (a pytree prefix of the arguments), and keep each axis
+    within its array's rank.
+    """
+
+
+class BatchedConversionError(FgradError, TypeError):
+    """``bool()``, ``float()`` or ``if`` on a value batched by `vmap`.
+
+    A batched value holds one value per example, so Python cannot branch on it.
+    Fix: select per example with ``fgrad.numpy.where(cond, a, b)``, or use
+    ``fgrad.lax.cond`` for control flow.
+    """
+
+
+class LoopBatchingWarning(UserWarning):
+    """A primitive without a batching rule ran once per example under `vmap`."""
+
+
 class DeviceError(FgradError, RuntimeError):
     """`device_put` was asked for a device that is not available.
 
