@@ -16,6 +16,9 @@ from .api import linearize as linearize
 from .api import value_and_grad as value_and_grad
 from .api import vjp as vjp
 from .at import at as at
+from ._jit import checkpoint as checkpoint
+from ._jit import jit as jit
+from ._jit import make_graph as make_graph
 from .custom import custom_jvp as custom_jvp
 from .custom import custom_vjp as custom_vjp
 from .extend import defjvp as defjvp

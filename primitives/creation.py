@@ -21,6 +21,8 @@ full_like_p = Primitive(
     lambda x, fill_value, dtype: array_module(x).full(np.shape(x) if not hasattr(
         x, "shape") else x.shape, fill_value, dtype),
     _full_like_abstract, nondiff=True, family=FAMILY)
+# its value depends only on the operand's shape: jit's compiler folds it to a constant
+full_like_p.shape_only = True
 
 
 def full_like(x, fill_value, dtype=None):

@@ -23,8 +23,11 @@ def _ufunc_primitive(name, nondiff=False, np_name=None):
     def impl(*args):
         xp = array_module(*args)
         return (np_fn if xp is np else getattr(xp, xp_name))(*args)
-    return Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
+    prim = Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
                      family=FAMILY)
+    # jit's compiler calls the backend's ufunc directly (with out= for buffer reuse)
+    prim.ufunc_name = xp_name if isinstance(np_fn, np.ufunc) else None
+    return prim
 
 
 def unbroadcast(ct, like):
