@@ -351,3 +351,21 @@ NONDIFF_SPECS["sign"] = _nondiff(fnp.sign, np.sign)
 NONDIFF_SPECS["full_like"] = _nondiff(lambda x: fnp.full_like(x, 2.5),
                                       lambda x: np.full_like(x, 2.5))
 NONDIFF_SPECS["stop_gradient"] = _nondiff(fgrad.stop_gradient, lambda x: x)
+
+
+# -- call primitives: a jitted or checkpointed function inside a transformation ------
+
+@spec("jit_call")
+def _jit_call(name):
+    f = fgrad.jit(lambda x, y: fnp.sin(x) * y + fnp.tanh(y))
+    return hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_side=3) \
+        .flatmap(lambda bs: st.tuples(arrays(bs.input_shapes[0]),
+                                      arrays(bs.input_shapes[1]))) \
+        .map(lambda xy: Case(f, xy, lambda x, y: np.sin(x) * y + np.tanh(y)))
+
+
+@spec("checkpoint")
+def _checkpoint(name):
+    f = fgrad.checkpoint(lambda x: fnp.exp(fnp.sin(x)) * x)
+    return shapes(max_dims=2).flatmap(arrays).map(
+        lambda x: Case(f, (x,), lambda x: np.exp(np.sin(x)) * x))
