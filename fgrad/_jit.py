@@ -26,7 +26,7 @@ import numpy as np
 
 from .backend import array_module, backend_name
 from .core import Primitive, Tracer, Zero, get_aval
-from .compile import compile_graph, optimize
+from .compile import compile_graph, gc_paused, optimize
 from .errors import ArgnumError, InvalidInputError, StaticArgumentError, TraceLimitError
 from .interpreters.staging import eval_graph, shaped, stage
 from .tree import tree_flatten, tree_unflatten
@@ -330,7 +330,8 @@ class JitFunction:
             out_leaves, out_tree = tree_flatten(out)
             out_tree_box.append(out_tree)
             return out_leaves
-        graph, captured = stage(flat_fun, [shaped(x) for x in leaves])
+        with gc_paused():
+            graph, captured = stage(flat_fun, [shaped(x) for x in leaves])
         return _Entry(graph, out_tree_box[0], record), captured
 
     def _record(self, args, kwargs, statics, leaves, tree, sig):

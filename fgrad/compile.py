@@ -21,7 +21,9 @@ result into that buffer (``out=``). A buffer is reused only if it was made by
 an earlier elementwise equation of this same call: never a user's input, a
 constant, or anything that might share memory with a live value.
 """
+import contextlib
 import functools
+import gc
 import linecache
 import math
 
@@ -489,8 +491,26 @@ def _copy(x):
     return x.copy()
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Suspend the cyclic garbage collector while building a graph.
+
+    Staging and compiling allocate several objects per equation and free none,
+    so every generational collection would rescan all of them: that makes a
+    10^5-equation graph quadratic. Nothing they create is cyclic garbage.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def compile_graph(graph, xp=np, name="staged", optimize_graph=True):
     """Optimise ``graph`` and generate its code; returns a `Compiled` callable."""
-    if optimize_graph:
-        graph = optimize(graph, xp)
-    return generate(graph, xp, name)
+    with gc_paused():
+        if optimize_graph:
+            graph = optimize(graph, xp)
+        return generate(graph, xp, name)

@@ -99,13 +99,16 @@ def is_staged(x):
 class StagingTrace(Trace):
     """Records equations from abstract rules instead of evaluating."""
 
-    __slots__ = ("eqns", "captured", "_captured_vars")
+    __slots__ = ("eqns", "captured", "_captured_vars", "_avals")
 
     def __init__(self, level):
         super().__init__(level)
         self.eqns = []
         self.captured = []              # outer tracers used here, in order
         self._captured_vars = {}        # id(tracer) -> Var
+        # (prim, operand avals, params) -> output aval: a long program repeats
+        # the same few signatures, and abstract rules cost microseconds each
+        self._avals = {}
 
     def new_input(self, aval):
         return StagingTracer(self, Var(aval))
@@ -127,7 +130,17 @@ class StagingTrace(Trace):
         if prim.abstract is None:
             raise MissingRuleError(missing_rule_message(prim, "abstract"))
         invars = [self.operand(a) for a in args]
-        out = prim.abstract(*[v.aval for v in invars], **params)
+        avals = [v.aval for v in invars]
+        try:
+            key = (prim, tuple((a.shape, a.dtype, a.weak_type) for a in avals),
+                   tuple(params.items()))
+            out = self._avals.get(key)
+        except TypeError:               # an unhashable parameter
+            key, out = None, None
+        if out is None:
+            out = prim.abstract(*avals, **params)
+            if key is not None:
+                self._avals[key] = out
         if prim.multiple_results:
             outvars = [Var(a) for a in out]
             self.eqns.append(Equation(prim, invars, outvars, params))
