@@ -479,7 +479,7 @@ def checkpoint(fun):
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> layer = fgrad.checkpoint(lambda x: fnp.tanh(fnp.sin(x) * 2.0))
-    >>> float(fgrad.grad(lambda x: fnp.sum(layer(layer(x))))(np.zeros(1)))
+    >>> float(fgrad.grad(lambda x: layer(layer(x)))(0.0))
     4.0
     """
     return JitFunction(fun, prim=checkpoint_p)

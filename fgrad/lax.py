@@ -162,7 +162,7 @@ def fori_loop(lower, upper, body_fun, init_val):
     with staged bounds it is a `while_loop`.
 
     >>> import fgrad
-    >>> fgrad.lax.fori_loop(0, 4, lambda i, v: v + i, 0)
+    >>> int(fgrad.lax.fori_loop(0, 4, lambda i, v: v + i, 0))
     6
     """
     if is_staged(lower) or is_staged(upper):
@@ -193,7 +193,7 @@ def scan(f, init, xs=None, length=None, reverse=False):
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> carry, ys = fgrad.lax.scan(lambda c, x: (c + x, c * x), 0.0, np.arange(4.0))
     >>> float(carry), ys
-    (6.0, array([ 0.,  1.,  4., 9.]))
+    (6.0, array([0., 0., 2., 9.]))
     """
     x_leaves, x_tree = tree_flatten(xs)
     lengths = {get_aval(x).shape[0] for x in x_leaves}
