@@ -21,6 +21,7 @@ from ._jit import jit as jit
 from ._jit import make_graph as make_graph
 from . import lax as lax
 from . import debug as debug
+from .backend import device_put as device_put
 from .custom import custom_jvp as custom_jvp
 from .custom import custom_vjp as custom_vjp
 from .extend import defjvp as defjvp

@@ -55,10 +55,10 @@ def _call_abstract(*avals, graph, name):
     return tuple(graph.out_avals)
 
 
-def _instantiate(ct, like_aval):
+def _instantiate(ct, like):
     if type(ct) is Zero or ct is None:
-        from . import numpy as fnp
-        return fnp.zeros(like_aval.shape, like_aval.dtype)
+        from .primitives.creation import zeros_like
+        return zeros_like(like)          # on ``like``'s backend
     return ct
 
 
@@ -72,7 +72,7 @@ def _call_vjp(ct, ans, needed, *args, graph, name):
             full[i] = x
         return tuple(eval_graph(graph, full))
     _, pullback = vjp(partial_graph, *[args[i] for i in positions])
-    cts = pullback(tuple(_instantiate(c, a) for c, a in zip(ct, graph.out_avals)))
+    cts = pullback(tuple(_instantiate(c, a) for c, a in zip(ct, ans)))
     out = [None] * len(args)
     for i, c in zip(positions, cts):
         out[i] = c

@@ -84,3 +84,14 @@ class TraceLimitError(FgradError, RuntimeError):
 class ControlFlowError(FgradError, ValueError):
     """Misuse of fgrad.lax control flow (mismatched branch outputs, reverse-mode
     of a staged while_loop)."""
+
+
+class DeviceError(FgradError, RuntimeError):
+    """`device_put` was asked for a device that is not available.
+
+    >>> fgrad.device_put(x, "gpu")      # doctest: +SKIP
+    DeviceError: device_put(x, 'gpu') needs CuPy, which is not installed ...
+
+    Fix: install CuPy (``pip install 'fgrad[cuda]'``) on a machine with an NVIDIA
+    GPU, or keep the data on the host with ``device_put(x, "cpu")``.
+    """

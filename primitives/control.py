@@ -34,15 +34,14 @@ def _eval(graph, args):
     return eval_graph(graph, args)
 
 
-def _zeros(aval):
-    from fgrad.primitives.creation import zeros_like
-    import fgrad.numpy as fnp
-    del zeros_like
-    return fnp.zeros(aval.shape, aval.dtype)
+def _zeros_like(x):
+    # made from an operand, so the zeros live on the operand's backend
+    from .creation import zeros_like
+    return zeros_like(x)
 
 
-def _real_tangent(t, aval):
-    return _zeros(aval) if t is None or type(t) is Zero else t
+def _real_tangent(t, like):
+    return _zeros_like(like) if t is None or type(t) is Zero else t
 
 
 def _is_float(aval):
@@ -109,7 +108,7 @@ cond_p = Primitive("cond", _cond_impl, _cond_abstract, multiple_results=True,
 
 
 def _cond_jvp(tangents, ans, index, *ops, branches):
-    tans = [_real_tangent(t, get_aval(x)) for t, x in zip(tangents[1:], ops)]
+    tans = [_real_tangent(t, x) for t, x in zip(tangents[1:], ops)]
     jvp_branches = tuple(_jvp_graph(g, 0) for g in branches)
     out = cond_p.bind(index, *ops, *tans, branches=jvp_branches)
     return tuple(out[len(ans):])
@@ -117,7 +116,7 @@ def _cond_jvp(tangents, ans, index, *ops, branches):
 
 def _cond_vjp(ct, ans, needed, index, *ops, branches):
     positions = [i for i, need in enumerate(needed[1:]) if need]
-    cts = [_real_tangent(c, get_aval(a)) for c, a in zip(ct, ans)]
+    cts = [_real_tangent(c, a) for c, a in zip(ct, ans)]
     vjp_branches = tuple(_vjp_graph(g, positions) for g in branches)
     arg_cts = cond_p.bind(index, *ops, *cts, branches=vjp_branches)
     out = [None] * (1 + len(ops))
@@ -151,9 +150,9 @@ while_p = Primitive("while_loop", _while_impl, _while_abstract, multiple_results
 
 def _while_jvp(tangents, ans, *args, cond, body, n_cc, n_bc):
     cc, bc, val = args[:n_cc], args[n_cc:n_cc + n_bc], args[n_cc + n_bc:]
-    t_bc = [_real_tangent(t, get_aval(x))
+    t_bc = [_real_tangent(t, x)
             for t, x in zip(tangents[n_cc:n_cc + n_bc], bc)]
-    t_val = [_real_tangent(t, get_aval(x)) for t, x in zip(tangents[n_cc + n_bc:], val)]
+    t_val = [_real_tangent(t, x) for t, x in zip(tangents[n_cc + n_bc:], val)]
     n_val = len(val)
     # body over (bc, t_bc; val, t_val): tangents of the constants ride along as
     # constants, tangents of the carry as carry
@@ -222,7 +221,7 @@ def _scan_jvp(tangents, ans, *args, body, n_consts, n_carry, length, reverse):
     n_x = len(args) - n_consts - n_carry
     consts, carry, xs = (args[:n_consts], args[n_consts:n_consts + n_carry],
                          args[n_consts + n_carry:])
-    tans = [_real_tangent(t, get_aval(x)) for t, x in zip(tangents, args)]
+    tans = [_real_tangent(t, x) for t, x in zip(tangents, args)]
     t_consts, t_carry, t_xs = (tans[:n_consts], tans[n_consts:n_consts + n_carry],
                                tans[n_consts + n_carry:])
     jvp_all = _jvp_graph(body, 0)
@@ -279,7 +278,7 @@ def _scan_vjp(ct, ans, needed, *args, body, n_consts, n_carry, length, reverse):
         acc = v[n_consts + len(k_pos):n_consts + len(k_pos) + len(c_pos)]
         rest = v[n_consts + len(k_pos) + len(c_pos):]
         k, x, ct_y = rest[:n_carry], rest[n_carry:n_carry + n_x], rest[n_carry + n_x:]
-        ct_carry = [_zeros(out_avals[i].strip_weak()) for i in range(n_carry)]
+        ct_carry = [_zeros_like(k[i]) for i in range(n_carry)]
         for i, c_ in zip(k_pos, ct_k):
             ct_carry[i] = c_
         cts = _eval(step_vjp, list(c) + list(k) + list(x) + ct_carry + list(ct_y))
@@ -293,9 +292,9 @@ def _scan_vjp(ct, ans, needed, *args, body, n_consts, n_carry, length, reverse):
                  + [a.strip_weak() for a in in_avals[n_consts + n_carry:]]
                  + [a.strip_weak() for a in out_avals[n_carry:]])
     bwd_graph = _stage(bwd, bwd_avals)
-    ct_k0 = [_real_tangent(ct[i], out_avals[i].strip_weak()) for i in k_pos]
-    acc0 = [_zeros(in_avals[i].strip_weak()) for i in c_pos]
-    ct_ys = [_real_tangent(c, get_aval(a)) for c, a in zip(ct[n_carry:], ans[n_carry:])]
+    ct_k0 = [_real_tangent(ct[i], ans[i]) for i in k_pos]
+    acc0 = [_zeros_like(consts[i]) for i in c_pos]
+    ct_ys = [_real_tangent(c, a) for c, a in zip(ct[n_carry:], ans[n_carry:])]
     res = scan_p.bind(*consts, *ct_k0, *acc0, *stored, *xs, *ct_ys, body=bwd_graph,
                       n_consts=n_consts, n_carry=len(k_pos) + len(c_pos),
                       length=length, reverse=not reverse)
