@@ -82,6 +82,35 @@ class LoopBatchingWarning(UserWarning):
     """A primitive without a batching rule ran once per example under `vmap`."""
 
 
+class ConcretizationError(FgradError, TypeError):
+    """Python needed a concrete value from an array that jit only knows abstractly.
+
+    >>> @fgrad.jit                                     # doctest: +SKIP
+    ... def f(x):
+    ...     if x.sum() > 0:                            # bool() of a staged value
+    ...         return x
+    ...     return -x
+    ConcretizationError: ... use fgrad.lax.cond ... or static_argnums ...
+
+    Fix: express value-dependent control flow with `fgrad.lax.cond`, `switch`,
+    `while_loop`, `fori_loop` or `scan`; or mark the argument the decision
+    depends on as static (``jit(f, static_argnums=...)``).
+    """
+
+
+class StaticArgumentError(FgradError, TypeError):
+    """A static argument of a jitted function is not hashable (or out of range)."""
+
+
+class TraceLimitError(FgradError, RuntimeError):
+    """A jitted function was traced more often than its ``max_traces`` allows."""
+
+
+class ControlFlowError(FgradError, ValueError):
+    """Misuse of fgrad.lax control flow (mismatched branch outputs, reverse-mode
+    of a staged while_loop)."""
+
+
 class DeviceError(FgradError, RuntimeError):
     """`device_put` was asked for a device that is not available.
 

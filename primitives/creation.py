@@ -22,6 +22,8 @@ def _full_like_impl(x, fill_value, dtype):
 
 full_like_p = Primitive("full_like", _full_like_impl, _full_like_abstract,
                         nondiff=True, family=FAMILY)
+# its value depends only on the operand's shape: jit's compiler folds it to a constant
+full_like_p.shape_only = True
 
 
 def full_like(x, fill_value, dtype=None):

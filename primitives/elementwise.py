@@ -31,6 +31,8 @@ def _ufunc_primitive(name, nondiff=False, np_name=None):
     prim = Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
                      family=FAMILY)
     prim.batch = broadcasting_batch_rule(prim)
+    # jit's compiler calls the backend's ufunc directly (with out= for buffer reuse)
+    prim.ufunc_name = xp_name if isinstance(np_fn, np.ufunc) else None
     _NUMPY_UFUNCS[prim] = np_fn
     return prim
 
