@@ -55,3 +55,8 @@ class CustomRuleError(FgradError, ValueError):
 
 class NumpyFunctionError(FgradError, TypeError):
     """A NumPy function was called on a traced array and fgrad cannot route it."""
+
+
+class IndexUpdateError(FgradError, IndexError):
+    """An ``fgrad.at(x)[idx]`` update that cannot be done as asked (for example
+    ``.min`` / ``.max`` with repeated indices)."""

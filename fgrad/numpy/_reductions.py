@@ -1,0 +1,251 @@
+"""Reductions and scans built on the reduction primitives.
+
+``var``/``std``/``average``/``ptp`` are composites of ``sum``, ``max`` and
+``min``; ``median``/``percentile``/``quantile`` go through ``sort`` (a gather by
+the sorting permutation), so their derivative lands on the selected elements.
+"""
+import numpy as _np
+
+from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
+from fgrad.primitives import creation as _creation
+from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import reductions as _red
+from fgrad.primitives import shape as _shape
+from fgrad.primitives.base import normalize_axis as _normalize_axis
+
+from . import _manipulation as _fshape
+
+
+def _with_dtype(result, dtype):
+    return result if dtype is None else _ew.convert_element_type(result, dtype)
+
+
+def _count(x, axis):
+    shape = _get_aval(x).shape
+    return int(_np.prod([shape[a] for a in _normalize_axis(axis, len(shape))],
+                        dtype=_np.int64))
+
+
+def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """Variance over ``axis`` with ``ddof`` delta degrees of freedom.
+
+    >>> var(_np.array([1.0, 2.0, 3.0, 4.0]), ddof=1)
+    np.float64(1.6666666666666667)
+    """
+    if not isinstance(a, _Tracer):
+        return _np.var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    if _get_aval(a).dtype.kind not in "fc":
+        a = _ew.convert_element_type(a, _np.float64)
+    centered = a - _red.mean(a, axis, keepdims=True)
+    if _get_aval(a).dtype.kind == "c":
+        squared = _ew.real(centered * _ew.conj(centered))
+    else:
+        squared = centered * centered
+    n = _count(a, axis) - ddof
+    return _with_dtype(_red.sum_(squared, axis, keepdims) / n, dtype)
+
+
+def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """Standard deviation, ``sqrt(var)`` (its derivative is infinite at 0)."""
+    if not isinstance(a, _Tracer):
+        return _np.std(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    return _ew.sqrt(var(a, axis, dtype, ddof, keepdims))
+
+
+def average(a, axis=None, weights=None, returned=False, keepdims=False):
+    """Weighted mean: ``sum(a * w) / sum(w)``, differentiable in ``a`` and ``w``.
+
+    1-d ``weights`` along ``axis`` apply to every slice, as in NumPy.
+
+    >>> float(average(_np.array([1.0, 3.0]), weights=_np.array([3.0, 1.0])))
+    1.5
+    """
+    if not isinstance(a, _Tracer) and not isinstance(weights, _Tracer):
+        return _np.average(a, axis=axis, weights=weights, returned=returned,
+                           keepdims=keepdims)
+    if weights is None:
+        avg = _red.mean(a, axis, keepdims)
+        scale = _count(a, axis)
+        return (avg, _creation.full_like(avg, scale)) if returned else avg
+    a_aval, w_aval = _get_aval(a), _get_aval(weights)
+    if w_aval.shape != a_aval.shape:
+        if axis is None or w_aval.ndim != 1:
+            raise TypeError("average: weights of a different shape than a need a "
+                            "single axis and 1-d weights of that axis' length")
+        ax = _normalize_axis(axis, a_aval.ndim)[0]
+        shape = [1] * a_aval.ndim
+        shape[ax] = w_aval.shape[0]
+        weights = _shape.broadcast_to(_shape.reshape(weights, shape), a_aval.shape)
+    total = _red.sum_(weights, axis, keepdims)
+    avg = _red.sum_(a * weights, axis, keepdims) / total
+    return (avg, _shape.broadcast_to(total, _get_aval(avg).shape)) if returned else avg
+
+
+def ptp(a, axis=None, keepdims=False):
+    """Peak to peak: ``max - min`` over ``axis``."""
+    return _red.max_(a, axis, keepdims) - _red.min_(a, axis, keepdims)
+
+
+def cumsum(a, axis=None, dtype=None):
+    """Cumulative sum along ``axis`` (over the flattened array when None)."""
+    return _red.cumsum(_with_dtype(a, dtype), axis)
+
+
+def cumprod(a, axis=None, dtype=None):
+    """Cumulative product; its derivative divides by ``a``, so it is nan where
+    ``a`` holds a zero (``prod``'s derivative has no such restriction)."""
+    return _red.cumprod(_with_dtype(a, dtype), axis)
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """``log(sum(b * exp(a)))`` over ``axis``, computed stably.
+
+    The maximum is subtracted before ``exp`` and held constant
+    (``stop_gradient``), so the gradient is exactly the softmax and stays
+    finite when every entry is ``-inf`` in all but one place. This is also
+    ``fgrad.scipy.special.logsumexp``.
+
+    >>> float(logsumexp(_np.array([1000.0, 1000.0])))
+    1000.6931471805599
+    """
+    m = _creation.stop_gradient(_red.max_(a, axis, keepdims=True))
+    m = _ew.where(_ew.isfinite(m), m, 0.0)
+    e = _ew.exp(a - m)
+    if b is not None:
+        e = e * b
+    s = _red.sum_(e, axis, keepdims)
+    m_out = m if keepdims else _shape.reshape(m, _get_aval(s).shape)
+    if return_sign:
+        return _ew.log(_ew.absolute(s)) + m_out, _ew.sign(s)
+    return _ew.log(s) + m_out
+
+
+# -- order statistics through sort ---------------------------------------------
+
+def quantile(a, q, axis=None, keepdims=False, method="linear"):
+    """The ``q``-th quantiles (0 <= q <= 1) with linear interpolation.
+
+    Differentiable in ``a`` through the sorting permutation: the derivative
+    goes to the (one or two) elements each quantile interpolates between.
+
+    >>> float(quantile(_np.array([3.0, 1.0, 2.0, 4.0]), 0.5))
+    2.5
+    """
+    if method != "linear":
+        raise NotImplementedError("fgrad.numpy.quantile supports method='linear'")
+    if not isinstance(a, _Tracer):
+        return _np.quantile(a, q, axis=axis, keepdims=keepdims)
+    # NumPy keeps a's precision for a Python float q and promotes to q's float64
+    # for anything else; so do we.
+    out = _quantile(a, _np.asarray(_concrete(q), dtype=_np.float64), axis, keepdims)
+    if type(q) in (int, float):
+        return out
+    return _ew.convert_element_type(out, _np.result_type(_get_aval(out).dtype,
+                                                         _np.float64))
+
+
+def _quantile(a, q_arr, axis, keepdims):
+    if _np.any((q_arr < 0) | (q_arr > 1)):
+        raise ValueError("quantiles must be in the range [0, 1]")
+    ndim = _get_aval(a).ndim
+    if axis is None:
+        x = _shape.reshape(a, (-1,))
+        ax = 0
+    else:
+        axes = _normalize_axis(axis, ndim)
+        if len(axes) != 1:
+            raise NotImplementedError("fgrad.numpy.quantile reduces one axis or all")
+        x, ax = a, axes[0]
+    s = _fshape.sort(x, axis=ax)
+    n = _get_aval(s).shape[ax]
+    results = []
+    for qk in q_arr.ravel():
+        pos = float(qk) * (n - 1)
+        lo = int(_np.floor(pos))
+        hi = min(lo + 1, n - 1)
+        frac = pos - lo
+        low = _fshape.take(s, lo, axis=ax)
+        value = low if frac == 0 else low + (_fshape.take(s, hi, axis=ax) - low) * frac
+        if keepdims:
+            if axis is None:
+                value = _shape.reshape(value, (1,) * ndim)
+            else:
+                value = _shape.expand_dims(value, ax)
+        results.append(value)
+    if q_arr.ndim == 0:
+        return results[0]
+    out = _shape.stack(results, axis=0)
+    return _shape.reshape(out, q_arr.shape + _get_aval(results[0]).shape)
+
+
+def percentile(a, q, axis=None, keepdims=False, method="linear"):
+    """The ``q``-th percentiles (0 <= q <= 100); see `quantile`."""
+    if not isinstance(a, _Tracer):
+        return _np.percentile(a, q, axis=axis, keepdims=keepdims, method=method)
+    if method != "linear":
+        raise NotImplementedError("fgrad.numpy.percentile supports method='linear'")
+    return quantile(a, q / 100 if type(q) in (int, float)
+                    else _np.asarray(_concrete(q), _np.float64) / 100, axis, keepdims)
+
+
+def median(a, axis=None, keepdims=False):
+    """The median over ``axis``: the 0.5 quantile."""
+    if not isinstance(a, _Tracer):
+        return _np.median(a, axis=axis, keepdims=keepdims)
+    return quantile(a, 0.5, axis, keepdims)
+
+
+# -- without derivative -----------------------------------------------------------
+
+def _axis_param(axis, ndim):
+    if axis is None:
+        return None
+    return _normalize_axis(axis, ndim)
+
+
+def all(a, axis=None, keepdims=False):
+    """True where every element along ``axis`` is nonzero (no derivative)."""
+    return _red.all_p.bind(a, axis=_axis_param(axis, _get_aval(a).ndim),
+                           keepdims=bool(keepdims))
+
+
+def any(a, axis=None, keepdims=False):
+    """True where some element along ``axis`` is nonzero (no derivative)."""
+    return _red.any_p.bind(a, axis=_axis_param(axis, _get_aval(a).ndim),
+                           keepdims=bool(keepdims))
+
+
+def _single_axis(axis, ndim):
+    return None if axis is None else _normalize_axis(axis, ndim)[0]
+
+
+def argmax(a, axis=None, keepdims=False):
+    """Index of the maximum along ``axis`` (no derivative)."""
+    return _red.argmax_p.bind(a, axis=_single_axis(axis, _get_aval(a).ndim),
+                              keepdims=bool(keepdims))
+
+
+def argmin(a, axis=None, keepdims=False):
+    """Index of the minimum along ``axis`` (no derivative)."""
+    return _red.argmin_p.bind(a, axis=_single_axis(axis, _get_aval(a).ndim),
+                              keepdims=bool(keepdims))
+
+
+def argsort(a, axis=-1, kind=None, stable=None):
+    """The permutation that sorts ``a`` along ``axis`` (no derivative)."""
+    if axis is None:
+        a, axis = _shape.reshape(a, (-1,)), 0
+    kind = "stable" if stable or kind in ("stable", "mergesort") else None
+    return _red.argsort_p.bind(a, axis=_normalize_axis(axis, _get_aval(a).ndim)[0],
+                               kind=kind)
+
+
+def count_nonzero(a, axis=None, keepdims=False):
+    """How many elements are nonzero (no derivative)."""
+    return _np.count_nonzero(_concrete(a), axis=axis, keepdims=keepdims)
+
+
+def _concrete(x):
+    while isinstance(x, _Tracer):
+        x = x.concrete()
+    return x
