@@ -710,3 +710,12 @@ NONDIFF_SPECS["all"] = _nondiff(lambda x: fnp.all(x > 0, axis=0 if np.ndim(x) el
                                 lambda x: np.all(x > 0, axis=0 if np.ndim(x) else None))
 NONDIFF_SPECS["any"] = _nondiff(lambda x: fnp.any(x > 0, keepdims=True),
                                 lambda x: np.any(x > 0, keepdims=True))
+SPECS["expand_dims"] = unary_shape(fnp.expand_dims, np.expand_dims,
+                                   axis=lambda n: st.integers(-n - 1, n))
+SPECS["squeeze"] = shapes().flatmap(lambda s: arrays(s + (1,))).map(
+    lambda x: Case(fnp.squeeze, (x,), np.squeeze))
+SPECS["copy"] = unary_shape(lambda x: fnp.copy(x) * 1.0, lambda x: np.copy(x) * 1.0)
+SPECS["astype"] = shapes().flatmap(arrays).map(lambda x: Case(
+    lambda x: fnp.astype(x, np.float32) * 2.0, (x,),
+    lambda x: x.astype(np.float32) * 2.0, float32=False,
+    tol=dict(atol=1e-2, rtol=1e-2, eps=1e-3)))

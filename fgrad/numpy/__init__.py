@@ -232,7 +232,6 @@ def _install_methods():
                                                                     axis1, axis2)
     T.trace = lambda self, offset=0, axis1=0, axis2=1: trace(self, offset, axis1, axis2)
     T.take = lambda self, indices, axis=None: take(self, indices, axis)
-    T.ptp = lambda self, axis=None, keepdims=False: ptp(self, axis, keepdims)
     T.imag = property(lambda self: imag(self))
     T.conjugate = lambda self: conj(self)
 

@@ -183,15 +183,17 @@ def _concrete(x):
 # -- numerically careful helpers (also used by fgrad.scipy and linalg) ----------
 
 def xlogy(x, y):
-    """``x * log(y)``, and 0 where ``x == 0`` (also its derivatives there).
+    """``x * log(y)``, and 0 at ``x == y == 0`` with finite derivatives there.
 
     >>> import fgrad
     >>> float(fgrad.grad(xlogy, argnums=1)(0.0, 0.0))
     0.0
     """
-    zero = _ew.equal(x, 0)
-    safe_y = _ew.where(zero, 1.0, y)
-    return _ew.where(zero, 0.0, x * _ew.log(safe_y))
+    # Only x == y == 0 is unsafe; y is replaced by 1 there, so the value and the
+    # derivative in y are 0 and log(0) never appears. Elsewhere x * log(y) is
+    # left alone, so d/dx = log(y) also at x == 0.
+    unsafe = _ew.logical_and(_ew.equal(x, 0), _ew.equal(y, 0))
+    return x * _ew.log(_ew.where(unsafe, 1.0, y))
 
 
 def safe_sqrt(x):

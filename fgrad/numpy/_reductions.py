@@ -249,3 +249,41 @@ def _concrete(x):
     while isinstance(x, _Tracer):
         x = x.concrete()
     return x
+
+
+def vector_norm(x, ord=2, axis=None, keepdims=False):
+    """The vector ``ord``-norm over ``axis`` (all axes if None), with a finite
+    gradient at zero (0, a subgradient) instead of nan.
+
+    ``fgrad.numpy.linalg.norm`` uses this for vectors. The square root (or
+    ``1/ord`` power) is taken behind a double ``where``, so the zero vector
+    never reaches it.
+
+    >>> import fgrad
+    >>> fgrad.grad(vector_norm)(_np.zeros(2))
+    array([0., 0.])
+    """
+    if _get_aval(x).dtype.kind not in "fc":
+        x = _ew.convert_element_type(x, _np.float64)
+    if ord == 2 or ord is None:
+        magnitude2 = _ew.real(x * _ew.conj(x)) if _get_aval(x).dtype.kind == "c" \
+            else x * x
+        return _safe_root(_red.sum_(magnitude2, axis, keepdims), 2)
+    a = _ew.absolute(x)
+    if ord == _np.inf:
+        return _red.max_(a, axis, keepdims)
+    if ord == -_np.inf:
+        return _red.min_(a, axis, keepdims)
+    if ord == 0:
+        return _red.sum_(_ew.convert_element_type(_ew.not_equal(a, 0),
+                                                  _get_aval(a).dtype), axis, keepdims)
+    if ord == 1:
+        return _red.sum_(a, axis, keepdims)
+    return _safe_root(_red.sum_(a ** ord, axis, keepdims), ord)
+
+
+def _safe_root(s, p):
+    positive = _ew.greater(s, 0)
+    safe = _ew.where(positive, s, 1.0)
+    root = _ew.sqrt(safe) if p == 2 else safe ** (1.0 / p)
+    return _ew.where(positive, root, 0.0)
