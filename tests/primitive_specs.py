@@ -719,3 +719,8 @@ SPECS["astype"] = shapes().flatmap(arrays).map(lambda x: Case(
     lambda x: fnp.astype(x, np.float32) * 2.0, (x,),
     lambda x: x.astype(np.float32) * 2.0, float32=False,
     tol=dict(atol=1e-2, rtol=1e-2, eps=1e-3)))
+SPECS["diff"] = unary_shape(fnp.diff, np.diff, min_dims=1,
+                            n=lambda n: st.integers(1, 2),
+                            axis=lambda n: st.integers(-n, n - 1))
+SPECS["nansum"] = reduction(fnp.nansum, np.nansum, None)
+SPECS["nanmean"] = axis_reduction(fnp.nanmean, np.nanmean)

@@ -17,7 +17,8 @@ X = np.array([[0.5, -1.5, 0.0], [2.0, 0.5, -0.25]])
 NONDIFF_FUNCTIONS = {
     "allclose": (X, X + 1e-9), "array_equal": (X, X), "isclose": (X, X * 1.0000001),
     "count_nonzero": (X,), "fix": (X,), "zeros_like": (X,), "ones_like": (X,),
-    "empty_like": (X,),
+    "empty_like": (X,), "nonzero": (X,), "flatnonzero": (X,), "argwhere": (X,),
+    "searchsorted": (np.sort(X.ravel()), X), "unique": (X,),
 }
 # name -> arguments: questions about shape and dtype
 QUERIES = {

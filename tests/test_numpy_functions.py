@@ -155,3 +155,10 @@ def test_misuse_messages():
     for fn, error, message in cases:
         with pytest.raises(error, match=message):
             fgrad.grad(lambda x: fnp.sum(fn(x)))(x)
+
+
+def test_nan_reductions_ignore_nan_entries():
+    x = np.array([[1.0, np.nan], [3.0, 4.0]])
+    np.testing.assert_allclose(fnp.nanmean(x, axis=1), np.nanmean(x, axis=1))
+    g = fgrad.grad(lambda x: fnp.nansum(x) + fnp.sum(fnp.nanmean(x, axis=0)))(x)
+    np.testing.assert_allclose(g, [[1.5, 0.0], [1.5, 2.0]])

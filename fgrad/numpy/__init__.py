@@ -178,8 +178,9 @@ from ._elementwise import (  # noqa: E402,F401
     float_power, isclose, nan_to_num, positive, rad2deg, radians, reciprocal, round,
     sinc)
 from ._reductions import (  # noqa: E402,F401
-    all, any, argmax, argmin, argsort, average, count_nonzero, cumprod, cumsum,
-    logsumexp, median, percentile, ptp, quantile, std, var)
+    all, any, argmax, argmin, argsort, argwhere, average, count_nonzero, cumprod,
+    cumsum, diff, flatnonzero, logsumexp, median, nanmean, nansum, nonzero,
+    percentile, ptp, quantile, searchsorted, std, unique, var)
 from ._manipulation import (  # noqa: E402,F401
     append, array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays,
     column_stack, diag, diagonal, dsplit, dstack, flip, fliplr, flipud, hsplit,

@@ -287,3 +287,62 @@ def _safe_root(s, p):
     safe = _ew.where(positive, s, 1.0)
     root = _ew.sqrt(safe) if p == 2 else safe ** (1.0 / p)
     return _ew.where(positive, root, 0.0)
+
+
+def nansum(a, axis=None, keepdims=False):
+    """Sum treating nan as zero; nan entries get a zero derivative."""
+    if not isinstance(a, _Tracer):
+        return _np.nansum(a, axis=axis, keepdims=keepdims)
+    return _red.sum_(_ew.where(_ew.isnan(a), 0.0, a), axis, keepdims)
+
+
+def nanmean(a, axis=None, keepdims=False):
+    """Mean of the entries that are not nan."""
+    if not isinstance(a, _Tracer):
+        return _np.nanmean(a, axis=axis, keepdims=keepdims)
+    present = _ew.logical_not(_ew.isnan(a))
+    count = _red.sum_(_ew.convert_element_type(present, _get_aval(a).dtype), axis,
+                      keepdims)
+    return nansum(a, axis, keepdims) / count
+
+
+def diff(a, n=1, axis=-1):
+    """The ``n``-th discrete difference along ``axis``."""
+    from fgrad.primitives.indexing import slice_axis
+    ndim = _get_aval(a).ndim
+    ax = _normalize_axis(axis, ndim)[0]
+    for _ in range(n):
+        length = _get_aval(a).shape[ax]
+        a = slice_axis(a, ax, 1, length) - slice_axis(a, ax, 0, _builtins_max(length - 1, 0))
+    return a
+
+
+def _builtins_max(a, b):
+    return a if a > b else b
+
+
+# -- index-valued, data-dependent results: NumPy on the values -------------------
+
+def nonzero(a):
+    """Indices of the nonzero elements (no derivative)."""
+    return _np.nonzero(_concrete(a))
+
+
+def flatnonzero(a):
+    """Indices of the nonzero elements of the flattened array."""
+    return _np.flatnonzero(_concrete(a))
+
+
+def argwhere(a):
+    """Indices of the nonzero elements, one row each."""
+    return _np.argwhere(_concrete(a))
+
+
+def searchsorted(a, v, side="left", sorter=None):
+    """Where ``v`` would be inserted into sorted ``a`` (no derivative)."""
+    return _np.searchsorted(_concrete(a), _concrete(v), side=side, sorter=sorter)
+
+
+def unique(ar, **kwargs):
+    """NumPy's ``unique`` on the values (no derivative)."""
+    return _np.unique(_concrete(ar), **kwargs)
