@@ -60,3 +60,14 @@ class NumpyFunctionError(FgradError, TypeError):
 class IndexUpdateError(FgradError, IndexError):
     """An ``fgrad.at(x)[idx]`` update that cannot be done as asked (for example
     ``.min`` / ``.max`` with repeated indices)."""
+
+
+class DeviceError(FgradError, RuntimeError):
+    """`device_put` was asked for a device that is not available.
+
+    >>> fgrad.device_put(x, "gpu")      # doctest: +SKIP
+    DeviceError: device_put(x, 'gpu') needs CuPy, which is not installed ...
+
+    Fix: install CuPy (``pip install 'fgrad[cuda]'``) on a machine with an NVIDIA
+    GPU, or keep the data on the host with ``device_put(x, "cpu")``.
+    """

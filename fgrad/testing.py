@@ -6,6 +6,7 @@ themselves, so ``order=2`` also checks the rules' own derivatives.
 """
 import numpy as np
 
+from .backend import asarray_on, device_put, module_of_leaves
 from .core import get_aval
 from .errors import FgradError
 from .tree import tree_flatten, tree_unflatten
@@ -15,24 +16,41 @@ class GradientCheckError(FgradError, AssertionError):
     """A derivative disagreed with finite differences (or with the other mode)."""
 
 
+# The checks compare numbers on the host: finite differences are test
+# arithmetic, so copying device results back here is the point, not a leak.
+def _host(x):
+    return np.asarray(device_put(x, "cpu"))
+
+
+def _on_backend_of(value, like):
+    """Host ``value`` put where ``like`` lives (the device, for device inputs)."""
+    return asarray_on(module_of_leaves([like]), value)
+
+
 def _inner(xs, ys):
     # The pairing under which a VJP is the transpose of the JVP: re(sum(x * y)),
     # without conjugation (JAX's and autograd's complex convention). For real
     # arrays it is the ordinary dot product.
     total = 0.0
     for x, y in zip(xs, ys):
-        total = total + np.sum(np.real(np.asarray(x) * np.asarray(y)))
+        total = total + np.sum(np.real(_host(x) * _host(y)))
     return float(total)
 
 
 def _directions(v):
     """``v``, and for complex inputs also its purely real and purely imaginary
     parts, so both real directions of every complex input are checked."""
-    if not any(np.iscomplexobj(x) for x in v):
+    if not any(get_aval(x).dtype.kind == "c" for x in v):
         return [v]
-    real_part = [np.asarray(np.real(x), x.dtype) if np.iscomplexobj(x) else x for x in v]
-    imag_part = [np.asarray(1j * np.imag(x), x.dtype) if np.iscomplexobj(x)
-                 else np.zeros_like(x) for x in v]
+    real_part, imag_part = [], []
+    for x in v:
+        h = _host(x)
+        if h.dtype.kind == "c":
+            real_part.append(_on_backend_of(np.asarray(np.real(h), h.dtype), x))
+            imag_part.append(_on_backend_of(np.asarray(1j * np.imag(h), h.dtype), x))
+        else:
+            real_part.append(x)
+            imag_part.append(_on_backend_of(np.zeros_like(h), x))
     return [v, real_part, imag_part]
 
 
@@ -43,12 +61,13 @@ def _random_like(leaves, rng):
         v = rng.standard_normal(aval.shape)
         if aval.dtype.kind == "c":
             v = v + 1j * rng.standard_normal(aval.shape)
-        out.append(np.asarray(v, aval.dtype))
+        out.append(_on_backend_of(np.asarray(v, aval.dtype), x))
     return out
 
 
 def _axpy(a, xs, ys):
-    return [np.asarray(y + a * x, get_aval(y).dtype) for x, y in zip(xs, ys)]
+    return [_on_backend_of(np.asarray(_host(y) + a * _host(x), get_aval(y).dtype), y)
+            for x, y in zip(xs, ys)]
 
 
 def _tolerances(leaves, atol, rtol, eps):
@@ -113,12 +132,12 @@ def _check_first_order(f, f_flat, leaves, v, u, out_tree, modes, atol, rtol, eps
     from .api import jvp, vjp
     plus = tree_flatten(f_flat(*_axpy(eps, v, leaves)))[0]
     minus = tree_flatten(f_flat(*_axpy(-eps, v, leaves)))[0]
-    fd = [(np.asarray(p) - np.asarray(m)) / (2 * eps) for p, m in zip(plus, minus)]
+    fd = [(_host(p) - _host(m)) / (2 * eps) for p, m in zip(plus, minus)]
     if "fwd" in modes:
         _, t_out = jvp(f_flat, tuple(leaves), tuple(v))
         t_leaves = tree_flatten(t_out)[0]
         for j, (t, d) in enumerate(zip(t_leaves, fd)):
-            _close(np.asarray(t), d, atol, rtol,
+            _close(_host(t), d, atol, rtol,
                    f"JVP of {_name(f)} (output leaf {j}) vs finite differences")
     if "rev" in modes:
         _, vjp_fn = vjp(f_flat, *leaves)

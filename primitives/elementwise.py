@@ -6,14 +6,20 @@ and dtype (`unbroadcast`), and broadcasts a tangent up to the output's
 (`rebroadcast`). Complex derivatives follow JAX and autograd: the VJP is the
 transpose of the JVP, with no conjugation.
 """
+import math
+
 import numpy as np
 
 from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.core import Primitive, ShapedArray, Tracer, Zero, get_aval
 
 from .base import elementwise_abstract
 
 FAMILY = "primitives/elementwise.py"
+
+
+# primitive -> the NumPy ufunc it wraps, for the eager fast path of its binder
+_NUMPY_UFUNCS = {}
 
 
 def _ufunc_primitive(name, nondiff=False, np_name=None):
@@ -23,8 +29,18 @@ def _ufunc_primitive(name, nondiff=False, np_name=None):
     def impl(*args):
         xp = array_module(*args)
         return (np_fn if xp is np else getattr(xp, xp_name))(*args)
-    return Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
+    prim = Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
                      family=FAMILY)
+    _NUMPY_UFUNCS[prim] = np_fn
+    return prim
+
+
+def _shape_dtype(x):
+    try:
+        return x.shape, x.dtype
+    except AttributeError:                 # a Python scalar
+        aval = get_aval(x)
+        return aval.shape, aval.dtype
 
 
 def unbroadcast(ct, like):
@@ -35,48 +51,53 @@ def unbroadcast(ct, like):
     cotangent over its first axis; a float32 operand in a float64 product
     receives a float32 cotangent; a real operand receives the real part.
     """
-    from .reductions import sum_
-    from .shape import reshape
-    aval = get_aval(like)
-    shape = aval.shape
-    ct_shape = get_aval(ct).shape
+    shape, dtype = _shape_dtype(like)
+    ct_shape, ct_dtype = _shape_dtype(ct)
+    if ct_shape == shape and ct_dtype == dtype:
+        return ct
     if ct_shape != shape:
         lead = len(ct_shape) - len(shape)
         axes = tuple(range(lead)) + tuple(
             lead + i for i, d in enumerate(shape) if d == 1 and ct_shape[lead + i] != 1)
         if axes:
             ct = sum_(ct, axis=axes)
-        if get_aval(ct).shape != shape:
+        if _shape_dtype(ct)[0] != shape:
             ct = reshape(ct, shape)
-    return cast_like(ct, aval)
+    return _cast(ct, dtype)
 
 
 def rebroadcast(t, ans):
     """Broadcast a tangent contribution ``t`` to the output's shape and dtype."""
-    from .shape import broadcast_to
-    aval = get_aval(ans)
-    t_aval = get_aval(t)
-    if t_aval.shape != aval.shape:
-        t = broadcast_to(t, aval.shape)
-    return cast_like(t, aval)
+    shape, dtype = _shape_dtype(ans)
+    t_shape, t_dtype = _shape_dtype(t)
+    if t_shape == shape and t_dtype == dtype:
+        return t
+    if t_shape != shape:
+        t = broadcast_to(t, shape)
+    return _cast(t, dtype)
 
 
 def cast_like(x, aval):
-    dtype = get_aval(x).dtype
-    if dtype == aval.dtype:
+    """``x`` in ``aval``'s dtype; the real part when ``aval`` is real."""
+    return _cast(x, aval.dtype)
+
+
+def _cast(x, dtype):
+    x_dtype = _shape_dtype(x)[1]
+    if x_dtype == dtype:
         return x
-    if dtype.kind == "c" and aval.dtype.kind != "c":
+    if x_dtype.kind == "c" and dtype.kind != "c":
         x = real(x)
-    return convert_element_type(x, aval.dtype)
+    return convert_element_type(x, dtype)
 
 
-def _elementwise_rules(prim, vjps, jvps):
+def _elementwise_rules(prim, vjps, jvps, reads=None):
     """Register per-argument rules wrapped with unbroadcast / rebroadcast."""
     def wrap_vjp(i, rule):
         if rule is None:
             return None
         return lambda ct, ans, *args: unbroadcast(rule(ct, ans, *args), args[i])
-    prim.def_vjp(*[wrap_vjp(i, r) for i, r in enumerate(vjps)])
+    prim.def_vjp(*[wrap_vjp(i, r) for i, r in enumerate(vjps)], reads=reads)
 
     def wrap_jvp(rule):
         if rule is None:
@@ -85,10 +106,12 @@ def _elementwise_rules(prim, vjps, jvps):
     prim.def_jvp(*[wrap_jvp(r) for r in jvps])
 
 
-def _unary(name, vjp, jvp=None):
-    """A unary ufunc whose derivative is ``d(ans, x)``: vjp ct*d, jvp t*d."""
+def _unary(name, vjp, reads, jvp=None):
+    """A unary ufunc; ``vjp(ct, ans, x)`` also serves as the JVP (it is linear in
+    ``ct``); ``reads`` is ``{0}`` (x), ``{"ans"}`` or ``set()``."""
     prim = _ufunc_primitive(name)
-    prim.def_vjp(lambda ct, ans, x: cast_like(vjp(ct, ans, x), get_aval(x)))
+    # no cast: a floating-point unary op keeps its operand's dtype
+    prim.def_vjp(vjp, reads=[reads])
     prim.def_jvp(jvp or (lambda t, ans, x: vjp(t, ans, x)))
     return prim
 
@@ -99,21 +122,23 @@ def _unary(name, vjp, jvp=None):
 
 add_p = _ufunc_primitive("add")
 _elementwise_rules(add_p, [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: ct],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: t])
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: t], reads=set())
 
 subtract_p = _ufunc_primitive("subtract")
 _elementwise_rules(subtract_p, [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t])
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t], reads=set())
 
 multiply_p = _ufunc_primitive("multiply")
 _elementwise_rules(multiply_p,
                    [lambda ct, ans, x, y: ct * y, lambda ct, ans, x, y: ct * x],
-                   [lambda t, ans, x, y: t * y, lambda t, ans, x, y: x * t])
+                   [lambda t, ans, x, y: t * y, lambda t, ans, x, y: x * t],
+                   reads=[{1}, {0}])
 
 divide_p = _ufunc_primitive("divide")
 _elementwise_rules(divide_p,
                    [lambda ct, ans, x, y: ct / y, lambda ct, ans, x, y: -ct * ans / y],
-                   [lambda t, ans, x, y: t / y, lambda t, ans, x, y: -t * ans / y])
+                   [lambda t, ans, x, y: t / y, lambda t, ans, x, y: -t * ans / y],
+                   reads=[{1}, {1, "ans"}])
 
 
 def _safe_log(x):
@@ -129,7 +154,8 @@ _elementwise_rules(
     [lambda ct, ans, x, y: ct * y * power(x, y - 1),
      lambda ct, ans, x, y: ct * ans * _safe_log(x)],
     [lambda t, ans, x, y: t * y * power(x, y - 1),
-     lambda t, ans, x, y: t * ans * _safe_log(x)])
+     lambda t, ans, x, y: t * ans * _safe_log(x)],
+    reads=[{0, 1}, {0, "ans"}])
 
 maximum_p = _ufunc_primitive("maximum")
 minimum_p = _ufunc_primitive("minimum")
@@ -145,32 +171,34 @@ _elementwise_rules(
     [lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y)),
      lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y))],
     [lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y)),
-     lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y))])
+     lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y))],
+    reads={0, 1})
 _elementwise_rules(
     minimum_p,
     [lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y)),
      lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y))],
     [lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y)),
-     lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y))])
+     lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y))],
+    reads={0, 1})
 
 # ---------------------------------------------------------------------------
 # Unary functions: rule(ct, ans, x) -> ct * f'(x)
 # ---------------------------------------------------------------------------
 
-negative_p = _unary("negative", lambda ct, ans, x: -ct)
-square_p = _unary("square", lambda ct, ans, x: ct * 2 * x)
-sqrt_p = _unary("sqrt", lambda ct, ans, x: ct * 0.5 / ans)
-exp_p = _unary("exp", lambda ct, ans, x: ct * ans)
-log_p = _unary("log", lambda ct, ans, x: ct / x)
-log1p_p = _unary("log1p", lambda ct, ans, x: ct / (1 + x))
-expm1_p = _unary("expm1", lambda ct, ans, x: ct * (ans + 1))
-sin_p = _unary("sin", lambda ct, ans, x: ct * cos(x))
-cos_p = _unary("cos", lambda ct, ans, x: -ct * sin(x))
-tan_p = _unary("tan", lambda ct, ans, x: ct * (1 + ans * ans))
-tanh_p = _unary("tanh", lambda ct, ans, x: ct * (1 - ans * ans))
-sinh_p = _unary("sinh", lambda ct, ans, x: ct * cosh(x))
-cosh_p = _unary("cosh", lambda ct, ans, x: ct * sinh(x))
-arctan_p = _unary("arctan", lambda ct, ans, x: ct / (1 + x * x))
+negative_p = _unary("negative", lambda ct, ans, x: -ct, set())
+square_p = _unary("square", lambda ct, ans, x: ct * 2 * x, {0})
+sqrt_p = _unary("sqrt", lambda ct, ans, x: ct * 0.5 / ans, {"ans"})
+exp_p = _unary("exp", lambda ct, ans, x: ct * ans, {"ans"})
+log_p = _unary("log", lambda ct, ans, x: ct / x, {0})
+log1p_p = _unary("log1p", lambda ct, ans, x: ct / (1 + x), {0})
+expm1_p = _unary("expm1", lambda ct, ans, x: ct * (ans + 1), {"ans"})
+sin_p = _unary("sin", lambda ct, ans, x: ct * cos(x), {0})
+cos_p = _unary("cos", lambda ct, ans, x: -ct * sin(x), {0})
+tan_p = _unary("tan", lambda ct, ans, x: ct * (1 + ans * ans), {"ans"})
+tanh_p = _unary("tanh", lambda ct, ans, x: ct * (1 - ans * ans), {"ans"})
+sinh_p = _unary("sinh", lambda ct, ans, x: ct * cosh(x), {0})
+cosh_p = _unary("cosh", lambda ct, ans, x: ct * sinh(x), {0})
+arctan_p = _unary("arctan", lambda ct, ans, x: ct / (1 + x * x), {0})
 
 
 def _abs_vjp(ct, ans, x):
@@ -195,7 +223,7 @@ def _conj_unit(x, ans):
 
 
 abs_p = _ufunc_primitive("absolute")
-abs_p.def_vjp(_abs_vjp)
+abs_p.def_vjp(_abs_vjp, reads=[{0, "ans"}])
 abs_p.def_jvp(_abs_jvp)
 
 # ---------------------------------------------------------------------------
@@ -226,7 +254,8 @@ _elementwise_rules(
     [None, lambda ct, ans, c, x, y: where(c, ct, 0),
      lambda ct, ans, c, x, y: where(c, 0, ct)],
     [None, lambda t, ans, c, x, y: where(c, t, 0),
-     lambda t, ans, c, x, y: where(c, 0, t)])
+     lambda t, ans, c, x, y: where(c, 0, t)],
+    reads={0})
 
 
 def _convert_impl(x, dtype):
@@ -241,15 +270,15 @@ convert_element_type_p = Primitive("convert_element_type", _convert_impl,
                                    _convert_abstract, family=FAMILY)
 convert_element_type_p.def_vjp(
     lambda ct, ans, x, dtype: cast_like(ct, get_aval(x))
-    if get_aval(x).dtype.kind in "fc" else None)
+    if get_aval(x).dtype.kind in "fc" else None, reads=[set()])
 convert_element_type_p.def_jvp(lambda t, ans, x, dtype: convert_element_type(t, dtype))
 
 real_p = _ufunc_primitive("real")
-real_p.def_vjp(lambda ct, ans, x: cast_like(ct, get_aval(x)))
+real_p.def_vjp(lambda ct, ans, x: cast_like(ct, get_aval(x)), reads=[set()])
 real_p.def_jvp(lambda t, ans, x: real(t))
 
 conj_p = _ufunc_primitive("conjugate")
-conj_p.def_vjp(lambda ct, ans, x: conj(ct))
+conj_p.def_vjp(lambda ct, ans, x: conj(ct), reads=[set()])
 conj_p.def_jvp(lambda t, ans, x: conj(t))
 
 
@@ -257,18 +286,46 @@ conj_p.def_jvp(lambda t, ans, x: conj(t))
 # Binding functions, used by rules everywhere and wrapped by fgrad.numpy
 # ---------------------------------------------------------------------------
 
+# Types NumPy computes on directly; a tracer or a foreign backend's array is never
+# one of them, so for these the binder may skip bind (and array_module) entirely.
+_PLAIN_TYPES = frozenset({np.ndarray, float, int, np.float64, np.float32,
+                          np.complex128, np.complex64, np.int64, np.bool_, bool})
+
+
 def _binder(prim):
     bind = prim.bind
-
-    def fn(*args):
-        return bind(*args)
+    np_fn = _NUMPY_UFUNCS.get(prim)
+    nin = getattr(np_fn, "nin", None)            # np.real is a function, not a ufunc
+    plain = _PLAIN_TYPES
+    ndarray = np.ndarray
+    if nin == 1:
+        def fn(x):
+            if x.__class__ is ndarray:
+                return np_fn(x)
+            return bind(x)
+    elif nin == 2:
+        def fn(x, y):
+            if x.__class__ in plain and y.__class__ in plain:
+                return np_fn(x, y)
+            return bind(x, y)
+    else:
+        def fn(*args):
+            return bind(*args)
     fn.__name__ = prim.name
-    fn.__doc__ = f"Bind the ``{prim.name}`` primitive."
+    fn.__doc__ = f"NumPy's ``{prim.name}``, binding the ``{prim.name}`` primitive."
     return fn
 
 
-add, subtract, multiply, divide, power = map(
+add, subtract, multiply, divide, _power = map(
     _binder, (add_p, subtract_p, multiply_p, divide_p, power_p))
+
+
+def power(x, y):
+    """NumPy's ``power``. A traced ``x ** 2`` binds ``square``, whose rules need
+    no ``x ** 1`` pass (NumPy likewise computes ``x ** 2`` as a square)."""
+    if (type(y) is int or type(y) is float) and y == 2 and isinstance(x, Tracer):
+        return square_p.bind(x)
+    return _power(x, y)
 maximum, minimum, negative, square, sqrt = map(
     _binder, (maximum_p, minimum_p, negative_p, square_p, sqrt_p))
 exp, log, log1p, expm1 = map(_binder, (exp_p, log_p, log1p_p, expm1_p))
@@ -283,69 +340,75 @@ where, real, conj = map(_binder, (where_p, real_p, conj_p))
 def convert_element_type(x, dtype):
     """``x`` as ``dtype`` (``astype``); a no-op when the dtype already matches."""
     dtype = np.dtype(dtype)
-    if get_aval(x).dtype == dtype:
+    aval = get_aval(x)
+    if aval.dtype == dtype and not aval.weak_type:
         return x
     return convert_element_type_p.bind(x, dtype=dtype)
-
-
 
 # ---------------------------------------------------------------------------
 # More of NumPy's math ufuncs
 # ---------------------------------------------------------------------------
 
-_LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
 
-arcsin_p = _unary("arcsin", lambda ct, ans, x: ct / sqrt(1 - x * x))
-arccos_p = _unary("arccos", lambda ct, ans, x: -ct / sqrt(1 - x * x))
-arcsinh_p = _unary("arcsinh", lambda ct, ans, x: ct / sqrt(x * x + 1))
+arcsin_p = _unary("arcsin", lambda ct, ans, x: ct / sqrt(1 - x * x), {0})
+arccos_p = _unary("arccos", lambda ct, ans, x: -ct / sqrt(1 - x * x), {0})
+arcsinh_p = _unary("arcsinh", lambda ct, ans, x: ct / sqrt(x * x + 1), {0})
 # sqrt(x - 1) sqrt(x + 1), not sqrt(x*x - 1): the principal branch for complex x
-arccosh_p = _unary("arccosh", lambda ct, ans, x: ct / (sqrt(x - 1) * sqrt(x + 1)))
-arctanh_p = _unary("arctanh", lambda ct, ans, x: ct / (1 - x * x))
-exp2_p = _unary("exp2", lambda ct, ans, x: ct * ans * _LN2)
-log2_p = _unary("log2", lambda ct, ans, x: ct / (x * _LN2))
-log10_p = _unary("log10", lambda ct, ans, x: ct / (x * _LN10))
-cbrt_p = _unary("cbrt", lambda ct, ans, x: ct / (3 * ans * ans))
+arccosh_p = _unary("arccosh", lambda ct, ans, x: ct / (sqrt(x - 1) * sqrt(x + 1)), {0})
+arctanh_p = _unary("arctanh", lambda ct, ans, x: ct / (1 - x * x), {0})
+exp2_p = _unary("exp2", lambda ct, ans, x: ct * ans * _LN2, {"ans"})
+log2_p = _unary("log2", lambda ct, ans, x: ct / (x * _LN2), {0})
+log10_p = _unary("log10", lambda ct, ans, x: ct / (x * _LN10), {0})
+cbrt_p = _unary("cbrt", lambda ct, ans, x: ct / (3 * ans * ans), {"ans"})
 
 logaddexp_p = _ufunc_primitive("logaddexp")
 _elementwise_rules(logaddexp_p,
                    [lambda ct, ans, x, y: ct * exp(x - ans),
                     lambda ct, ans, x, y: ct * exp(y - ans)],
                    [lambda t, ans, x, y: t * exp(x - ans),
-                    lambda t, ans, x, y: t * exp(y - ans)])
+                    lambda t, ans, x, y: t * exp(y - ans)],
+                   reads=[{0, "ans"}, {1, "ans"}])
 logaddexp2_p = _ufunc_primitive("logaddexp2")
 _elementwise_rules(logaddexp2_p,
                    [lambda ct, ans, x, y: ct * exp2(x - ans),
                     lambda ct, ans, x, y: ct * exp2(y - ans)],
                    [lambda t, ans, x, y: t * exp2(x - ans),
-                    lambda t, ans, x, y: t * exp2(y - ans)])
+                    lambda t, ans, x, y: t * exp2(y - ans)],
+                   reads=[{0, "ans"}, {1, "ans"}])
 arctan2_p = _ufunc_primitive("arctan2")
 _elementwise_rules(arctan2_p,
                    [lambda ct, ans, y, x: ct * x / (x * x + y * y),
                     lambda ct, ans, y, x: -ct * y / (x * x + y * y)],
                    [lambda t, ans, y, x: t * x / (x * x + y * y),
-                    lambda t, ans, y, x: -t * y / (x * x + y * y)])
+                    lambda t, ans, y, x: -t * y / (x * x + y * y)],
+                   reads={0, 1})
 hypot_p = _ufunc_primitive("hypot")
 _elementwise_rules(hypot_p,
                    [lambda ct, ans, x, y: ct * x / ans, lambda ct, ans, x, y: ct * y / ans],
-                   [lambda t, ans, x, y: t * x / ans, lambda t, ans, x, y: t * y / ans])
+                   [lambda t, ans, x, y: t * x / ans, lambda t, ans, x, y: t * y / ans],
+                   reads=[{0, "ans"}, {1, "ans"}])
 # remainder(x, y) = x - floor(x / y) * y, piecewise linear away from its jumps
 remainder_p = _ufunc_primitive("remainder")
 _elementwise_rules(remainder_p,
                    [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct * floor(x / y)],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t * floor(x / y)])
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t * floor(x / y)],
+                   reads=[set(), {0, 1}])
 fmod_p = _ufunc_primitive("fmod")
 _elementwise_rules(fmod_p,
                    [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct * trunc(x / y)],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t * trunc(x / y)])
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t * trunc(x / y)],
+                   reads=[set(), {0, 1}])
 
 # imag(x): the JVP is t -> imag(t) = re(-1j t), so the VJP is ct -> -1j ct.
 imag_p = _ufunc_primitive("imag")
-imag_p.def_vjp(lambda ct, ans, x: cast_like(ct * -1j, get_aval(x)))
+imag_p.def_vjp(lambda ct, ans, x: cast_like(ct * -1j, get_aval(x)), reads=[set()])
 imag_p.def_jvp(lambda t, ans, x: imag(t))
 
 # angle(z) = arctan2(imag z, real z): JVP t -> imag(t / z), VJP ct -> -1j ct / z.
 angle_p = _ufunc_primitive("angle")
-angle_p.def_vjp(lambda ct, ans, x: cast_like(ct * -1j / x, get_aval(x)))
+angle_p.def_vjp(lambda ct, ans, x: cast_like(ct * -1j / x, get_aval(x)),
+               reads=[{0}])
 angle_p.def_jvp(lambda t, ans, x: imag(t / x))
 
 # -- without derivative -------------------------------------------------------
@@ -381,4 +444,11 @@ for _name in _NONDIFF_UFUNCS:
     globals()[_name] = _binder(globals()[f"{_name}_p"])
 del _name
 
+
 __all__ = ["unbroadcast", "rebroadcast", "cast_like", "Zero"]
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .reductions import sum_  # noqa: E402
+from .shape import broadcast_to, reshape  # noqa: E402

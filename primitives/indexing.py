@@ -10,7 +10,7 @@ accumulate; the VJP of scatter-adding is gathering again.
 """
 import numpy as np
 
-from fgrad.backend import array_module
+from fgrad.backend import array_module, asarray_on
 from fgrad.core import Primitive, Tracer, Zero, get_aval
 
 FAMILY = "primitives/indexing.py"
@@ -73,6 +73,14 @@ def build_index(spec, arrays):
     return tuple(out)
 
 
+def _device_index(xp, spec, idx):
+    # Index arrays built from host lists are NumPy arrays; a device operand gets
+    # them copied once here, since CuPy (rightly) refuses NumPy arrays.
+    if idx and xp is not np:
+        idx = [asarray_on(xp, i) for i in idx]
+    return build_index(spec, idx)
+
+
 def _dummy_operand(aval):
     # a zero-strided array: indexing it costs nothing but the output's shape
     return np.broadcast_to(np.zeros((), aval.dtype), aval.shape)
@@ -85,10 +93,13 @@ def _index_abstract(x, *idx, spec):
 
 # -- gather: x[idx] -------------------------------------------------------------
 
-getitem_p = Primitive("getitem", lambda x, *idx, spec: x[build_index(spec, idx)],
-                      _index_abstract, family=FAMILY)
+def _getitem_impl(x, *idx, spec):
+    return x[_device_index(array_module(x), spec, idx)]
+
+
+getitem_p = Primitive("getitem", _getitem_impl, _index_abstract, family=FAMILY)
 getitem_p.def_vjp(lambda ct, ans, x, *idx, spec:
-                  scatter_add(ct, idx, spec, get_aval(x).shape))
+                  scatter_add(ct, idx, spec, get_aval(x).shape), reads=set())
 getitem_p.def_jvp(lambda t, ans, x, *idx, spec: getitem_p.bind(t, *idx, spec=spec))
 
 
@@ -109,9 +120,11 @@ def slice_axis(x, axis, start, stop):
 def _scatter_add_impl(ct, *idx, spec, shape):
     xp = array_module(ct)
     out = xp.zeros(shape, ct.dtype)
-    index = build_index(spec, idx)
+    index = _device_index(xp, spec, idx)
     if idx:
-        xp.add.at(out, index, ct)        # repeated indices accumulate
+        # repeated indices accumulate; cupy.add.at (CuPy >= 13, atomics on the
+        # device) is the same call as NumPy's
+        xp.add.at(out, index, ct)
     else:
         out[index] = ct                  # a basic index touches each element once
     return out
@@ -124,7 +137,7 @@ def _scatter_add_abstract(ct, *idx, spec, shape):
 scatter_add_p = Primitive("scatter_add", _scatter_add_impl, _scatter_add_abstract,
                           family=FAMILY)
 scatter_add_p.def_vjp(lambda ct, ans, t, *idx, spec, shape:
-                      getitem_p.bind(ct, *idx, spec=spec))
+                      getitem_p.bind(ct, *idx, spec=spec), reads=set())
 scatter_add_p.def_jvp(lambda t, ans, x, *idx, spec, shape:
                       scatter_add(t, idx, spec, shape))
 
@@ -137,8 +150,9 @@ def scatter_add(values, idx, spec, shape):
 # -- set: a copy of x with x[idx] replaced ---------------------------------------
 
 def _set_impl(x, v, *idx, spec):
-    out = array_module(x, v).array(x, copy=True)
-    out[build_index(spec, idx)] = v
+    xp = array_module(x, v)
+    out = xp.array(x, copy=True)
+    out[_device_index(xp, spec, idx)] = v
     return out
 
 
@@ -151,16 +165,14 @@ set_p = Primitive("set", _set_impl, _set_abstract, family=FAMILY)
 
 
 def _set_vjp_value(ct, ans, x, v, *idx, spec):
-    from .elementwise import unbroadcast
     return unbroadcast(getitem_p.bind(ct, *idx, spec=spec), v)
 
 
 set_p.def_vjp(lambda ct, ans, x, v, *idx, spec: set_p.bind(ct, 0, *idx, spec=spec),
-              _set_vjp_value)
+              _set_vjp_value, reads=set())
 
 
 def _set_jvp(tangents, ans, x, v, *idx, spec):
-    from .creation import zeros_like
     tx, tv = tangents[0], tangents[1]
     base = zeros_like(ans) if type(tx) is Zero else tx
     return set_p.bind(base, 0 if type(tv) is Zero else tv, *idx, spec=spec)
@@ -175,8 +187,16 @@ def set_at(x, index, v):
 
 
 def add_at(x, index, v):
-    from .shape import broadcast_to
+    if get_aval(v).weak_type:            # a Python scalar takes x's precision
+        v = convert_element_type(v, get_aval(x).dtype)
     spec, arrays = parse_index(index)
     target = _index_abstract(get_aval(x), *map(get_aval, arrays), spec=spec)
     return x + scatter_add(broadcast_to(v, target.shape), arrays, spec,
                            get_aval(x).shape)
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .creation import zeros_like  # noqa: E402
+from .elementwise import convert_element_type, unbroadcast  # noqa: E402
+from .shape import broadcast_to  # noqa: E402

@@ -1,4 +1,6 @@
 """Reductions over axes: sum, max, min, prod (and mean, built on sum)."""
+import math
+
 import numpy as np
 
 from fgrad.backend import array_module
@@ -32,26 +34,24 @@ def _reduction(name):
 
 def keepdims_like(ct, x, axis, keepdims):
     """Re-insert the reduced axes of ``ct`` so it broadcasts against ``x``."""
-    from .shape import reshape
     if keepdims:
         return ct
     return reshape(ct, _reduced_shape(get_aval(x).shape, axis, True))
 
 
 def _broadcast_back(ct, x, axis, keepdims):
-    from .shape import broadcast_to
     return broadcast_to(keepdims_like(ct, x, axis, keepdims), get_aval(x).shape)
 
 
 sum_p = _reduction("sum")
-sum_p.def_vjp(lambda ct, ans, x, axis, keepdims: _broadcast_back(ct, x, axis, keepdims))
+sum_p.def_vjp(lambda ct, ans, x, axis, keepdims: _broadcast_back(ct, x, axis, keepdims),
+              reads=[set()])
 sum_p.def_jvp(lambda t, ans, x, axis, keepdims: sum_(t, axis, keepdims))
 
 
 def _extremum_weights(ans, x, axis, keepdims):
     # Every element equal to the extremum shares the derivative equally, so a
     # tie between k elements sends 1/k of the cotangent to each.
-    from .elementwise import convert_element_type, equal
     hit = convert_element_type(equal(x, keepdims_like(ans, x, axis, keepdims)),
                                get_aval(ans).dtype)
     return hit / sum_(hit, axis, keepdims=True)
@@ -60,7 +60,7 @@ def _extremum_weights(ans, x, axis, keepdims):
 def _extremum_rules(prim):
     prim.def_vjp(lambda ct, ans, x, axis, keepdims:
                  keepdims_like(ct, x, axis, keepdims)
-                 * _extremum_weights(ans, x, axis, keepdims))
+                 * _extremum_weights(ans, x, axis, keepdims), reads=[{0, "ans"}])
     prim.def_jvp(lambda t, ans, x, axis, keepdims:
                  sum_(t * _extremum_weights(ans, x, axis, keepdims), axis, keepdims))
 
@@ -90,7 +90,7 @@ def _prod_of_others(x, axis):
     before = _exclusive_cumprod(flat, last, reverse=False)
     after = _exclusive_cumprod(flat, last, reverse=True)
     others = reshape(before * after, get_aval(moved).shape)
-    return transpose(others, tuple(np.argsort(perm)))
+    return transpose(others, tuple(sorted(range(len(perm)), key=perm.__getitem__)))
 
 
 def _exclusive_cumprod(x, axis, reverse):
@@ -114,7 +114,8 @@ def flip_axis(x, axis):
 
 
 prod_p.def_vjp(lambda ct, ans, x, axis, keepdims:
-               _broadcast_back(ct, x, axis, keepdims) * _prod_of_others(x, axis))
+               _broadcast_back(ct, x, axis, keepdims) * _prod_of_others(x, axis),
+               reads=[{0}])
 prod_p.def_jvp(lambda t, ans, x, axis, keepdims:
                sum_(t * _prod_of_others(x, axis), axis, keepdims))
 
@@ -139,13 +140,14 @@ def _reverse_cumsum(ct, axis):
 
 
 cumsum_p = _scan("cumsum")
-cumsum_p.def_vjp(lambda ct, ans, x, axis: _reverse_cumsum(ct, axis))
+cumsum_p.def_vjp(lambda ct, ans, x, axis: _reverse_cumsum(ct, axis), reads=[set()])
 cumsum_p.def_jvp(lambda t, ans, x, axis: cumsum(t, axis))
 
 cumprod_p = _scan("cumprod")
 # d ans_i / d x_j = ans_i / x_j for j <= i: exact for nonzero x. A zero in x
 # makes this nan; prod's rule avoids the division (see _prod_of_others).
-cumprod_p.def_vjp(lambda ct, ans, x, axis: _reverse_cumsum(ct * ans, axis) / x)
+cumprod_p.def_vjp(lambda ct, ans, x, axis: _reverse_cumsum(ct * ans, axis) / x,
+                  reads=[{0, "ans"}])
 cumprod_p.def_jvp(lambda t, ans, x, axis: cumsum(t / x, axis) * ans)
 
 
@@ -171,14 +173,12 @@ cumprod = _scanner(cumprod_p)
 
 def _nondiff_function(name):
     """A primitive for ``xp.<name>(x, **params)`` with no derivative."""
-    np_fn = getattr(np, name)
-
     def impl(x, **params):
         return getattr(array_module(x), name)(x, **params)
 
     def abstract(x, **params):
         dummy = np.broadcast_to(np.zeros((), x.dtype), x.shape)
-        return get_aval(np.asarray(np_fn(dummy, **params)))
+        return get_aval(np.asarray(getattr(np, name)(dummy, **params)))
     return Primitive(name, impl, abstract, nondiff=True, family=FAMILY)
 
 
@@ -205,11 +205,16 @@ prod = _reducer(prod_p)
 
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean: ``sum / count``, in float64 for integer inputs."""
-    from .elementwise import convert_element_type
     aval = get_aval(x)
     axes = normalize_axis(axis, aval.ndim)
-    count = int(np.prod([aval.shape[a] for a in axes], dtype=np.int64))
+    count = math.prod(aval.shape[a] for a in axes)
     if aval.dtype.kind not in "fc":
         x = convert_element_type(x, np.float64)
     total = sum_(x, axes, keepdims)
     return total / count if count else total * np.nan
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .elementwise import convert_element_type, equal  # noqa: E402
+from .shape import broadcast_to, reshape  # noqa: E402

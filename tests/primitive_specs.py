@@ -129,7 +129,9 @@ def _where(name):
     def case(data):
         bs, (c_seed, x, y) = data
         cond = c_seed > 0
-        return Case(lambda x, y: fnp.where(cond, x, y), (x, y),
+        # asarray(like=x): the host mask goes where x is (the device, under
+        # the stand-in and CuPy runs), as a user's constant mask must
+        return Case(lambda x, y: fnp.where(fnp.asarray(cond, like=x), x, y), (x, y),
                     lambda x, y: np.where(cond, x, y))
     return hnp.mutually_broadcastable_shapes(num_shapes=3, max_dims=3, max_side=3) \
         .flatmap(lambda bs: st.tuples(st.just(bs), st.tuples(
@@ -474,7 +476,9 @@ def _prod_zeros(name):
     # Second order is not claimed (cumprod's own rule divides by x).
     def build(d):
         shape, axis, keepdims = d
-        return arrays(shape, st.sampled_from([0.0, 0.0, 0.5, -1.3, 2.0, 1.1])).map(
+        # magnitudes near 1: with several zeros, finite differences of a long
+        # product are only accurate when the other factors are not large
+        return arrays(shape, st.sampled_from([0.0, 0.0, 0.5, -1.2, 0.9, 1.1])).map(
             lambda x: Case(lambda x: fnp.prod(x, axis=axis, keepdims=keepdims), (x,),
                            lambda x: np.prod(x, axis=axis, keepdims=keepdims), order=1))
     return shapes().flatmap(lambda s: st.tuples(st.just(s), _axes(len(s)),
@@ -701,13 +705,13 @@ for _name in ("logical_and", "logical_or", "logical_xor", "floor_divide"):
 NONDIFF_SPECS["round"] = _nondiff(lambda x: fnp.round(x, 1), lambda x: np.round(x, 1))
 NONDIFF_SPECS["argmax"] = _nondiff(lambda x: fnp.argmax(x, keepdims=True),
                                    lambda x: np.argmax(x, keepdims=True))
-NONDIFF_SPECS["argmin"] = _nondiff(lambda x: fnp.argmin(x, axis=-1) if np.ndim(x)
+NONDIFF_SPECS["argmin"] = _nondiff(lambda x: fnp.argmin(x, axis=-1) if x.ndim
                                    else fnp.argmin(x),
-                                   lambda x: np.argmin(x, axis=-1) if np.ndim(x)
+                                   lambda x: np.argmin(x, axis=-1) if x.ndim
                                    else np.argmin(x))
 NONDIFF_SPECS["argsort"] = _nondiff(fnp.argsort, lambda x: np.argsort(x, axis=-1))
-NONDIFF_SPECS["all"] = _nondiff(lambda x: fnp.all(x > 0, axis=0 if np.ndim(x) else None),
-                                lambda x: np.all(x > 0, axis=0 if np.ndim(x) else None))
+NONDIFF_SPECS["all"] = _nondiff(lambda x: fnp.all(x > 0, axis=0 if x.ndim else None),
+                                lambda x: np.all(x > 0, axis=0 if x.ndim else None))
 NONDIFF_SPECS["any"] = _nondiff(lambda x: fnp.any(x > 0, keepdims=True),
                                 lambda x: np.any(x > 0, keepdims=True))
 SPECS["expand_dims"] = unary_shape(fnp.expand_dims, np.expand_dims,

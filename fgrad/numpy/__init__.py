@@ -143,27 +143,60 @@ matmul, dot = _products.matmul, _products.dot
 # -- building arrays from sequences that may hold tracers --------------------------
 
 def _contains_tracer(obj):
-    if isinstance(obj, _Tracer):
+    # tracers, and device (CuPy) arrays, which NumPy must not convert either
+    if isinstance(obj, _Tracer) or (hasattr(obj, "dtype") and not isinstance(
+            obj, (_np.ndarray, _np.generic))):
         return True
     if isinstance(obj, (list, tuple)):
         return _builtins.any(_contains_tracer(o) for o in obj)
     return False
 
 
+def _leaves_of(obj):
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _leaves_of(o)
+    else:
+        yield obj
+
+
+def _stack_nested(obj, xp):
+    if isinstance(obj, (list, tuple)):
+        return stack([_stack_nested(o, xp) for o in obj])
+    if _contains_tracer(obj):
+        return obj
+    from fgrad.backend import asarray_on
+    return asarray_on(xp, obj)
+
+
 def array(obj, dtype=None, copy=True):
     """``numpy.array``, which also accepts (nested) lists holding traced values."""
     if isinstance(obj, (list, tuple)) and _contains_tracer(obj):
-        return _with_dtype(stack([array(o) for o in obj]), dtype)
+        from fgrad.backend import module_of_leaves
+        xp = module_of_leaves(list(_leaves_of(obj)))
+        return _with_dtype(_stack_nested(obj, xp), dtype)
     if isinstance(obj, _Tracer):
         return _with_dtype(obj, dtype)
     return _np.array(obj, dtype=dtype, copy=copy)
 
 
-def asarray(obj, dtype=None):
-    """``numpy.asarray``; traced values pass through unchanged."""
+def asarray(obj, dtype=None, *, like=None):
+    """``numpy.asarray``; traced values pass through unchanged.
+
+    ``like=x`` puts host data on ``x``'s backend (the GPU for a CuPy ``x``),
+    as NumPy's ``like=`` does: the way to build a constant next to device data.
+
+    >>> import numpy as np
+    >>> asarray([1.0, 2.0], like=np.zeros(1))
+    array([1., 2.])
+    """
     if isinstance(obj, _Tracer) or (isinstance(obj, (list, tuple))
                                     and _contains_tracer(obj)):
         return array(obj, dtype)
+    if like is not None:
+        from fgrad.backend import asarray_on, module_of_leaves
+        out = asarray_on(module_of_leaves([like]), obj)
+        return out if dtype is None else out.astype(dtype)
     return _np.asarray(obj, dtype=dtype)
 
 

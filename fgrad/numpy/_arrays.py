@@ -4,8 +4,11 @@ Creation functions have no array inputs to differentiate, so they are NumPy's
 (``zeros``, ``arange``, ``random`` ...). Queries (``shape``, ``ndim``) read the
 abstract value of a tracer instead of converting it.
 """
+import math as _math
+
 import numpy as _np
 
+from fgrad.backend import array_module as _xp
 from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
 
 bool = _np.bool_
@@ -22,20 +25,19 @@ tril_indices, triu_indices, diag_indices = (_np.tril_indices, _np.triu_indices,
 
 def shape(a):
     """The shape of ``a`` (a tracer's, without converting it)."""
-    return _get_aval(a).shape if isinstance(a, _Tracer) else _np.shape(a)
+    return a.shape if hasattr(a, "shape") else _np.shape(a)
 
 
 def ndim(a):
     """The number of dimensions of ``a``."""
-    return _get_aval(a).ndim if isinstance(a, _Tracer) else _np.ndim(a)
+    return a.ndim if hasattr(a, "ndim") else _np.ndim(a)
 
 
 def size(a, axis=None):
     """The number of elements of ``a`` (along ``axis`` if given)."""
-    if not isinstance(a, _Tracer):
+    if not hasattr(a, "shape"):
         return _np.size(a, axis)
-    aval = _get_aval(a)
-    return aval.size if axis is None else aval.shape[axis]
+    return int(_math.prod(a.shape)) if axis is None else a.shape[axis]
 
 
 def result_type(*arrays_and_dtypes):
@@ -63,4 +65,4 @@ def isrealobj(x):
 def copy(a):
     """A copy of ``a``; arrays are immutable under transformations, so a traced
     value is returned as is."""
-    return a if isinstance(a, _Tracer) else _np.copy(a)
+    return a if isinstance(a, _Tracer) else _xp(a).copy(a)

@@ -9,6 +9,7 @@ zero (``0 * nan`` is nan).
 """
 import numpy as _np
 
+from fgrad.backend import array_module as _xp
 from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
@@ -27,13 +28,13 @@ def reciprocal(x):
     array([0.5 , 0.25])
     """
     if not isinstance(x, _Tracer):
-        return _np.reciprocal(x)
+        return _xp(x).reciprocal(x)
     return _ew.divide(1.0, x)
 
 
 def positive(x):
     """``+x``."""
-    return x if isinstance(x, _Tracer) else _np.positive(x)
+    return x if isinstance(x, _Tracer) else _xp(x).positive(x)
 
 
 def deg2rad(x):
@@ -43,14 +44,14 @@ def deg2rad(x):
     3.141592653589793
     """
     if not isinstance(x, _Tracer):
-        return _np.deg2rad(x)
+        return _xp(x).deg2rad(x)
     return _ew.multiply(x, _DEG)
 
 
 def rad2deg(x):
     """Radians to degrees; ``degrees`` is the same function."""
     if not isinstance(x, _Tracer):
-        return _np.rad2deg(x)
+        return _xp(x).rad2deg(x)
     return _ew.multiply(x, 1.0 / _DEG)
 
 
@@ -76,7 +77,7 @@ def sinc(x):
     0.0
     """
     if not isinstance(x, _Tracer):
-        return _np.sinc(x)
+        return _xp(x).sinc(x)
     small = _ew.less(_ew.absolute(x), 1e-3)
     safe = _ew.where(small, 1.0, x)
     px = safe * _np.pi
@@ -98,7 +99,7 @@ def clip(a, a_min=None, a_max=None):
     if a_min is None and a_max is None:
         raise ValueError("clip: at least one of a_min and a_max must be given")
     if not any(isinstance(v, _Tracer) for v in (a, a_min, a_max)):
-        return _np.clip(a, a_min, a_max)
+        return _xp(a, a_min, a_max).clip(a, a_min, a_max)
     out = a
     if a_min is not None:
         out = _ew.where(_ew.less(out, a_min), a_min, out)
@@ -110,7 +111,7 @@ def clip(a, a_min=None, a_max=None):
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """``x`` with nan and infinities replaced; derivative 1 at finite entries."""
     if not isinstance(x, _Tracer):
-        return _np.nan_to_num(x, copy=copy, nan=nan, posinf=posinf, neginf=neginf)
+        return _xp(x).nan_to_num(x, copy=copy, nan=nan, posinf=posinf, neginf=neginf)
     if _is_complex(x):
         return _ew.add(nan_to_num(_ew.real(x), nan=nan, posinf=posinf, neginf=neginf),
                        _ew.multiply(nan_to_num(_ew.imag(x), nan=nan, posinf=posinf,
@@ -126,7 +127,7 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 def angle(z, deg=False):
     """The argument of complex ``z``; for real ``z`` a constant (0 or pi)."""
     if not isinstance(z, _Tracer):
-        return _np.angle(z, deg=deg)
+        return _xp(z).angle(z, deg=deg)
     if _is_complex(z):
         out = _ew.angle(z)
     else:
@@ -158,19 +159,22 @@ def float_power(x, y):
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """NumPy's ``isclose`` on the values (a boolean, no derivative)."""
-    return _np.isclose(_concrete(a), _concrete(b), rtol=rtol, atol=atol,
+    a, b = _concrete(a), _concrete(b)
+    return _xp(a, b).isclose(a, b, rtol=rtol, atol=atol,
                        equal_nan=equal_nan)
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """NumPy's ``allclose`` on the values."""
-    return bool(_np.allclose(_concrete(a), _concrete(b), rtol=rtol, atol=atol,
+    a, b = _concrete(a), _concrete(b)
+    return bool(_xp(a, b).allclose(a, b, rtol=rtol, atol=atol,
                              equal_nan=equal_nan))
 
 
 def array_equal(a1, a2, equal_nan=False):
     """NumPy's ``array_equal`` on the values."""
-    return bool(_np.array_equal(_concrete(a1), _concrete(a2), equal_nan=equal_nan))
+    a1, a2 = _concrete(a1), _concrete(a2)
+    return bool(_xp(a1, a2).array_equal(a1, a2, equal_nan=equal_nan))
 
 
 def _concrete(x):

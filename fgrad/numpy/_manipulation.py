@@ -6,9 +6,13 @@ differentiable (to any order) without rules of its own. Indices, split points an
 masks are computed with NumPy from static shapes: they are constants.
 """
 import builtins as _builtins
+import itertools as _itertools
 
 import numpy as _np
 
+from fgrad.backend import array_module as _xp
+from fgrad.backend import asarray_on as _asarray_on
+from fgrad.backend import module_of_leaves as _module_of_leaves
 from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
@@ -149,7 +153,7 @@ def _split_points(n, indices_or_sections, exact):
                              "use array_split for unequal parts")
         base, extra = divmod(n, k)
         sizes = [base + 1] * extra + [base] * (k - extra)
-        return [0] + list(_np.cumsum(sizes))
+        return [0] + list(_itertools.accumulate(sizes))
     return [0] + [int(i) for i in indices_or_sections] + [n]
 
 
@@ -218,7 +222,8 @@ def repeat(a, repeats, axis=None):
         a, axis = ravel(a), 0
     axis = _axis(axis, _get_aval(a).ndim)
     n = _get_aval(a).shape[axis]
-    index = _np.repeat(_np.arange(n), _np.asarray(_concrete(repeats)))
+    xp = _xp(a)
+    index = xp.repeat(xp.arange(n), _concrete(repeats))
     return take(a, index, axis)
 
 
@@ -230,8 +235,6 @@ def take(a, indices, axis=None):
         a, axis = ravel(a), 0
     ndim = _get_aval(a).ndim
     axis = _axis(axis, ndim)
-    if not isinstance(indices, (int, _np.integer, _Tracer)):
-        indices = _np.asarray(indices)
     return _indexing.getitem(a, (slice(None),) * axis + (indices,))
 
 
@@ -254,7 +257,7 @@ def take_along_axis(arr, indices, axis):
         else:
             shape = [1] * ndim
             shape[i] = _get_aval(arr).shape[i]
-            index.append(_np.arange(shape[i]).reshape(shape))
+            index.append(_xp(arr).arange(shape[i]).reshape(shape))
     return _indexing.getitem(arr, tuple(index))
 
 
@@ -262,7 +265,7 @@ def sort(a, axis=-1, kind=None, stable=None):
     """``a`` sorted along ``axis``: a gather by the sorting permutation, so the
     derivative of each output element goes to the input element it came from."""
     if not isinstance(a, _Tracer):
-        return _np.sort(a, axis=axis, kind=kind, stable=stable)
+        return _xp(a).sort(a, axis=axis, kind=kind, stable=stable)
     if axis is None:
         a, axis = ravel(a), 0
     axis = _axis(axis, _get_aval(a).ndim)
@@ -340,13 +343,12 @@ def pad(array, pad_width, mode="constant", constant_values=0):
     array = _as_array(array)
     if not isinstance(array, _Tracer):
         kw = {"constant_values": constant_values} if mode == "constant" else {}
-        return _np.pad(array, pad_width, mode=mode, **kw)
+        return _xp(array).pad(array, pad_width, mode=mode, **kw)
     if mode not in ("constant", "edge", "reflect"):
         raise NotImplementedError(f"fgrad.numpy.pad supports modes 'constant', 'edge' "
                                   f"and 'reflect', not {mode!r}")
     ndim = _get_aval(array).ndim
-    widths = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64), (ndim, 2))
-    values = _np.broadcast_to(_np.asarray(constant_values), (ndim, 2))
+    widths, values = _pad_params(pad_width, constant_values, ndim)
     out = array
     for ax in range(ndim):
         before, after = (int(w) for w in widths[ax])
@@ -375,8 +377,8 @@ def pad(array, pad_width, mode="constant", constant_values=0):
             if before >= n or after >= n:
                 raise NotImplementedError("fgrad.numpy.pad: 'reflect' padding wider "
                                           "than the axis length minus one")
-            head = take(out, _np.arange(before, 0, -1), ax) if before else None
-            tail = take(out, _np.arange(n - 2, n - 2 - after, -1), ax) if after else None
+            head = take(out, list(range(before, 0, -1)), ax) if before else None
+            tail = take(out, list(range(n - 2, n - 2 - after, -1)), ax) if after else None
         parts = [p for p in (head, out, tail) if p is not None]
         out = _shape.concatenate(parts, ax)
     return out
@@ -385,14 +387,14 @@ def pad(array, pad_width, mode="constant", constant_values=0):
 def tril(m, k=0):
     """The lower triangle of (the last two axes of) ``m``; zeros above."""
     shape = _get_aval(m).shape
-    mask = _np.tri(shape[-2], shape[-1], k, dtype=bool)
+    mask = _module_of_leaves([m]).tri(shape[-2], shape[-1], k, dtype=bool)
     return _ew.where(mask, m, 0)
 
 
 def triu(m, k=0):
     """The upper triangle of (the last two axes of) ``m``; zeros below."""
     shape = _get_aval(m).shape
-    mask = _np.tri(shape[-2], shape[-1], k - 1, dtype=bool)
+    mask = _module_of_leaves([m]).tri(shape[-2], shape[-1], k - 1, dtype=bool)
     return _ew.where(mask, 0, m)
 
 
@@ -406,8 +408,9 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
     rows, cols = _get_aval(moved).shape[-2:]
     n = _builtins.max(0, _builtins.min(rows + _builtins.min(offset, 0),
                                        cols - _builtins.max(offset, 0)))
-    r = _np.arange(n) + _builtins.max(-offset, 0)
-    c = _np.arange(n) + _builtins.max(offset, 0)
+    xp = _xp(a)
+    r = xp.arange(n) + _builtins.max(-offset, 0)
+    c = xp.arange(n) + _builtins.max(offset, 0)
     return _indexing.getitem(moved, (Ellipsis, r, c))
 
 
@@ -426,8 +429,9 @@ def diag(v, k=0):
     if aval.ndim != 1:
         raise ValueError("diag: input must be 1-d or 2-d")
     n = aval.shape[0] + abs(k)
-    r = _np.arange(aval.shape[0]) + _builtins.max(-k, 0)
-    c = _np.arange(aval.shape[0]) + _builtins.max(k, 0)
+    xp = _xp(v)
+    r = xp.arange(aval.shape[0]) + _builtins.max(-k, 0)
+    c = xp.arange(aval.shape[0]) + _builtins.max(k, 0)
     return _indexing.scatter_add(v, (r, c), (("array", 0), ("array", 1)), (n, n))
 
 
@@ -435,8 +439,11 @@ def select(condlist, choicelist, default=0):
     """The first choice whose condition holds, elementwise (``default`` if none)."""
     if len(condlist) != len(choicelist):
         raise ValueError("select: condlist and choicelist must have the same length")
+    # conditions carry no derivative: their values, on the choices' backend
+    xp = _module_of_leaves(list(choicelist) + list(condlist))
+    condlist = [_asarray_on(xp, _concrete(c)) for c in condlist]
     if not any(isinstance(c, _Tracer) for c in list(choicelist) + [default]):
-        return _np.select([_concrete(c) for c in condlist], list(choicelist), default)
+        return xp.select(condlist, [_asarray_on(xp, c) for c in choicelist], default)
     out = default
     for cond, choice in reversed(list(zip(condlist, choicelist))):
         out = _ew.where(cond, choice, out)
@@ -471,6 +478,13 @@ def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
     if not sparse:
         out = [_shape.broadcast_to(o, tuple(shapes)) for o in out]
     return tuple(out)
+
+
+def _pad_params(pad_width, constant_values, ndim):
+    """Per-axis ``(before, after)`` widths and values: static parameters."""
+    widths = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64), (ndim, 2))
+    values = _np.broadcast_to(_np.asarray(constant_values), (ndim, 2))
+    return widths, values
 
 
 def _concrete(x):

@@ -4,7 +4,12 @@
 ``min``; ``median``/``percentile``/``quantile`` go through ``sort`` (a gather by
 the sorting permutation), so their derivative lands on the selected elements.
 """
+import math as _math
+
 import numpy as _np
+
+from fgrad.backend import array_module as _xp
+from fgrad.backend import asarray_on as _asarray_on
 
 from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
 from fgrad.primitives import creation as _creation
@@ -22,8 +27,7 @@ def _with_dtype(result, dtype):
 
 def _count(x, axis):
     shape = _get_aval(x).shape
-    return int(_np.prod([shape[a] for a in _normalize_axis(axis, len(shape))],
-                        dtype=_np.int64))
+    return _math.prod(shape[a] for a in _normalize_axis(axis, len(shape)))
 
 
 def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
@@ -33,7 +37,7 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
     np.float64(1.6666666666666667)
     """
     if not isinstance(a, _Tracer):
-        return _np.var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return _xp(a).var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     if _get_aval(a).dtype.kind not in "fc":
         a = _ew.convert_element_type(a, _np.float64)
     centered = a - _red.mean(a, axis, keepdims=True)
@@ -48,7 +52,7 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
 def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
     """Standard deviation, ``sqrt(var)`` (its derivative is infinite at 0)."""
     if not isinstance(a, _Tracer):
-        return _np.std(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return _xp(a).std(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     return _ew.sqrt(var(a, axis, dtype, ddof, keepdims))
 
 
@@ -61,7 +65,7 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
     1.5
     """
     if not isinstance(a, _Tracer) and not isinstance(weights, _Tracer):
-        return _np.average(a, axis=axis, weights=weights, returned=returned,
+        return _xp(a).average(a, axis=axis, weights=weights, returned=returned,
                            keepdims=keepdims)
     if weights is None:
         avg = _red.mean(a, axis, keepdims)
@@ -134,18 +138,26 @@ def quantile(a, q, axis=None, keepdims=False, method="linear"):
     if method != "linear":
         raise NotImplementedError("fgrad.numpy.quantile supports method='linear'")
     if not isinstance(a, _Tracer):
-        return _np.quantile(a, q, axis=axis, keepdims=keepdims)
+        xp = _xp(a)
+        return xp.quantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
+                           axis=axis, keepdims=keepdims)
     # NumPy keeps a's precision for a Python float q and promotes to q's float64
     # for anything else; so do we.
-    out = _quantile(a, _np.asarray(_concrete(q), dtype=_np.float64), axis, keepdims)
+    out = _quantile(a, _static_floats(q), axis, keepdims)
     if type(q) in (int, float):
         return out
     return _ew.convert_element_type(out, _np.result_type(_get_aval(out).dtype,
                                                          _np.float64))
 
 
+def _static_floats(q):
+    """``q`` (a number, nested list or host array) as a NumPy float64 array: a
+    static parameter, like an axis, not data."""
+    return _np.asarray(_concrete(q), dtype=_np.float64)
+
+
 def _quantile(a, q_arr, axis, keepdims):
-    if _np.any((q_arr < 0) | (q_arr > 1)):
+    if ((q_arr < 0) | (q_arr > 1)).any():
         raise ValueError("quantiles must be in the range [0, 1]")
     ndim = _get_aval(a).ndim
     if axis is None:
@@ -161,7 +173,7 @@ def _quantile(a, q_arr, axis, keepdims):
     results = []
     for qk in q_arr.ravel():
         pos = float(qk) * (n - 1)
-        lo = int(_np.floor(pos))
+        lo = _math.floor(pos)
         hi = min(lo + 1, n - 1)
         frac = pos - lo
         low = _fshape.take(s, lo, axis=ax)
@@ -181,17 +193,19 @@ def _quantile(a, q_arr, axis, keepdims):
 def percentile(a, q, axis=None, keepdims=False, method="linear"):
     """The ``q``-th percentiles (0 <= q <= 100); see `quantile`."""
     if not isinstance(a, _Tracer):
-        return _np.percentile(a, q, axis=axis, keepdims=keepdims, method=method)
+        xp = _xp(a)
+        return xp.percentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
+                             axis=axis, keepdims=keepdims, method=method)
     if method != "linear":
         raise NotImplementedError("fgrad.numpy.percentile supports method='linear'")
     return quantile(a, q / 100 if type(q) in (int, float)
-                    else _np.asarray(_concrete(q), _np.float64) / 100, axis, keepdims)
+                    else _static_floats(q) / 100, axis, keepdims)
 
 
 def median(a, axis=None, keepdims=False):
     """The median over ``axis``: the 0.5 quantile."""
     if not isinstance(a, _Tracer):
-        return _np.median(a, axis=axis, keepdims=keepdims)
+        return _xp(a).median(a, axis=axis, keepdims=keepdims)
     return quantile(a, 0.5, axis, keepdims)
 
 
@@ -242,7 +256,8 @@ def argsort(a, axis=-1, kind=None, stable=None):
 
 def count_nonzero(a, axis=None, keepdims=False):
     """How many elements are nonzero (no derivative)."""
-    return _np.count_nonzero(_concrete(a), axis=axis, keepdims=keepdims)
+    a = _concrete(a)
+    return _xp(a).count_nonzero(a, axis=axis, keepdims=keepdims)
 
 
 def _concrete(x):
@@ -292,14 +307,14 @@ def _safe_root(s, p):
 def nansum(a, axis=None, keepdims=False):
     """Sum treating nan as zero; nan entries get a zero derivative."""
     if not isinstance(a, _Tracer):
-        return _np.nansum(a, axis=axis, keepdims=keepdims)
+        return _xp(a).nansum(a, axis=axis, keepdims=keepdims)
     return _red.sum_(_ew.where(_ew.isnan(a), 0.0, a), axis, keepdims)
 
 
 def nanmean(a, axis=None, keepdims=False):
     """Mean of the entries that are not nan."""
     if not isinstance(a, _Tracer):
-        return _np.nanmean(a, axis=axis, keepdims=keepdims)
+        return _xp(a).nanmean(a, axis=axis, keepdims=keepdims)
     present = _ew.logical_not(_ew.isnan(a))
     count = _red.sum_(_ew.convert_element_type(present, _get_aval(a).dtype), axis,
                       keepdims)
@@ -325,24 +340,29 @@ def _builtins_max(a, b):
 
 def nonzero(a):
     """Indices of the nonzero elements (no derivative)."""
-    return _np.nonzero(_concrete(a))
+    a = _concrete(a)
+    return _xp(a).nonzero(a)
 
 
 def flatnonzero(a):
     """Indices of the nonzero elements of the flattened array."""
-    return _np.flatnonzero(_concrete(a))
+    a = _concrete(a)
+    return _xp(a).flatnonzero(a)
 
 
 def argwhere(a):
     """Indices of the nonzero elements, one row each."""
-    return _np.argwhere(_concrete(a))
+    a = _concrete(a)
+    return _xp(a).argwhere(a)
 
 
 def searchsorted(a, v, side="left", sorter=None):
     """Where ``v`` would be inserted into sorted ``a`` (no derivative)."""
-    return _np.searchsorted(_concrete(a), _concrete(v), side=side, sorter=sorter)
+    a, v = _concrete(a), _concrete(v)
+    return _xp(a, v).searchsorted(a, v, side=side, sorter=sorter)
 
 
 def unique(ar, **kwargs):
     """NumPy's ``unique`` on the values (no derivative)."""
-    return _np.unique(_concrete(ar), **kwargs)
+    ar = _concrete(ar)
+    return _xp(ar).unique(ar, **kwargs)
