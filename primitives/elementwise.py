@@ -433,6 +433,7 @@ def _round_impl(x, decimals):
 round_p = Primitive("round", _round_impl,
                     lambda x, decimals: ShapedArray(x.shape, x.dtype),
                     nondiff=True, family=FAMILY)
+round_p.batch = unary_batch_rule(round_p)
 
 
 def round_(x, decimals=0):

@@ -7,7 +7,7 @@ from fgrad.backend import array_module
 from fgrad.core import Primitive, ShapedArray, get_aval
 
 from .base import normalize_axis, result_dtype
-from .batching import reduction_batch_rule
+from .batching import reduction_batch_rule, single_axis_batch_rule
 
 FAMILY = "primitives/reductions.py"
 
@@ -135,7 +135,9 @@ def _scan(name):
     def abstract(x, axis):
         return ShapedArray(x.shape, result_dtype(
             lambda d: getattr(np, name)(np.reshape(d, (1,))), [x]))
-    return Primitive(name, impl, abstract, family=FAMILY)
+    prim = Primitive(name, impl, abstract, family=FAMILY)
+    prim.batch = single_axis_batch_rule(prim)
+    return prim
 
 
 def _reverse_cumsum(ct, axis):
@@ -190,6 +192,11 @@ argmin_p = _nondiff_function("argmin")
 argsort_p = _nondiff_function("argsort")
 all_p = _nondiff_function("all")
 any_p = _nondiff_function("any")
+argmax_p.batch = single_axis_batch_rule(argmax_p, reduces=True)
+argmin_p.batch = single_axis_batch_rule(argmin_p, reduces=True)
+argsort_p.batch = single_axis_batch_rule(argsort_p)     # argsort's axis is an int
+all_p.batch = reduction_batch_rule(all_p)
+any_p.batch = reduction_batch_rule(any_p)
 
 
 def _reducer(prim):
