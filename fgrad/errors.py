@@ -55,3 +55,9 @@ class CustomRuleError(FgradError, ValueError):
 
 class NumpyFunctionError(FgradError, TypeError):
     """A NumPy function was called on a traced array and fgrad cannot route it."""
+
+
+class NNArgumentError(FgradError, ValueError):
+    """An `fgrad.nn` or `fgrad.optim` function got arguments it cannot use:
+    shapes that do not fit together, an unknown reduction, a missing random
+    generator. The message names the argument and what it should be."""

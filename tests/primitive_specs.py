@@ -351,3 +351,7 @@ NONDIFF_SPECS["sign"] = _nondiff(fnp.sign, np.sign)
 NONDIFF_SPECS["full_like"] = _nondiff(lambda x: fnp.full_like(x, 2.5),
                                       lambda x: np.full_like(x, 2.5))
 NONDIFF_SPECS["stop_gradient"] = _nondiff(fgrad.stop_gradient, lambda x: x)
+
+
+# -- fgrad.nn: its primitives and composites, in their own module ------------------------------
+import nn_specs  # noqa: E402,F401  (registers into SPECS)
