@@ -88,7 +88,7 @@ def _index_abstract(x, *idx, spec):
 getitem_p = Primitive("getitem", lambda x, *idx, spec: x[build_index(spec, idx)],
                       _index_abstract, family=FAMILY)
 getitem_p.def_vjp(lambda ct, ans, x, *idx, spec:
-                  scatter_add(ct, idx, spec, get_aval(x).shape))
+                  scatter_add(ct, idx, spec, get_aval(x).shape), reads=set())
 getitem_p.def_jvp(lambda t, ans, x, *idx, spec: getitem_p.bind(t, *idx, spec=spec))
 
 
@@ -124,7 +124,7 @@ def _scatter_add_abstract(ct, *idx, spec, shape):
 scatter_add_p = Primitive("scatter_add", _scatter_add_impl, _scatter_add_abstract,
                           family=FAMILY)
 scatter_add_p.def_vjp(lambda ct, ans, t, *idx, spec, shape:
-                      getitem_p.bind(ct, *idx, spec=spec))
+                      getitem_p.bind(ct, *idx, spec=spec), reads=set())
 scatter_add_p.def_jvp(lambda t, ans, x, *idx, spec, shape:
                       scatter_add(t, idx, spec, shape))
 
@@ -151,16 +151,14 @@ set_p = Primitive("set", _set_impl, _set_abstract, family=FAMILY)
 
 
 def _set_vjp_value(ct, ans, x, v, *idx, spec):
-    from .elementwise import unbroadcast
     return unbroadcast(getitem_p.bind(ct, *idx, spec=spec), v)
 
 
 set_p.def_vjp(lambda ct, ans, x, v, *idx, spec: set_p.bind(ct, 0, *idx, spec=spec),
-              _set_vjp_value)
+              _set_vjp_value, reads=set())
 
 
 def _set_jvp(tangents, ans, x, v, *idx, spec):
-    from .creation import zeros_like
     tx, tv = tangents[0], tangents[1]
     base = zeros_like(ans) if type(tx) is Zero else tx
     return set_p.bind(base, 0 if type(tv) is Zero else tv, *idx, spec=spec)
@@ -175,8 +173,16 @@ def set_at(x, index, v):
 
 
 def add_at(x, index, v):
-    from .shape import broadcast_to
+    if get_aval(v).weak_type:            # a Python scalar takes x's precision
+        v = convert_element_type(v, get_aval(x).dtype)
     spec, arrays = parse_index(index)
     target = _index_abstract(get_aval(x), *map(get_aval, arrays), spec=spec)
     return x + scatter_add(broadcast_to(v, target.shape), arrays, spec,
                            get_aval(x).shape)
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .creation import zeros_like  # noqa: E402
+from .elementwise import convert_element_type, unbroadcast  # noqa: E402
+from .shape import broadcast_to  # noqa: E402

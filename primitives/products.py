@@ -28,8 +28,6 @@ matmul_p = Primitive("matmul", lambda a, b: array_module(a, b).matmul(a, b),
 
 
 def _matmul_vjp_a(ct, ans, a, b):
-    from .elementwise import unbroadcast
-    from .shape import expand_dims, reshape, swap_last_axes
     a_nd, b_nd = get_aval(a).ndim, get_aval(b).ndim
     if a_nd == 1 and b_nd == 1:
         ct_a = ct * b
@@ -44,8 +42,6 @@ def _matmul_vjp_a(ct, ans, a, b):
 
 
 def _matmul_vjp_b(ct, ans, a, b):
-    from .elementwise import unbroadcast
-    from .shape import expand_dims, reshape, swap_last_axes
     a_nd, b_nd = get_aval(a).ndim, get_aval(b).ndim
     if a_nd == 1 and b_nd == 1:
         ct_b = ct * a
@@ -59,7 +55,7 @@ def _matmul_vjp_b(ct, ans, a, b):
     return unbroadcast(ct_b, b)
 
 
-matmul_p.def_vjp(_matmul_vjp_a, _matmul_vjp_b)
+matmul_p.def_vjp(_matmul_vjp_a, _matmul_vjp_b, reads=[{1}, {0}])
 matmul_p.def_jvp(lambda t, ans, a, b: matmul(t, b), lambda t, ans, a, b: matmul(a, t))
 
 
@@ -71,7 +67,6 @@ def matmul(a, b):
 def dot(a, b):
     """NumPy's ``dot``: products over the last axis of ``a`` and the second-to-last
     of ``b`` (the last if ``b`` is 1-d); scalars multiply."""
-    from .shape import moveaxis_to_front, reshape
     a_aval, b_aval = get_aval(a), get_aval(b)
     if a_aval.ndim == 0 or b_aval.ndim == 0:
         return a * b
@@ -82,3 +77,9 @@ def dot(a, b):
     rest = b_aval.shape[:-2] + b_aval.shape[-1:]
     b2 = reshape(moveaxis_to_front(b, b_aval.ndim - 2), (k, -1))
     return reshape(matmul(a, b2), a_aval.shape[:-1] + rest)
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .elementwise import unbroadcast  # noqa: E402
+from .shape import expand_dims, moveaxis_to_front, reshape, swap_last_axes  # noqa: E402

@@ -26,7 +26,7 @@ def _reshape_abstract(x, shape):
 
 reshape_p = Primitive("reshape", lambda x, shape: array_module(x).reshape(x, shape),
                       _reshape_abstract, family=FAMILY)
-reshape_p.def_vjp(lambda ct, ans, x, shape: reshape(ct, get_aval(x).shape))
+reshape_p.def_vjp(lambda ct, ans, x, shape: reshape(ct, get_aval(x).shape), reads=[set()])
 reshape_p.def_jvp(lambda t, ans, x, shape: reshape(t, shape))
 
 
@@ -53,7 +53,8 @@ def _transpose_abstract(x, axes):
 transpose_p = Primitive("transpose",
                         lambda x, axes: array_module(x).transpose(x, axes),
                         _transpose_abstract, family=FAMILY)
-transpose_p.def_vjp(lambda ct, ans, x, axes: transpose(ct, tuple(np.argsort(axes))))
+transpose_p.def_vjp(lambda ct, ans, x, axes: transpose(ct, tuple(np.argsort(axes))),
+                    reads=[set()])
 transpose_p.def_jvp(lambda t, ans, x, axes: transpose(t, axes))
 
 
@@ -90,11 +91,10 @@ broadcast_to_p = Primitive(
 
 
 def _unbroadcast(ct, ans, x, shape):
-    from .elementwise import unbroadcast
     return unbroadcast(ct, x)
 
 
-broadcast_to_p.def_vjp(_unbroadcast)
+broadcast_to_p.def_vjp(_unbroadcast, reads=[set()])
 broadcast_to_p.def_jvp(lambda t, ans, x, shape: broadcast_to(t, shape))
 
 
@@ -126,8 +126,6 @@ concatenate_p = Primitive(
 
 
 def _concatenate_vjp(ct, ans, needed, *xs, axis):
-    from .elementwise import cast_like
-    from .indexing import slice_axis
     out, start = [], 0
     for need, x in zip(needed, xs):
         aval = get_aval(x)
@@ -138,15 +136,13 @@ def _concatenate_vjp(ct, ans, needed, *xs, axis):
 
 
 def _concatenate_jvp(tangents, ans, *xs, axis):
-    from .creation import zeros_like
-    from .elementwise import cast_like
     aval = get_aval(ans)
     parts = [zeros_like(x, aval.dtype) if type(t) is Zero else cast_like(t, aval)
              for t, x in zip(tangents, xs)]
     return concatenate(parts, axis)
 
 
-concatenate_p.def_vjp_joint(_concatenate_vjp)
+concatenate_p.def_vjp_joint(_concatenate_vjp, reads=set())
 concatenate_p.def_jvp_joint(_concatenate_jvp)
 
 
@@ -204,3 +200,10 @@ def stack(xs, axis=0):
 def moveaxis_to_front(x, axis):
     ndim = get_aval(x).ndim
     return transpose(x, (axis,) + tuple(i for i in range(ndim) if i != axis))
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .creation import zeros_like  # noqa: E402
+from .elementwise import cast_like, unbroadcast  # noqa: E402
+from .indexing import slice_axis  # noqa: E402
