@@ -505,8 +505,11 @@ def conv2d(x, w, b=None, *, stride=1, padding=0, dilation=1, groups=1):
     _check_window((h, wd), (kh, kw), dilation, pads, fname)
     cols = _p.im2col(x, (kh, kw), stride, dilation, pads, 0.0)
     oh, ow = get_aval(cols).shape[-2:]
-    cols = reshape(cols, (groups, cg * kh * kw, n * oh * ow))
-    out = matmul(reshape(w, (groups, o // groups, cg * kh * kw)), cols)
+    # 2-d matmul when there is one group: NumPy sends 2-d products (transposed
+    # or not) to BLAS, but may loop in C over a stack of non-contiguous ones
+    lead = (groups,) if groups > 1 else ()
+    cols = reshape(cols, lead + (cg * kh * kw, n * oh * ow))
+    out = matmul(reshape(w, lead + (o // groups, cg * kh * kw)), cols)
     out = transpose(reshape(out, (o, n, oh, ow)), (1, 0, 2, 3))
     if b is not None:
         if get_aval(b).shape != (o,):
