@@ -79,13 +79,30 @@ _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64,
                      complex: np.complex128}
 
 
+def _fast_aval(shape, dtype):
+    # get_aval runs for every residual reverse mode drops: skip __init__'s
+    # conversions, which arrays' own shape tuples and dtypes do not need
+    aval = _new_shaped_array(ShapedArray)
+    aval.shape = shape
+    aval.dtype = dtype
+    aval.weak_type = False
+    return aval
+
+
+_new_shaped_array = object.__new__
+
+
 def get_aval(x):
     """The `ShapedArray` of an array, a tracer or a Python scalar."""
     if isinstance(x, Tracer):
         return x.aval
+    if type(x) is ShapedArray:
+        return x
     dtype = getattr(x, "dtype", None)
     if dtype is not None:
-        return ShapedArray(x.shape, dtype)
+        shape = x.shape
+        return _fast_aval(shape if type(shape) is tuple else tuple(shape),
+                          dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
     scalar_dtype = _PY_SCALAR_DTYPES.get(type(x))
     if scalar_dtype is not None:
         return ShapedArray((), scalar_dtype, weak_type=True)
@@ -225,6 +242,15 @@ class Primitive:
                 return (only(ct, ans, *args, **params),)
             self.vjp = vjp_unary
             return vjp_unary
+
+        if len(rules) == 2 and None not in rules:
+            first, second = rules
+
+            def vjp_binary(ct, ans, needed, *args, **params):
+                return (first(ct, ans, *args, **params) if needed[0] else None,
+                        second(ct, ans, *args, **params) if needed[1] else None)
+            self.vjp = vjp_binary
+            return vjp_binary
 
         def vjp(ct, ans, needed, *args, **params):
             out = []

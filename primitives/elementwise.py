@@ -9,7 +9,7 @@ transpose of the JVP, with no conjugation.
 import numpy as np
 
 from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.core import Primitive, ShapedArray, Tracer, Zero, get_aval
 
 from .base import elementwise_abstract
 
@@ -108,7 +108,8 @@ def _unary(name, vjp, reads, jvp=None):
     """A unary ufunc; ``vjp(ct, ans, x)`` also serves as the JVP (it is linear in
     ``ct``); ``reads`` is ``{0}`` (x), ``{"ans"}`` or ``set()``."""
     prim = _ufunc_primitive(name)
-    prim.def_vjp(lambda ct, ans, x: _cast(vjp(ct, ans, x), x.dtype), reads=[reads])
+    # no cast: a floating-point unary op keeps its operand's dtype
+    prim.def_vjp(vjp, reads=[reads])
     prim.def_jvp(jvp or (lambda t, ans, x: vjp(t, ans, x)))
     return prim
 
@@ -288,8 +289,16 @@ def _binder(prim):
     return fn
 
 
-add, subtract, multiply, divide, power = map(
+add, subtract, multiply, divide, _power = map(
     _binder, (add_p, subtract_p, multiply_p, divide_p, power_p))
+
+
+def power(x, y):
+    """NumPy's ``power``. A traced ``x ** 2`` binds ``square``, whose rules need
+    no ``x ** 1`` pass (NumPy likewise computes ``x ** 2`` as a square)."""
+    if (type(y) is int or type(y) is float) and y == 2 and isinstance(x, Tracer):
+        return square_p.bind(x)
+    return _power(x, y)
 maximum, minimum, negative, square, sqrt = map(
     _binder, (maximum_p, minimum_p, negative_p, square_p, sqrt_p))
 exp, log, log1p, expm1 = map(_binder, (exp_p, log_p, log1p_p, expm1_p))

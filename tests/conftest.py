@@ -25,6 +25,14 @@ settings.load_profile("ci" if os.environ.get("CI") else
 
 
 @pytest.fixture(autouse=True)
+def _prune_every_residual(monkeypatch):
+    """Reverse mode keeps small residuals whole; tests drop every residual the
+    rules do not declare, so a wrong declaration cannot hide behind small arrays."""
+    from fgrad.interpreters import reverse
+    monkeypatch.setattr(reverse, "PRUNE_MIN_BYTES", 0)
+
+
+@pytest.fixture(autouse=True)
 def _check_every_graph():
     """Every reverse-mode graph a test records is re-checked against the
     primitives' abstract rules before it is swept."""

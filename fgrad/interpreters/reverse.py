@@ -59,18 +59,34 @@ def _dtype_kind(x):
         return get_aval(x).dtype.kind
 
 
+# Residuals smaller than this are kept whole: dropping them saves no memory
+# worth its cost. Tests set it to 0 so every rule runs on pruned residuals.
+PRUNE_MIN_BYTES = 8192
+
+
 def _prune(prim, in_nodes, primals, ans):
-    """Replace the arrays the VJP will not read by their abstract values.
+    """Replace the large arrays the VJP will not read by their abstract values.
 
     This is what keeps reverse mode's memory close to a hand-written gradient:
     ``a + b`` holds neither operand, ``exp(x)`` holds only its output. Integer
     arrays (indices, masks) are always kept: they are inputs to the rules, not
-    residuals, and small.
+    residuals.
     """
+    threshold = PRUNE_MIN_BYTES
+    if getattr(ans, "nbytes", -1) < threshold and not any(
+            getattr(p, "nbytes", -1) >= threshold for p in primals):
+        return primals, ans                 # nothing worth dropping
     keep_args, keep_ans = prim.residuals(tuple([n is not None for n in in_nodes]))
-    saved = [p if i in keep_args or not hasattr(p, "shape") or p.dtype.kind not in "fc"
-             else get_aval(p) for i, p in enumerate(primals)]
-    return saved, (ans if keep_ans else get_aval(ans))
+    saved = primals
+    for i, p in enumerate(primals):
+        if i not in keep_args and getattr(p, "nbytes", -1) >= threshold \
+                and p.dtype.kind in "fc":
+            if saved is primals:
+                saved = list(primals)
+            saved[i] = get_aval(p)
+    if not keep_ans and getattr(ans, "nbytes", -1) >= threshold:
+        ans = get_aval(ans)
+    return saved, ans
 
 
 class ReverseTrace(Trace):
@@ -105,7 +121,12 @@ class ReverseTrace(Trace):
             primals, in_nodes = [x.primal], [x.node]
         else:
             primals, in_nodes = self._unwrap(args)
-        ans = prim.bind(*primals, **params)
+        for p in primals:
+            if isinstance(p, Tracer):           # an outer transformation's value
+                ans = prim.bind(*primals, **params)
+                break
+        else:
+            ans = prim.impl(*primals, **params)
         if prim.nondiff:
             return ans
         return self.record(prim, in_nodes, primals, ans, params)
@@ -119,7 +140,11 @@ class ReverseTrace(Trace):
             return self._record_multiple(prim, in_nodes, primals, ans, params)
         # Integer and boolean results carry no derivative: they leave the graph
         # as constants, so nothing downstream of them is recorded.
-        if _dtype_kind(ans) not in "fc":
+        try:
+            kind = ans.dtype.kind
+        except AttributeError:
+            kind = get_aval(ans).dtype.kind
+        if kind not in "fc":
             return ans
         node = self.num_nodes
         self.num_nodes = node + 1
