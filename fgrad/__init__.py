@@ -18,6 +18,7 @@ from .api import linearize as linearize
 from .api import value_and_grad as value_and_grad
 from .api import vjp as vjp
 from .at import at as at
+from .backend import device_put as device_put
 from .custom import custom_jvp as custom_jvp
 from .custom import custom_vjp as custom_vjp
 from .extend import defjvp as defjvp

@@ -8,7 +8,8 @@ import functools
 import numpy as np
 
 from . import numpy as fnp
-from .backend import check_same_backend
+from .backend import asarray_on, check_same_backend, foreign_backends_active, \
+    module_of_leaves
 from .core import Tracer, get_aval, new_trace
 from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from .interpreters.forward import JVPTrace, JVPTracer
@@ -35,10 +36,11 @@ def _normalize_argnums(argnums, nargs, fname):
     return single, tuple(out)
 
 
-def _as_input(x, what, allow_complex=True):
-    """A differentiated leaf as an array, refusing integers and booleans."""
+def _as_input(x, what, allow_complex=True, xp=np):
+    """A differentiated leaf as an array of module ``xp``, refusing integers and
+    booleans (a Python scalar next to device arrays goes to the device)."""
     if not isinstance(x, Tracer) and not hasattr(x, "dtype"):
-        x = np.asarray(x)
+        x = asarray_on(xp, x)
     dtype = get_aval(x).dtype
     if dtype.kind not in ("fc" if allow_complex else "f"):
         kind = "complex" if dtype.kind == "c" else dtype.name
@@ -76,8 +78,11 @@ class _Selection:
         selected = tuple(args[i] for i in self.argnums) + tuple(
             kwargs[n] for n in self.argnames)
         leaves, self.tree = tree_flatten(selected)
-        check_same_backend(leaves, "the differentiated arguments")
-        self.leaves = [_as_input(x, f"{fname}'s {self._where(i)}", allow_complex)
+        xp = np
+        if foreign_backends_active():
+            _check_arguments_backend(fname, args, kwargs)
+            xp = module_of_leaves(leaves)
+        self.leaves = [_as_input(x, f"{fname}'s {self._where(i)}", allow_complex, xp)
                        for i, x in enumerate(leaves)]
 
     def _where(self, leaf_index):
@@ -102,6 +107,23 @@ class _Selection:
         if not self.argnums:
             return by_name
         return (by_num[0] if self.single else by_num), by_name
+
+
+def _check_arguments_backend(fname, args, kwargs):
+    """Every array argument (differentiated or not) on one backend, or an error
+    naming each argument's backend by its position."""
+    labelled = []
+    for i, a in enumerate(args):
+        labelled.append((f"argument {i}", a))
+    for name, a in kwargs.items():
+        labelled.append((f"keyword argument {name!r}", a))
+    leaves, labels = [], []
+    for label, a in labelled:
+        sub = tree_flatten(a)[0]
+        leaves.extend(sub)
+        labels.extend([label] if len(sub) == 1 else
+                      [f"{label} (leaf {j})" for j in range(len(sub))])
+    check_same_backend(leaves, f"the arguments of {fname}", labels.__getitem__)
 
 
 def _fname(fun):
@@ -298,8 +320,14 @@ def jvp(fun, primals, tangents):
     if p_tree != t_tree:
         raise CotangentError(f"jvp of {name}: tangents have structure {t_tree}, but "
                              f"primals have structure {p_tree}.")
-    check_same_backend(p_leaves + t_leaves, f"jvp({name})'s primals and tangents")
-    p_leaves = [x if hasattr(x, "dtype") or isinstance(x, Tracer) else np.asarray(x)
+    xp = np
+    if foreign_backends_active():
+        p_labels = _leaf_labels("primal", primals)
+        t_labels = _leaf_labels("tangent", tangents)
+        check_same_backend(p_leaves + t_leaves, f"jvp({name})'s primals and tangents",
+                           (p_labels + t_labels).__getitem__)
+        xp = module_of_leaves(p_leaves + t_leaves)
+    p_leaves = [x if hasattr(x, "dtype") or isinstance(x, Tracer) else asarray_on(xp, x)
                 for x in p_leaves]
     for i, (p, t) in enumerate(zip(p_leaves, t_leaves)):
         _check_like(t, get_aval(p), f"tangent leaf {i}", "primal", name)
@@ -317,6 +345,15 @@ def jvp(fun, primals, tangents):
             primal_out.append(x)
             tangent_out.append(fnp.zeros_like(x))
     return tree_unflatten(out_tree, primal_out), tree_unflatten(out_tree, tangent_out)
+
+
+def _leaf_labels(kind, values):
+    labels = []
+    for i, a in enumerate(values):
+        n = len(tree_flatten(a)[0])
+        labels.extend([f"{kind} {i}"] if n == 1 else
+                      [f"{kind} {i} (leaf {j})" for j in range(n)])
+    return labels
 
 
 def linearize(fun, *primals):
@@ -348,9 +385,10 @@ def _basis(leaves):
         aval = get_aval(leaf)
         for k in range(aval.size):
             onehot = [fnp.zeros_like(x) for x in leaves]
+            # built on the host and copied once, so a device leaf gets a device basis
             flat = np.zeros(aval.size, aval.dtype)
             flat[k] = 1
-            onehot[i] = flat.reshape(aval.shape)
+            onehot[i] = asarray_on(module_of_leaves([leaf]), flat.reshape(aval.shape))
             yield onehot
 
 

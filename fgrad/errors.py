@@ -57,6 +57,17 @@ class NumpyFunctionError(FgradError, TypeError):
     """A NumPy function was called on a traced array and fgrad cannot route it."""
 
 
+class DeviceError(FgradError, RuntimeError):
+    """`device_put` was asked for a device that is not available.
+
+    >>> fgrad.device_put(x, "gpu")      # doctest: +SKIP
+    DeviceError: device_put(x, 'gpu') needs CuPy, which is not installed ...
+
+    Fix: install CuPy (``pip install 'fgrad[cuda]'``) on a machine with an NVIDIA
+    GPU, or keep the data on the host with ``device_put(x, "cpu")``.
+    """
+
+
 class NNArgumentError(FgradError, ValueError):
     """An `fgrad.nn` or `fgrad.optim` function got arguments it cannot use:
     shapes that do not fit together, an unknown reduction, a missing random

@@ -16,11 +16,12 @@ def _full_like_abstract(x, fill_value, dtype):
     return ShapedArray(x.shape, dtype)
 
 
-full_like_p = Primitive(
-    "full_like",
-    lambda x, fill_value, dtype: array_module(x).full(np.shape(x) if not hasattr(
-        x, "shape") else x.shape, fill_value, dtype),
-    _full_like_abstract, nondiff=True, family=FAMILY)
+def _full_like_impl(x, fill_value, dtype):
+    return array_module(x).full(getattr(x, "shape", ()), fill_value, dtype)
+
+
+full_like_p = Primitive("full_like", _full_like_impl, _full_like_abstract,
+                        nondiff=True, family=FAMILY)
 
 
 def full_like(x, fill_value, dtype=None):

@@ -10,7 +10,7 @@ accumulate; the VJP of scatter-adding is gathering again.
 """
 import numpy as np
 
-from fgrad.backend import array_module
+from fgrad.backend import array_module, asarray_on
 from fgrad.core import Primitive, Tracer, Zero, get_aval
 
 FAMILY = "primitives/indexing.py"
@@ -73,6 +73,14 @@ def build_index(spec, arrays):
     return tuple(out)
 
 
+def _device_index(xp, spec, idx):
+    # Index arrays built from host lists are NumPy arrays; a device operand gets
+    # them copied once here, since CuPy (rightly) refuses NumPy arrays.
+    if idx and xp is not np:
+        idx = [asarray_on(xp, i) for i in idx]
+    return build_index(spec, idx)
+
+
 def _dummy_operand(aval):
     # a zero-strided array: indexing it costs nothing but the output's shape
     return np.broadcast_to(np.zeros((), aval.dtype), aval.shape)
@@ -85,8 +93,11 @@ def _index_abstract(x, *idx, spec):
 
 # -- gather: x[idx] -------------------------------------------------------------
 
-getitem_p = Primitive("getitem", lambda x, *idx, spec: x[build_index(spec, idx)],
-                      _index_abstract, family=FAMILY)
+def _getitem_impl(x, *idx, spec):
+    return x[_device_index(array_module(x), spec, idx)]
+
+
+getitem_p = Primitive("getitem", _getitem_impl, _index_abstract, family=FAMILY)
 getitem_p.def_vjp(lambda ct, ans, x, *idx, spec:
                   scatter_add(ct, idx, spec, get_aval(x).shape), reads=set())
 getitem_p.def_jvp(lambda t, ans, x, *idx, spec: getitem_p.bind(t, *idx, spec=spec))
@@ -109,9 +120,11 @@ def slice_axis(x, axis, start, stop):
 def _scatter_add_impl(ct, *idx, spec, shape):
     xp = array_module(ct)
     out = xp.zeros(shape, ct.dtype)
-    index = build_index(spec, idx)
+    index = _device_index(xp, spec, idx)
     if idx:
-        xp.add.at(out, index, ct)        # repeated indices accumulate
+        # repeated indices accumulate; cupy.add.at (CuPy >= 13, atomics on the
+        # device) is the same call as NumPy's
+        xp.add.at(out, index, ct)
     else:
         out[index] = ct                  # a basic index touches each element once
     return out
@@ -137,8 +150,9 @@ def scatter_add(values, idx, spec, shape):
 # -- set: a copy of x with x[idx] replaced ---------------------------------------
 
 def _set_impl(x, v, *idx, spec):
-    out = array_module(x, v).array(x, copy=True)
-    out[build_index(spec, idx)] = v
+    xp = array_module(x, v)
+    out = xp.array(x, copy=True)
+    out[_device_index(xp, spec, idx)] = v
     return out
 
 

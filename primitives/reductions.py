@@ -1,4 +1,6 @@
 """Reductions over axes: sum, max, min, prod (and mean, built on sum)."""
+import math
+
 import numpy as np
 
 from fgrad.backend import array_module
@@ -96,7 +98,7 @@ def mean(x, axis=None, keepdims=False):
     """Arithmetic mean: ``sum / count``, in float64 for integer inputs."""
     aval = get_aval(x)
     axes = normalize_axis(axis, aval.ndim)
-    count = int(np.prod([aval.shape[a] for a in axes], dtype=np.int64))
+    count = math.prod(aval.shape[a] for a in axes)
     if aval.dtype.kind not in "fc":
         x = convert_element_type(x, np.float64)
     total = sum_(x, axes, keepdims)

@@ -129,7 +129,9 @@ def _where(name):
     def case(data):
         bs, (c_seed, x, y) = data
         cond = c_seed > 0
-        return Case(lambda x, y: fnp.where(cond, x, y), (x, y),
+        # asarray(like=x): the host mask goes where x is (the device, under
+        # the stand-in and CuPy runs), as a user's constant mask must
+        return Case(lambda x, y: fnp.where(fnp.asarray(cond, like=x), x, y), (x, y),
                     lambda x, y: np.where(cond, x, y))
     return hnp.mutually_broadcastable_shapes(num_shapes=3, max_dims=3, max_side=3) \
         .flatmap(lambda bs: st.tuples(st.just(bs), st.tuples(

@@ -78,7 +78,7 @@ def standin_backend():
 
 def test_mixed_backends_in_one_call(standin_backend):
     device = np.ones(3).view(StandIn)
-    with pytest.raises(BackendMismatchError, match=r"leaf 0 is a numpy array, leaf 1 "
+    with pytest.raises(BackendMismatchError, match=r"argument 0 is a numpy array, argument 1 "
                                                    r"is a standin array"):
         fgrad.grad(lambda x, y: fnp.sum(x * y), argnums=(0, 1))(np.ones(3), device)
     with pytest.raises(BackendMismatchError, match=r"different backends.*numpy.*standin"):
