@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from . import numpy as _fnp
 from .core import get_aval
 from .errors import NNArgumentError
 from .primitives import nn as _p
@@ -179,8 +180,14 @@ def one_hot(labels, num_classes, dtype=np.float64):
            [0., 0., 1.]])
     """
     labels = _integer_labels(labels, "one_hot")
-    classes = np.arange(int(num_classes))
+    classes = _like(list(range(int(num_classes))), labels)
     return convert_element_type(equal(expand_dims(labels, -1), classes), dtype)
+
+
+def _like(host_value, like):
+    """A host constant (class indices, labels, a mask) on ``like``'s backend: a
+    deliberate copy to the device when ``like`` lives there."""
+    return _fnp.asarray(host_value, like=like)
 
 
 def _integer_labels(labels, fname):
@@ -188,7 +195,7 @@ def _integer_labels(labels, fname):
         raise NNArgumentError(f"{fname}: labels must be an integer array, got "
                               f"{type(labels).__name__}")
     if not hasattr(labels, "dtype"):
-        labels = np.asarray(labels)
+        labels = _like(labels, None)
     if get_aval(labels).dtype.kind not in "iu":
         raise NNArgumentError(
             f"{fname}: labels must have an integer dtype, got "
@@ -232,15 +239,17 @@ def cross_entropy(logits, targets, *, axis=-1, label_smoothing=0.0, reduction="m
     aval = get_aval(logits)
     axis = normalize_axis(axis, aval.ndim)[0]
     classes = aval.shape[axis]
-    t_aval = get_aval(targets) if hasattr(targets, "dtype") else \
-        get_aval(np.asarray(targets))
+    if not hasattr(targets, "dtype"):
+        targets = _like(targets, None)
+    t_aval = get_aval(targets)
     if t_aval.dtype.kind in "iu":
         expected = aval.shape[:axis] + aval.shape[axis + 1:]
         if t_aval.shape != expected:
             raise NNArgumentError(
                 f"cross_entropy: integer labels must have shape {expected} (logits "
                 f"{aval.shape} without axis {axis}), got {t_aval.shape}")
-        targets = one_hot(targets, classes, aval.dtype)
+        # integer labels made on the host go to the logits' device, like indices
+        targets = one_hot(_like(targets, logits), classes, aval.dtype)
         if axis != aval.ndim - 1:
             targets = _move_last_to(targets, axis)
     elif t_aval.shape != aval.shape:
@@ -404,6 +413,7 @@ def dropout(x, rate, rng, *, deterministic=False):
     if deterministic or rate == 0.0:
         return x
     keep = _generator(rng, "dropout").random(get_aval(x).shape) >= rate
+    keep = _like(keep, x)
     return where(keep, x * (1.0 / (1.0 - rate)), 0)
 
 

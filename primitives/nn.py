@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from fgrad.backend import array_module
+from fgrad.backend import array_module, scipy_module
 from fgrad.core import Primitive, ShapedArray, get_aval
 
 from .base import normalize_axis
@@ -83,17 +83,8 @@ def softplus(x):
 
 
 def _normal_cdf_impl(x):
-    xp = array_module(x)
-    if xp is not np:
-        from cupyx.scipy.special import ndtr
-        return ndtr(x)
-    try:
-        from scipy.special import ndtr
-    except ImportError:             # scipy is optional: math.erf, one call per element
-        x = np.asarray(x)
-        erf = np.vectorize(math.erf, otypes=[x.dtype])
-        return (0.5 * (1 + erf(x / math.sqrt(2)))).astype(x.dtype)
-    return ndtr(x)
+    # scipy.special.ndtr, or cupyx.scipy.special.ndtr on the GPU
+    return scipy_module(array_module(x), "special").ndtr(x)
 
 
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
@@ -103,7 +94,8 @@ normal_cdf_p.def_jvp(lambda t, ans, x: t * (exp(-0.5 * (x * x)) * _INV_SQRT_2PI)
 
 
 def normal_cdf(x):
-    """The standard normal CDF ``Phi(x) = (1 + erf(x / sqrt 2)) / 2``."""
+    """The standard normal CDF ``Phi(x) = (1 + erf(x / sqrt 2)) / 2`` (needs SciPy,
+    or CuPy's cupyx.scipy on the GPU)."""
     return normal_cdf_p.bind(x)
 
 
@@ -195,13 +187,18 @@ def _im2col_impl(x, kernel, stride, dilation, padding, pad_value):
     xp = array_module(x)
     if any(lo or hi for lo, hi in padding):
         x = xp.pad(x, ((0, 0), (0, 0)) + tuple(padding), constant_values=pad_value)
-    x = xp.ascontiguousarray(x)
     shape = _cols_shape(x.shape, kernel, stride, dilation, ((0, 0), (0, 0)))
-    sn, sc, sh, sw = x.strides
-    view = xp.lib.stride_tricks.as_strided(
-        x, shape=shape, strides=(sc, sh * dilation[0], sw * dilation[1], sn,
-                                 sh * stride[0], sw * stride[1]))
-    return xp.ascontiguousarray(view)
+    oh, ow = shape[-2:]
+    out = xp.empty(shape, x.dtype)
+    # one strided copy per kernel offset (kh*kw of them), never one per element;
+    # plain slicing works on every backend, unlike stride tricks
+    for i in range(kernel[0]):
+        r = i * dilation[0]
+        for j in range(kernel[1]):
+            s = j * dilation[1]
+            out[:, i, j] = x[:, :, r:r + stride[0] * (oh - 1) + 1:stride[0],
+                             s:s + stride[1] * (ow - 1) + 1:stride[1]].transpose(1, 0, 2, 3)
+    return out
 
 
 def _im2col_abstract(x, kernel, stride, dilation, padding, pad_value):

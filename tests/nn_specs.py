@@ -9,6 +9,7 @@ import scipy.special as sc
 from hypothesis import strategies as st
 
 import fgrad
+import fgrad.numpy as fnp
 from fgrad import nn
 from primitive_specs import SPECS, Case, arrays, shapes, spec, values
 
@@ -93,15 +94,18 @@ def _cross_entropy(name):
             targets = t / t.sum(-1, keepdims=True)
         else:
             targets = rng.integers(0, c, n)
-        def ref(z):
-            tgt = targets if probs else np.eye(c)[targets]
+        def ref(z, *t):
+            tgt = t[0] if probs else np.eye(c)[targets]
             tgt = tgt * (1 - smoothing) + smoothing / c
             loss = -(tgt * _np_log_softmax(z)).sum(-1)
             return {"mean": loss.mean(), "sum": loss.sum(), "none": loss}[reduction]
-        # float64 probability targets promote float32 logits, as NumPy would
-        return Case(lambda z: nn.cross_entropy(z, targets, label_smoothing=smoothing,
-                                               reduction=reduction), (logits,), ref,
-                    float32=not probs)
+
+        def f(z, *t):
+            return nn.cross_entropy(z, t[0] if probs else targets,
+                                    label_smoothing=smoothing, reduction=reduction)
+        # probability targets are an argument (so they live on the test's
+        # device); integer labels stay host data, which fgrad moves like indices
+        return Case(f, (logits, targets) if probs else (logits,), ref)
     return st.tuples(st.tuples(st.integers(1, 4), st.integers(2, 5)), st.integers(0, 99),
                      st.sampled_from([0.0, 0.1]), st.sampled_from(["mean", "sum", "none"]),
                      st.booleans()).map(build)
@@ -109,15 +113,11 @@ def _cross_entropy(name):
 
 @spec("nn.binary_cross_entropy_with_logits")
 def _bce(name):
-    def build(d):
-        shape, seed = d
-        y = np.random.default_rng(seed).random(shape)
-        return arrays(shape, values(-5, 5)).map(
-            lambda x: Case(lambda x: nn.binary_cross_entropy_with_logits(x, y), (x,),
-                           lambda x: np.mean(-(y * np.log(sc.expit(x))
-                                               + (1 - y) * np.log(sc.expit(-x)))),
-                           float32=False))
-    return st.tuples(shapes(), st.integers(0, 99)).flatmap(build)
+    return shapes().flatmap(lambda s: st.tuples(arrays(s, values(-5, 5)),
+                                                arrays(s, values(0, 1)))).map(
+        lambda xy: Case(nn.binary_cross_entropy_with_logits, xy,
+                        lambda x, y: np.mean(-(y * np.log(sc.expit(x))
+                                               + (1 - y) * np.log(sc.expit(-x))))))
 
 
 @spec("nn.mse")
@@ -157,9 +157,9 @@ def _rms_norm(name):
 def _batch_norm(name):
     def build(d):
         x, g, b = d
-        c = x.shape[1]
-        rm, rv = np.zeros(c), np.ones(c)
-        return Case(lambda x, g, b: nn.batch_norm(x, g, b, rm, rv, training=True)[0],
+        # running statistics made from an argument, so they share its device
+        return Case(lambda x, g, b: nn.batch_norm(x, g, b, fnp.zeros_like(b),
+                                                  fnp.ones_like(b), training=True)[0],
                     (x, g, b),
                     lambda x, g, b: _np_norm(x, (0, 2), 1e-5) * g[:, None] + b[:, None])
     return st.tuples(st.integers(2, 3), st.integers(1, 3), st.integers(1, 3)).flatmap(
