@@ -12,6 +12,7 @@ from fgrad.backend import array_module
 from fgrad.core import Primitive, ShapedArray, Tracer, Zero, get_aval
 
 from .base import elementwise_abstract
+from .batching import broadcasting_batch_rule, unary_batch_rule
 
 FAMILY = "primitives/elementwise.py"
 
@@ -29,6 +30,9 @@ def _ufunc_primitive(name, nondiff=False, np_name=None):
         return (np_fn if xp is np else getattr(xp, xp_name))(*args)
     prim = Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
                      family=FAMILY)
+    prim.batch = broadcasting_batch_rule(prim)
+    # jit's compiler calls the backend's ufunc directly (with out= for buffer reuse)
+    prim.ufunc_name = xp_name if isinstance(np_fn, np.ufunc) else None
     _NUMPY_UFUNCS[prim] = np_fn
     return prim
 
@@ -222,6 +226,7 @@ def _where_impl(c, x, y):
 
 where_p = Primitive("where", _where_impl, elementwise_abstract(np.where),
                     family=FAMILY)
+where_p.batch = broadcasting_batch_rule(where_p)
 _elementwise_rules(
     where_p,
     [None, lambda ct, ans, c, x, y: where(c, ct, 0),
@@ -245,6 +250,7 @@ convert_element_type_p.def_vjp(
     lambda ct, ans, x, dtype: cast_like(ct, get_aval(x))
     if get_aval(x).dtype.kind in "fc" else None, reads=[set()])
 convert_element_type_p.def_jvp(lambda t, ans, x, dtype: convert_element_type(t, dtype))
+convert_element_type_p.batch = unary_batch_rule(convert_element_type_p)
 
 real_p = _ufunc_primitive("real")
 real_p.def_vjp(lambda ct, ans, x: cast_like(ct, get_aval(x)), reads=[set()])

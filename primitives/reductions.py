@@ -7,6 +7,7 @@ from fgrad.backend import array_module
 from fgrad.core import Primitive, ShapedArray, get_aval
 
 from .base import normalize_axis, result_dtype
+from .batching import reduction_batch_rule
 
 FAMILY = "primitives/reductions.py"
 
@@ -29,7 +30,9 @@ def _reduction(name):
                              "non-empty array")
         return ShapedArray(_reduced_shape(x.shape, axis, keepdims),
                            result_dtype(lambda d: np_fn(np.reshape(d, (1,))), [x]))
-    return Primitive(name, impl, abstract, family=FAMILY)
+    prim = Primitive(name, impl, abstract, family=FAMILY)
+    prim.batch = reduction_batch_rule(prim)
+    return prim
 
 
 def keepdims_like(ct, x, axis, keepdims):

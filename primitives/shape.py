@@ -11,6 +11,7 @@ from fgrad.backend import array_module
 from fgrad.core import Primitive, ShapedArray, Zero, get_aval
 
 from .base import normalize_axis
+from .batching import axis_size, move_axis
 
 FAMILY = "primitives/shape.py"
 
@@ -200,6 +201,53 @@ def stack(xs, axis=0):
 def moveaxis_to_front(x, axis):
     ndim = get_aval(x).ndim
     return transpose(x, (axis,) + tuple(i for i in range(ndim) if i != axis))
+
+
+# -- batching rules ----------------------------------------------------------------
+
+def _reshape_batch(args, dims, shape):
+    (x,), (d,) = args, dims
+    x = move_axis(x, d, 0)
+    return reshape(x, get_aval(x).shape[:1] + shape), 0
+
+
+def _transpose_batch(args, dims, axes):
+    # the batch axis keeps its position; the permuted axes move around it
+    (x,), (d,) = args, dims
+    perm = [a + (a >= d) for a in axes]
+    perm.insert(d, d)
+    return transpose(x, tuple(perm)), d
+
+
+def _broadcast_to_batch(args, dims, shape):
+    # x lines up with the target right-aligned, so its batch axis lands at
+    # d + (number of new leading axes) and broadcasting can keep it there
+    (x,), (d,) = args, dims
+    aval = get_aval(x)
+    position = d + len(shape) - (aval.ndim - 1)
+    target = shape[:position] + (aval.shape[d],) + shape[position:]
+    return broadcast_to(x, target), position
+
+
+def _concatenate_batch(args, dims, axis):
+    size = axis_size(args, dims)
+    position = next(d for d in dims if d is not None)
+    parts = []
+    for x, d in zip(args, dims):
+        if d is None:
+            shape = get_aval(x).shape
+            x = broadcast_to(expand_dims(x, position),
+                             shape[:position] + (size,) + shape[position:])
+        else:
+            x = move_axis(x, d, position)
+        parts.append(x)
+    return concatenate_p.bind(*parts, axis=axis + (axis >= position)), position
+
+
+reshape_p.batch = _reshape_batch
+transpose_p.batch = _transpose_batch
+broadcast_to_p.batch = _broadcast_to_batch
+concatenate_p.batch = _concatenate_batch
 
 
 # Families use each other's functions in their rules; importing them last

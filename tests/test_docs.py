@@ -17,7 +17,8 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 DOCTEST_MODULES = ["fgrad", "fgrad.api", "fgrad.at", "fgrad.backend", "fgrad.core",
                    "fgrad.custom", "fgrad.extend", "fgrad.numpy", "fgrad.testing",
-                   "fgrad.tree", "fgrad.primitives.creation", "fgrad.nn", "fgrad.optim"]
+                   "fgrad.tree", "fgrad.primitives.creation",
+                   "fgrad._jit", "fgrad.lax", "fgrad.debug", "fgrad.graph", "fgrad.nn", "fgrad.optim"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

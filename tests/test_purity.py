@@ -81,3 +81,18 @@ def test_no_transformation_writes_into_its_inputs():
     fgrad.jvp(f, (x, w), (x, w))
     fgrad.hessian(lambda x: f(x, w))(x)
     fgrad.vjp(f, x, w)[1](1.0)
+
+
+def test_in_place_cotangent_sums_never_touch_user_arrays():
+    """Fan-out cotangents are summed in place only in buffers the sweep made;
+    a user's (writeable) cotangent flowing straight to an input must survive."""
+    x = np.linspace(0.5, 2.0, 5000)          # large enough to be pruned and summed
+    ct = np.ones(5000)
+    f = lambda x: (x + x, x)                 # both outputs feed x directly
+    out, vjp_fn = fgrad.vjp(f, x)
+    cts = (ct, ct)
+    (g,) = vjp_fn(cts)
+    np.testing.assert_array_equal(ct, np.ones(5000))
+    np.testing.assert_array_equal(g, 3 * np.ones(5000))
+    g2 = fgrad.grad(lambda x: fnp.sum(x * x + fnp.sin(x) + x))(x)
+    np.testing.assert_allclose(g2, 2 * x + np.cos(x) + 1)
