@@ -274,3 +274,56 @@ def col2im(cols, shape, kernel, stride=(1, 1), dilation=(1, 1),
 def as_float(x, like):
     """``x`` (booleans, integers) converted to the floating dtype of ``like``."""
     return convert_element_type(x, get_aval(like).dtype)
+
+
+# ---------------------------------------------------------------------------
+# Batching rules (vmap)
+# ---------------------------------------------------------------------------
+
+def _softmax_batch(args, dims, *, axis):
+    (x,), (d,) = args, dims
+    return softmax_p.bind(x, axis=tuple(a + (a >= d) for a in axis)), d
+
+
+def _merge_into(x, d, target):
+    """Fold batch axis ``d`` of ``x`` into axis ``target`` (of the unbatched
+    array), batch-major: ``(..., B, N, ...) -> (..., B*N, ...)``."""
+    from .batching import move_axis
+    from .shape import reshape
+    x = move_axis(x, d, target)
+    shape = get_aval(x).shape
+    return reshape(x, shape[:target] + (shape[target] * shape[target + 1],)
+                   + shape[target + 2:]), shape[target]
+
+
+def _split_axis(x, axis, size):
+    from .shape import reshape
+    shape = get_aval(x).shape
+    return reshape(x, shape[:axis] + (size, shape[axis] // size) + shape[axis + 1:])
+
+
+def _im2col_batch(args, dims, **params):
+    # examples become more images: (B, N, C, H, W) -> (B*N, C, H, W)
+    (x,), (d,) = args, dims
+    x, size = _merge_into(x, d, 0)
+    return _split_axis(im2col_p.bind(x, **params), 3, size), 3
+
+
+def _col2im_batch(args, dims, *, shape, **params):
+    (cols,), (d,) = args, dims
+    cols, size = _merge_into(cols, d, 3)
+    out = col2im_p.bind(cols, shape=(size * shape[0],) + tuple(shape[1:]), **params)
+    return _split_axis(out, 0, size), 0
+
+
+def _install_batch_rules():
+    from .batching import reduction_batch_rule, unary_batch_rule
+    for prim in (relu_p, sigmoid_p, softplus_p, normal_cdf_p):
+        prim.batch = unary_batch_rule(prim)
+    logsumexp_p.batch = reduction_batch_rule(logsumexp_p)
+    softmax_p.batch = _softmax_batch
+    im2col_p.batch = _im2col_batch
+    col2im_p.batch = _col2im_batch
+
+
+_install_batch_rules()
