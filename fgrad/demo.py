@@ -161,7 +161,7 @@ def _run(argv):
     if has_jit:
         jitted = time_per_step(step, params, xb, yb, repeats)
         print(f"time per step, jit(grad):     {jitted * 1e3:7.2f} ms "
-              f"({eager / jitted:.2f}x faster)")
+              f"(speed-up over eager: {eager / jitted:.2f}x)")
     else:
         print("time per step, jit(grad):     n/a (this fgrad has no jit yet)")
 
