@@ -111,6 +111,11 @@ class ControlFlowError(FgradError, ValueError):
     of a staged while_loop)."""
 
 
+class IndexUpdateError(FgradError, IndexError):
+    """An ``fgrad.at(x)[idx]`` update that cannot be done as asked (for example
+    ``.min`` / ``.max`` with repeated indices)."""
+
+
 class DeviceError(FgradError, RuntimeError):
     """`device_put` was asked for a device that is not available.
 
