@@ -125,3 +125,9 @@ class DeviceError(FgradError, RuntimeError):
     Fix: install CuPy (``pip install 'fgrad[cuda]'``) on a machine with an NVIDIA
     GPU, or keep the data on the host with ``device_put(x, "cpu")``.
     """
+
+
+class NNArgumentError(FgradError, ValueError):
+    """An `fgrad.nn` or `fgrad.optim` function got arguments it cannot use:
+    shapes that do not fit together, an unknown reduction, a missing random
+    generator. The message names the argument and what it should be."""

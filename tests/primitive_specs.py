@@ -809,3 +809,7 @@ SPECS["diff"] = unary_shape(fnp.diff, np.diff, min_dims=1,
                             axis=lambda n: st.integers(-n, n - 1))
 SPECS["nansum"] = reduction(fnp.nansum, np.nansum, None)
 SPECS["nanmean"] = axis_reduction(fnp.nanmean, np.nanmean)
+
+
+# -- fgrad.nn: its primitives and composites, in their own module ------------------------------
+import nn_specs  # noqa: E402,F401  (registers into SPECS)

@@ -48,6 +48,9 @@ ALLOWED = {
     ("fgrad/numpy/__init__.py", "array"):
         "numpy.array on host objects (lists, scalars): array creation, which "
         "fgrad.numpy leaves to NumPy like zeros/ones",
+    ("fgrad/nn.py", "_generator"):
+        "makes a host numpy.random.Generator from an integer seed; no array data "
+        "(the masks it draws are moved to the data's device by _like)",
     ("fgrad/numpy/__init__.py", "asarray"):
         "numpy.asarray on host objects when no like= device array is given",
     ("fgrad/numpy/_manipulation.py", "_as_array"):
