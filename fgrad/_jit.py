@@ -93,12 +93,27 @@ def _call_jvp(tangents, ans, *args, graph, name):
     return tuple(t_out)
 
 
+def _call_batch_rule(prim):
+    # The call stays one call: its graph is batched (staged once per graph,
+    # batch axes and size) and the same primitive is bound on the batched
+    # graph, so vmap of a jitted function runs one compiled program, and vmap
+    # of a checkpointed one is still recomputed in the reverse sweep.
+    def rule(args, dims, *, graph, name):
+        from .interpreters.batching import batch_graph
+        from .primitives.batching import axis_size
+        batched, out_batched = batch_graph(graph, tuple(dims), axis_size(args, dims))
+        outs = prim.bind(*args, graph=batched, name=name)
+        return outs, tuple(0 if b else None for b in out_batched)
+    return rule
+
+
 def _call_primitive(name):
     prim = Primitive(name, _call_impl, _call_abstract, multiple_results=True,
                      family="fgrad/_jit.py")
     prim.call_param = "graph"           # the compiler inlines it
     prim.def_vjp_joint(_call_vjp)
     prim.def_jvp_joint(_call_jvp)
+    prim.batch = _call_batch_rule(prim)
     return prim
 
 

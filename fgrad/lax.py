@@ -3,22 +3,50 @@
 Outside `jit` (and whenever the deciding values are concrete, as under eager
 ``grad``), these run as ordinary Python: the chosen branch is called, the loop
 loops, and every transformation sees the operations one by one, so everything
-differentiates as usual. When a deciding value is staged (inside `jit`), the
-branches or the loop body are staged into graphs and the whole construct
-becomes one primitive (`fgrad.primitives.control`), with its own JVP and VJP.
+differentiates as usual. When a deciding value is staged (inside `jit`) or
+differs between the examples of a `vmap`, the branches or the loop body are
+staged into graphs and the whole construct becomes one primitive
+(`fgrad.primitives.control`), with its own JVP, VJP and batching rules.
 
 >>> import numpy as np, fgrad, fgrad.numpy as fnp
 >>> f = fgrad.jit(lambda x: fgrad.lax.cond(fnp.sum(x) > 0, fnp.sin, fnp.cos, x))
 >>> f(np.zeros(2))
 array([1., 1.])
 """
-from .core import get_aval
-from .errors import ControlFlowError
+from .core import Tracer, get_aval
+from .errors import BatchedConversionError, ControlFlowError
 from .interpreters.staging import is_staged, stage
 from .primitives.control import cond_p, scan_p, while_p
 from .tree import tree_flatten, tree_unflatten
 
 __all__ = ["cond", "switch", "while_loop", "fori_loop", "scan"]
+
+
+def _deferred(x):
+    """True if ``x`` has no single concrete value: staged, or batched by vmap."""
+    try:
+        return is_staged(x)
+    except BatchedConversionError:
+        return True
+
+
+def _staged(x):
+    """True if ``x`` is staged (under jit), looking through vmap's batching."""
+    while isinstance(x, Tracer):
+        try:
+            return is_staged(x)
+        except BatchedConversionError:
+            x = _batched_value(x)
+    return False
+
+
+def _batched_value(x):
+    # the batch tracer under ``x`` (possibly wrapped by derivative tracers) holds
+    # every example in ``val``
+    from .interpreters.batching import BatchTracer
+    while not isinstance(x, BatchTracer):
+        x = x.concrete()
+    return x.val
 
 
 def _avals(leaves):
@@ -73,7 +101,7 @@ def switch(index, branches, *operands):
     branches = list(branches)
     if not branches:
         raise ControlFlowError("switch needs at least one branch")
-    if not is_staged(index):
+    if not _deferred(index):
         i = min(max(int(index), 0), len(branches) - 1)
         return branches[i](*operands)
     leaves, in_tree = tree_flatten(operands)
@@ -105,7 +133,7 @@ def cond(pred, true_fun, false_fun, *operands):
     >>> float(fgrad.lax.cond(True, lambda x: x + 1.0, lambda x: x - 1.0, 1.0))
     2.0
     """
-    if not is_staged(pred):
+    if not _deferred(pred):
         return true_fun(*operands) if bool(pred) else false_fun(*operands)
     return switch(pred, [false_fun, true_fun], *operands)
 
@@ -121,14 +149,17 @@ def while_loop(cond_fun, body_fun, init_val):
     >>> fgrad.lax.while_loop(lambda v: v < 10, lambda v: v * 2, 1)
     16
     """
-    first = cond_fun(init_val)
-    if not is_staged(first) and not any(is_staged(x) for x in
-                                        tree_flatten(init_val)[0]):
-        val, keep = init_val, bool(first)
-        while keep:
-            val = body_fun(val)
-            keep = bool(cond_fun(val))
-        return val
+    if not any(_staged(x) for x in tree_flatten(init_val)[0]):
+        # eager while the predicate is one concrete value; a predicate that
+        # differs between vmap's examples hands the rest of the loop over to
+        # the primitive, whose batching rule steps each example as far as it goes
+        while True:
+            keep = cond_fun(init_val)
+            if _deferred(keep):
+                break
+            if not bool(keep):
+                return init_val
+            init_val = body_fun(init_val)
     leaves, tree = tree_flatten(init_val)
     avals = _avals(leaves)
     c_graph, c_cap, c_tree = _stage_flat(lambda v: cond_fun(v), _single(tree), avals,
@@ -165,7 +196,7 @@ def fori_loop(lower, upper, body_fun, init_val):
     >>> int(fgrad.lax.fori_loop(0, 4, lambda i, v: v + i, 0))
     6
     """
-    if is_staged(lower) or is_staged(upper):
+    if _deferred(lower) or _deferred(upper):
         def cond_fun(state):
             return state[0] < upper
 
@@ -205,7 +236,7 @@ def scan(f, init, xs=None, length=None, reverse=False):
             + ("" if x_leaves or length is not None else " (pass length= when xs is None)"))
     n = lengths.pop()
     c_leaves, c_tree = tree_flatten(init)
-    if not any(is_staged(v) for v in c_leaves + x_leaves):
+    if not any(_staged(v) for v in c_leaves + x_leaves):
         carry, ys = init, []
         for i in (range(n - 1, -1, -1) if reverse else range(n)):
             carry, y = f(carry, tree_unflatten(x_tree, [x[i] for x in x_leaves]))

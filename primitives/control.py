@@ -7,7 +7,15 @@ body that carries tangents (`_jvp_graph`), the VJP of ``cond`` is a ``cond``
 over the branches' VJPs (`_vjp_graph`), and the VJP of ``scan`` is a scan in the
 opposite direction over the stored carries. Every graph is closed (its outer
 values are explicit operands), so a rule only rearranges operands.
+
+Batching rules batch the graphs (`fgrad.interpreters.batching.batch_graph`) and
+bind the same primitive on them, except where examples would take different
+paths: a ``cond`` whose predicate differs between examples runs every branch on
+the whole batch and selects per example, and a ``while_loop`` whose predicate
+differs runs until no example wants another step, freezing finished examples.
 """
+import functools
+
 import numpy as np
 
 from fgrad.backend import array_module
@@ -46,6 +54,41 @@ def _real_tangent(t, like):
 
 def _is_float(aval):
     return aval.dtype.kind in "fc"
+
+
+def _batch_graph(graph, dims, size, force=None):
+    from fgrad.interpreters.batching import batch_graph
+    return batch_graph(graph, tuple(dims), size, None if force is None else tuple(force))
+
+
+def _per_example(mask, like):
+    """``mask`` (one bool per example, batch axis first) shaped to select on ``like``."""
+    from .shape import reshape
+    shape = get_aval(mask).shape
+    return reshape(mask, shape + (1,) * (get_aval(like).ndim - len(shape)))
+
+
+def _carry_fixed_point(batched, step):
+    """Which carries are batched once the loop body has run.
+
+    A carry that is shared on entry but comes out of the body batched must be
+    batched on entry too, which may batch more of the body's outputs: iterate
+    ``step(batched) -> body outputs' flags`` until nothing changes.
+    """
+    batched = list(batched)
+    while True:
+        out = step(batched)
+        grown = [a or b for a, b in zip(batched, out)]
+        if grown == batched:
+            return batched
+        batched = grown
+
+
+def _carry_in(carry, dims, batched, size):
+    """Carries with batch axis first where ``batched`` says, broadcast if shared."""
+    from .batching import batch_to_front
+    return [batch_to_front(x, d, size) if b else x
+            for x, d, b in zip(carry, dims, batched)]
 
 
 def _jvp_graph(graph, n_keep):
@@ -125,8 +168,35 @@ def _cond_vjp(ct, ans, needed, index, *ops, branches):
     return tuple(out)
 
 
+def _cond_batch(args, dims, *, branches):
+    from .batching import axis_size, move_axis
+    from .elementwise import greater_equal, where
+    index, ops = args[0], args[1:]
+    size = axis_size(args, dims)
+    op_dims = dims[1:]
+    if dims[0] is None:
+        # every example takes the same branch: one cond over batched branches,
+        # each output batched if any branch batches it
+        flags = [_batch_graph(g, op_dims, size)[1] for g in branches]
+        force = [any(col) for col in zip(*flags)]
+        batched = tuple(_batch_graph(g, op_dims, size, force)[0] for g in branches)
+        outs = cond_p.bind(index, *ops, branches=batched)
+        return outs, tuple(0 if b else None for b in force)
+    # examples disagree: every branch runs on the whole batch, then each example
+    # keeps its own branch's result (index clamped into range, as in impl)
+    force = [True] * len(branches[0].outvars)
+    results = [_eval(_batch_graph(g, op_dims, size, force)[0], ops) for g in branches]
+    index = move_axis(index, dims[0], 0)
+    out = list(results[0])
+    for k in range(1, len(branches)):
+        take = greater_equal(index, k)
+        out = [where(_per_example(take, o), o, r) for o, r in zip(results[k], out)]
+    return tuple(out), (0,) * len(out)
+
+
 cond_p.def_jvp_joint(_cond_jvp)
 cond_p.def_vjp_joint(_cond_vjp)
+cond_p.batch = _cond_batch
 
 # ---------------------------------------------------------------------------
 # while_loop: while_p(*cond_consts, *body_consts, *init, cond=, body=, n_cc=, n_bc=)
@@ -183,8 +253,65 @@ def _while_vjp(ct, ans, needed, *args, cond, body, n_cc, n_bc):
         "differentiate outside jit, where while_loop runs eagerly.")
 
 
+@functools.lru_cache(maxsize=128)
+def _masked_loop(cond, body, n_cc, n_bc):
+    """(cond, body) graphs of a loop that steps while any example's predicate
+    holds, leaving the carries of finished examples as they are.
+
+    ``cond`` and ``body`` are batched graphs (every carry batched, batch axis
+    first); the new body takes the cond's constants in front of its own.
+    """
+    from .elementwise import where
+    from .reductions import any_p
+    cond_avals = cond.in_avals
+
+    def any_cond(*xs):
+        return [any_p.bind(_eval(cond, list(xs))[0], axis=None, keepdims=False)]
+
+    def masked_body(*xs):
+        cc, bc, val = xs[:n_cc], xs[n_cc:n_cc + n_bc], xs[n_cc + n_bc:]
+        running = _eval(cond, list(cc) + list(val))[0]
+        new = _eval(body, list(bc) + list(val))
+        return [where(_per_example(running, n), n, v) for n, v in zip(new, val)]
+    body_avals = cond_avals[:n_cc] + body.in_avals[:n_bc] + cond_avals[n_cc:]
+    return _stage(any_cond, cond_avals), _stage(masked_body, body_avals)
+
+
+def _while_batch(args, dims, *, cond, body, n_cc, n_bc):
+    from .batching import axis_size
+    size = axis_size(args, dims)
+    cc, bc, val = args[:n_cc], args[n_cc:n_cc + n_bc], args[n_cc + n_bc:]
+    cc_dims, bc_dims = list(dims[:n_cc]), list(dims[n_cc:n_cc + n_bc])
+    val_dims = dims[n_cc + n_bc:]
+
+    def carry_dims(batched):
+        return [0 if b else None for b in batched]
+
+    def pred_batched(batched):
+        return _batch_graph(cond, cc_dims + carry_dims(batched), size)[1][0]
+
+    def step(batched):
+        if pred_batched(batched):
+            return [True] * len(batched)    # masked updates batch every carry
+        return _batch_graph(body, bc_dims + carry_dims(batched), size)[1]
+    batched = _carry_fixed_point([d is not None for d in val_dims], step)
+    val = _carry_in(val, val_dims, batched, size)
+    k_dims = carry_dims(batched)
+    b_cond = _batch_graph(cond, cc_dims + k_dims, size)[0]
+    b_body = _batch_graph(body, bc_dims + k_dims, size, batched)[0]
+    if not pred_batched(batched):
+        outs = while_p.bind(*cc, *bc, *val, cond=b_cond, body=b_body, n_cc=n_cc,
+                            n_bc=n_bc)
+        return outs, tuple(k_dims)
+    any_cond, masked_body = _masked_loop(b_cond, b_body, n_cc, n_bc)
+    outs = while_p.bind(*cc, *cc, *bc, *val, cond=any_cond, body=masked_body,
+                        n_cc=n_cc, n_bc=n_cc + n_bc)
+    return outs, tuple(k_dims)
+
+
 while_p.def_jvp_joint(_while_jvp)
 while_p.def_vjp_joint(_while_vjp)
+while_p.batch = _while_batch
 
 # ---------------------------------------------------------------------------
 # scan: scan_p(*consts, *init, *xs, body=, n_consts=, n_carry=, length=, reverse=)
@@ -310,7 +437,38 @@ def _scan_vjp(ct, ans, needed, *args, body, n_consts, n_carry, length, reverse):
     return tuple(c if need else None for c, need in zip(out, needed))
 
 
+def _scan_batch(args, dims, *, body, n_consts, n_carry, length, reverse):
+    from .batching import axis_size, move_axis
+    size = axis_size(args, dims)
+    consts, init, xs = (args[:n_consts], args[n_consts:n_consts + n_carry],
+                        args[n_consts + n_carry:])
+    c_dims = list(dims[:n_consts])
+    init_dims = dims[n_consts:n_consts + n_carry]
+    # the scan walks axis 0 of xs, so their batch axis goes right after it,
+    # where each step's slice has it first
+    xs = [x if d is None else move_axis(x, d, 1)
+          for x, d in zip(xs, dims[n_consts + n_carry:])]
+    x_dims = [None if d is None else 0 for d in dims[n_consts + n_carry:]]
+
+    def body_dims(batched):
+        return c_dims + [0 if b else None for b in batched] + x_dims
+
+    def step(batched):
+        return _batch_graph(body, body_dims(batched), size)[1][:n_carry]
+    batched = _carry_fixed_point([d is not None for d in init_dims], step)
+    n_y = len(body.outvars) - n_carry
+    b_body, flags = _batch_graph(body, body_dims(batched), size,
+                                 list(batched) + [False] * n_y)
+    init = _carry_in(init, init_dims, batched, size)
+    outs = scan_p.bind(*consts, *init, *xs, body=b_body, n_consts=n_consts,
+                       n_carry=n_carry, length=length, reverse=reverse)
+    out_dims = [0 if b else None for b in flags[:n_carry]] + \
+        [1 if b else None for b in flags[n_carry:]]
+    return outs, tuple(out_dims)
+
+
 scan_p.def_jvp_joint(_scan_jvp)
 scan_p.def_vjp_joint(_scan_vjp)
+scan_p.batch = _scan_batch
 
 del np

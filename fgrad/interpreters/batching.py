@@ -9,13 +9,14 @@ primitives on the whole batch at once, so no Python loop over examples runs.
 A primitive without a batching rule (a user's `fgrad.primitive`) falls back to
 a loop over examples, with a one-time warning naming it.
 """
+import functools
 import warnings
 
-from ..core import ShapedArray, Trace, Tracer, get_aval
+from ..core import ShapedArray, Trace, Tracer, get_aval, new_trace
 from ..errors import BatchedConversionError, LoopBatchingWarning
 from ..primitives.batching import axis_size, not_mapped
 
-__all__ = ["BatchTrace", "BatchTracer", "not_mapped"]
+__all__ = ["BatchTrace", "BatchTracer", "batch_graph", "not_mapped"]
 
 
 def _conversion_message(what, aval):
@@ -133,6 +134,62 @@ class BatchTrace(Trace):
         b_fun, b_rule = _batched_custom_jvp(fun, rule, dims, self.axis_size)
         outs = lower.process_custom_jvp(b_fun, b_rule, vals)
         return tuple(BatchTracer(self, o, 0) for o in outs)
+
+
+# ---------------------------------------------------------------------------
+# Staged graphs under vmap
+# ---------------------------------------------------------------------------
+
+
+def batched_aval(aval, dim, size):
+    """The aval of a value holding ``size`` examples of ``aval`` along ``dim``."""
+    if dim is None:
+        return aval
+    return ShapedArray(aval.shape[:dim] + (size,) + aval.shape[dim:], aval.dtype)
+
+
+# A call or control-flow primitive is batched by batching the graph in its
+# parameters. The batched graph depends only on the graph, where the batch axes
+# sit and the batch size, so it is staged once per such key; keeping it (and its
+# compiled code, which lives on the graph) is what makes ``vmap(jit(f))`` one
+# compiled call after the first.
+@functools.lru_cache(maxsize=512)
+def batch_graph(graph, dims, size, force=None):
+    """``graph`` over a batch: ``(batched graph, out_batched)``.
+
+    ``dims`` gives, per input, the position of its batch axis (None: shared by
+    every example). Each output of the batched graph that differs between
+    examples has its batch axis first and is marked True in ``out_batched``;
+    the others are per-example values, unless ``force`` (a tuple of bools, one
+    per output) asks for them to be broadcast to the batch as well.
+    """
+    from ..primitives.batching import batch_to_front, move_axis
+    from .staging import eval_graph, stage
+    box = []
+
+    def batched(*xs):
+        with new_trace(BatchTrace, size) as trace:
+            ins = [x if d is None else BatchTracer(trace, x, d)
+                   for x, d in zip(xs, dims)]
+            outs = eval_graph(graph, ins)
+        vals, flags = [], []
+        for k, o in enumerate(outs):
+            if isinstance(o, BatchTracer) and o._trace is trace:
+                vals.append(move_axis(o.val, o.batch_dim, 0))
+                flags.append(True)
+            elif force is not None and force[k]:
+                vals.append(batch_to_front(o, None, size))
+                flags.append(True)
+            else:
+                vals.append(o)
+                flags.append(False)
+        box.append(tuple(flags))
+        return vals
+    avals = [batched_aval(a, d, size) for a, d in zip(graph.in_avals, dims)]
+    staged, captured = stage(batched, avals)
+    if captured:
+        raise AssertionError("batch_graph stages closed graphs only")
+    return staged, box[0]
 
 
 def _named(f, name, body=None):
