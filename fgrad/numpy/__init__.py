@@ -164,3 +164,6 @@ def asarray(obj, dtype=None):
                                     and _contains_tracer(obj)):
         return array(obj, dtype)
     return _np.asarray(obj, dtype=dtype)
+
+# -- einsum and the products built on it, linalg, fft --------------------------------
+from ._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
