@@ -55,3 +55,13 @@ class CustomRuleError(FgradError, ValueError):
 
 class NumpyFunctionError(FgradError, TypeError):
     """A NumPy function was called on a traced array and fgrad cannot route it."""
+
+
+class LinalgDerivativeError(FgradError, NotImplementedError):
+    """A linear-algebra derivative that is undefined or not implemented here.
+
+    >>> fgrad.grad(lambda a: fnp.linalg.svd(a)[1].sum())(np.ones((3, 2)))  # doctest: +SKIP
+    LinalgDerivativeError: svd with full_matrices=True has no derivative ...
+
+    Fix: follow the message (pass ``full_matrices=False``, use a real input, ...).
+    """
