@@ -167,4 +167,4 @@ def asarray(obj, dtype=None):
 
 # -- einsum and the products built on it, linalg, fft --------------------------------
 from ._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
-from . import linalg  # noqa: E402,F401
+from . import fft, linalg  # noqa: E402,F401
