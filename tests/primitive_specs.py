@@ -351,3 +351,5 @@ NONDIFF_SPECS["sign"] = _nondiff(fnp.sign, np.sign)
 NONDIFF_SPECS["full_like"] = _nondiff(lambda x: fnp.full_like(x, 2.5),
                                       lambda x: np.full_like(x, 2.5))
 NONDIFF_SPECS["stop_gradient"] = _nondiff(fgrad.stop_gradient, lambda x: x)
+
+import linalg_specs  # noqa: E402,F401  (einsum, products, linalg, fft: fills SPECS)
