@@ -282,3 +282,5 @@ SPECS["fftshift"] = st.tuples(shapes(min_dims=1), st.booleans()).flatmap(
     lambda d: arrays(d[0]).map(lambda x: Case(
         (fnp.fft.ifftshift if d[1] else fnp.fft.fftshift), (x,),
         (np.fft.ifftshift if d[1] else np.fft.fftshift))))
+
+import scipy_specs  # noqa: E402,F401  (fgrad.scipy's primitives)

@@ -34,7 +34,7 @@ def parse_subscripts(*args):
 
     >>> import numpy as np
     >>> parse_subscripts("...ij,jk", np.ones((2, 3, 4)), np.ones((4, 5)))[0]
-    'aij,jk->aik'
+    'cij,jk->cik'
     """
     if isinstance(args[0], str):
         operands = [_as_operand(x) for x in args[1:]]
