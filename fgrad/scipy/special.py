@@ -35,8 +35,9 @@ def _x_times_log(x, y, log, singular):
     # finite at x == 0 (d/dx = log(y) for ordinary y) -- the double where.
     bad = _ew.equal(y, singular)
     safe_y = _ew.where(bad, singular + 1.0, y)
+    main = x * log(safe_y)
     edge = _ew.where(_ew.equal(x, 0), 0.0, _ew.where(_ew.greater(x, 0), -_np.inf, _np.inf))
-    return _ew.where(bad, edge, x * log(safe_y))
+    return _ew.where(bad, _ew.convert_element_type(edge, _get_aval(main).dtype), main)
 
 
 def xlogy(x, y):
