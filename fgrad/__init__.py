@@ -15,9 +15,17 @@ from .api import jvp as jvp
 from .api import linearize as linearize
 from .api import value_and_grad as value_and_grad
 from .api import vjp as vjp
+from .api import vmap as vmap
 from .at import at as at
+from ._jit import checkpoint as checkpoint
+from ._jit import jit as jit
+from ._jit import make_graph as make_graph
+from . import lax as lax
+from . import debug as debug
+from .backend import device_put as device_put
 from .custom import custom_jvp as custom_jvp
 from .custom import custom_vjp as custom_vjp
+from .extend import defbatch as defbatch
 from .extend import defjvp as defjvp
 from .extend import defvjp as defvjp
 from .extend import primitive as primitive

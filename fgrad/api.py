@@ -8,11 +8,13 @@ import functools
 import numpy as np
 
 from . import numpy as fnp
-from .backend import check_same_backend
+from .backend import asarray_on, check_same_backend, foreign_backends_active, \
+    module_of_leaves
 from .core import Tracer, get_aval, new_trace
 from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from .interpreters.forward import JVPTrace, JVPTracer
 from .interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
+from ._vmap import vmap as vmap
 from .tree import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 # ---------------------------------------------------------------------------
@@ -35,10 +37,11 @@ def _normalize_argnums(argnums, nargs, fname):
     return single, tuple(out)
 
 
-def _as_input(x, what, allow_complex=True):
-    """A differentiated leaf as an array, refusing integers and booleans."""
+def _as_input(x, what, allow_complex=True, xp=np):
+    """A differentiated leaf as an array of module ``xp``, refusing integers and
+    booleans (a Python scalar next to device arrays goes to the device)."""
     if not isinstance(x, Tracer) and not hasattr(x, "dtype"):
-        x = np.asarray(x)
+        x = asarray_on(xp, x)
     dtype = get_aval(x).dtype
     if dtype.kind not in ("fc" if allow_complex else "f"):
         kind = "complex" if dtype.kind == "c" else dtype.name
@@ -76,8 +79,11 @@ class _Selection:
         selected = tuple(args[i] for i in self.argnums) + tuple(
             kwargs[n] for n in self.argnames)
         leaves, self.tree = tree_flatten(selected)
-        check_same_backend(leaves, "the differentiated arguments")
-        self.leaves = [_as_input(x, f"{fname}'s {self._where(i)}", allow_complex)
+        xp = np
+        if foreign_backends_active():
+            _check_arguments_backend(fname, args, kwargs)
+            xp = module_of_leaves(leaves)
+        self.leaves = [_as_input(x, f"{fname}'s {self._where(i)}", allow_complex, xp)
                        for i, x in enumerate(leaves)]
 
     def _where(self, leaf_index):
@@ -102,6 +108,23 @@ class _Selection:
         if not self.argnums:
             return by_name
         return (by_num[0] if self.single else by_num), by_name
+
+
+def _check_arguments_backend(fname, args, kwargs):
+    """Every array argument (differentiated or not) on one backend, or an error
+    naming each argument's backend by its position."""
+    labelled = []
+    for i, a in enumerate(args):
+        labelled.append((f"argument {i}", a))
+    for name, a in kwargs.items():
+        labelled.append((f"keyword argument {name!r}", a))
+    leaves, labels = [], []
+    for label, a in labelled:
+        sub = tree_flatten(a)[0]
+        leaves.extend(sub)
+        labels.extend([label] if len(sub) == 1 else
+                      [f"{label} (leaf {j})" for j in range(len(sub))])
+    check_same_backend(leaves, f"the arguments of {fname}", labels.__getitem__)
 
 
 def _fname(fun):
@@ -298,8 +321,14 @@ def jvp(fun, primals, tangents):
     if p_tree != t_tree:
         raise CotangentError(f"jvp of {name}: tangents have structure {t_tree}, but "
                              f"primals have structure {p_tree}.")
-    check_same_backend(p_leaves + t_leaves, f"jvp({name})'s primals and tangents")
-    p_leaves = [x if hasattr(x, "dtype") or isinstance(x, Tracer) else np.asarray(x)
+    xp = np
+    if foreign_backends_active():
+        p_labels = _leaf_labels("primal", primals)
+        t_labels = _leaf_labels("tangent", tangents)
+        check_same_backend(p_leaves + t_leaves, f"jvp({name})'s primals and tangents",
+                           (p_labels + t_labels).__getitem__)
+        xp = module_of_leaves(p_leaves + t_leaves)
+    p_leaves = [x if hasattr(x, "dtype") or isinstance(x, Tracer) else asarray_on(xp, x)
                 for x in p_leaves]
     for i, (p, t) in enumerate(zip(p_leaves, t_leaves)):
         _check_like(t, get_aval(p), f"tangent leaf {i}", "primal", name)
@@ -317,6 +346,15 @@ def jvp(fun, primals, tangents):
             primal_out.append(x)
             tangent_out.append(fnp.zeros_like(x))
     return tree_unflatten(out_tree, primal_out), tree_unflatten(out_tree, tangent_out)
+
+
+def _leaf_labels(kind, values):
+    labels = []
+    for i, a in enumerate(values):
+        n = len(tree_flatten(a)[0])
+        labels.extend([f"{kind} {i}"] if n == 1 else
+                      [f"{kind} {i} (leaf {j})" for j in range(n)])
+    return labels
 
 
 def linearize(fun, *primals):
@@ -342,47 +380,46 @@ def linearize(fun, *primals):
 # ---------------------------------------------------------------------------
 
 
-def _basis(leaves):
-    """Yield ``(leaf_index, flat_position, one-hot leaves)`` for every element."""
-    for i, leaf in enumerate(leaves):
-        aval = get_aval(leaf)
-        for k in range(aval.size):
-            onehot = [fnp.zeros_like(x) for x in leaves]
-            flat = np.zeros(aval.size, aval.dtype)
-            flat[k] = 1
-            onehot[i] = flat.reshape(aval.shape)
-            yield onehot
+def _basis(avals, xp):
+    """One batch of one-hot vectors per leaf: ``(total,) + aval.shape`` each.
 
-
-def _assemble(rows, out_avals, in_avals, out_major):
-    """Stack per-basis results into one Jacobian block per (output, input) pair.
-
-    ``rows[b][j]`` is the result for basis element ``b`` at leaf ``j`` of the other
-    side; blocks have shape ``out.shape + in.shape``.
+    Row ``k`` of the stacked batch is the ``k``-th element of the flattened
+    leaves. It is a constant, built on the host and copied once to the
+    leaves' backend ``xp``.
     """
-    blocks = []
-    outer, inner = (out_avals, in_avals) if out_major else (in_avals, out_avals)
-    start = 0
-    basis_blocks = []
-    for aval in outer:
-        basis_blocks.append(rows[start:start + aval.size])
+    total = sum(a.size for a in avals)
+    out, start = [], 0
+    for aval in avals:
+        eye = np.zeros((total, aval.size), aval.dtype)
+        eye[np.arange(start, start + aval.size), np.arange(aval.size)] = 1
+        out.append(asarray_on(xp, eye.reshape((total,) + aval.shape)))
         start += aval.size
-    for o, o_aval in enumerate(out_avals):
+    return out
+
+
+def _blocks(batched, batch_avals, other_avals, batch_first):
+    """Split per-basis results into one Jacobian block per (output, input) pair.
+
+    ``batched[j]`` holds, for every basis element, the result at leaf ``j`` of
+    the other side, with the batch axis first (``batch_first``, reverse mode:
+    the batch runs over outputs) or last (forward mode: over inputs). Blocks
+    have shape ``out.shape + in.shape``.
+    """
+    from .primitives.indexing import slice_axis
+    blocks, start = [], 0
+    for b_aval in batch_avals:
         row = []
-        for i, i_aval in enumerate(in_avals):
-            if out_major:
-                parts = [r[i] for r in basis_blocks[o]]
-                block = fnp.reshape(fnp.stack(parts) if parts else
-                                    np.zeros((0,) + i_aval.shape),
-                                    o_aval.shape + i_aval.shape)
-            else:
-                parts = [r[o] for r in basis_blocks[i]]
-                stacked = fnp.stack(parts, axis=-1) if parts else \
-                    np.zeros(o_aval.shape + (0,))
-                block = fnp.reshape(stacked, o_aval.shape + i_aval.shape)
-            row.append(block)
+        for j, o_aval in enumerate(other_avals):
+            axis = 0 if batch_first else o_aval.ndim
+            part = slice_axis(batched[j], axis, start, start + b_aval.size)
+            shape = (b_aval.shape + o_aval.shape if batch_first
+                     else o_aval.shape + b_aval.shape)
+            row.append(fnp.reshape(part, shape))
         blocks.append(row)
-    return blocks
+        start += b_aval.size
+    if batch_first:
+        return blocks
+    return [list(col) for col in zip(*blocks)] if blocks else [[] for _ in other_avals]
 
 
 def _jacobian_result(blocks, out_tree, sel):
@@ -390,11 +427,13 @@ def _jacobian_result(blocks, out_tree, sel):
     return tree_unflatten(out_tree, per_out)
 
 
-def jacrev(fun, argnums=0):
-    """The Jacobian by reverse mode: one VJP per output element.
+def jacrev(fun, argnums=0, chunk_size=None):
+    """The Jacobian by reverse mode: one batched VJP over all output elements.
 
     The result has the output's structure, each leaf holding the input's
-    structure of blocks shaped ``out.shape + in.shape``.
+    structure of blocks shaped ``out.shape + in.shape``. The VJP runs once, on a
+    batch of one-hot cotangents (`vmap`); ``chunk_size`` bounds how many of
+    them are in flight at a time.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> fgrad.jacrev(lambda x: x ** 2)(np.array([1.0, 3.0]))
@@ -407,16 +446,23 @@ def jacrev(fun, argnums=0):
         trace, out, _ = _reverse_record(fun, sel, False)
         out_leaves, out_tree = tree_flatten(out)
         out_avals = [get_aval(x) for x in out_leaves]
-        primal_out = [_lower(x, trace) for x in out_leaves]
-        rows = [_sweep(trace, out_leaves, onehot, sel, consume=False)
-                for onehot in _basis(primal_out)]
         in_avals = [get_aval(x) for x in sel.leaves]
-        return _jacobian_result(_assemble(rows, out_avals, in_avals, True), out_tree, sel)
+
+        def pullback(*ct_leaves):
+            return _sweep(trace, out_leaves, ct_leaves, sel, consume=False)
+        basis = _basis(out_avals, module_of_leaves(out_leaves))
+        if sum(a.size for a in out_avals) == 0:
+            rows = [np.zeros((0,) + a.shape, a.dtype) for a in in_avals]
+        else:
+            rows = vmap(pullback, chunk_size=chunk_size)(*basis)
+        return _jacobian_result(_blocks(rows, out_avals, in_avals, True), out_tree, sel)
     return jac_f
 
 
-def jacfwd(fun, argnums=0):
-    """The Jacobian by forward mode: one JVP per input element.
+def jacfwd(fun, argnums=0, chunk_size=None):
+    """The Jacobian by forward mode: one batched JVP over all input elements.
+
+    ``chunk_size`` bounds how many one-hot tangents are in flight at a time.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> fgrad.jacfwd(lambda x: x ** 2)(np.array([1.0, 3.0]))
@@ -429,22 +475,22 @@ def jacfwd(fun, argnums=0):
 
         def partial(*leaves):
             return sel.call(fun, list(leaves))
-        rows, out_tree, out_avals = [], None, None
-        for onehot in _basis(sel.leaves):
-            out, tangent = jvp(partial, tuple(sel.leaves), tuple(onehot))
-            t_leaves, out_tree = tree_flatten(tangent)
-            out_avals = [get_aval(x) for x in tree_flatten(out)[0]]
-            rows.append(t_leaves)
-        if out_tree is None:                    # no input elements at all
-            out = partial(*sel.leaves)
-            out_leaves, out_tree = tree_flatten(out)
-            out_avals = [get_aval(x) for x in out_leaves]
         in_avals = [get_aval(x) for x in sel.leaves]
-        return _jacobian_result(_assemble(rows, out_avals, in_avals, False), out_tree, sel)
+        out = partial(*sel.leaves)
+        out_leaves, out_tree = tree_flatten(out)
+        out_avals = [get_aval(x) for x in out_leaves]
+        if sum(a.size for a in in_avals) == 0:
+            cols = [np.zeros(a.shape + (0,), a.dtype) for a in out_avals]
+        else:
+            def push(*tangents):
+                return tree_flatten(jvp(partial, tuple(sel.leaves), tangents)[1])[0]
+            cols = vmap(push, out_axes=-1, chunk_size=chunk_size)(
+                *_basis(in_avals, module_of_leaves(sel.leaves)))
+        return _jacobian_result(_blocks(cols, in_avals, out_avals, False), out_tree, sel)
     return jac_f
 
 
-def hessian(fun, argnums=0):
+def hessian(fun, argnums=0, chunk_size=None):
     """The Hessian of a scalar function, as ``jacfwd(jacrev(fun))``.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
@@ -452,4 +498,4 @@ def hessian(fun, argnums=0):
     array([[ 6.,  0.],
            [ 0., 12.]])
     """
-    return jacfwd(jacrev(fun, argnums), argnums)
+    return jacfwd(jacrev(fun, argnums, chunk_size), argnums, chunk_size)

@@ -79,13 +79,30 @@ _PY_SCALAR_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64,
                      complex: np.complex128}
 
 
+def _fast_aval(shape, dtype):
+    # get_aval runs for every residual reverse mode drops: skip __init__'s
+    # conversions, which arrays' own shape tuples and dtypes do not need
+    aval = _new_shaped_array(ShapedArray)
+    aval.shape = shape
+    aval.dtype = dtype
+    aval.weak_type = False
+    return aval
+
+
+_new_shaped_array = object.__new__
+
+
 def get_aval(x):
     """The `ShapedArray` of an array, a tracer or a Python scalar."""
     if isinstance(x, Tracer):
         return x.aval
+    if type(x) is ShapedArray:
+        return x
     dtype = getattr(x, "dtype", None)
     if dtype is not None:
-        return ShapedArray(x.shape, dtype)
+        shape = x.shape
+        return _fast_aval(shape if type(shape) is tuple else tuple(shape),
+                          dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
     scalar_dtype = _PY_SCALAR_DTYPES.get(type(x))
     if scalar_dtype is not None:
         return ShapedArray((), scalar_dtype, weak_type=True)
@@ -158,6 +175,9 @@ class Primitive:
         self.batch = None
         self.multiple_results = multiple_results
         self.nondiff = nondiff
+        # What the VJP rules read as values (see def_vjp); None = everything.
+        self.vjp_reads = None
+        self._residual_cache = {}
         # where its rules live, for error messages: "primitives/elementwise.py"
         self.family = family
         if register:
@@ -182,14 +202,56 @@ class Primitive:
             raise TracerLeakError(_leak_message(self))
         return top.process(self, args, params)
 
+    def residuals(self, needed):
+        """``(argument positions, keep ans)`` the VJP reads when ``needed``.
+
+        Derived from the static ``vjp_reads`` declaration and memoised per
+        pattern of needed arguments (there are few: usually one or two).
+        """
+        kept = self._residual_cache.get(needed)
+        if kept is None:
+            reads = self.vjp_reads
+            union = set()
+            for i, need in enumerate(needed):
+                if need:
+                    union |= reads[min(i, len(reads) - 1)] \
+                        if isinstance(reads, (list, tuple)) else reads
+            kept = (frozenset(k for k in union if k != "ans"), "ans" in union)
+            self._residual_cache[needed] = kept
+        return kept
+
     # -- registering rules ---------------------------------------------------
 
-    def def_vjp(self, *rules):
+    def def_vjp(self, *rules, reads=None):
         """Register one VJP rule per positional argument.
 
         ``rule(ct, ans, *args, **params) -> ct_arg``; ``None`` in place of a rule
         marks an argument with no derivative (an integer index, a mask).
+
+        ``reads`` declares, per argument, which values its rule reads: a set of
+        argument positions and/or ``"ans"`` (one set for all arguments is also
+        accepted). Reverse mode keeps only those arrays alive until the sweep;
+        every other floating-point array is replaced by its `ShapedArray`, which
+        still answers ``.shape`` and ``.dtype``. ``None`` keeps everything.
         """
+        self.vjp_reads = reads
+        if len(rules) == 1 and rules[0] is not None:
+            only = rules[0]
+
+            def vjp_unary(ct, ans, needed, *args, **params):
+                return (only(ct, ans, *args, **params),)
+            self.vjp = vjp_unary
+            return vjp_unary
+
+        if len(rules) == 2 and None not in rules:
+            first, second = rules
+
+            def vjp_binary(ct, ans, needed, *args, **params):
+                return (first(ct, ans, *args, **params) if needed[0] else None,
+                        second(ct, ans, *args, **params) if needed[1] else None)
+            self.vjp = vjp_binary
+            return vjp_binary
+
         def vjp(ct, ans, needed, *args, **params):
             out = []
             for i, need in enumerate(needed):
@@ -204,12 +266,14 @@ class Primitive:
         self.vjp = vjp
         return vjp
 
-    def def_vjp_joint(self, rule):
+    def def_vjp_joint(self, rule, reads=None):
         """Register a VJP rule computing every needed cotangent at once.
 
         ``rule(ct, ans, needed, *args, **params) -> tuple``; used where the
-        cotangents share work or the arity varies (``concatenate``).
+        cotangents share work or the arity varies (``concatenate``). ``reads`` as
+        in `def_vjp`.
         """
+        self.vjp_reads = reads
         self.vjp = rule
         return rule
 
@@ -218,6 +282,16 @@ class Primitive:
 
         ``rule(x_dot, ans, *args, **params) -> tangent contribution``.
         """
+        if len(rules) == 1 and rules[0] is not None:
+            only = rules[0]
+
+            def jvp_unary(tangents, ans, *args, **params):
+                if type(tangents[0]) is Zero:
+                    return None
+                return only(tangents[0], ans, *args, **params)
+            self.jvp = jvp_unary
+            return jvp_unary
+
         def jvp(tangents, ans, *args, **params):
             total = None
             for i, t in enumerate(tangents):

@@ -218,6 +218,8 @@ class custom_jvp:
 
         def flat_fun(*xs):
             return flat.flatten_out(self(*flat.args(xs)))
+        # the undecorated function, for traces that only need the primal (vmap)
+        flat_fun.body = lambda *xs: flat.flatten_out(self.fun(*flat.args(xs)))
 
         def flat_rule(primals, tangents):
             out, t_out = _call_user_jvp(self.rule, flat.args(primals),

@@ -57,6 +57,71 @@ class NumpyFunctionError(FgradError, TypeError):
     """A NumPy function was called on a traced array and fgrad cannot route it."""
 
 
+class BatchAxisError(FgradError, ValueError):
+    """`vmap` was given axes that do not fit its arguments or outputs.
+
+    >>> fgrad.vmap(f, in_axes=(0, 0))(np.ones(3), np.ones(4))   # doctest: +SKIP
+    BatchAxisError: vmap got inconsistent batch sizes: argument 0 has size 3 ...
+
+    Fix: make every mapped axis the same length, give ``in_axes`` one entry per
+    positional argument (a pytree prefix of the arguments), and keep each axis
+    within its array's rank.
+    """
+
+
+class BatchedConversionError(FgradError, TypeError):
+    """``bool()``, ``float()`` or ``if`` on a value batched by `vmap`.
+
+    A batched value holds one value per example, so Python cannot branch on it.
+    Fix: select per example with ``fgrad.numpy.where(cond, a, b)``, or use
+    ``fgrad.lax.cond`` for control flow.
+    """
+
+
+class LoopBatchingWarning(UserWarning):
+    """A primitive without a batching rule ran once per example under `vmap`."""
+
+
+class ConcretizationError(FgradError, TypeError):
+    """Python needed a concrete value from an array that jit only knows abstractly.
+
+    >>> @fgrad.jit                                     # doctest: +SKIP
+    ... def f(x):
+    ...     if x.sum() > 0:                            # bool() of a staged value
+    ...         return x
+    ...     return -x
+    ConcretizationError: ... use fgrad.lax.cond ... or static_argnums ...
+
+    Fix: express value-dependent control flow with `fgrad.lax.cond`, `switch`,
+    `while_loop`, `fori_loop` or `scan`; or mark the argument the decision
+    depends on as static (``jit(f, static_argnums=...)``).
+    """
+
+
+class StaticArgumentError(FgradError, TypeError):
+    """A static argument of a jitted function is not hashable (or out of range)."""
+
+
+class TraceLimitError(FgradError, RuntimeError):
+    """A jitted function was traced more often than its ``max_traces`` allows."""
+
+
+class ControlFlowError(FgradError, ValueError):
+    """Misuse of fgrad.lax control flow (mismatched branch outputs, reverse-mode
+    of a staged while_loop)."""
+
+
+class DeviceError(FgradError, RuntimeError):
+    """`device_put` was asked for a device that is not available.
+
+    >>> fgrad.device_put(x, "gpu")      # doctest: +SKIP
+    DeviceError: device_put(x, 'gpu') needs CuPy, which is not installed ...
+
+    Fix: install CuPy (``pip install 'fgrad[cuda]'``) on a machine with an NVIDIA
+    GPU, or keep the data on the host with ``device_put(x, "cpu")``.
+    """
+
+
 class LinalgDerivativeError(FgradError, NotImplementedError):
     """A linear-algebra derivative that is undefined or not implemented here.
 

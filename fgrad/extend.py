@@ -105,3 +105,47 @@ def _checked(value, like, kind, i, prim):
     if got.dtype != want.dtype and not got.weak_type and want.dtype.kind in "fc":
         value = value.astype(want.dtype)
     return value
+
+
+def defbatch(fun, rule):
+    """Register a batching rule for a user primitive, used by `fgrad.vmap`.
+
+    ``rule(args, dims, **kwargs) -> (out, out_dim)``: ``dims`` holds, per
+    positional argument, the axis its examples lie along (``None`` for an
+    argument every example shares); the rule computes all examples at once
+    (usually by calling the primitive itself on the whole batch) and says
+    which axis of ``out`` holds them (``None`` if every example's output is
+    the same). Without a rule, vmap calls the primitive once per example and
+    warns.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> @fgrad.primitive
+    ... def row_sums(x):
+    ...     return x.sum(axis=-1)
+    >>> def row_sums_batch(args, dims):
+    ...     (x,), (d,) = args, dims
+    ...     # put the examples first, where summing the last axis keeps them
+    ...     x = fnp.transpose(x, [d] + [i for i in range(x.ndim) if i != d])
+    ...     return row_sums(x), 0
+    >>> fgrad.defbatch(row_sums, row_sums_batch)
+    >>> fgrad.vmap(row_sums)(np.ones((4, 2, 3))).shape
+    (4, 2)
+    """
+    prim = _prim(fun, "defbatch")
+
+    def checked(args, dims, **kwargs):
+        result = rule(args, dims, **kwargs)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise CustomRuleError(
+                f"the batching rule of primitive {prim.name!r} must return a pair "
+                f"(out, out_dim), got {type(result).__name__}.")
+        out, out_dim = result
+        if out_dim is not None:
+            ndim = get_aval(out).ndim
+            if not isinstance(out_dim, int) or not 0 <= out_dim < ndim:
+                raise CustomRuleError(
+                    f"the batching rule of primitive {prim.name!r} returned out_dim="
+                    f"{out_dim!r}, which is not an axis of its output of rank {ndim}.")
+        return out, out_dim
+    prim.batch = checked
+

@@ -60,3 +60,207 @@ def format_graph(eqns, num_inputs=0):
 def _const(a):
     aval = get_aval(a)
     return repr(a) if aval.weak_type else f"const:{aval}"
+
+
+# ---------------------------------------------------------------------------
+# Staged graphs: what jit and make_graph build
+# ---------------------------------------------------------------------------
+#
+# Reverse mode records tuples because it evaluates as it goes and only ever
+# sweeps once. A staged graph is kept, transformed and compiled, so it gets
+# real classes: `Var` (a value of known shape and dtype), `Literal` (a constant
+# baked into the graph), `Equation` and `Graph`. Variables are named only when
+# printed, so building a graph costs no string formatting.
+
+
+class Var:
+    """A value in a staged graph: its abstract value and nothing else."""
+
+    __slots__ = ("aval",)
+
+    def __init__(self, aval):
+        self.aval = aval
+
+    def __repr__(self):
+        return f"Var({self.aval})"
+
+
+class Literal:
+    """A constant operand: a Python scalar or an array closed over by the function."""
+
+    __slots__ = ("value", "aval")
+
+    def __init__(self, value, aval):
+        self.value = value
+        self.aval = aval
+
+    def __repr__(self):
+        return f"Literal({_literal_text(self)})"
+
+
+def _literal_text(lit):
+    if lit.aval.weak_type or lit.aval.shape == () and not hasattr(lit.value, "shape"):
+        return repr(lit.value)
+    if lit.aval.size <= 1 and hasattr(lit.value, "item"):
+        return f"{lit.value.item()!r}:{lit.aval}"
+    return f"const:{lit.aval}"
+
+
+class Equation:
+    """``outvars = prim[params](*invars)``; invars are `Var` or `Literal`."""
+
+    __slots__ = ("prim", "invars", "outvars", "params")
+
+    def __init__(self, prim, invars, outvars, params):
+        self.prim = prim
+        self.invars = invars
+        self.outvars = outvars
+        self.params = params
+
+    def __repr__(self):
+        return f"Equation({self.prim.name}, {len(self.invars)} in, {len(self.outvars)} out)"
+
+
+class Graph:
+    """A staged, linear program: inputs, equations in order, outputs.
+
+    ``outvars`` may hold `Literal`s (an output that does not depend on the
+    inputs) and input variables (an output that is an input).
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda x: fnp.sin(x) * 2.0)(np.ones(3))
+    >>> len(g.eqns)
+    2
+    >>> print(g)
+    { lambda a:f64[3] .
+      b:f64[3] = sin a
+      c:f64[3] = multiply b 2.0
+      in (c) }
+    """
+
+    __slots__ = ("invars", "eqns", "outvars", "_compiled")
+
+    def __init__(self, invars, eqns, outvars):
+        self.invars = list(invars)
+        self.eqns = list(eqns)
+        self.outvars = list(outvars)
+        self._compiled = {}        # backend module -> compiled callable (per graph)
+
+    @property
+    def in_avals(self):
+        return [v.aval for v in self.invars]
+
+    @property
+    def out_avals(self):
+        return [v.aval for v in self.outvars]
+
+    def __str__(self):
+        return format_staged(self)
+
+    def __repr__(self):
+        return (f"Graph({len(self.invars)} inputs, {len(self.eqns)} equations, "
+                f"{len(self.outvars)} outputs)")
+
+    def to_dot(self):
+        """Graphviz source: one node per input, equation and literal operand."""
+        names = _Namer()
+        lines = ["digraph fgrad {", "  rankdir=TB;", '  node [fontname="monospace"];']
+        producer = {}
+        for v in self.invars:
+            n = names(v)
+            producer[v] = n
+            lines.append(f'  {n} [label="{n}: {v.aval}", shape=ellipse];')
+        for k, eqn in enumerate(self.eqns):
+            node = f"eq{k}"
+            outs = ", ".join(f"{names(v)}: {v.aval}" for v in eqn.outvars)
+            label = f"{eqn.prim.name}{_params_text(eqn.params)}\\n{outs}"
+            lines.append(f'  {node} [label="{_dot_escape(label)}", shape=box];')
+            for i, v in enumerate(eqn.invars):
+                if isinstance(v, Literal):
+                    lit = f"lit{k}_{i}"
+                    lines.append(f'  {lit} [label="{_dot_escape(_literal_text(v))}", '
+                                 "shape=plaintext];")
+                    lines.append(f"  {lit} -> {node};")
+                elif v in producer:
+                    lines.append(f"  {producer[v]} -> {node};")
+            for v in eqn.outvars:
+                producer[v] = node
+        for i, v in enumerate(self.outvars):
+            lines.append(f'  out{i} [label="out {i}", shape=doublecircle];')
+            if isinstance(v, Var) and v in producer:
+                lines.append(f"  {producer[v]} -> out{i};")
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def _dot_escape(text):
+    return text.replace("\\n", "\x00").replace("\\", "\\\\").replace('"', '\\"') \
+        .replace("\x00", "\\n")
+
+
+class _Namer:
+    """Short names a, b, ..., z, ba, bb, ... handed out in order of first use."""
+
+    def __init__(self):
+        self.names = {}
+
+    def __call__(self, v):
+        name = self.names.get(v)
+        if name is None:
+            n = len(self.names)
+            name = ""
+            while True:
+                name = chr(ord("a") + n % 26) + name
+                n //= 26
+                if not n:
+                    break
+            self.names[v] = name
+        return name
+
+
+def _params_text(params):
+    if not params:
+        return ""
+    parts = []
+    for k, v in params.items():
+        if isinstance(v, Graph):
+            v = f"<graph {len(v.eqns)} eqns>"
+        elif isinstance(v, tuple) and v and all(isinstance(g, Graph) for g in v):
+            v = "(" + ", ".join(f"<graph {len(g.eqns)} eqns>" for g in v) + ")"
+        parts.append(f"{k}={v}")
+    return "[" + " ".join(parts) + "]"
+
+
+def format_staged(graph, indent=0):
+    """A jaxpr-like listing of a staged `Graph`, one equation a line."""
+    names = _Namer()
+    pad = " " * indent
+
+    def operand(v):
+        return _literal_text(v) if isinstance(v, Literal) else names(v)
+    ins = " ".join(f"{names(v)}:{v.aval}" for v in graph.invars)
+    lines = [f"{pad}{{ lambda {ins} ."]
+    for eqn in graph.eqns:
+        outs = " ".join(f"{names(v)}:{v.aval}" for v in eqn.outvars)
+        args = " ".join(operand(v) for v in eqn.invars)
+        lines.append(f"{pad}  {outs} = {eqn.prim.name}{_params_text(eqn.params)} {args}"
+                     .rstrip())
+    lines.append(f"{pad}  in ({', '.join(operand(v) for v in graph.outvars)}) }}")
+    return "\n".join(lines)
+
+
+def check_staged(graph):
+    """Re-derive every equation's output avals; raise `GraphCheckError` on mismatch."""
+    defined = set(graph.invars)
+    for k, eqn in enumerate(graph.eqns):
+        for v in eqn.invars:
+            if isinstance(v, Var) and v not in defined:
+                raise GraphCheckError(f"equation {k} ({eqn.prim.name}) reads a variable "
+                                      "defined by no earlier equation")
+        expected = eqn.prim.abstract(*[v.aval for v in eqn.invars], **eqn.params)
+        expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        for j, (e, v) in enumerate(zip(expected, eqn.outvars)):
+            if e.shape != v.aval.shape or e.dtype != v.aval.dtype:
+                raise GraphCheckError(f"equation {k} ({eqn.prim.name}) output {j} is "
+                                      f"{v.aval} but the abstract rule says {e}")
+        defined.update(eqn.outvars)

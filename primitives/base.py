@@ -5,12 +5,20 @@ from fgrad.core import ShapedArray, get_aval
 
 
 def broadcast_shapes(*avals):
-    try:
-        return np.broadcast_shapes(*(a.shape for a in avals))
-    except ValueError:
-        shapes = ", ".join(str(a.shape) for a in avals)
-        raise ValueError(f"operands could not be broadcast together with shapes "
-                         f"{shapes}") from None
+    """NumPy's broadcasting of the avals' shapes, without building arrays."""
+    ndim = max((len(a.shape) for a in avals), default=0)
+    out = [1] * ndim
+    for a in avals:
+        offset = ndim - len(a.shape)
+        for i, d in enumerate(a.shape):
+            current = out[offset + i]
+            if current == 1:
+                out[offset + i] = d
+            elif d != 1 and d != current:
+                shapes = ", ".join(str(b.shape) for b in avals)
+                raise ValueError(f"operands could not be broadcast together with "
+                                 f"shapes {shapes}")
+    return tuple(out)
 
 
 def dummy(aval):

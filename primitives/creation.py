@@ -16,11 +16,14 @@ def _full_like_abstract(x, fill_value, dtype):
     return ShapedArray(x.shape, dtype)
 
 
-full_like_p = Primitive(
-    "full_like",
-    lambda x, fill_value, dtype: array_module(x).full(np.shape(x) if not hasattr(
-        x, "shape") else x.shape, fill_value, dtype),
-    _full_like_abstract, nondiff=True, family=FAMILY)
+def _full_like_impl(x, fill_value, dtype):
+    return array_module(x).full(getattr(x, "shape", ()), fill_value, dtype)
+
+
+full_like_p = Primitive("full_like", _full_like_impl, _full_like_abstract,
+                        nondiff=True, family=FAMILY)
+# its value depends only on the operand's shape: jit's compiler folds it to a constant
+full_like_p.shape_only = True
 
 
 def full_like(x, fill_value, dtype=None):
@@ -49,3 +52,19 @@ def stop_gradient(x):
     3.0
     """
     return stop_gradient_p.bind(x)
+
+
+def _full_like_batch(args, dims, fill_value, dtype):
+    # The result does not depend on x's values, so every example gets the same
+    # array: one example's shape (a view of x) is enough, and the output stays
+    # unbatched until something batched meets it.
+    from .indexing import getitem_p
+    (x,), (d,) = args, dims
+    if get_aval(x).shape[d] == 0:
+        return full_like_p.bind(x, fill_value=fill_value, dtype=dtype), d
+    one = getitem_p.bind(x, spec=(("slice", None, None, None),) * d + (("int", 0),))
+    return full_like_p.bind(one, fill_value=fill_value, dtype=dtype), None
+
+
+full_like_p.batch = _full_like_batch
+stop_gradient_p.batch = lambda args, dims: (stop_gradient_p.bind(args[0]), dims[0])

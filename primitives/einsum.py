@@ -92,7 +92,9 @@ def _einsum_abstract(*avals, subscripts, path):
 
 def _einsum_impl(*operands, subscripts, path):
     shapes = tuple(o.shape for o in operands)
-    return _expression(subscripts, shapes, path)(*operands)
+    # opt_einsum runs each pairwise step with the backend module named here
+    backend = array_module(*operands).__name__
+    return _expression(subscripts, shapes, path)(*operands, backend=backend)
 
 
 einsum_p = Primitive("einsum", _einsum_impl, _einsum_abstract, family=FAMILY)
@@ -179,12 +181,35 @@ einsum_p.def_vjp_joint(_einsum_vjp)
 einsum_p.def_jvp_joint(_einsum_jvp)
 
 
+def _einsum_batch(args, dims, subscripts, path):
+    # the batch axis becomes one more label, shared by the mapped operands and
+    # leading the output
+    from .batching import move_axis
+    inputs, output = split_subscripts(subscripts)
+    label = next(_fresh_letters(set(subscripts)))
+    terms, operands = [], []
+    for letters, x, d in zip(inputs, args, dims):
+        if d is None:
+            terms.append(letters)
+            operands.append(x)
+        else:
+            terms.append(label + letters)
+            operands.append(move_axis(x, d, 0))
+    return einsum(",".join(terms) + "->" + label + output, *operands), 0
+
+
+einsum_p.batch = _einsum_batch
+
+
 # -- identity matrices on the operands' backend -------------------------------------
 
 identity_like_p = Primitive(
     "identity_like",
     lambda like, n, dtype: array_module(like).eye(n, dtype=dtype),
     lambda like, n, dtype: ShapedArray((n, n), dtype), nondiff=True, family=FAMILY)
+# the same identity for every example: the batch axis of `like` is irrelevant
+identity_like_p.batch = lambda args, dims, n, dtype: (
+    identity_like_p.bind(args[0], n=n, dtype=dtype), None)
 
 
 def identity_like(like, n, dtype=None):

@@ -9,11 +9,16 @@ transpose of the JVP, with no conjugation.
 import numpy as np
 
 from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.core import Primitive, ShapedArray, Tracer, Zero, get_aval
 
 from .base import elementwise_abstract
+from .batching import broadcasting_batch_rule, unary_batch_rule
 
 FAMILY = "primitives/elementwise.py"
+
+
+# primitive -> the NumPy ufunc it wraps, for the eager fast path of its binder
+_NUMPY_UFUNCS = {}
 
 
 def _ufunc_primitive(name, nondiff=False, np_name=None):
@@ -23,8 +28,21 @@ def _ufunc_primitive(name, nondiff=False, np_name=None):
     def impl(*args):
         xp = array_module(*args)
         return (np_fn if xp is np else getattr(xp, xp_name))(*args)
-    return Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
+    prim = Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
                      family=FAMILY)
+    prim.batch = broadcasting_batch_rule(prim)
+    # jit's compiler calls the backend's ufunc directly (with out= for buffer reuse)
+    prim.ufunc_name = xp_name if isinstance(np_fn, np.ufunc) else None
+    _NUMPY_UFUNCS[prim] = np_fn
+    return prim
+
+
+def _shape_dtype(x):
+    try:
+        return x.shape, x.dtype
+    except AttributeError:                 # a Python scalar
+        aval = get_aval(x)
+        return aval.shape, aval.dtype
 
 
 def unbroadcast(ct, like):
@@ -35,48 +53,53 @@ def unbroadcast(ct, like):
     cotangent over its first axis; a float32 operand in a float64 product
     receives a float32 cotangent; a real operand receives the real part.
     """
-    from .reductions import sum_
-    from .shape import reshape
-    aval = get_aval(like)
-    shape = aval.shape
-    ct_shape = get_aval(ct).shape
+    shape, dtype = _shape_dtype(like)
+    ct_shape, ct_dtype = _shape_dtype(ct)
+    if ct_shape == shape and ct_dtype == dtype:
+        return ct
     if ct_shape != shape:
         lead = len(ct_shape) - len(shape)
         axes = tuple(range(lead)) + tuple(
             lead + i for i, d in enumerate(shape) if d == 1 and ct_shape[lead + i] != 1)
         if axes:
             ct = sum_(ct, axis=axes)
-        if get_aval(ct).shape != shape:
+        if _shape_dtype(ct)[0] != shape:
             ct = reshape(ct, shape)
-    return cast_like(ct, aval)
+    return _cast(ct, dtype)
 
 
 def rebroadcast(t, ans):
     """Broadcast a tangent contribution ``t`` to the output's shape and dtype."""
-    from .shape import broadcast_to
-    aval = get_aval(ans)
-    t_aval = get_aval(t)
-    if t_aval.shape != aval.shape:
-        t = broadcast_to(t, aval.shape)
-    return cast_like(t, aval)
+    shape, dtype = _shape_dtype(ans)
+    t_shape, t_dtype = _shape_dtype(t)
+    if t_shape == shape and t_dtype == dtype:
+        return t
+    if t_shape != shape:
+        t = broadcast_to(t, shape)
+    return _cast(t, dtype)
 
 
 def cast_like(x, aval):
-    dtype = get_aval(x).dtype
-    if dtype == aval.dtype:
+    """``x`` in ``aval``'s dtype; the real part when ``aval`` is real."""
+    return _cast(x, aval.dtype)
+
+
+def _cast(x, dtype):
+    x_dtype = _shape_dtype(x)[1]
+    if x_dtype == dtype:
         return x
-    if dtype.kind == "c" and aval.dtype.kind != "c":
+    if x_dtype.kind == "c" and dtype.kind != "c":
         x = real(x)
-    return convert_element_type(x, aval.dtype)
+    return convert_element_type(x, dtype)
 
 
-def _elementwise_rules(prim, vjps, jvps):
+def _elementwise_rules(prim, vjps, jvps, reads=None):
     """Register per-argument rules wrapped with unbroadcast / rebroadcast."""
     def wrap_vjp(i, rule):
         if rule is None:
             return None
         return lambda ct, ans, *args: unbroadcast(rule(ct, ans, *args), args[i])
-    prim.def_vjp(*[wrap_vjp(i, r) for i, r in enumerate(vjps)])
+    prim.def_vjp(*[wrap_vjp(i, r) for i, r in enumerate(vjps)], reads=reads)
 
     def wrap_jvp(rule):
         if rule is None:
@@ -85,10 +108,12 @@ def _elementwise_rules(prim, vjps, jvps):
     prim.def_jvp(*[wrap_jvp(r) for r in jvps])
 
 
-def _unary(name, vjp, jvp=None):
-    """A unary ufunc whose derivative is ``d(ans, x)``: vjp ct*d, jvp t*d."""
+def _unary(name, vjp, reads, jvp=None):
+    """A unary ufunc; ``vjp(ct, ans, x)`` also serves as the JVP (it is linear in
+    ``ct``); ``reads`` is ``{0}`` (x), ``{"ans"}`` or ``set()``."""
     prim = _ufunc_primitive(name)
-    prim.def_vjp(lambda ct, ans, x: cast_like(vjp(ct, ans, x), get_aval(x)))
+    # no cast: a floating-point unary op keeps its operand's dtype
+    prim.def_vjp(vjp, reads=[reads])
     prim.def_jvp(jvp or (lambda t, ans, x: vjp(t, ans, x)))
     return prim
 
@@ -99,21 +124,23 @@ def _unary(name, vjp, jvp=None):
 
 add_p = _ufunc_primitive("add")
 _elementwise_rules(add_p, [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: ct],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: t])
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: t], reads=set())
 
 subtract_p = _ufunc_primitive("subtract")
 _elementwise_rules(subtract_p, [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t])
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t], reads=set())
 
 multiply_p = _ufunc_primitive("multiply")
 _elementwise_rules(multiply_p,
                    [lambda ct, ans, x, y: ct * y, lambda ct, ans, x, y: ct * x],
-                   [lambda t, ans, x, y: t * y, lambda t, ans, x, y: x * t])
+                   [lambda t, ans, x, y: t * y, lambda t, ans, x, y: x * t],
+                   reads=[{1}, {0}])
 
 divide_p = _ufunc_primitive("divide")
 _elementwise_rules(divide_p,
                    [lambda ct, ans, x, y: ct / y, lambda ct, ans, x, y: -ct * ans / y],
-                   [lambda t, ans, x, y: t / y, lambda t, ans, x, y: -t * ans / y])
+                   [lambda t, ans, x, y: t / y, lambda t, ans, x, y: -t * ans / y],
+                   reads=[{1}, {1, "ans"}])
 
 
 def _safe_log(x):
@@ -129,7 +156,8 @@ _elementwise_rules(
     [lambda ct, ans, x, y: ct * y * power(x, y - 1),
      lambda ct, ans, x, y: ct * ans * _safe_log(x)],
     [lambda t, ans, x, y: t * y * power(x, y - 1),
-     lambda t, ans, x, y: t * ans * _safe_log(x)])
+     lambda t, ans, x, y: t * ans * _safe_log(x)],
+    reads=[{0, 1}, {0, "ans"}])
 
 maximum_p = _ufunc_primitive("maximum")
 minimum_p = _ufunc_primitive("minimum")
@@ -145,33 +173,35 @@ _elementwise_rules(
     [lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y)),
      lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y))],
     [lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y)),
-     lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y))])
+     lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y))],
+    reads={0, 1})
 _elementwise_rules(
     minimum_p,
     [lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y)),
      lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y))],
     [lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y)),
-     lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y))])
+     lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y))],
+    reads={0, 1})
 
 # ---------------------------------------------------------------------------
 # Unary functions: rule(ct, ans, x) -> ct * f'(x)
 # ---------------------------------------------------------------------------
 
-negative_p = _unary("negative", lambda ct, ans, x: -ct)
-square_p = _unary("square", lambda ct, ans, x: ct * 2 * x)
-sqrt_p = _unary("sqrt", lambda ct, ans, x: ct * 0.5 / ans)
-exp_p = _unary("exp", lambda ct, ans, x: ct * ans)
-log_p = _unary("log", lambda ct, ans, x: ct / x)
-log1p_p = _unary("log1p", lambda ct, ans, x: ct / (1 + x))
-expm1_p = _unary("expm1", lambda ct, ans, x: ct * (ans + 1))
-sin_p = _unary("sin", lambda ct, ans, x: ct * cos(x))
-cos_p = _unary("cos", lambda ct, ans, x: -ct * sin(x))
-tan_p = _unary("tan", lambda ct, ans, x: ct * (1 + ans * ans))
-tanh_p = _unary("tanh", lambda ct, ans, x: ct * (1 - ans * ans))
-sinh_p = _unary("sinh", lambda ct, ans, x: ct * cosh(x))
-cosh_p = _unary("cosh", lambda ct, ans, x: ct * sinh(x))
-arctan_p = _unary("arctan", lambda ct, ans, x: ct / (1 + x * x))
-abs_p = _unary("absolute", lambda ct, ans, x: ct * sign(x))
+negative_p = _unary("negative", lambda ct, ans, x: -ct, set())
+square_p = _unary("square", lambda ct, ans, x: ct * 2 * x, {0})
+sqrt_p = _unary("sqrt", lambda ct, ans, x: ct * 0.5 / ans, {"ans"})
+exp_p = _unary("exp", lambda ct, ans, x: ct * ans, {"ans"})
+log_p = _unary("log", lambda ct, ans, x: ct / x, {0})
+log1p_p = _unary("log1p", lambda ct, ans, x: ct / (1 + x), {0})
+expm1_p = _unary("expm1", lambda ct, ans, x: ct * (ans + 1), {"ans"})
+sin_p = _unary("sin", lambda ct, ans, x: ct * cos(x), {0})
+cos_p = _unary("cos", lambda ct, ans, x: -ct * sin(x), {0})
+tan_p = _unary("tan", lambda ct, ans, x: ct * (1 + ans * ans), {"ans"})
+tanh_p = _unary("tanh", lambda ct, ans, x: ct * (1 - ans * ans), {"ans"})
+sinh_p = _unary("sinh", lambda ct, ans, x: ct * cosh(x), {0})
+cosh_p = _unary("cosh", lambda ct, ans, x: ct * sinh(x), {0})
+arctan_p = _unary("arctan", lambda ct, ans, x: ct / (1 + x * x), {0})
+abs_p = _unary("absolute", lambda ct, ans, x: ct * sign(x), {0})
 
 # ---------------------------------------------------------------------------
 # Without derivative: comparisons and sign
@@ -196,12 +226,14 @@ def _where_impl(c, x, y):
 
 where_p = Primitive("where", _where_impl, elementwise_abstract(np.where),
                     family=FAMILY)
+where_p.batch = broadcasting_batch_rule(where_p)
 _elementwise_rules(
     where_p,
     [None, lambda ct, ans, c, x, y: where(c, ct, 0),
      lambda ct, ans, c, x, y: where(c, 0, ct)],
     [None, lambda t, ans, c, x, y: where(c, t, 0),
-     lambda t, ans, c, x, y: where(c, 0, t)])
+     lambda t, ans, c, x, y: where(c, 0, t)],
+    reads={0})
 
 
 def _convert_impl(x, dtype):
@@ -216,15 +248,16 @@ convert_element_type_p = Primitive("convert_element_type", _convert_impl,
                                    _convert_abstract, family=FAMILY)
 convert_element_type_p.def_vjp(
     lambda ct, ans, x, dtype: cast_like(ct, get_aval(x))
-    if get_aval(x).dtype.kind in "fc" else None)
+    if get_aval(x).dtype.kind in "fc" else None, reads=[set()])
 convert_element_type_p.def_jvp(lambda t, ans, x, dtype: convert_element_type(t, dtype))
+convert_element_type_p.batch = unary_batch_rule(convert_element_type_p)
 
 real_p = _ufunc_primitive("real")
-real_p.def_vjp(lambda ct, ans, x: cast_like(ct, get_aval(x)))
+real_p.def_vjp(lambda ct, ans, x: cast_like(ct, get_aval(x)), reads=[set()])
 real_p.def_jvp(lambda t, ans, x: real(t))
 
 conj_p = _ufunc_primitive("conjugate")
-conj_p.def_vjp(lambda ct, ans, x: conj(ct))
+conj_p.def_vjp(lambda ct, ans, x: conj(ct), reads=[set()])
 conj_p.def_jvp(lambda t, ans, x: conj(t))
 
 
@@ -232,18 +265,46 @@ conj_p.def_jvp(lambda t, ans, x: conj(t))
 # Binding functions, used by rules everywhere and wrapped by fgrad.numpy
 # ---------------------------------------------------------------------------
 
+# Types NumPy computes on directly; a tracer or a foreign backend's array is never
+# one of them, so for these the binder may skip bind (and array_module) entirely.
+_PLAIN_TYPES = frozenset({np.ndarray, float, int, np.float64, np.float32,
+                          np.complex128, np.complex64, np.int64, np.bool_, bool})
+
+
 def _binder(prim):
     bind = prim.bind
-
-    def fn(*args):
-        return bind(*args)
+    np_fn = _NUMPY_UFUNCS.get(prim)
+    nin = getattr(np_fn, "nin", None)            # np.real is a function, not a ufunc
+    plain = _PLAIN_TYPES
+    ndarray = np.ndarray
+    if nin == 1:
+        def fn(x):
+            if x.__class__ is ndarray:
+                return np_fn(x)
+            return bind(x)
+    elif nin == 2:
+        def fn(x, y):
+            if x.__class__ in plain and y.__class__ in plain:
+                return np_fn(x, y)
+            return bind(x, y)
+    else:
+        def fn(*args):
+            return bind(*args)
     fn.__name__ = prim.name
-    fn.__doc__ = f"Bind the ``{prim.name}`` primitive."
+    fn.__doc__ = f"NumPy's ``{prim.name}``, binding the ``{prim.name}`` primitive."
     return fn
 
 
-add, subtract, multiply, divide, power = map(
+add, subtract, multiply, divide, _power = map(
     _binder, (add_p, subtract_p, multiply_p, divide_p, power_p))
+
+
+def power(x, y):
+    """NumPy's ``power``. A traced ``x ** 2`` binds ``square``, whose rules need
+    no ``x ** 1`` pass (NumPy likewise computes ``x ** 2`` as a square)."""
+    if (type(y) is int or type(y) is float) and y == 2 and isinstance(x, Tracer):
+        return square_p.bind(x)
+    return _power(x, y)
 maximum, minimum, negative, square, sqrt = map(
     _binder, (maximum_p, minimum_p, negative_p, square_p, sqrt_p))
 exp, log, log1p, expm1 = map(_binder, (exp_p, log_p, log1p_p, expm1_p))
@@ -258,9 +319,16 @@ where, real, conj = map(_binder, (where_p, real_p, conj_p))
 def convert_element_type(x, dtype):
     """``x`` as ``dtype`` (``astype``); a no-op when the dtype already matches."""
     dtype = np.dtype(dtype)
-    if get_aval(x).dtype == dtype:
+    aval = get_aval(x)
+    if aval.dtype == dtype and not aval.weak_type:
         return x
     return convert_element_type_p.bind(x, dtype=dtype)
 
 
 __all__ = ["unbroadcast", "rebroadcast", "cast_like", "Zero"]
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .reductions import sum_  # noqa: E402
+from .shape import broadcast_to, reshape  # noqa: E402

@@ -109,6 +109,15 @@ fft_p.def_vjp(_fft_vjp)
 fft_p.def_jvp(_fft_jvp)
 
 
+def _fft_batch(args, dims, kind, axes, s, norm):
+    # the transformed axes shift past the batch axis, which stays in place
+    (x,), (d,) = args, dims
+    return fft(x, kind, tuple(a + (a >= d) for a in axes), s, norm), d
+
+
+fft_p.batch = _fft_batch
+
+
 def fft(x, kind, axes, s, norm="backward"):
     """Bind ``fft_p``: ``kind`` in fft/ifft/rfft/irfft over ``axes`` with lengths ``s``."""
     return fft_p.bind(x, kind=kind, axes=tuple(axes), s=tuple(s), norm=norm)

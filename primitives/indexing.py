@@ -10,7 +10,7 @@ accumulate; the VJP of scatter-adding is gathering again.
 """
 import numpy as np
 
-from fgrad.backend import array_module
+from fgrad.backend import array_module, asarray_on
 from fgrad.core import Primitive, Tracer, Zero, get_aval
 
 FAMILY = "primitives/indexing.py"
@@ -73,6 +73,14 @@ def build_index(spec, arrays):
     return tuple(out)
 
 
+def _device_index(xp, spec, idx):
+    # Index arrays built from host lists are NumPy arrays; a device operand gets
+    # them copied once here, since CuPy (rightly) refuses NumPy arrays.
+    if idx and xp is not np:
+        idx = [asarray_on(xp, i) for i in idx]
+    return build_index(spec, idx)
+
+
 def _dummy_operand(aval):
     # a zero-strided array: indexing it costs nothing but the output's shape
     return np.broadcast_to(np.zeros((), aval.dtype), aval.shape)
@@ -85,10 +93,13 @@ def _index_abstract(x, *idx, spec):
 
 # -- gather: x[idx] -------------------------------------------------------------
 
-getitem_p = Primitive("getitem", lambda x, *idx, spec: x[build_index(spec, idx)],
-                      _index_abstract, family=FAMILY)
+def _getitem_impl(x, *idx, spec):
+    return x[_device_index(array_module(x), spec, idx)]
+
+
+getitem_p = Primitive("getitem", _getitem_impl, _index_abstract, family=FAMILY)
 getitem_p.def_vjp(lambda ct, ans, x, *idx, spec:
-                  scatter_add(ct, idx, spec, get_aval(x).shape))
+                  scatter_add(ct, idx, spec, get_aval(x).shape), reads=set())
 getitem_p.def_jvp(lambda t, ans, x, *idx, spec: getitem_p.bind(t, *idx, spec=spec))
 
 
@@ -109,9 +120,11 @@ def slice_axis(x, axis, start, stop):
 def _scatter_add_impl(ct, *idx, spec, shape):
     xp = array_module(ct)
     out = xp.zeros(shape, ct.dtype)
-    index = build_index(spec, idx)
+    index = _device_index(xp, spec, idx)
     if idx:
-        xp.add.at(out, index, ct)        # repeated indices accumulate
+        # repeated indices accumulate; cupy.add.at (CuPy >= 13, atomics on the
+        # device) is the same call as NumPy's
+        xp.add.at(out, index, ct)
     else:
         out[index] = ct                  # a basic index touches each element once
     return out
@@ -124,7 +137,7 @@ def _scatter_add_abstract(ct, *idx, spec, shape):
 scatter_add_p = Primitive("scatter_add", _scatter_add_impl, _scatter_add_abstract,
                           family=FAMILY)
 scatter_add_p.def_vjp(lambda ct, ans, t, *idx, spec, shape:
-                      getitem_p.bind(ct, *idx, spec=spec))
+                      getitem_p.bind(ct, *idx, spec=spec), reads=set())
 scatter_add_p.def_jvp(lambda t, ans, x, *idx, spec, shape:
                       scatter_add(t, idx, spec, shape))
 
@@ -137,8 +150,9 @@ def scatter_add(values, idx, spec, shape):
 # -- set: a copy of x with x[idx] replaced ---------------------------------------
 
 def _set_impl(x, v, *idx, spec):
-    out = array_module(x, v).array(x, copy=True)
-    out[build_index(spec, idx)] = v
+    xp = array_module(x, v)
+    out = xp.array(x, copy=True)
+    out[_device_index(xp, spec, idx)] = v
     return out
 
 
@@ -151,16 +165,14 @@ set_p = Primitive("set", _set_impl, _set_abstract, family=FAMILY)
 
 
 def _set_vjp_value(ct, ans, x, v, *idx, spec):
-    from .elementwise import unbroadcast
     return unbroadcast(getitem_p.bind(ct, *idx, spec=spec), v)
 
 
 set_p.def_vjp(lambda ct, ans, x, v, *idx, spec: set_p.bind(ct, 0, *idx, spec=spec),
-              _set_vjp_value)
+              _set_vjp_value, reads=set())
 
 
 def _set_jvp(tangents, ans, x, v, *idx, spec):
-    from .creation import zeros_like
     tx, tv = tangents[0], tangents[1]
     base = zeros_like(ans) if type(tx) is Zero else tx
     return set_p.bind(base, 0 if type(tv) is Zero else tv, *idx, spec=spec)
@@ -175,8 +187,166 @@ def set_at(x, index, v):
 
 
 def add_at(x, index, v):
-    from .shape import broadcast_to
+    if get_aval(v).weak_type:            # a Python scalar takes x's precision
+        v = convert_element_type(v, get_aval(x).dtype)
     spec, arrays = parse_index(index)
     target = _index_abstract(get_aval(x), *map(get_aval, arrays), spec=spec)
     return x + scatter_add(broadcast_to(v, target.shape), arrays, spec,
                            get_aval(x).shape)
+
+
+# -- batching rules ------------------------------------------------------------
+#
+# Unbatched indices: a full slice is prepended for the batch axis (moved to the
+# front of x), and the batch axis of the result lands where NumPy's placement of
+# advanced indices puts it. Batched indices: the batch axis itself is indexed
+# by an ``arange`` that broadcasts against the index arrays, so example i reads
+# only its own slice; NumPy then puts the broadcast (batch-first) axes in front.
+
+_FULL = ("slice", None, None, None)
+
+
+def _iota(size, rank, like):
+    # a constant index, not data: it depends only on the batch size; made on
+    # the backend of the array it indexes
+    from fgrad.backend import asarray_on, module_of_leaves
+    iota = asarray_on(module_of_leaves([like]), list(range(size)))
+    return iota.reshape((size,) + (1,) * rank)
+
+
+def _advanced_layout(spec, ndim):
+    """For an index holding arrays: ``(adjacent, pre)``, whether its advanced
+    items (arrays and ints) are adjacent, and how many result axes come before
+    them when they are (NumPy keeps adjacent advanced axes in place)."""
+    adv = [i for i, item in enumerate(spec) if item[0] in ("array", "int")]
+    adjacent = adv == list(range(adv[0], adv[-1] + 1))
+    consumed = sum(item[0] in ("slice", "int", "array") for item in spec)
+    pre = 0
+    for item in spec[:adv[0]]:
+        if item[0] in ("slice", "none"):
+            pre += 1
+        elif item[0] == "ellipsis":
+            pre += ndim - consumed
+    return adjacent, pre
+
+
+def _unbatched(x, d):
+    aval = get_aval(x)
+    if d is None:
+        return aval
+    return type(aval)(aval.shape[:d] + aval.shape[d + 1:], aval.dtype)
+
+
+def _batched_index(x, x_ndim, idx, idims, spec, size, g):
+    """Index arrays and spec reading example i's own slice of a batch-first x.
+
+    Also returns the permutation that turns the gathered result (batch axis and
+    index axes first) into the batch-first per-example layout, or None when the
+    two agree: they differ when the index axes follow ``pre`` sliced axes.
+    """
+    from .batching import batch_to_front
+    rank = max((_unbatched(i, d).ndim for i, d in zip(idx, idims)), default=0)
+    arrays = [i if d is None else batch_to_front(i, d, size, rank)
+              for i, d in zip(idx, idims)]
+    arrays.append(_iota(size, rank, x))
+    new_spec = (("array", len(arrays) - 1),) + spec
+    adjacent, pre = _advanced_layout(spec, x_ndim)
+    perm = None
+    if adjacent and pre:
+        perm = ((0,) + tuple(range(1 + rank, 1 + rank + pre))
+                + tuple(range(1, 1 + rank)) + tuple(range(1 + rank + pre, 1 + g)))
+    return arrays, new_spec, perm
+
+
+def _unbatched_index_position(spec, x_ndim, idx):
+    """Where the batch axis of a front-batched x lands after ``(:,) + spec``."""
+    if not idx:
+        return 0
+    adjacent, _ = _advanced_layout(spec, x_ndim)
+    if adjacent:
+        return 0
+    return len(np.broadcast_shapes(*(get_aval(i).shape for i in idx)))
+
+
+def _gathered_ndim(x, dx, idx, idims, spec):
+    return _index_abstract(_unbatched(x, dx), *(_unbatched(i, d) for i, d in
+                                                zip(idx, idims)), spec=spec).ndim
+
+
+def _getitem_batch(args, dims, spec):
+    from .batching import axis_size, batch_to_front, move_axis
+    from .shape import transpose
+    x, idx = args[0], args[1:]
+    dx, idims = dims[0], dims[1:]
+    x_ndim = _unbatched(x, dx).ndim
+    if all(d is None for d in idims):
+        out = getitem_p.bind(move_axis(x, dx, 0), *idx, spec=(_FULL,) + spec)
+        return out, _unbatched_index_position(spec, x_ndim, idx)
+    size = axis_size(args, dims)
+    g = _gathered_ndim(x, dx, idx, idims, spec)
+    arrays, new_spec, perm = _batched_index(x, x_ndim, idx, idims, spec, size, g)
+    out = getitem_p.bind(batch_to_front(x, dx, size), *arrays, spec=new_spec)
+    return (out if perm is None else transpose(out, perm)), 0
+
+
+def _to_gathered(v, dv, size, g, position, perm=None):
+    """A value (or cotangent) for the indexed positions, per example shaped to
+    broadcast against the gathered result, laid out like the batched gathered
+    result: batch axis at ``position``, then ``perm`` undone."""
+    from .batching import batch_to_front, move_axis
+    from .shape import reshape, transpose
+    shape = get_aval(v).shape
+    if dv is None and perm is None and len(shape) <= g - position:
+        return v                     # right-aligned, it never reaches the batch axis
+    if dv is None:
+        v = reshape(v, (1,) * (g + 1 - len(shape)) + shape)
+    else:
+        v = batch_to_front(v, dv, size, g)
+    if perm is not None:
+        v = transpose(v, tuple(sorted(range(len(perm)), key=perm.__getitem__)))
+    return move_axis(v, 0, position)
+
+
+def _scatter_add_batch(args, dims, spec, shape):
+    from .batching import axis_size
+    ct, idx = args[0], args[1:]
+    dct, idims = dims[0], dims[1:]
+    size = axis_size(args, dims)
+    g = _unbatched(ct, dct).ndim
+    if all(d is None for d in idims):
+        position = _unbatched_index_position(spec, len(shape), idx)
+        ct = _to_gathered(ct, dct, size, g, position)
+        return scatter_add_p.bind(ct, *idx, spec=(_FULL,) + spec,
+                                  shape=(size,) + shape), 0
+    arrays, new_spec, perm = _batched_index(ct, len(shape), idx, idims, spec, size, g)
+    ct = _to_gathered(ct, dct, size, g, 0, perm)
+    return scatter_add_p.bind(ct, *arrays, spec=new_spec, shape=(size,) + shape), 0
+
+
+def _set_batch(args, dims, spec):
+    from .batching import axis_size, batch_to_front
+    x, v, idx = args[0], args[1], args[2:]
+    dx, dv, idims = dims[0], dims[1], dims[2:]
+    size = axis_size(args, dims)
+    x_ndim = _unbatched(x, dx).ndim
+    g = _gathered_ndim(x, dx, idx, idims, spec)
+    x = batch_to_front(x, dx, size)
+    if all(d is None for d in idims):
+        position = _unbatched_index_position(spec, x_ndim, idx)
+        v = _to_gathered(v, dv, size, g, position)
+        return set_p.bind(x, v, *idx, spec=(_FULL,) + spec), 0
+    arrays, new_spec, perm = _batched_index(x, x_ndim, idx, idims, spec, size, g)
+    v = _to_gathered(v, dv, size, g, 0, perm)
+    return set_p.bind(x, v, *arrays, spec=new_spec), 0
+
+
+getitem_p.batch = _getitem_batch
+scatter_add_p.batch = _scatter_add_batch
+set_p.batch = _set_batch
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .creation import zeros_like  # noqa: E402
+from .elementwise import convert_element_type, unbroadcast  # noqa: E402
+from .shape import broadcast_to  # noqa: E402

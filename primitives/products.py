@@ -28,8 +28,6 @@ matmul_p = Primitive("matmul", lambda a, b: array_module(a, b).matmul(a, b),
 
 
 def _matmul_vjp_a(ct, ans, a, b):
-    from .elementwise import unbroadcast
-    from .shape import expand_dims, reshape, swap_last_axes
     a_nd, b_nd = get_aval(a).ndim, get_aval(b).ndim
     if a_nd == 1 and b_nd == 1:
         ct_a = ct * b
@@ -44,8 +42,6 @@ def _matmul_vjp_a(ct, ans, a, b):
 
 
 def _matmul_vjp_b(ct, ans, a, b):
-    from .elementwise import unbroadcast
-    from .shape import expand_dims, reshape, swap_last_axes
     a_nd, b_nd = get_aval(a).ndim, get_aval(b).ndim
     if a_nd == 1 and b_nd == 1:
         ct_b = ct * a
@@ -59,7 +55,7 @@ def _matmul_vjp_b(ct, ans, a, b):
     return unbroadcast(ct_b, b)
 
 
-matmul_p.def_vjp(_matmul_vjp_a, _matmul_vjp_b)
+matmul_p.def_vjp(_matmul_vjp_a, _matmul_vjp_b, reads=[{1}, {0}])
 matmul_p.def_jvp(lambda t, ans, a, b: matmul(t, b), lambda t, ans, a, b: matmul(a, t))
 
 
@@ -71,7 +67,6 @@ def matmul(a, b):
 def dot(a, b):
     """NumPy's ``dot``: products over the last axis of ``a`` and the second-to-last
     of ``b`` (the last if ``b`` is 1-d); scalars multiply."""
-    from .shape import moveaxis_to_front, reshape
     a_aval, b_aval = get_aval(a), get_aval(b)
     if a_aval.ndim == 0 or b_aval.ndim == 0:
         return a * b
@@ -82,3 +77,54 @@ def dot(a, b):
     rest = b_aval.shape[:-2] + b_aval.shape[-1:]
     b2 = reshape(moveaxis_to_front(b, b_aval.ndim - 2), (k, -1))
     return reshape(matmul(a, b2), a_aval.shape[:-1] + rest)
+
+
+def _matmul_batch(args, dims):
+    """Fold the batch axis into matmul's own batch dimensions (or its rows and
+    columns), moving it only when it sits inside the multiplied matrices."""
+    from .batching import axis_size, batch_to_front, move_axis, unbatched_ndim
+    from .shape import reshape
+    (a, b), (da, db) = args, dims
+    ra, rb = unbatched_ndim(a, da), unbatched_ndim(b, db)
+    if db is None:
+        if ra == 1:                  # a stack of row vectors is a matrix
+            return matmul(move_axis(a, da, 0), b), max(rb - 2, 0)
+        if da <= ra - 2 and max(rb - 2, 0) <= ra - 2 - da:
+            return matmul(a, b), da  # already one of a's batch dimensions
+    elif da is None:
+        if rb == 1:                  # a stack of column vectors is a matrix
+            return matmul(a, move_axis(b, db, 1)), (ra - 1 if ra > 1 else 0)
+        if db <= rb - 3 and max(ra - 2, 0) <= rb - 3 - db:
+            return matmul(a, b), db
+    # Both batched (or the batch sits among the matrix axes): batch axes first,
+    # vectors as matrices, batch dimensions padded to a common rank.
+    size = axis_size(args, dims)
+    stack_rank = max(ra - 2, rb - 2, 0)
+    out_shape = _matmul_abstract(_unbatched_aval(a, da), _unbatched_aval(b, db)).shape
+    if da is not None:
+        a = batch_to_front(a, da, size)
+        if ra == 1:
+            a = reshape(a, (size, 1, get_aval(a).shape[1]))
+        a = batch_to_front(a, 0, size, stack_rank + 2)
+    if db is not None:
+        b = batch_to_front(b, db, size)
+        if rb == 1:
+            b = reshape(b, get_aval(b).shape + (1,))
+        b = batch_to_front(b, 0, size, stack_rank + 2)
+    return reshape(matmul(a, b), (size,) + out_shape), 0
+
+
+def _unbatched_aval(x, d):
+    aval = get_aval(x)
+    if d is None:
+        return aval
+    return ShapedArray(aval.shape[:d] + aval.shape[d + 1:], aval.dtype)
+
+
+matmul_p.batch = _matmul_batch
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .elementwise import unbroadcast  # noqa: E402
+from .shape import expand_dims, moveaxis_to_front, reshape, swap_last_axes  # noqa: E402

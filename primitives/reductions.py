@@ -1,10 +1,13 @@
 """Reductions over axes: sum, max, min, prod (and mean, built on sum)."""
+import math
+
 import numpy as np
 
 from fgrad.backend import array_module
 from fgrad.core import Primitive, ShapedArray, get_aval
 
 from .base import normalize_axis, result_dtype
+from .batching import reduction_batch_rule
 
 FAMILY = "primitives/reductions.py"
 
@@ -27,31 +30,31 @@ def _reduction(name):
                              "non-empty array")
         return ShapedArray(_reduced_shape(x.shape, axis, keepdims),
                            result_dtype(lambda d: np_fn(np.reshape(d, (1,))), [x]))
-    return Primitive(name, impl, abstract, family=FAMILY)
+    prim = Primitive(name, impl, abstract, family=FAMILY)
+    prim.batch = reduction_batch_rule(prim)
+    return prim
 
 
 def keepdims_like(ct, x, axis, keepdims):
     """Re-insert the reduced axes of ``ct`` so it broadcasts against ``x``."""
-    from .shape import reshape
     if keepdims:
         return ct
     return reshape(ct, _reduced_shape(get_aval(x).shape, axis, True))
 
 
 def _broadcast_back(ct, x, axis, keepdims):
-    from .shape import broadcast_to
     return broadcast_to(keepdims_like(ct, x, axis, keepdims), get_aval(x).shape)
 
 
 sum_p = _reduction("sum")
-sum_p.def_vjp(lambda ct, ans, x, axis, keepdims: _broadcast_back(ct, x, axis, keepdims))
+sum_p.def_vjp(lambda ct, ans, x, axis, keepdims: _broadcast_back(ct, x, axis, keepdims),
+              reads=[set()])
 sum_p.def_jvp(lambda t, ans, x, axis, keepdims: sum_(t, axis, keepdims))
 
 
 def _extremum_weights(ans, x, axis, keepdims):
     # Every element equal to the extremum shares the derivative equally, so a
     # tie between k elements sends 1/k of the cotangent to each.
-    from .elementwise import convert_element_type, equal
     hit = convert_element_type(equal(x, keepdims_like(ans, x, axis, keepdims)),
                                get_aval(ans).dtype)
     return hit / sum_(hit, axis, keepdims=True)
@@ -60,7 +63,7 @@ def _extremum_weights(ans, x, axis, keepdims):
 def _extremum_rules(prim):
     prim.def_vjp(lambda ct, ans, x, axis, keepdims:
                  keepdims_like(ct, x, axis, keepdims)
-                 * _extremum_weights(ans, x, axis, keepdims))
+                 * _extremum_weights(ans, x, axis, keepdims), reads=[{0, "ans"}])
     prim.def_jvp(lambda t, ans, x, axis, keepdims:
                  sum_(t * _extremum_weights(ans, x, axis, keepdims), axis, keepdims))
 
@@ -75,7 +78,7 @@ prod_p = _reduction("prod")
 # need the product of the other elements (a cumprod formulation, to come with
 # cumprod); the property tests draw nonzero inputs for now.
 prod_p.def_vjp(lambda ct, ans, x, axis, keepdims:
-               _broadcast_back(ct * ans, x, axis, keepdims) / x)
+               _broadcast_back(ct * ans, x, axis, keepdims) / x, reads=[{0, "ans"}])
 prod_p.def_jvp(lambda t, ans, x, axis, keepdims:
                sum_(t * keepdims_like(ans, x, axis, keepdims) / x, axis, keepdims))
 
@@ -96,11 +99,16 @@ prod = _reducer(prod_p)
 
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean: ``sum / count``, in float64 for integer inputs."""
-    from .elementwise import convert_element_type
     aval = get_aval(x)
     axes = normalize_axis(axis, aval.ndim)
-    count = int(np.prod([aval.shape[a] for a in axes], dtype=np.int64))
+    count = math.prod(aval.shape[a] for a in axes)
     if aval.dtype.kind not in "fc":
         x = convert_element_type(x, np.float64)
     total = sum_(x, axes, keepdims)
     return total / count if count else total * np.nan
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .elementwise import convert_element_type, equal  # noqa: E402
+from .shape import broadcast_to, reshape  # noqa: E402

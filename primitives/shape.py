@@ -11,6 +11,7 @@ from fgrad.backend import array_module
 from fgrad.core import Primitive, ShapedArray, Zero, get_aval
 
 from .base import normalize_axis
+from .batching import axis_size, move_axis
 
 FAMILY = "primitives/shape.py"
 
@@ -26,7 +27,7 @@ def _reshape_abstract(x, shape):
 
 reshape_p = Primitive("reshape", lambda x, shape: array_module(x).reshape(x, shape),
                       _reshape_abstract, family=FAMILY)
-reshape_p.def_vjp(lambda ct, ans, x, shape: reshape(ct, get_aval(x).shape))
+reshape_p.def_vjp(lambda ct, ans, x, shape: reshape(ct, get_aval(x).shape), reads=[set()])
 reshape_p.def_jvp(lambda t, ans, x, shape: reshape(t, shape))
 
 
@@ -53,7 +54,8 @@ def _transpose_abstract(x, axes):
 transpose_p = Primitive("transpose",
                         lambda x, axes: array_module(x).transpose(x, axes),
                         _transpose_abstract, family=FAMILY)
-transpose_p.def_vjp(lambda ct, ans, x, axes: transpose(ct, tuple(np.argsort(axes))))
+transpose_p.def_vjp(lambda ct, ans, x, axes: transpose(
+    ct, tuple(sorted(range(len(axes)), key=axes.__getitem__))), reads=[set()])
 transpose_p.def_jvp(lambda t, ans, x, axes: transpose(t, axes))
 
 
@@ -90,11 +92,10 @@ broadcast_to_p = Primitive(
 
 
 def _unbroadcast(ct, ans, x, shape):
-    from .elementwise import unbroadcast
     return unbroadcast(ct, x)
 
 
-broadcast_to_p.def_vjp(_unbroadcast)
+broadcast_to_p.def_vjp(_unbroadcast, reads=[set()])
 broadcast_to_p.def_jvp(lambda t, ans, x, shape: broadcast_to(t, shape))
 
 
@@ -126,8 +127,6 @@ concatenate_p = Primitive(
 
 
 def _concatenate_vjp(ct, ans, needed, *xs, axis):
-    from .elementwise import cast_like
-    from .indexing import slice_axis
     out, start = [], 0
     for need, x in zip(needed, xs):
         aval = get_aval(x)
@@ -138,15 +137,13 @@ def _concatenate_vjp(ct, ans, needed, *xs, axis):
 
 
 def _concatenate_jvp(tangents, ans, *xs, axis):
-    from .creation import zeros_like
-    from .elementwise import cast_like
     aval = get_aval(ans)
     parts = [zeros_like(x, aval.dtype) if type(t) is Zero else cast_like(t, aval)
              for t, x in zip(tangents, xs)]
     return concatenate(parts, axis)
 
 
-concatenate_p.def_vjp_joint(_concatenate_vjp)
+concatenate_p.def_vjp_joint(_concatenate_vjp, reads=set())
 concatenate_p.def_jvp_joint(_concatenate_jvp)
 
 
@@ -204,3 +201,57 @@ def stack(xs, axis=0):
 def moveaxis_to_front(x, axis):
     ndim = get_aval(x).ndim
     return transpose(x, (axis,) + tuple(i for i in range(ndim) if i != axis))
+
+
+# -- batching rules ----------------------------------------------------------------
+
+def _reshape_batch(args, dims, shape):
+    (x,), (d,) = args, dims
+    x = move_axis(x, d, 0)
+    return reshape(x, get_aval(x).shape[:1] + shape), 0
+
+
+def _transpose_batch(args, dims, axes):
+    # the batch axis keeps its position; the permuted axes move around it
+    (x,), (d,) = args, dims
+    perm = [a + (a >= d) for a in axes]
+    perm.insert(d, d)
+    return transpose(x, tuple(perm)), d
+
+
+def _broadcast_to_batch(args, dims, shape):
+    # x lines up with the target right-aligned, so its batch axis lands at
+    # d + (number of new leading axes) and broadcasting can keep it there
+    (x,), (d,) = args, dims
+    aval = get_aval(x)
+    position = d + len(shape) - (aval.ndim - 1)
+    target = shape[:position] + (aval.shape[d],) + shape[position:]
+    return broadcast_to(x, target), position
+
+
+def _concatenate_batch(args, dims, axis):
+    size = axis_size(args, dims)
+    position = next(d for d in dims if d is not None)
+    parts = []
+    for x, d in zip(args, dims):
+        if d is None:
+            shape = get_aval(x).shape
+            x = broadcast_to(expand_dims(x, position),
+                             shape[:position] + (size,) + shape[position:])
+        else:
+            x = move_axis(x, d, position)
+        parts.append(x)
+    return concatenate_p.bind(*parts, axis=axis + (axis >= position)), position
+
+
+reshape_p.batch = _reshape_batch
+transpose_p.batch = _transpose_batch
+broadcast_to_p.batch = _broadcast_to_batch
+concatenate_p.batch = _concatenate_batch
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from .creation import zeros_like  # noqa: E402
+from .elementwise import cast_like, unbroadcast  # noqa: E402
+from .indexing import slice_axis  # noqa: E402

@@ -6,28 +6,27 @@ itself does not require it (it is the optional extra ``fgrad[scipy]``).
 Derivatives are written with fgrad primitives (``gammaln``'s is ``digamma``,
 ``digamma``'s is ``polygamma(1, .)``, ...), so every order works.
 """
+import math
+
 import numpy as np
 
-from fgrad.backend import array_module
+from fgrad.backend import array_module, scipy_module as backend_scipy_module
 from fgrad.core import Primitive, ShapedArray, Zero, get_aval
 
+from .batching import unary_batch_rule
 from .elementwise import cast_like, exp, unbroadcast
 from .products import matmul
 from .shape import transpose
 
 FAMILY = "primitives/special.py"
 
-_SQRT_PI = float(np.sqrt(np.pi))
-_SQRT_2PI = float(np.sqrt(2 * np.pi))
+_SQRT_PI = math.sqrt(math.pi)
+_SQRT_2PI = math.sqrt(2 * math.pi)
 
 
 def scipy_module(name, *arrays):
     """``scipy.<name>`` for NumPy arrays, ``cupyx.scipy.<name>`` for CuPy ones."""
-    import importlib
-    xp = array_module(*arrays)
-    if xp is np:
-        return importlib.import_module(f"scipy.{name}")
-    return importlib.import_module(f"cupyx.scipy.{name}")
+    return backend_scipy_module(array_module(*arrays), name)
 
 
 def _float_abstract(x, **params):
@@ -46,6 +45,7 @@ def _special_unary(name, derivative):
     prim.def_vjp(lambda ct, ans, x, **p: cast_like(ct * derivative(ans, x, **p),
                                                    get_aval(x)))
     prim.def_jvp(lambda t, ans, x, **p: t * derivative(ans, x, **p))
+    prim.batch = unary_batch_rule(prim)
     return prim
 
 
@@ -214,6 +214,26 @@ sqrtm_p = Primitive("sqrtm", _sqrtm_impl,
 sqrtm_p.def_vjp(lambda ct, ans, a: cast_like(solve_sylvester(transpose(ans), transpose(ans), ct),
                                              get_aval(a)))
 sqrtm_p.def_jvp(lambda t, ans, a: solve_sylvester(ans, ans, t))
+
+
+def _per_example_rule(prim):
+    # scipy's solve_triangular, solve_sylvester and sqrtm take single matrices,
+    # so a batch is solved one example at a time, each a bound primitive (so
+    # the result differentiates), then stacked.
+    from .batching import axis_size, move_axis
+    from .shape import stack
+
+    def rule(args, dims, **params):
+        size = axis_size(args, dims)
+        moved = [x if d is None else move_axis(x, d, 0) for x, d in zip(args, dims)]
+        outs = [prim.bind(*[x if d is None else x[i] for x, d in zip(moved, dims)],
+                          **params) for i in range(size)]
+        return stack(outs), 0
+    prim.batch = rule
+
+
+for _prim in (solve_triangular_p, sylvester_p, sqrtm_p):
+    _per_example_rule(_prim)
 
 
 def sqrtm(a):

@@ -25,8 +25,61 @@ settings.load_profile("ci" if os.environ.get("CI") else
 
 
 @pytest.fixture(autouse=True)
+def _prune_every_residual(monkeypatch):
+    """Reverse mode keeps small residuals whole; tests drop every residual the
+    rules do not declare, so a wrong declaration cannot hide behind small arrays."""
+    from fgrad.interpreters import reverse
+    monkeypatch.setattr(reverse, "PRUNE_MIN_BYTES", 0)
+
+
+@pytest.fixture(autouse=True)
 def _check_every_graph():
     """Every reverse-mode graph a test records is re-checked against the
     primitives' abstract rules before it is swept."""
     with checking_graphs():
         yield
+
+
+# -- the CuPy backend: --backend=cupy and the `cupy` marker --------------------------
+# Tests marked `cupy` run on a real GPU when CuPy and a CUDA device are present and
+# skip cleanly otherwise (CI has no GPU). `--backend=cupy` asks for the GPU run
+# explicitly: then a missing CuPy or device is a usage error, not a silent skip.
+
+
+def pytest_addoption(parser):
+    parser.addoption("--backend", choices=("numpy", "cupy"), default="numpy",
+                     help="numpy (default): CuPy tests run only if a GPU is found; "
+                          "cupy: require CuPy and a CUDA device and run them")
+
+
+def cuda_unavailable_reason():
+    """Why the CuPy tests cannot run here, or None when they can."""
+    try:
+        import cupy
+    except ImportError as err:
+        return f"CuPy is not installed ({err}); pip install 'fgrad[cuda]'"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:                        # no driver, no device
+        return f"no usable CUDA device ({type(err).__name__}: {err})"
+    return None if count > 0 else "no CUDA device"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cupy: needs CuPy and a CUDA device (skipped "
+                                       "without one; --backend=cupy requires one)")
+    if config.getoption("--backend") == "cupy":
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            raise pytest.UsageError(f"--backend=cupy, but {reason}")
+
+
+def pytest_collection_modifyitems(config, items):
+    marked = [item for item in items if item.get_closest_marker("cupy")]
+    if not marked:
+        return
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        skip = pytest.mark.skip(reason=reason)
+        for item in marked:
+            item.add_marker(skip)

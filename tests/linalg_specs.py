@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 import fgrad.numpy as fnp
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import linalg as _linalg
+from fgrad.primitives.shape import swap_last_axes as _swap
 from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, spec, values
 
 L = fnp.linalg
@@ -58,6 +59,7 @@ def _flip(v):
     if isinstance(v, np.ndarray):
         return np.where((v * weights).sum(-2, keepdims=True) < 0, -1.0, 1.0) \
             .astype(v.dtype)
+    weights = fnp.asarray(weights, like=v)          # onto v's device
     return fnp.astype(fnp.where(fnp.sum(v * weights, axis=-2, keepdims=True) < 0,
                                 -1.0, 1.0), v.dtype)
 
@@ -67,7 +69,11 @@ def _sign_fix(v):
 
 
 def _mT(x):
-    return np.swapaxes(x, -1, -2) if isinstance(x, np.ndarray) else x.mT
+    return np.swapaxes(x, -1, -2) if isinstance(x, np.ndarray) else _swap(x)
+
+
+def _ravel(x):
+    return x.ravel() if isinstance(x, np.ndarray) else fnp.reshape(x, (-1,))
 
 
 # -- einsum and products -------------------------------------------------------------------
@@ -161,7 +167,10 @@ SPECS["slogdet_sign"] = _square_case(lambda a: L.slogdet(a).sign * 1.0,
 @spec("cholesky")
 def _cholesky(name):
     def spd(b):
-        return b @ _mT(b) + b.shape[-1] * fnp.eye(b.shape[-1], dtype=b.dtype)
+        n = b.shape[-1]
+        eye = np.eye(n, dtype=b.dtype)
+        return fnp.matmul(b, _mT(b)) + n * (eye if isinstance(b, np.ndarray) else
+                                            fnp.asarray(eye, like=b))
     return well_conditioned().map(lambda b: Case(
         lambda b: L.cholesky(spd(b)), (b,), lambda b: np.linalg.cholesky(spd(b)),
         tol=LINALG_TOL))
@@ -198,7 +207,7 @@ def _svd(name):
         u, s, vh = mod(a, full_matrices=False)
         flip = _flip(u)
         cat = np.concatenate if isinstance(u, np.ndarray) else fnp.concatenate
-        return cat([(u * flip).ravel(), s.ravel(), (vh * _mT(flip)).ravel()])
+        return cat([_ravel(u * flip), _ravel(s), _ravel(vh * _mT(flip))])
     shapes_ = st.sampled_from([(2, 2), (3, 2), (2, 3), (3, 3), (1, 3)])
     return shapes_.flatmap(lambda nm: well_conditioned(n=nm[0], m=nm[1]).map(
         lambda a: Case(lambda a: f(a, L.svd), (a,), lambda a: f(a, np.linalg.svd),

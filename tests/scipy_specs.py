@@ -7,6 +7,7 @@ import scipy.linalg as sl
 import scipy.special as ss
 from hypothesis import strategies as st
 
+import fgrad.numpy as fnp
 import fgrad.scipy.linalg as fl
 import fgrad.scipy.special as fs
 from primitive_specs import SPECS, Case, arrays, shapes, values
@@ -65,7 +66,13 @@ SPECS["solve_sylvester"] = st.integers(1, 3).flatmap(lambda n: st.tuples(
     _matrix(n, 2.5), _matrix(n, 2.0), arrays((n, n)))).map(lambda abq: Case(
         fl.solve_sylvester, abq, sl.solve_sylvester, tol=dict(atol=1e-4, rtol=1e-4)))
 # symmetric positive definite with eigenvalues well away from 0: a real sqrtm
+def _spd(m):
+    eye = np.eye(m.shape[0], dtype=m.dtype)
+    if not isinstance(m, np.ndarray):
+        eye = fnp.asarray(eye, like=m)
+    return fnp.matmul(m, fnp.transpose(m)) * 0.2 + 2.0 * eye
+
+
 SPECS["sqrtm"] = st.integers(1, 3).flatmap(lambda n: arrays((n, n))).map(
-    lambda m: Case(lambda m: fl.sqrtm(m @ m.T * 0.2 + 2.0 * np.eye(len(m))), (m,),
-                   lambda m: sl.sqrtm(m @ m.T * 0.2 + 2.0 * np.eye(len(m))),
+    lambda m: Case(lambda m: fl.sqrtm(_spd(m)), (m,), lambda m: sl.sqrtm(_spd(m)),
                    tol=dict(atol=1e-4, rtol=1e-4), float32=False))

@@ -21,6 +21,20 @@ class JVPTracer(Tracer):
     def aval(self):
         return get_aval(self.primal)
 
+    @property
+    def shape(self):
+        try:
+            return self.primal.shape
+        except AttributeError:
+            return get_aval(self.primal).shape
+
+    @property
+    def dtype(self):
+        try:
+            return self.primal.dtype
+        except AttributeError:
+            return get_aval(self.primal).dtype
+
     def concrete(self):
         return full_lower(self.primal)
 

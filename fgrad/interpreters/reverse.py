@@ -10,6 +10,9 @@ record Python has. ``args`` and ``ans`` are what the VJP rule reads (the
 residuals); ``in_nodes`` holds, per argument, the node number of the tracer it came
 from, or ``None`` for a constant. `fgrad.graph` prints and checks such lists.
 """
+import sys
+
+from ..backend import array_module
 from ..core import Trace, Tracer, Zero, full_lower, get_aval, graph_checking_enabled, \
     missing_rule_message
 from ..errors import MissingRuleError
@@ -29,8 +32,61 @@ class ReverseTracer(Tracer):
     def aval(self):
         return get_aval(self.primal)
 
+    # shape and dtype are read on every rule application: go straight to the
+    # primal instead of building an abstract value
+    @property
+    def shape(self):
+        try:
+            return self.primal.shape
+        except AttributeError:
+            return get_aval(self.primal).shape
+
+    @property
+    def dtype(self):
+        try:
+            return self.primal.dtype
+        except AttributeError:
+            return get_aval(self.primal).dtype
+
     def concrete(self):
         return full_lower(self.primal)
+
+
+def _dtype_kind(x):
+    try:
+        return x.dtype.kind
+    except AttributeError:
+        return get_aval(x).dtype.kind
+
+
+# Residuals smaller than this are kept whole: dropping them saves no memory
+# worth its cost. Tests set it to 0 so every rule runs on pruned residuals.
+PRUNE_MIN_BYTES = 8192
+
+
+def _prune(prim, in_nodes, primals, ans):
+    """Replace the large arrays the VJP will not read by their abstract values.
+
+    This is what keeps reverse mode's memory close to a hand-written gradient:
+    ``a + b`` holds neither operand, ``exp(x)`` holds only its output. Integer
+    arrays (indices, masks) are always kept: they are inputs to the rules, not
+    residuals.
+    """
+    threshold = PRUNE_MIN_BYTES
+    if getattr(ans, "nbytes", -1) < threshold and not any(
+            getattr(p, "nbytes", -1) >= threshold for p in primals):
+        return primals, ans                 # nothing worth dropping
+    keep_args, keep_ans = prim.residuals(tuple([n is not None for n in in_nodes]))
+    saved = primals
+    for i, p in enumerate(primals):
+        if i not in keep_args and getattr(p, "nbytes", -1) >= threshold \
+                and p.dtype.kind in "fc":
+            if saved is primals:
+                saved = list(primals)
+            saved[i] = get_aval(p)
+    if not keep_ans and getattr(ans, "nbytes", -1) >= threshold:
+        ans = get_aval(ans)
+    return saved, ans
 
 
 class ReverseTrace(Trace):
@@ -60,8 +116,17 @@ class ReverseTrace(Trace):
         return primals, in_nodes
 
     def process(self, prim, args, params):
-        primals, in_nodes = self._unwrap(args)
-        ans = prim.bind(*primals, **params)
+        if len(args) == 1:                       # the common unary case, unrolled
+            x = args[0]
+            primals, in_nodes = [x.primal], [x.node]
+        else:
+            primals, in_nodes = self._unwrap(args)
+        for p in primals:
+            if isinstance(p, Tracer):           # an outer transformation's value
+                ans = prim.bind(*primals, **params)
+                break
+        else:
+            ans = prim.impl(*primals, **params)
         if prim.nondiff:
             return ans
         return self.record(prim, in_nodes, primals, ans, params)
@@ -75,17 +140,24 @@ class ReverseTrace(Trace):
             return self._record_multiple(prim, in_nodes, primals, ans, params)
         # Integer and boolean results carry no derivative: they leave the graph
         # as constants, so nothing downstream of them is recorded.
-        if get_aval(ans).dtype.kind not in "fc":
+        try:
+            kind = ans.dtype.kind
+        except AttributeError:
+            kind = get_aval(ans).dtype.kind
+        if kind not in "fc":
             return ans
         node = self.num_nodes
         self.num_nodes = node + 1
-        self.eqns.append((prim, in_nodes, node, primals, ans, params))
+        saved_args, saved_ans = primals, ans
+        if prim.vjp_reads is not None:
+            saved_args, saved_ans = _prune(prim, in_nodes, primals, ans)
+        self.eqns.append((prim, in_nodes, node, saved_args, saved_ans, params))
         return ReverseTracer(self, ans, node)
 
     def _record_multiple(self, prim, in_nodes, primals, ans, params):
         nodes, outs = [], []
         for a in ans:
-            if get_aval(a).dtype.kind in "fc":
+            if _dtype_kind(a) in "fc":
                 node = self.num_nodes
                 self.num_nodes = node + 1
                 nodes.append(node)
@@ -129,8 +201,9 @@ def backward_pass(trace, seeds):
     cts = dict(seeds)
     eqns = trace.eqns
     pop_ct = cts.pop
+    pop_eqn = eqns.pop
     while eqns:
-        prim, in_nodes, out, args, ans, params = eqns.pop()
+        prim, in_nodes, out, args, ans, params = pop_eqn()
         if type(out) is tuple:
             ct = tuple(_ct_or_zero(pop_ct(n, None) if n is not None else None, a)
                        for n, a in zip(out, ans))
@@ -140,14 +213,40 @@ def backward_pass(trace, seeds):
             ct = pop_ct(out, None)
             if ct is None:
                 continue
-        needed = tuple(n is not None for n in in_nodes)
-        arg_cts = prim.vjp(ct, ans, needed, *args, **params)
+        if len(in_nodes) == 1:
+            arg_cts = prim.vjp(ct, ans, _NEEDED_ONE, *args, **params)
+        else:
+            needed = tuple([n is not None for n in in_nodes])
+            arg_cts = prim.vjp(ct, ans, needed, *args, **params)
         for node, arg_ct in zip(in_nodes, arg_cts):
             if node is None or arg_ct is None or type(arg_ct) is Zero:
                 continue
             previous = cts.get(node)
-            cts[node] = arg_ct if previous is None else previous + arg_ct
+            cts[node] = arg_ct if previous is None else _accumulate(previous, arg_ct)
     return cts
+
+
+def _accumulate(total, ct):
+    """``total + ct``, written into ``total`` when no one else can see it.
+
+    A running sum that is an array owning its memory and referenced only by the
+    sweep's table (the reference count NumPy itself uses to elide temporaries)
+    is a buffer we made; adding into it saves one array per fan-out, which is
+    what keeps the peak memory of wide fan-out near a hand-written gradient.
+    """
+    if (type(total) is type(ct) and getattr(total, "base", 0) is None
+            and sys.getrefcount(total) == _SOLE_OWNER and total.flags.writeable
+            and total.shape == ct.shape and total.dtype == ct.dtype):
+        return array_module(total).add(total, ct, out=total)
+    return total + ct
+
+
+# references to a running sum held only by the sweep: the cotangent table, the
+# caller's `previous`, this function's argument and getrefcount's own argument
+_SOLE_OWNER = 4
+
+
+_NEEDED_ONE = (True,)
 
 
 def _ct_or_zero(ct, primal):

@@ -158,11 +158,23 @@ def array(obj, dtype=None, copy=True):
     return _np.array(obj, dtype=dtype, copy=copy)
 
 
-def asarray(obj, dtype=None):
-    """``numpy.asarray``; traced values pass through unchanged."""
+def asarray(obj, dtype=None, *, like=None):
+    """``numpy.asarray``; traced values pass through unchanged.
+
+    ``like=x`` puts host data on ``x``'s backend (the GPU for a CuPy ``x``),
+    as NumPy's ``like=`` does: the way to build a constant next to device data.
+
+    >>> import numpy as np
+    >>> asarray([1.0, 2.0], like=np.zeros(1))
+    array([1., 2.])
+    """
     if isinstance(obj, _Tracer) or (isinstance(obj, (list, tuple))
                                     and _contains_tracer(obj)):
         return array(obj, dtype)
+    if like is not None:
+        from fgrad.backend import asarray_on, module_of_leaves
+        out = asarray_on(module_of_leaves([like]), obj)
+        return out if dtype is None else out.astype(dtype)
     return _np.asarray(obj, dtype=dtype)
 
 # -- einsum and the products built on it, linalg, fft --------------------------------

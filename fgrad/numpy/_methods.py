@@ -14,15 +14,16 @@ def _swap(fn):
 
 _BINARY = {"add": ew.add, "sub": ew.subtract, "mul": ew.multiply,
            "truediv": ew.divide, "pow": ew.power, "matmul": products.matmul}
+# the binding functions take (x, y), so they serve as the methods themselves
 for _name, _fn in _BINARY.items():
-    setattr(Tracer, f"__{_name}__", lambda self, other, _fn=_fn: _fn(self, other))
+    setattr(Tracer, f"__{_name}__", _fn)
     setattr(Tracer, f"__r{_name}__", _swap(_fn))
 
 for _name, _fn in {"lt": ew.less, "le": ew.less_equal, "gt": ew.greater,
                    "ge": ew.greater_equal, "eq": ew.equal, "ne": ew.not_equal}.items():
-    setattr(Tracer, f"__{_name}__", lambda self, other, _fn=_fn: _fn(self, other))
+    setattr(Tracer, f"__{_name}__", _fn)
 
-Tracer.__neg__ = lambda self: ew.negative(self)
+Tracer.__neg__ = ew.negative
 Tracer.__pos__ = lambda self: self
 Tracer.__abs__ = lambda self: ew.absolute(self)
 Tracer.__getitem__ = lambda self, index: indexing.getitem(self, index)

@@ -23,7 +23,8 @@ class _ShapeOnly:
 
 
 def _as_operand(x):
-    return x if isinstance(x, Tracer) or hasattr(x, "dtype") else np.asarray(x)
+    from fgrad import numpy as fnp
+    return x if isinstance(x, Tracer) or hasattr(x, "dtype") else fnp.asarray(x)
 
 
 def parse_subscripts(*args):

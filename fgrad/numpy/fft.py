@@ -15,7 +15,8 @@ fftfreq, rfftfreq = _np.fft.fftfreq, _np.fft.rfftfreq
 
 
 def _as_array(x):
-    return x if hasattr(x, "dtype") else _np.asarray(x)
+    from fgrad import numpy as fnp
+    return x if hasattr(x, "dtype") else fnp.asarray(x)
 
 
 def _norm(norm):

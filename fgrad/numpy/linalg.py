@@ -28,6 +28,7 @@ from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import linalg as _la
 from fgrad.primitives import reductions as _red
 from fgrad.primitives import shape as _shape
+from fgrad.primitives.indexing import slice_axis as _slice_axis
 from fgrad.primitives.products import matmul as _matmul
 
 LinAlgError = _np.linalg.LinAlgError
@@ -39,7 +40,8 @@ SVDResult = _namedtuple("SVDResult", ["U", "S", "Vh"])
 
 
 def _as_array(x):
-    return x if hasattr(x, "dtype") else _np.asarray(x, dtype=float)
+    from fgrad import numpy as fnp
+    return x if hasattr(x, "dtype") else fnp.asarray(x, dtype=float)
 
 
 def _symmetrize(a):
@@ -317,5 +319,5 @@ def lstsq(a, b, rcond=None):
         if _get_aval(b).ndim == 1:
             residuals = _shape.reshape(residuals, (1,))
     else:
-        residuals = _np.empty((0,), _get_aval(x).dtype)
+        residuals = _slice_axis(_ew.convert_element_type(s, _get_aval(x).dtype), 0, 0, 0)
     return x, residuals, rank, s

@@ -52,7 +52,9 @@ def _mvn_logpdf(x, mean=None, cov=1):
     x = _np.asarray(x) if not hasattr(x, "dtype") else x
     k = _get_aval(x).shape[-1]
     d = x if mean is None else x - mean
-    cov = cov * _np.eye(k) if _get_aval(cov).ndim == 0 else cov
+    if _get_aval(cov).ndim == 0:
+        from fgrad.primitives.einsum import identity_like
+        cov = cov * identity_like(x, k)
     low = _la.cholesky(cov)
     flat = _shape.reshape(d, (-1, k))
     z = _la.solve(low, _shape.transpose(flat))            # (k, N)

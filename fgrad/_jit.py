@@ -1,0 +1,494 @@
+"""jit, make_graph and checkpoint: staging a function once and replaying it.
+
+A jitted function keeps its own cache, on the function object: one compiled
+graph per (argument pytree structure, leaf shapes, dtypes and backends, static
+argument values). A call with plain arrays looks its signature up and runs the
+generated code; a call with tracers (under grad, jvp, another jit) binds
+`jit_call_p`, a *call* primitive whose parameter is the staged graph:
+
+- its ``impl`` runs the compiled graph;
+- its ``abstract`` rule returns the graph's output avals (so nested jit stages
+  one equation, which the compiler inlines);
+- its VJP and JVP rules re-evaluate the graph's equations under the current
+  trace (`eval_graph` binds each primitive), so derivatives of a jitted
+  function are derivatives of its graph.
+
+`checkpoint` is the same call primitive under another name: reverse mode keeps
+only its inputs and outputs, and the VJP rule recomputes the inside.
+"""
+import collections
+import functools
+import inspect
+import logging
+import os
+
+import numpy as np
+
+from .backend import array_module, backend_name
+from .core import Primitive, Tracer, Zero, get_aval
+from .compile import compile_graph, gc_paused, optimize
+from .errors import ArgnumError, InvalidInputError, StaticArgumentError, TraceLimitError
+from .interpreters.staging import eval_graph, shaped, stage
+from .tree import tree_flatten, tree_unflatten
+
+RETRACE_ENV = "FGRAD_LOG_RETRACE"
+_log = logging.getLogger("fgrad.jit")
+
+# ---------------------------------------------------------------------------
+# The call primitives
+# ---------------------------------------------------------------------------
+
+
+def compiled_for(graph, xp):
+    """The graph's compiled code for backend ``xp`` (compiled once, kept on it)."""
+    compiled = graph._compiled.get(xp)
+    if compiled is None:
+        compiled = graph._compiled[xp] = compile_graph(graph, xp)
+    return compiled
+
+
+def _call_impl(*args, graph, name):
+    return compiled_for(graph, array_module(*args))(*args)
+
+
+def _call_abstract(*avals, graph, name):
+    return tuple(graph.out_avals)
+
+
+def _instantiate(ct, like):
+    if type(ct) is Zero or ct is None:
+        from .primitives.creation import zeros_like
+        return zeros_like(like)          # on ``like``'s backend
+    return ct
+
+
+def _call_vjp(ct, ans, needed, *args, graph, name):
+    from .api import vjp
+    positions = [i for i, n in enumerate(needed) if n]
+
+    def partial_graph(*xs):
+        full = list(args)
+        for i, x in zip(positions, xs):
+            full[i] = x
+        return tuple(eval_graph(graph, full))
+    _, pullback = vjp(partial_graph, *[args[i] for i in positions])
+    cts = pullback(tuple(_instantiate(c, a) for c, a in zip(ct, ans)))
+    out = [None] * len(args)
+    for i, c in zip(positions, cts):
+        out[i] = c
+    return tuple(out)
+
+
+def _call_jvp(tangents, ans, *args, graph, name):
+    from .api import jvp
+    positions = [i for i, t in enumerate(tangents) if type(t) is not Zero]
+
+    def partial_graph(*xs):
+        full = list(args)
+        for i, x in zip(positions, xs):
+            full[i] = x
+        return tuple(eval_graph(graph, full))
+    _, t_out = jvp(partial_graph, tuple(args[i] for i in positions),
+                   tuple(tangents[i] for i in positions))
+    return tuple(t_out)
+
+
+def _call_primitive(name):
+    prim = Primitive(name, _call_impl, _call_abstract, multiple_results=True,
+                     family="fgrad/_jit.py")
+    prim.call_param = "graph"           # the compiler inlines it
+    prim.def_vjp_joint(_call_vjp)
+    prim.def_jvp_joint(_call_jvp)
+    return prim
+
+
+jit_call_p = _call_primitive("jit_call")
+checkpoint_p = _call_primitive("checkpoint")
+
+# ---------------------------------------------------------------------------
+# Signatures
+# ---------------------------------------------------------------------------
+
+_PY_SCALARS = (bool, int, float, complex)
+
+
+def _leaf_signature(x):
+    """(shape, dtype, weak, backend) of one argument leaf: the cache key part."""
+    t = type(x)
+    if t is np.ndarray or isinstance(x, np.generic):
+        return (x.shape, x.dtype, False, "numpy")
+    if t in _PY_SCALARS:
+        return ((), t, True, "numpy")
+    if isinstance(x, Tracer):
+        aval = x.aval
+        return (aval.shape, aval.dtype, aval.weak_type, "traced")
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return (tuple(x.shape), np.dtype(x.dtype), False, backend_name(x))
+    return None
+
+
+def _describe_leaf(sig):
+    shape, dtype, weak, backend = sig
+    dtype_name = dtype.__name__ if isinstance(dtype, type) else np.dtype(dtype).name
+    kind = "Python " + dtype_name if weak else f"{dtype_name}{list(shape)}"
+    return kind if backend in ("numpy", "traced") else f"{kind} on {backend}"
+
+
+CacheInfo = collections.namedtuple("CacheInfo", "hits misses traces size")
+
+
+class _Entry:
+    __slots__ = ("graph", "out_tree", "run", "record", "xp")
+
+    def __init__(self, graph, out_tree, record):
+        self.graph = graph
+        self.out_tree = out_tree
+        self.record = record
+        self.run = None
+        self.xp = None
+
+
+class Lowered:
+    """What jit made of one call: the staged graph, the optimised one, the code.
+
+    ``print(f_jit.lower(x).source)`` shows the generated Python.
+    """
+
+    def __init__(self, graph, compiled):
+        self.graph = graph
+        self.optimized = compiled.graph
+        self.source = compiled.source
+
+    def __str__(self):
+        return self.source
+
+
+# ---------------------------------------------------------------------------
+# jit
+# ---------------------------------------------------------------------------
+
+
+class JitFunction:
+    """A function staged once per input signature and replayed as compiled code.
+
+    Made by `jit`; see there.
+    """
+
+    def __init__(self, fun, static_argnums=(), static_argnames=(), max_traces=None,
+                 prim=jit_call_p):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self._prim = prim
+        nums = (static_argnums,) if isinstance(static_argnums, int) else \
+            tuple(static_argnums)
+        names = (static_argnames,) if isinstance(static_argnames, str) else \
+            tuple(static_argnames)
+        for n in nums:
+            if not isinstance(n, int):
+                raise ArgnumError(f"static_argnums must be ints, got {n!r}")
+        self._params = _parameter_names(fun)
+        # a static argument may be named either way; accept both spellings
+        names += tuple(self._params[n] for n in nums
+                       if 0 <= n < len(self._params) and self._params[n] not in names)
+        nums += tuple(self._params.index(n) for n in names
+                      if n in self._params and self._params.index(n) not in nums)
+        self.static_argnums = nums
+        self.static_argnames = names
+        self.max_traces = max_traces
+        self._cache = {}
+        self._hits = 0
+        self._misses = 0
+        self._traces = 0
+        self._last_record = None
+
+    def __repr__(self):
+        return f"<jit of {getattr(self.fun, '__qualname__', self.fun)!r}>"
+
+    def __get__(self, obj, objtype=None):
+        # jitted methods bind like functions
+        return self if obj is None else functools.partial(self, obj)
+
+    # -- the call path ------------------------------------------------------
+
+    def _split(self, args, kwargs):
+        nargs = len(args)
+        static_pos = set()
+        for n in self.static_argnums:
+            if -nargs <= n < nargs:
+                static_pos.add(n % nargs)
+            elif n >= len(self._params) or self._params[n] not in kwargs:
+                raise ArgnumError(
+                    f"static_argnums contains {n}, but {self.__name__} was called "
+                    f"with {nargs} positional argument{'s' * (nargs != 1)}.")
+        statics = []
+        for i in sorted(static_pos):
+            statics.append((i, args[i]))
+        for name in self.static_argnames:
+            if name in kwargs:
+                statics.append((name, kwargs[name]))
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        statics = tuple(statics)
+        try:
+            hash(statics)
+        except TypeError:
+            self._unhashable(statics)
+        return dyn_args, dyn_kwargs, statics
+
+    def _unhashable(self, statics):
+        for where, value in statics:
+            try:
+                hash(value)
+            except TypeError:
+                what = (f"static argument {where} ({self._name_of(where)!r})"
+                        if isinstance(where, int) else f"static argument {where!r}")
+                hint = ("pass a tuple instead of a list" if isinstance(value, list)
+                        else "pass a hashable value (a tuple, a number, a string)")
+                raise StaticArgumentError(
+                    f"{what} of {self.__name__} is a {type(value).__name__}, which is "
+                    "not hashable: jit keeps one compilation per static value, so "
+                    f"static values must be hashable. Either {hint}, or make it a "
+                    "traced argument by leaving it out of static_argnums / "
+                    "static_argnames.") from None
+
+    def _name_of(self, where):
+        if isinstance(where, str):
+            return where
+        return self._params[where] if where < len(self._params) else f"arg{where}"
+
+    def __call__(self, *args, **kwargs):
+        if self.static_argnums or self.static_argnames:
+            dyn_args, dyn_kwargs, statics = self._split(args, kwargs)
+        else:
+            dyn_args, dyn_kwargs, statics = args, kwargs, ()
+        leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+        try:
+            sig = tuple(map(_leaf_signature, leaves))
+            key = (tree, sig, statics)
+            entry = self._cache.get(key)
+        except TypeError:
+            entry, key = None, None
+        traced = any(s is not None and s[3] == "traced" for s in sig)
+        if entry is None:
+            self._misses += 1
+            entry, captured = self._trace(args, kwargs, statics, leaves, tree, sig)
+            if not captured and key is not None:
+                self._cache[key] = entry
+            if captured or traced:
+                outs = self._prim.bind(*leaves, *captured, graph=entry.graph,
+                                       name=self.__name__)
+                return tree_unflatten(entry.out_tree, list(outs))
+        else:
+            self._hits += 1
+        if traced:
+            outs = self._prim.bind(*leaves, graph=entry.graph, name=self.__name__)
+            return tree_unflatten(entry.out_tree, list(outs))
+        run = entry.run
+        if run is None:
+            xp = array_module(*leaves)
+            run = entry.run = compiled_for(entry.graph, xp)
+        return tree_unflatten(entry.out_tree, list(run(*leaves)))
+
+    def _trace(self, args, kwargs, statics, leaves, tree, sig):
+        record = self._record(args, kwargs, statics, leaves, tree, sig)
+        for i, s in enumerate(sig):
+            if s is None:
+                raise InvalidInputError(
+                    f"{self.__name__} received a {type(leaves[i]).__name__} "
+                    f"({leaves[i]!r:.40}) as {record['leaf_names'][i]}, which is not an "
+                    "array: jit traces arrays and numbers only. Mark that argument "
+                    "static (static_argnums / static_argnames) to pass other values.")
+        previous = self._last_record
+        if previous is not None:
+            change = _describe_change(previous, record)
+            if self.max_traces is not None and self._traces >= self.max_traces:
+                raise TraceLimitError(
+                    f"{self.__name__} would be traced a {_ordinal(self._traces + 1)} "
+                    f"time, past max_traces={self.max_traces}: {change}. Each new "
+                    "shape, dtype, pytree structure or static value stages and "
+                    "compiles the function again; keep shapes fixed (pad batches), "
+                    "or raise max_traces.")
+            if os.environ.get(RETRACE_ENV, "") not in ("", "0"):
+                _log.warning("fgrad.jit: retracing %s (trace %d): %s", self.__name__,
+                             self._traces + 1, change)
+        elif self.max_traces is not None and self.max_traces < 1:
+            raise TraceLimitError(f"{self.__name__} has max_traces={self.max_traces}, "
+                                  "so it may not be traced at all.")
+        self._traces += 1
+        self._last_record = record
+        out_tree_box = []
+        fun = self.fun
+        static_pos = dict((w, v) for w, v in statics if isinstance(w, int))
+        static_kw = dict((w, v) for w, v in statics if isinstance(w, str))
+
+        def flat_fun(*xs):
+            dyn_args, dyn_kwargs = tree_unflatten(tree, list(xs))
+            it = iter(dyn_args)
+            nargs = len(dyn_args) + len(static_pos)
+            full = [static_pos[i] if i in static_pos else next(it) for i in range(nargs)]
+            out = fun(*full, **dyn_kwargs, **static_kw)
+            out_leaves, out_tree = tree_flatten(out)
+            out_tree_box.append(out_tree)
+            return out_leaves
+        with gc_paused():
+            graph, captured = stage(flat_fun, [shaped(x) for x in leaves])
+        return _Entry(graph, out_tree_box[0], record), captured
+
+    def _record(self, args, kwargs, statics, leaves, tree, sig):
+        """Per-argument signature, for saying what changed between traces."""
+        static_where = {w for w, _ in statics}
+        per_arg, leaf_names = {}, []
+        for i, a in enumerate(args):
+            if i in static_where:
+                continue
+            arg_leaves, arg_tree = tree_flatten(a)
+            name = repr(self._name_of(i)) if i < len(self._params) else f"{i}"
+            label = f"argument {name}"
+            per_arg[label] = (arg_tree, tuple(map(_leaf_signature, arg_leaves)))
+            leaf_names += [label + (f" (leaf {j})" if len(arg_leaves) > 1 else "")
+                           for j in range(len(arg_leaves))]
+        for k, v in sorted(kwargs.items()):
+            if k in static_where:
+                continue
+            arg_leaves, arg_tree = tree_flatten(v)
+            label = f"argument {k!r}"
+            per_arg[label] = (arg_tree, tuple(map(_leaf_signature, arg_leaves)))
+            leaf_names += [label + (f" (leaf {j})" if len(arg_leaves) > 1 else "")
+                           for j in range(len(arg_leaves))]
+        static_values = {f"static argument {self._name_of(w)!r}": v for w, v in statics}
+        return {"args": per_arg, "statics": static_values, "leaf_names": leaf_names}
+
+    # -- introspection ---------------------------------------------------------
+
+    def cache_info(self):
+        """``CacheInfo(hits, misses, traces, size)`` of this jitted function."""
+        return CacheInfo(self._hits, self._misses, self._traces, len(self._cache))
+
+    def clear_cache(self):
+        """Forget every compilation (the counters are kept)."""
+        self._cache.clear()
+        self._last_record = None
+
+    def lower(self, *args, **kwargs):
+        """The `Lowered` form (graphs and generated source) for these arguments."""
+        dyn_args, dyn_kwargs, statics = self._split(args, kwargs) if (
+            self.static_argnums or self.static_argnames) else (args, kwargs, ())
+        leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+        sig = tuple(map(_leaf_signature, leaves))
+        key = (tree, sig, statics)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry, _ = self._trace(args, kwargs, statics, leaves, tree, sig)
+            self._cache[key] = entry
+        return Lowered(entry.graph, compiled_for(entry.graph, array_module(*leaves)))
+
+
+def _ordinal(n):
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _parameter_names(fun):
+    try:
+        params = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _describe_change(old, new):
+    changes = []
+    for label in old["args"].keys() | new["args"].keys():
+        if label not in new["args"]:
+            changes.append(f"{label} is no longer passed")
+            continue
+        if label not in old["args"]:
+            changes.append(f"{label} is new")
+            continue
+        (old_tree, old_sig), (new_tree, new_sig) = old["args"][label], new["args"][label]
+        if old_tree != new_tree:
+            changes.append(f"{label} changed structure from {old_tree} to {new_tree}")
+            continue
+        for j, (a, b) in enumerate(zip(old_sig, new_sig)):
+            if a != b:
+                leaf = f" (leaf {j})" if len(new_sig) > 1 else ""
+                changes.append(f"{label}{leaf} changed from {_describe_leaf(a)} to "
+                               f"{_describe_leaf(b)}")
+                break
+    for label in old["statics"].keys() | new["statics"].keys():
+        a, b = old["statics"].get(label, "<absent>"), new["statics"].get(label, "<absent>")
+        if a is not b and a != b:
+            changes.append(f"{label} changed from {a!r} to {b!r}")
+    return "; ".join(sorted(changes)) if changes else "no change in the arguments"
+
+
+def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None):
+    """Stage ``fun`` once per input signature and replay it as compiled code.
+
+    The signature is the arguments' pytree structure, every leaf's shape, dtype
+    and backend, and the values of the static arguments (``static_argnums`` /
+    ``static_argnames``, which must be hashable). ``max_traces`` raises
+    `TraceLimitError` naming the argument that forced a retrace past it; set
+    the environment variable ``FGRAD_LOG_RETRACE=1`` to log every retrace.
+    ``f_jit.cache_info()`` counts hits, misses and traces.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) ** 2))
+    >>> float(f(np.zeros(3)))
+    0.0
+    >>> f.cache_info()
+    CacheInfo(hits=0, misses=1, traces=1, size=1)
+    """
+    if fun is None:
+        return functools.partial(jit, static_argnums=static_argnums,
+                                 static_argnames=static_argnames, max_traces=max_traces)
+    return JitFunction(fun, static_argnums, static_argnames, max_traces)
+
+
+def make_graph(fun, static_argnums=()):
+    """A function returning the staged `fgrad.graph.Graph` of ``fun`` at its arguments.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda x, y: x * y + 1.0)(np.ones(2), np.ones(2))
+    >>> len(g.eqns)
+    2
+    """
+    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+
+    @functools.wraps(fun)
+    def make(*args, **kwargs):
+        staged = JitFunction(fun, nums)
+        dyn_args, dyn_kwargs, statics = staged._split(args, kwargs) if nums else \
+            (args, kwargs, ())
+        leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+        sig = tuple(map(_leaf_signature, leaves))
+        entry, _ = staged._trace(args, kwargs, statics, leaves, tree, sig)
+        return entry.graph
+    return make
+
+
+def checkpoint(fun):
+    """``fun``, with its intermediate values recomputed in the reverse sweep.
+
+    Reverse mode stores only the inputs and outputs of a checkpointed call; the
+    VJP re-runs ``fun`` on those inputs. That trades compute for memory in deep
+    chains. ``fun`` is staged like a jitted function (so value-dependent Python
+    control flow needs `fgrad.lax`). Under `jit` the compiler may merge the
+    recomputation with the original (common subexpressions), so the saving is
+    for eager ``grad``.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> layer = fgrad.checkpoint(lambda x: fnp.tanh(fnp.sin(x) * 2.0))
+    >>> float(fgrad.grad(lambda x: layer(layer(x)))(0.0))
+    4.0
+    """
+    return JitFunction(fun, prim=checkpoint_p)
+
+
+def optimized_graph(graph, xp=np):
+    """``graph`` after the compiler's passes (for inspection and tests)."""
+    return optimize(graph, xp)
+
+
+__all__ = ["jit", "make_graph", "checkpoint", "JitFunction", "jit_call_p",
+           "checkpoint_p", "get_aval"]

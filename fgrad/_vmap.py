@@ -1,0 +1,217 @@
+"""`vmap`: map a per-example function over a batch axis, without a loop.
+
+The arguments are flattened (pytrees) and each leaf gets its axis from
+``in_axes``; mapped leaves become batch tracers of a new `BatchTrace`, the
+function runs once, and each output leaf has its batch axis moved to the place
+``out_axes`` asks for (outputs that do not depend on the batch are broadcast).
+"""
+import functools
+
+from .core import Tracer, get_aval, new_trace
+from .errors import BatchAxisError
+from .interpreters.batching import BatchTrace, BatchTracer
+from .tree import broadcast_prefix, tree_flatten, tree_unflatten
+
+
+def vmap(fun, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
+    """Vectorize ``fun`` over a batch axis of its arguments.
+
+    ``in_axes`` says, per positional argument, which axis holds the examples:
+    an int (negative counts from the end), ``None`` for an argument every
+    example shares, or a tuple with one entry per positional argument, each
+    entry an int, ``None`` or a pytree prefix of that argument. Keyword
+    arguments are mapped over axis 0. ``out_axes`` places the batch axis in the
+    outputs the same way. ``axis_size`` gives the batch size when no argument
+    is mapped. ``chunk_size`` processes at most that many examples at a time
+    (bounding peak memory) with identical results.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> w = np.array([1.0, 2.0])
+    >>> xs = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    >>> fgrad.vmap(lambda w, x: fnp.dot(w, x), in_axes=(None, 0))(w, xs)
+    array([1., 2., 3.])
+    """
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise BatchAxisError(f"vmap's chunk_size must be a positive int, got "
+                             f"{chunk_size!r}.")
+    _check_axes_type(in_axes, "in_axes")
+    _check_axes_type(out_axes, "out_axes")
+
+    @functools.wraps(fun)
+    def batched(*args, **kwargs):
+        name = getattr(fun, "__name__", type(fun).__name__)
+        leaves, in_tree = tree_flatten((args, kwargs))
+        labels, axes = _in_axes(in_axes, args, kwargs, name)
+        axes = [_normalize_in_axis(x, ax, label, name)
+                for x, ax, label in zip(leaves, axes, labels)]
+        size = _batch_size(leaves, axes, labels, axis_size, name)
+        if chunk_size is None or size <= chunk_size:
+            return _apply(fun, leaves, axes, in_tree, out_axes, size, name)
+        return _apply_chunked(fun, leaves, axes, in_tree, out_axes, size, chunk_size,
+                              name)
+    return batched
+
+
+# ---------------------------------------------------------------------------
+# Input axes
+# ---------------------------------------------------------------------------
+
+
+def _check_axes_type(axes, what):
+    if isinstance(axes, dict) and what == "in_axes":
+        raise BatchAxisError(
+            "vmap's in_axes must be an int, None, or a tuple with one entry per "
+            f"positional argument, got a dict {axes!r}: wrap it as (axes_dict,) for "
+            "a dict argument.")
+
+
+def _in_axes(in_axes, args, kwargs, name):
+    """(label, axis) for every leaf of ``(args, kwargs)``, in flattening order."""
+    labels, axes = [], []
+    if isinstance(in_axes, (tuple, list)):
+        if len(in_axes) != len(args):
+            raise BatchAxisError(
+                f"vmap({name}) got in_axes with {len(in_axes)} entries, but was "
+                f"called with {len(args)} positional argument"
+                f"{'s' * (len(args) != 1)}: give one entry per argument (None for an "
+                "argument every example shares).")
+        per_arg = list(in_axes)
+    else:
+        per_arg = [in_axes] * len(args)
+    for i, (arg, prefix) in enumerate(zip(args, per_arg)):
+        if (prefix is None or type(prefix) is int) and (
+                hasattr(arg, "shape") or isinstance(arg, Tracer)):
+            labels.append(f"argument {i}")           # the common case: one array
+            axes.append(prefix)
+            continue
+        try:
+            arg_axes = broadcast_prefix(prefix, arg)
+        except ValueError:
+            raise BatchAxisError(
+                f"vmap({name}): in_axes entry {i} ({prefix!r}) does not match the "
+                f"structure of argument {i} ({tree_flatten(arg)[1]}): give an int, "
+                "None, or a pytree prefix of the argument.") from None
+        n = len(arg_axes)
+        labels.extend(f"argument {i}" + (f" (leaf {j})" if n > 1 else "")
+                      for j in range(n))
+        axes.extend(arg_axes)
+    for key in sorted(kwargs):
+        n = len(tree_flatten(kwargs[key])[0])
+        labels.extend(f"keyword argument {key!r}" + (f" (leaf {j})" if n > 1 else "")
+                      for j in range(n))
+        axes.extend([0] * n)
+    return labels, axes
+
+
+def _normalize_in_axis(x, axis, label, name):
+    if axis is None:
+        return None
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise BatchAxisError(f"vmap({name}): the in_axes entry for {label} must be an "
+                             f"int or None, got {axis!r}.")
+    if not isinstance(x, Tracer) and not hasattr(x, "shape"):
+        raise BatchAxisError(
+            f"vmap({name}): {label} is a {type(x).__name__}, not an array, so it "
+            f"cannot be mapped over axis {axis}: pass an array, or None in in_axes "
+            "to share it between examples.")
+    ndim = get_aval(x).ndim
+    if not -ndim <= axis < ndim:
+        raise BatchAxisError(
+            f"vmap({name}): in_axes={axis} is out of range for {label}, which has "
+            f"rank {ndim} (shape {get_aval(x).shape}): use an axis in "
+            f"[{-ndim}, {ndim}), or None to share it between examples.")
+    return axis % ndim
+
+
+def _batch_size(leaves, axes, labels, axis_size, name):
+    sizes = {}
+    for x, ax, label in zip(leaves, axes, labels):
+        if ax is not None:
+            sizes.setdefault(get_aval(x).shape[ax], []).append(f"{label} has size "
+                                                               f"{get_aval(x).shape[ax]}"
+                                                               f" along axis {ax}")
+    if axis_size is not None:
+        if sizes and set(sizes) != {axis_size}:
+            found = "; ".join(d for ds in sizes.values() for d in ds)
+            raise BatchAxisError(f"vmap({name}) was given axis_size={axis_size}, but "
+                                 f"{found}.")
+        return axis_size
+    if not sizes:
+        raise BatchAxisError(
+            f"vmap({name}) has no mapped argument to take the batch size from (every "
+            "in_axes entry is None): pass axis_size=n.")
+    if len(sizes) > 1:
+        found = "; ".join(d for ds in sizes.values() for d in ds)
+        raise BatchAxisError(f"vmap({name}) got inconsistent batch sizes: {found}. "
+                             "Every mapped axis must have the same length.")
+    return next(iter(sizes))
+
+
+# ---------------------------------------------------------------------------
+# Running and output axes
+# ---------------------------------------------------------------------------
+
+
+def _apply(fun, leaves, axes, in_tree, out_axes, size, name):
+    with new_trace(BatchTrace, size) as trace:
+        inputs = [x if ax is None else BatchTracer(trace, x, ax)
+                  for x, ax in zip(leaves, axes)]
+        args, kwargs = tree_unflatten(in_tree, inputs)
+        out = fun(*args, **kwargs)
+    out_leaves, out_tree = tree_flatten(out)
+    try:
+        leaf_axes = broadcast_prefix(out_axes, out)
+    except ValueError:
+        raise BatchAxisError(f"vmap({name}): out_axes {out_axes!r} does not match the "
+                             f"structure of the output ({out_tree}): give an int, "
+                             "None, or a pytree prefix of the output.") from None
+    results = [_place_output(x, ax, trace, size, f"output leaf {j}", name)
+               for j, (x, ax) in enumerate(zip(out_leaves, leaf_axes))]
+    return tree_unflatten(out_tree, results)
+
+
+def _place_output(x, axis, trace, size, label, name):
+    from .primitives.batching import move_axis
+    from .primitives.shape import broadcast_to, expand_dims
+    mapped = isinstance(x, BatchTracer) and x._trace is trace
+    if axis is None:
+        if mapped:
+            raise BatchAxisError(
+                f"vmap({name}): out_axes is None for {label}, but it differs between "
+                "examples: give it an axis, or return a value that does not depend "
+                "on the mapped arguments.")
+        return x
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise BatchAxisError(f"vmap({name}): the out_axes entry for {label} must be "
+                             f"an int or None, got {axis!r}.")
+    ndim = get_aval(x).ndim + 1
+    if not -ndim <= axis < ndim:
+        raise BatchAxisError(f"vmap({name}): out_axes={axis} is out of range for "
+                             f"{label}, which has rank {ndim} with the batch axis.")
+    axis %= ndim
+    if mapped:
+        return move_axis(x.val, x.batch_dim, axis)
+    shape = get_aval(x).shape
+    return broadcast_to(expand_dims(x, axis), shape[:axis] + (size,) + shape[axis:])
+
+
+def _apply_chunked(fun, leaves, axes, in_tree, out_axes, size, chunk_size, name):
+    from .primitives.indexing import slice_axis
+    from .primitives.shape import concatenate
+    pieces = []
+    for start in range(0, size, chunk_size):
+        stop = min(start + chunk_size, size)
+        chunk = [x if ax is None else slice_axis(x, ax, start, stop)
+                 for x, ax in zip(leaves, axes)]
+        pieces.append(_apply(fun, chunk, axes, in_tree, out_axes, stop - start, name))
+    first_leaves, out_tree = tree_flatten(pieces[0])
+    leaf_axes = broadcast_prefix(out_axes, pieces[0])
+    per_piece = [tree_flatten(p)[0] for p in pieces]
+    results = []
+    for j, ax in enumerate(leaf_axes):
+        if ax is None:
+            results.append(first_leaves[j])
+        else:
+            parts = [p[j] for p in per_piece]
+            results.append(concatenate(parts, ax % get_aval(parts[0]).ndim))
+    return tree_unflatten(out_tree, results)

@@ -1,0 +1,202 @@
+"""Batching (vmap): run a per-example function once on a whole batch.
+
+A `BatchTracer` carries a value holding every example and the position of its
+batch axis (or `not_mapped` for a value every example shares, which is never
+wrapped). Each primitive applied to batch tracers calls the ``batch`` column of
+its row, ``prim.batch(args, dims, **params) -> (out, out_dim)``, which binds
+primitives on the whole batch at once, so no Python loop over examples runs.
+
+A primitive without a batching rule (a user's `fgrad.primitive`) falls back to
+a loop over examples, with a one-time warning naming it.
+"""
+import warnings
+
+from ..core import ShapedArray, Trace, Tracer, get_aval
+from ..errors import BatchedConversionError, LoopBatchingWarning
+from ..primitives.batching import axis_size, not_mapped
+
+__all__ = ["BatchTrace", "BatchTracer", "not_mapped"]
+
+
+def _conversion_message(what, aval):
+    return (f"{what} was applied to a value batched by vmap ({aval} per example): "
+            "it holds one value per example, so Python cannot branch on it or turn "
+            "it into one number. Select per example with fgrad.numpy.where(cond, "
+            "a, b), or use fgrad.lax.cond for control flow; if the value does not "
+            "depend on the batched inputs, compute it outside vmap.")
+
+
+class BatchTracer(Tracer):
+    """A batched value: ``val`` holds every example along axis ``batch_dim``."""
+
+    __slots__ = ("val", "batch_dim")
+
+    def __init__(self, trace, val, batch_dim):
+        self._trace = trace
+        self.val = val
+        self.batch_dim = batch_dim
+
+    @property
+    def aval(self):
+        val, d = self.val, self.batch_dim
+        shape = val.shape          # a batched value is an array or a tracer, never a scalar
+        return ShapedArray(shape[:d] + shape[d + 1:], val.dtype)
+
+    def concrete(self):
+        raise BatchedConversionError(_conversion_message("a conversion to a concrete "
+                                                         "value", self.aval))
+
+    def __bool__(self):
+        raise BatchedConversionError(_conversion_message("bool() (or an `if`, `and`, "
+                                                         "`or`, `while`)", self.aval))
+
+    def __float__(self):
+        raise BatchedConversionError(_conversion_message("float()", self.aval))
+
+    def __int__(self):
+        raise BatchedConversionError(_conversion_message("int()", self.aval))
+
+    def __complex__(self):
+        raise BatchedConversionError(_conversion_message("complex()", self.aval))
+
+    def __index__(self):
+        raise BatchedConversionError(_conversion_message("use as a Python index",
+                                                         self.aval))
+
+    def item(self):
+        raise BatchedConversionError(_conversion_message(".item()", self.aval))
+
+    def tolist(self):
+        raise BatchedConversionError(_conversion_message(".tolist()", self.aval))
+
+    def __repr__(self):
+        return f"BatchTracer({self.aval}, batch_dim={self.batch_dim}, val={self.val!r})"
+
+
+class BatchTrace(Trace):
+    """Applies the batching rule of every primitive it receives."""
+
+    __slots__ = ("axis_size",)
+
+    def __init__(self, level, size):
+        super().__init__(level)
+        self.axis_size = size
+
+    def _unwrap(self, args):
+        vals, dims = [], []
+        for a in args:
+            if isinstance(a, BatchTracer) and a._trace is self:
+                vals.append(a.val)
+                dims.append(a.batch_dim)
+            else:
+                vals.append(a)
+                dims.append(not_mapped)
+        return vals, dims
+
+    def wrap(self, val, dim):
+        return val if dim is None else BatchTracer(self, val, dim)
+
+    def process(self, prim, args, params):
+        vals, dims = self._unwrap(args)
+        rule = prim.batch
+        if rule is None:
+            rule = _loop_rule(prim)
+        out, out_dim = rule(vals, dims, **params)
+        if prim.multiple_results:
+            return tuple(self.wrap(o, d) for o, d in zip(out, out_dim))
+        return out if out_dim is None else BatchTracer(self, out, out_dim)
+
+    # -- functions with user-supplied derivatives --------------------------------
+    #
+    # The user's rules are per-example code. With no differentiating trace below
+    # this one, only the primal matters: fwd (or the JVP rule's primal) runs on
+    # the batch tracers. With one below, the rules are handed to it batched
+    # (wrapped in vmap), so it still sees the user's derivative.
+
+    def process_custom_vjp(self, fun, fwd, bwd, args):
+        from ..custom import _top_trace
+        vals, dims = self._unwrap(args)
+        lower = _top_trace(vals)
+        if lower is None:
+            out, _ = fwd(*args)
+            return out
+        b_fun, b_fwd, b_bwd = _batched_custom_vjp(fun, fwd, bwd, dims, self.axis_size)
+        outs = lower.process_custom_vjp(b_fun, b_fwd, b_bwd, vals)
+        return tuple(BatchTracer(self, o, 0) for o in outs)
+
+    def process_custom_jvp(self, fun, rule, args):
+        from ..custom import _top_trace
+        vals, dims = self._unwrap(args)
+        lower = _top_trace(vals)
+        if lower is None:
+            return fun.body(*args)
+        b_fun, b_rule = _batched_custom_jvp(fun, rule, dims, self.axis_size)
+        outs = lower.process_custom_jvp(b_fun, b_rule, vals)
+        return tuple(BatchTracer(self, o, 0) for o in outs)
+
+
+def _named(f, name, body=None):
+    f.__name__ = name
+    f.body = body or f
+    return f
+
+
+def _batched_custom_vjp(fun, fwd, bwd, dims, size):
+    """fun, fwd and bwd over whole batches (batch axis first in every output)."""
+    from ..api import vmap
+    from ..primitives.batching import move_axis
+    from ..primitives.reductions import sum_
+    in_axes = tuple(dims)
+
+    def b_fwd(*xs):
+        return vmap(fwd, in_axes=in_axes, axis_size=size)(*xs)
+
+    def b_bwd(residuals, cts, needed, primals):
+        def one(res, ct, *p):
+            return tuple(bwd(res, ct, needed, p))
+        per_example = vmap(one, in_axes=(0, 0) + in_axes, axis_size=size)(
+            residuals, tuple(cts), *primals)
+        # a primal every example shared gets the sum of their cotangents
+        return tuple(c if c is None else sum_(c, 0) if d is None else move_axis(c, 0, d)
+                     for c, d in zip(per_example, dims))
+    name = f"vmap({fun.__name__})"
+    return _named(lambda *xs: b_fwd(*xs)[0], name), b_fwd, b_bwd
+
+
+def _batched_custom_jvp(fun, rule, dims, size):
+    from ..api import vmap
+    in_axes = tuple(dims)
+
+    def b_fun(*xs):
+        return vmap(fun, in_axes=in_axes, axis_size=size)(*xs)
+
+    def b_rule(primals, tangents):
+        return vmap(rule, in_axes=(in_axes, in_axes), axis_size=size)(
+            tuple(primals), tuple(tangents))
+    return _named(b_fun, f"vmap({fun.__name__})"), b_rule
+
+
+def _loop_rule(prim):
+    if not getattr(prim, "_warned_loop_batching", False):
+        prim._warned_loop_batching = True
+        where = (f"add one in {prim.family}" if prim.family else
+                 f"register one with fgrad.defbatch({prim.name.rsplit('.', 1)[-1]}, "
+                 "rule)")
+        warnings.warn(f"primitive {prim.name!r} has no batching rule, so vmap runs it "
+                      f"once per example in a Python loop (slow): {where}.",
+                      LoopBatchingWarning, stacklevel=4)
+
+    def loop(args, dims, **params):
+        from ..primitives.indexing import getitem_p
+        from ..primitives.shape import stack
+        size = axis_size(args, dims)
+        outs = []
+        for i in range(size):
+            example = [x if d is None else getitem_p.bind(
+                x, spec=(("slice", None, None, None),) * d + (("int", i),))
+                for x, d in zip(args, dims)]
+            outs.append(prim.bind(*example, **params))
+        if prim.multiple_results:
+            return tuple(stack(parts) for parts in zip(*outs)), (0,) * len(outs[0])
+        return stack(outs), 0
+    return loop

@@ -1,0 +1,201 @@
+"""Staging: trace a function with abstract values into a `fgrad.graph.Graph`.
+
+A `StagingTracer` knows only its shape and dtype. Each primitive applied to one
+is not evaluated: its ``abstract`` rule gives the output's shape and dtype, and
+an equation is appended to the trace's list. The result is the linear program
+jit compiles and `make_graph` returns.
+
+Tracers of *other* traces met while staging (a jitted function called inside
+``grad``, a ``lax.cond`` branch closing over an outer value) are not constants:
+they become extra inputs of the graph (``captured``), and whoever stages the
+graph passes them in when binding it.
+"""
+import os
+
+import traceback
+
+from ..core import ShapedArray, Trace, Tracer, get_aval, missing_rule_message, new_trace
+from ..errors import ConcretizationError, MissingRuleError
+from ..graph import Equation, Graph, Literal, Var
+
+_FGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PRIMITIVES_DIR = os.path.join(os.path.dirname(_FGRAD_DIR), "primitives")
+
+
+class StagingTracer(Tracer):
+    """A staged value: an abstract value and the graph variable that holds it."""
+
+    __slots__ = ("var",)
+
+    def __init__(self, trace, var):
+        self._trace = trace
+        self.var = var
+
+    @property
+    def aval(self):
+        return self.var.aval
+
+    def concrete(self):
+        raise ConcretizationError(concretization_message(self, "its concrete value"))
+
+    def __bool__(self):
+        raise ConcretizationError(concretization_message(self, "bool() (an `if`, "
+                                                         "`while`, `and`/`or`)"))
+
+    def __float__(self):
+        raise ConcretizationError(concretization_message(self, "float()"))
+
+    def __int__(self):
+        raise ConcretizationError(concretization_message(self, "int()"))
+
+    def __index__(self):
+        raise ConcretizationError(concretization_message(self, "an integer index"))
+
+    def __complex__(self):
+        raise ConcretizationError(concretization_message(self, "complex()"))
+
+    def item(self):
+        raise ConcretizationError(concretization_message(self, ".item()"))
+
+    def tolist(self):
+        raise ConcretizationError(concretization_message(self, ".tolist()"))
+
+
+def _user_frame():
+    """The innermost stack frame outside fgrad's own code: the user's line."""
+    for frame in reversed(traceback.extract_stack()):
+        path = os.path.abspath(frame.filename)
+        if not (path.startswith(_FGRAD_DIR) or path.startswith(_PRIMITIVES_DIR)):
+            return frame
+    return None
+
+
+def concretization_message(tracer, what):
+    frame = _user_frame()
+    where = ""
+    if frame is not None:
+        code = f": `{frame.line.strip()}`" if frame.line else ""
+        where = f" at {frame.filename}:{frame.lineno}{code}"
+    return (f"a staged array ({tracer.aval}) was asked for {what}{where}, but under "
+            "jit (or make_graph) arrays have a shape and dtype and no value yet. "
+            "For control flow that depends on array values use fgrad.lax.cond / "
+            "fgrad.lax.switch (branches), fgrad.lax.while_loop / fori_loop / scan "
+            "(loops); if the value is really a configuration constant, mark that "
+            "argument static with jit(f, static_argnums=...) or static_argnames.")
+
+
+def is_staged(x):
+    """True if ``x`` has no concrete value (a staged tracer, or one built on it)."""
+    while isinstance(x, Tracer):
+        if isinstance(x, StagingTracer):
+            return True
+        try:
+            x = x.concrete()
+        except ConcretizationError:
+            return True
+    return False
+
+
+class StagingTrace(Trace):
+    """Records equations from abstract rules instead of evaluating."""
+
+    __slots__ = ("eqns", "captured", "_captured_vars", "_avals")
+
+    def __init__(self, level):
+        super().__init__(level)
+        self.eqns = []
+        self.captured = []              # outer tracers used here, in order
+        self._captured_vars = {}        # id(tracer) -> Var
+        # (prim, operand avals, params) -> output aval: a long program repeats
+        # the same few signatures, and abstract rules cost microseconds each
+        self._avals = {}
+
+    def new_input(self, aval):
+        return StagingTracer(self, Var(aval))
+
+    def operand(self, x):
+        """The graph operand for ``x``: its variable, a capture, or a literal."""
+        if isinstance(x, StagingTracer) and x._trace is self:
+            return x.var
+        if isinstance(x, Tracer):
+            var = self._captured_vars.get(id(x))
+            if var is None:
+                var = Var(x.aval.strip_weak())
+                self._captured_vars[id(x)] = var
+                self.captured.append(x)
+            return var
+        return Literal(x, get_aval(x))
+
+    def process(self, prim, args, params):
+        if prim.abstract is None:
+            raise MissingRuleError(missing_rule_message(prim, "abstract"))
+        invars = [self.operand(a) for a in args]
+        avals = [v.aval for v in invars]
+        try:
+            key = (prim, tuple((a.shape, a.dtype, a.weak_type) for a in avals),
+                   tuple(params.items()))
+            out = self._avals.get(key)
+        except TypeError:               # an unhashable parameter
+            key, out = None, None
+        if out is None:
+            out = prim.abstract(*avals, **params)
+            if key is not None:
+                self._avals[key] = out
+        if prim.multiple_results:
+            outvars = [Var(a) for a in out]
+            self.eqns.append(Equation(prim, invars, outvars, params))
+            return tuple(StagingTracer(self, v) for v in outvars)
+        var = Var(out)
+        self.eqns.append(Equation(prim, invars, [var], params))
+        return StagingTracer(self, var)
+
+    def process_custom_vjp(self, fun, fwd, bwd, args):
+        # Staging sees through custom rules to the primal computation; a
+        # transformation applied to the staged graph differentiates that.
+        return fun(*args)
+
+    def process_custom_jvp(self, fun, rule, args):
+        return fun(*args)
+
+
+def stage(flat_fun, in_avals):
+    """Trace ``flat_fun`` (flat list of inputs -> flat list of outputs).
+
+    Returns ``(graph, captured)``: the graph's inputs are the given avals
+    followed by one per captured outer tracer, in ``captured`` order.
+    """
+    with new_trace(StagingTrace) as trace:
+        inputs = [trace.new_input(a) for a in in_avals]
+        outs = flat_fun(*inputs)
+        outvars = [trace.operand(o) for o in outs]
+    invars = [t.var for t in inputs] + [trace._captured_vars[id(t)]
+                                        for t in trace.captured]
+    return Graph(invars, trace.eqns, outvars), trace.captured
+
+
+def eval_graph(graph, args):
+    """Run ``graph`` on ``args`` by binding each equation's primitive.
+
+    Under another transformation this re-evaluates the graph on that trace's
+    tracers, which is how a staged call is differentiated or re-staged.
+    """
+    env = dict(zip(graph.invars, args))
+
+    def read(v):
+        return v.value if type(v) is Literal else env[v]
+    for eqn in graph.eqns:
+        out = eqn.prim.bind(*[read(v) for v in eqn.invars], **eqn.params)
+        if eqn.prim.multiple_results:
+            env.update(zip(eqn.outvars, out))
+        else:
+            env[eqn.outvars[0]] = out
+    return [read(v) for v in graph.outvars]
+
+
+def shaped(x):
+    """The abstract value jit stages an argument with (weak scalars stay weak)."""
+    aval = get_aval(x)
+    return ShapedArray(aval.shape, aval.dtype, aval.weak_type)
+
+
+

@@ -1,0 +1,316 @@
+"""Structured control flow: cond (switch), while_loop and scan as primitives.
+
+Each primitive carries its branches or loop body as staged graphs
+(`fgrad.graph.Graph`) in its parameters; ``fgrad.lax`` builds them. The rules
+are themselves written by staging: the JVP of a loop is the same loop over a
+body that carries tangents (`_jvp_graph`), the VJP of ``cond`` is a ``cond``
+over the branches' VJPs (`_vjp_graph`), and the VJP of ``scan`` is a scan in the
+opposite direction over the stored carries. Every graph is closed (its outer
+values are explicit operands), so a rule only rearranges operands.
+"""
+import numpy as np
+
+from fgrad.backend import array_module
+from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.errors import ControlFlowError
+
+FAMILY = "primitives/control.py"
+
+
+def _stage(fun, avals):
+    from fgrad.interpreters.staging import stage
+    graph, captured = stage(fun, avals)
+    assert not captured, "rules stage closed graphs only"
+    return graph
+
+
+def _run(graph, args):
+    from fgrad._jit import compiled_for
+    return compiled_for(graph, array_module(*args))(*args)
+
+
+def _eval(graph, args):
+    from fgrad.interpreters.staging import eval_graph
+    return eval_graph(graph, args)
+
+
+def _zeros_like(x):
+    # made from an operand, so the zeros live on the operand's backend
+    from .creation import zeros_like
+    return zeros_like(x)
+
+
+def _real_tangent(t, like):
+    return _zeros_like(like) if t is None or type(t) is Zero else t
+
+
+def _is_float(aval):
+    return aval.dtype.kind in "fc"
+
+
+def _jvp_graph(graph, n_keep):
+    """A graph of ``(*ins, *in_tangents) -> (*outs, *out_tangents)``.
+
+    Tangents are taken for every input from index ``n_keep`` on (inputs before
+    it are treated as constants with zero tangent).
+    """
+    from fgrad.api import jvp
+    in_avals = graph.in_avals
+    n = len(in_avals)
+
+    def fun(*xs):
+        ins, tans = list(xs[:n]), xs[n:]
+
+        def f(*vary):
+            return tuple(_eval(graph, ins[:n_keep] + list(vary)))
+        outs, out_t = jvp(f, tuple(ins[n_keep:]), tuple(tans))
+        return list(outs) + list(out_t)
+    return _stage(fun, [a.strip_weak() for a in in_avals]
+                  + [a.strip_weak() for a in in_avals[n_keep:]])
+
+
+def _vjp_graph(graph, positions):
+    """A graph of ``(*ins, *out_cts) -> cts of ins[positions]``."""
+    from fgrad.api import vjp
+    in_avals, out_avals = graph.in_avals, graph.out_avals
+    n = len(in_avals)
+
+    def fun(*xs):
+        ins, cts = list(xs[:n]), xs[n:]
+
+        def f(*vary):
+            full = list(ins)
+            for i, v in zip(positions, vary):
+                full[i] = v
+            return tuple(_eval(graph, full))
+        _, pullback = vjp(f, *[ins[i] for i in positions])
+        return list(pullback(tuple(cts)))
+    return _stage(fun, [a.strip_weak() for a in in_avals]
+                  + [a.strip_weak() for a in out_avals])
+
+
+# ---------------------------------------------------------------------------
+# cond / switch: cond_p(index, *operands, branches=(graph, ...))
+# ---------------------------------------------------------------------------
+
+
+def _cond_impl(index, *ops, branches):
+    i = min(max(int(index), 0), len(branches) - 1)
+    return tuple(_run(branches[i], ops))
+
+
+def _cond_abstract(index, *ops, branches):
+    return tuple(a.strip_weak() for a in branches[0].out_avals)
+
+
+cond_p = Primitive("cond", _cond_impl, _cond_abstract, multiple_results=True,
+                   family=FAMILY)
+
+
+def _cond_jvp(tangents, ans, index, *ops, branches):
+    tans = [_real_tangent(t, x) for t, x in zip(tangents[1:], ops)]
+    jvp_branches = tuple(_jvp_graph(g, 0) for g in branches)
+    out = cond_p.bind(index, *ops, *tans, branches=jvp_branches)
+    return tuple(out[len(ans):])
+
+
+def _cond_vjp(ct, ans, needed, index, *ops, branches):
+    positions = [i for i, need in enumerate(needed[1:]) if need]
+    cts = [_real_tangent(c, a) for c, a in zip(ct, ans)]
+    vjp_branches = tuple(_vjp_graph(g, positions) for g in branches)
+    arg_cts = cond_p.bind(index, *ops, *cts, branches=vjp_branches)
+    out = [None] * (1 + len(ops))
+    for i, c in zip(positions, arg_cts):
+        out[1 + i] = c
+    return tuple(out)
+
+
+cond_p.def_jvp_joint(_cond_jvp)
+cond_p.def_vjp_joint(_cond_vjp)
+
+# ---------------------------------------------------------------------------
+# while_loop: while_p(*cond_consts, *body_consts, *init, cond=, body=, n_cc=, n_bc=)
+# ---------------------------------------------------------------------------
+
+
+def _while_impl(*args, cond, body, n_cc, n_bc):
+    cc, bc, val = args[:n_cc], args[n_cc:n_cc + n_bc], args[n_cc + n_bc:]
+    while bool(_run(cond, cc + val)[0]):
+        val = _run(body, bc + tuple(val))
+    return tuple(val)
+
+
+def _while_abstract(*avals, cond, body, n_cc, n_bc):
+    return tuple(a.strip_weak() for a in avals[n_cc + n_bc:])
+
+
+while_p = Primitive("while_loop", _while_impl, _while_abstract, multiple_results=True,
+                    family=FAMILY)
+
+
+def _while_jvp(tangents, ans, *args, cond, body, n_cc, n_bc):
+    cc, bc, val = args[:n_cc], args[n_cc:n_cc + n_bc], args[n_cc + n_bc:]
+    t_bc = [_real_tangent(t, x)
+            for t, x in zip(tangents[n_cc:n_cc + n_bc], bc)]
+    t_val = [_real_tangent(t, x) for t, x in zip(tangents[n_cc + n_bc:], val)]
+    n_val = len(val)
+    # body over (bc, t_bc; val, t_val): tangents of the constants ride along as
+    # constants, tangents of the carry as carry
+    jvp_all = _jvp_graph(body, 0)        # (*bc, *val, *t_bc, *t_val) -> (*val', *t_val')
+
+    def body_fun(*xs):
+        b, tb = xs[:n_bc], xs[n_bc:2 * n_bc]
+        v, tv = xs[2 * n_bc:2 * n_bc + n_val], xs[2 * n_bc + n_val:]
+        return _eval(jvp_all, list(b) + list(v) + list(tb) + list(tv))
+    body_avals = [get_aval(x).strip_weak() for x in (*bc, *t_bc, *val, *t_val)]
+    new_body = _stage(body_fun, body_avals)
+
+    def cond_fun(*xs):
+        return _eval(cond, list(xs[:n_cc + n_val]))
+    cond_avals = [get_aval(x).strip_weak() for x in (*cc, *val, *t_val)]
+    new_cond = _stage(cond_fun, cond_avals)
+    out = while_p.bind(*cc, *bc, *t_bc, *val, *t_val, cond=new_cond, body=new_body,
+                       n_cc=n_cc, n_bc=2 * n_bc)
+    return tuple(out[n_val:])
+
+
+def _while_vjp(ct, ans, needed, *args, cond, body, n_cc, n_bc):
+    raise ControlFlowError(
+        "reverse-mode differentiation (grad, vjp) of a staged fgrad.lax.while_loop "
+        "is not supported: its number of iterations is unknown while staging, so "
+        "the carries the reverse sweep needs cannot be stored. Use fgrad.lax.scan, "
+        "or fgrad.lax.fori_loop with Python-int bounds (which becomes a scan); or "
+        "differentiate outside jit, where while_loop runs eagerly.")
+
+
+while_p.def_jvp_joint(_while_jvp)
+while_p.def_vjp_joint(_while_vjp)
+
+# ---------------------------------------------------------------------------
+# scan: scan_p(*consts, *init, *xs, body=, n_consts=, n_carry=, length=, reverse=)
+# body: (*consts, *carry, *x) -> (*carry, *y)
+# ---------------------------------------------------------------------------
+
+
+def _scan_impl(*args, body, n_consts, n_carry, length, reverse):
+    consts = args[:n_consts]
+    carry = tuple(args[n_consts:n_consts + n_carry])
+    xs = args[n_consts + n_carry:]
+    y_avals = body.out_avals[n_carry:]
+    xp = array_module(*args)
+    ys = [xp.empty((length,) + a.shape, a.dtype) for a in y_avals]
+    for i in (range(length - 1, -1, -1) if reverse else range(length)):
+        out = _run(body, consts + carry + tuple(x[i] for x in xs))
+        carry = tuple(out[:n_carry])
+        for buf, y in zip(ys, out[n_carry:]):
+            buf[i] = y
+    return carry + tuple(ys)
+
+
+def _scan_abstract(*avals, body, n_consts, n_carry, length, reverse):
+    outs = body.out_avals
+    return tuple(a.strip_weak() for a in outs[:n_carry]) + tuple(
+        ShapedArray((length,) + a.shape, a.dtype) for a in outs[n_carry:])
+
+
+scan_p = Primitive("scan", _scan_impl, _scan_abstract, multiple_results=True,
+                   family=FAMILY)
+
+
+def _scan_jvp(tangents, ans, *args, body, n_consts, n_carry, length, reverse):
+    n_x = len(args) - n_consts - n_carry
+    consts, carry, xs = (args[:n_consts], args[n_consts:n_consts + n_carry],
+                         args[n_consts + n_carry:])
+    tans = [_real_tangent(t, x) for t, x in zip(tangents, args)]
+    t_consts, t_carry, t_xs = (tans[:n_consts], tans[n_consts:n_consts + n_carry],
+                               tans[n_consts + n_carry:])
+    jvp_all = _jvp_graph(body, 0)
+    n_y = len(body.outvars) - n_carry
+
+    def body_fun(*v):
+        c, tc = v[:n_consts], v[n_consts:2 * n_consts]
+        k, tk = v[2 * n_consts:2 * n_consts + n_carry], \
+            v[2 * n_consts + n_carry:2 * n_consts + 2 * n_carry]
+        x, tx = v[2 * n_consts + 2 * n_carry:2 * n_consts + 2 * n_carry + n_x], \
+            v[2 * n_consts + 2 * n_carry + n_x:]
+        out = _eval(jvp_all, list(c) + list(k) + list(x) + list(tc) + list(tk) + list(tx))
+        o, to = out[:n_carry + n_y], out[n_carry + n_y:]
+        return list(o[:n_carry]) + list(to[:n_carry]) + list(o[n_carry:]) + \
+            list(to[n_carry:])
+    x_avals = [a for a in body.in_avals[n_consts + n_carry:]]
+    avals = [get_aval(v).strip_weak() for v in (*consts, *t_consts, *carry, *t_carry)] \
+        + [a.strip_weak() for a in x_avals] * 2
+    new_body = _stage(body_fun, avals)
+    out = scan_p.bind(*consts, *t_consts, *carry, *t_carry, *xs, *t_xs, body=new_body,
+                      n_consts=2 * n_consts, n_carry=2 * n_carry, length=length,
+                      reverse=reverse)
+    return tuple(out[n_carry:2 * n_carry]) + tuple(out[2 * n_carry + n_y:])
+
+
+def _scan_vjp(ct, ans, needed, *args, body, n_consts, n_carry, length, reverse):
+    from .elementwise import add
+    consts, carry, xs = (args[:n_consts], args[n_consts:n_consts + n_carry],
+                         args[n_consts + n_carry:])
+    n_x = len(xs)
+    n_y = len(body.outvars) - n_carry
+    in_avals = body.in_avals
+    # 1. forward again, keeping the carry that enters each step
+    def keep_carry(*v):
+        out = _eval(body, list(v))
+        return list(out) + list(v[n_consts:n_consts + n_carry])
+    carries_body = _stage(keep_carry, [a.strip_weak() for a in in_avals])
+    fwd = scan_p.bind(*consts, *carry, *xs, body=carries_body, n_consts=n_consts,
+                      n_carry=n_carry, length=length, reverse=reverse)
+    stored = fwd[n_carry + n_y:]
+    # 2. a scan the other way: carry (carry cts, const-ct sums), per step the
+    #    stored carry, the x and the y ct; emits the x cts
+    c_pos = [i for i in range(n_consts) if _is_float(in_avals[i])]
+    k_pos = [i for i in range(n_carry) if _is_float(in_avals[n_consts + i])]
+    x_pos = [i for i in range(n_x) if _is_float(in_avals[n_consts + n_carry + i])]
+    positions = c_pos + [n_consts + i for i in k_pos] + \
+        [n_consts + n_carry + i for i in x_pos]
+    step_vjp = _vjp_graph(body, positions)
+    out_avals = body.out_avals
+
+    def bwd(*v):
+        c = v[:n_consts]
+        ct_k = v[n_consts:n_consts + len(k_pos)]
+        acc = v[n_consts + len(k_pos):n_consts + len(k_pos) + len(c_pos)]
+        rest = v[n_consts + len(k_pos) + len(c_pos):]
+        k, x, ct_y = rest[:n_carry], rest[n_carry:n_carry + n_x], rest[n_carry + n_x:]
+        ct_carry = [_zeros_like(k[i]) for i in range(n_carry)]
+        for i, c_ in zip(k_pos, ct_k):
+            ct_carry[i] = c_
+        cts = _eval(step_vjp, list(c) + list(k) + list(x) + ct_carry + list(ct_y))
+        ct_c, ct_kk, ct_x = (cts[:len(c_pos)], cts[len(c_pos):len(c_pos) + len(k_pos)],
+                             cts[len(c_pos) + len(k_pos):])
+        return list(ct_kk) + [add(a, b) for a, b in zip(acc, ct_c)] + list(ct_x)
+    bwd_avals = ([in_avals[i].strip_weak() for i in range(n_consts)]
+                 + [out_avals[i].strip_weak() for i in k_pos]
+                 + [in_avals[i].strip_weak() for i in c_pos]
+                 + [a.strip_weak() for a in in_avals[n_consts:n_consts + n_carry]]
+                 + [a.strip_weak() for a in in_avals[n_consts + n_carry:]]
+                 + [a.strip_weak() for a in out_avals[n_carry:]])
+    bwd_graph = _stage(bwd, bwd_avals)
+    ct_k0 = [_real_tangent(ct[i], ans[i]) for i in k_pos]
+    acc0 = [_zeros_like(consts[i]) for i in c_pos]
+    ct_ys = [_real_tangent(c, a) for c, a in zip(ct[n_carry:], ans[n_carry:])]
+    res = scan_p.bind(*consts, *ct_k0, *acc0, *stored, *xs, *ct_ys, body=bwd_graph,
+                      n_consts=n_consts, n_carry=len(k_pos) + len(c_pos),
+                      length=length, reverse=not reverse)
+    ct_init, ct_consts, ct_xs = (res[:len(k_pos)], res[len(k_pos):len(k_pos) + len(c_pos)],
+                                 res[len(k_pos) + len(c_pos):])
+    out = [None] * len(args)
+    for i, c in zip(c_pos, ct_consts):
+        out[i] = c
+    for i, c in zip(k_pos, ct_init):
+        out[n_consts + i] = c
+    for i, c in zip(x_pos, ct_xs):
+        out[n_consts + n_carry + i] = c
+    return tuple(c if need else None for c, need in zip(out, needed))
+
+
+scan_p.def_jvp_joint(_scan_jvp)
+scan_p.def_vjp_joint(_scan_vjp)
+
+del np

@@ -1,0 +1,311 @@
+"""A CPU stand-in for a device backend (CuPy), strict where CuPy is strict.
+
+`StandInArray` holds a NumPy array, but NumPy refuses to touch it: converting it
+(``np.asarray``), applying a ufunc (``np.sin(x)``) or an array function
+(``np.sum(x)``) raises `StandInRefused`. Its module, `standin`, is a namespace that
+forwards to NumPy, unwrapping and re-wrapping, and that refuses NumPy *arrays*
+among its arguments as CuPy does (only `asarray` / `array` copy host data in).
+Reductions return 0-d arrays, never scalars, as CuPy does.
+
+So a computation that runs to the end on stand-in inputs, with stand-in outputs,
+called no NumPy function on the data: every impl asked `array_module` for its
+module. That is what `test_standin.py` checks over the whole property suite.
+
+Use `registered()` to install it for the duration of a test; `to_standin` and
+`to_numpy` move pytrees across.
+"""
+import contextlib
+import operator
+import sys
+
+import numpy as np
+
+import fgrad
+from fgrad import backend
+
+
+class StandInRefused(TypeError):
+    """NumPy was asked to operate on stand-in (device) data."""
+
+
+def _refuse(what):
+    raise StandInRefused(
+        f"{what} was applied to a StandInArray: NumPy must never see device data. "
+        "The impl should call array_module(...) and use the module it returns.")
+
+
+def _unwrap(x, fname):
+    if type(x) is StandInArray:
+        return x._a
+    if type(x) is np.ndarray:
+        raise TypeError(f"standin.{fname}: unsupported argument type numpy.ndarray "
+                        f"(shape {x.shape}); like CuPy, the stand-in makes no implicit "
+                        "host-to-device copy: use standin.asarray / fgrad.device_put")
+    if isinstance(x, (tuple, list)):
+        return type(x)(_unwrap(i, fname) for i in x)
+    return x
+
+
+def _unwrap_index(index):
+    # CuPy copies NumPy and list index arrays to the device itself (indexing is
+    # the one place it accepts host arrays), so the stand-in does too.
+    if isinstance(index, tuple):
+        return tuple(_unwrap_index(i) for i in index)
+    if type(index) is StandInArray:
+        return index._a
+    return index
+
+
+def _wrap(x):
+    if type(x) is np.ndarray:
+        return StandInArray(x)
+    if isinstance(x, np.generic):              # no scalars on the device: 0-d arrays
+        return StandInArray(np.asarray(x))
+    if isinstance(x, tuple):
+        return tuple(_wrap(i) for i in x)
+    if isinstance(x, list):
+        return [_wrap(i) for i in x]
+    return x
+
+
+class StandInArray:
+    """An array on the pretend device: NumPy data NumPy itself may not touch."""
+
+    __slots__ = ("_a",)
+    # CuPy's value: below a Tracer's, so `stand_in * tracer` is the tracer's to do
+    __array_priority__ = 100
+
+    def __init__(self, a):
+        self._a = a
+
+    shape = property(lambda self: self._a.shape)
+    dtype = property(lambda self: self._a.dtype)
+    ndim = property(lambda self: self._a.ndim)
+    size = property(lambda self: self._a.size)
+    T = property(lambda self: StandInArray(self._a.T))
+    real = property(lambda self: StandInArray(np.real(self._a)))
+    flags = property(lambda self: self._a.flags)
+
+    def __array__(self, dtype=None, copy=None):
+        _refuse("numpy.asarray (implicit conversion)")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _refuse(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else
+                                              f".{method}"))
+
+    def __array_function__(self, func, types, args, kwargs):
+        _refuse(f"{func.__module__}.{func.__name__}")
+
+    def get(self):
+        """The data as a NumPy array (CuPy's explicit device-to-host copy)."""
+        return self._a.copy()
+
+    def __getitem__(self, index):
+        return _wrap(self._a[_unwrap_index(index)])
+
+    def __setitem__(self, index, value):
+        self._a[_unwrap_index(index)] = _unwrap(value, "__setitem__")
+
+    def __len__(self):
+        return len(self._a)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    # Python conversions synchronise on a real device; they are allowed there too.
+    def __bool__(self):
+        return bool(self._a)
+
+    def __float__(self):
+        return float(self._a)
+
+    def __int__(self):
+        return int(self._a)
+
+    def __complex__(self):
+        return complex(self._a)
+
+    def __index__(self):
+        return operator.index(self._a)
+
+    def item(self):
+        return self._a.item()
+
+    def tolist(self):
+        return self._a.tolist()
+
+    def __repr__(self):
+        return f"StandInArray({self._a!r})"
+
+    def __hash__(self):
+        return id(self)
+
+    def copy(self):
+        return StandInArray(self._a.copy())
+
+    def astype(self, dtype, copy=True):
+        return StandInArray(self._a.astype(dtype, copy=copy))
+
+    def reshape(self, *shape):
+        return StandInArray(self._a.reshape(*shape))
+
+    def transpose(self, *axes):
+        return StandInArray(self._a.transpose(*axes))
+
+    def ravel(self):
+        return StandInArray(self._a.ravel())
+
+    def conj(self):
+        return StandInArray(self._a.conj())
+
+
+def _defers_to(other):
+    # CuPy's rule: an operand of higher __array_priority__ (a Tracer) handles the
+    # operator itself through its reflected method.
+    return type(other) is not StandInArray and \
+        getattr(other, "__array_priority__", 0) > StandInArray.__array_priority__
+
+
+def _method(fn):
+    def method(self, other):
+        if _defers_to(other):
+            return NotImplemented
+        return _wrap(fn(self._a, _unwrap(other, fn.__name__)))
+    return method
+
+
+def _rmethod(fn):
+    def method(self, other):
+        if _defers_to(other):
+            return NotImplemented
+        return _wrap(fn(_unwrap(other, fn.__name__), self._a))
+    return method
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+              "and", "or", "xor"):
+    _op = getattr(operator, _name + ("_" if _name in ("and", "or") else ""))
+    setattr(StandInArray, f"__{_name}__", _method(_op))
+    setattr(StandInArray, f"__r{_name}__", _rmethod(_op))
+for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
+    setattr(StandInArray, f"__{_name}__", _method(getattr(operator, _name)))
+for _name, _op in (("neg", operator.neg), ("pos", operator.pos), ("abs", abs),
+                   ("invert", operator.invert)):
+    setattr(StandInArray, f"__{_name}__", lambda self, _op=_op: _wrap(_op(self._a)))
+for _name in ("sum", "max", "min", "prod", "mean", "any", "all", "argmax", "argmin",
+              "cumsum", "squeeze", "dot", "swapaxes", "nonzero"):
+    setattr(StandInArray, _name,
+            lambda self, *a, _name=_name, **k: _wrap(getattr(self._a, _name)(
+                *_unwrap(a, _name), **{key: _unwrap(v, _name) for key, v in k.items()})))
+
+
+# ---------------------------------------------------------------------------
+# The module: NumPy's namespace, forwarding with unwrap/wrap
+# ---------------------------------------------------------------------------
+
+
+class _Function:
+    """A NumPy function or ufunc, lifted to stand-in arrays."""
+
+    def __init__(self, fn, name):
+        self._fn, self.__name__ = fn, name
+
+    def __call__(self, *args, **kwargs):
+        args = _unwrap(args, self.__name__)
+        kwargs = {k: _unwrap(v, self.__name__) for k, v in kwargs.items()}
+        return _wrap(self._fn(*args, **kwargs))
+
+    def at(self, a, index, values):
+        # ufunc.at: in place on the device array, as cupy.add.at
+        self._fn.at(_unwrap(a, "at"), _unwrap_index(index), _unwrap(values, "at"))
+
+    def __getattr__(self, name):                   # ufunc.reduce, .outer, ...
+        return _Function(getattr(self._fn, name), f"{self.__name__}.{name}")
+
+
+def _host_in(x, dtype=None, copy=None):
+    """asarray/array: the explicit host-to-device copy (CuPy's cupy.asarray)."""
+    if type(x) is StandInArray:
+        a = x._a if dtype is None else x._a.astype(dtype)
+        return StandInArray(a.copy() if copy else a)
+    return StandInArray(np.array(_unwrap_host(x), dtype=dtype, copy=True))
+
+
+def _unwrap_host(x):
+    if type(x) is StandInArray:
+        return x._a
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap_host(i) for i in x)
+    return x
+
+
+class _Namespace:
+    """``standin``: NumPy's names, each function lifted with `_Function`."""
+
+    def __init__(self, numpy_namespace, prefix):
+        self._np, self._prefix = numpy_namespace, prefix
+        # opt_einsum imports its backend by this name (contract(backend=xp.__name__))
+        self.__name__ = MODULE_NAME + ("." + prefix.rstrip(".") if prefix else "")
+
+    def __getattr__(self, name):
+        value = getattr(self._np, name)
+        if isinstance(value, type) or isinstance(value, (int, float, np.dtype)):
+            return value                           # dtypes, constants
+        if hasattr(value, "__path__") or type(value).__name__ == "module":
+            return _Namespace(value, f"{self._prefix}{name}.")
+        if callable(value):
+            return _Function(value, self._prefix + name)
+        return value
+
+    def asarray(self, x, dtype=None):
+        return _host_in(x, dtype)
+
+    def array(self, x, dtype=None, copy=True):
+        return _host_in(x, dtype, copy)
+
+    def asnumpy(self, x):
+        return x.get() if type(x) is StandInArray else np.asarray(x)
+
+    ndarray = StandInArray
+
+
+MODULE_NAME = "fgrad_standin"
+SCIPY_NAME = "fgrad_standin_scipy"      # the stand-in's cupyx.scipy
+standin = _Namespace(np, "")
+
+
+@contextlib.contextmanager
+def registered():
+    """Register the stand-in backend as ``"standin"`` for the block's duration."""
+    backend.register_backend(StandInArray, standin, "standin",
+                             to_numpy=lambda x: x.get(),
+                             from_numpy=lambda a: StandInArray(np.array(a)),
+                             scipy=SCIPY_NAME)
+    # importable by name, as cupy and cupyx.scipy are, for libraries that
+    # dispatch on a module name (opt_einsum's backend=, backend.scipy_module)
+    names = {MODULE_NAME: standin}
+    try:
+        import scipy.linalg
+        import scipy.special
+        names.update({SCIPY_NAME: _Namespace(scipy, f"{SCIPY_NAME}."),
+                      f"{SCIPY_NAME}.special": _Namespace(scipy.special, "special."),
+                      f"{SCIPY_NAME}.linalg": _Namespace(scipy.linalg, "linalg.")})
+    except ImportError:                    # SciPy is optional; so is its stand-in
+        pass
+    sys.modules.update(names)
+    try:
+        yield standin
+    finally:
+        backend.unregister_backend(StandInArray)
+        for name in names:
+            sys.modules.pop(name, None)
+
+
+def to_standin(tree):
+    """Every array leaf of ``tree`` copied onto the stand-in device."""
+    return fgrad.device_put(tree, "standin")
+
+
+def to_numpy(tree):
+    """Every stand-in leaf of ``tree`` copied back to NumPy."""
+    return fgrad.device_put(tree, "cpu")

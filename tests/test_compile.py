@@ -1,0 +1,131 @@
+"""The compiler passes: what each one removes or rewrites, and buffer reuse."""
+import numpy as np
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad import compile as C
+from fgrad.graph import Literal
+
+
+def _names(graph):
+    return [e.prim.name for e in graph.eqns]
+
+
+def test_dead_code_elimination_drops_unused_equations():
+    def f(x):
+        unused = fnp.exp(x) * 3.0          # noqa: F841 - dead on purpose
+        return fnp.sin(x)
+    g = fgrad.make_graph(f)(np.ones(2))
+    assert _names(g) == ["exp", "multiply", "sin"]
+    assert _names(C.eliminate_dead_code(g)) == ["sin"]
+
+
+def test_common_subexpressions_are_computed_once():
+    def f(x):
+        return fnp.sin(x * 2.0) + fnp.sin(x * 2.0)
+    g = fgrad.make_graph(f)(np.ones(2))
+    assert _names(g) == ["multiply", "sin", "multiply", "sin", "add"]
+    cse = C.eliminate_common_subexpressions(g)
+    assert _names(cse) == ["multiply", "sin", "add"]
+    add = cse.eqns[-1]
+    assert add.invars[0] is add.invars[1]
+    # different literals are different expressions
+    g2 = fgrad.make_graph(lambda x: x * 2.0 + x * 3.0)(np.ones(2))
+    assert len(C.eliminate_common_subexpressions(g2).eqns) == 3
+
+
+def test_constant_folding_evaluates_shape_only_and_literal_equations_once():
+    def f(x):
+        return x * 2.0 + fnp.zeros_like(x) + fnp.ones_like(x)
+    g = fgrad.make_graph(f)(np.ones(3))
+    assert _names(g) == ["multiply", "full_like", "add", "full_like", "add"]
+    folded = C.fold_constants(g)
+    assert _names(folded) == ["multiply", "add", "add"]
+    ones = folded.eqns[2].invars[1]
+    assert isinstance(ones, Literal)
+    np.testing.assert_array_equal(ones.value, np.ones(3))
+    # an equation on literals only (as inlining or zero rules leave behind)
+    from fgrad.graph import Equation, Graph, Var
+    from fgrad.primitives.elementwise import exp_p
+    lit = Literal(np.arange(3.0), fgrad.core.get_aval(np.arange(3.0)))
+    out = Var(lit.aval)
+    folded = C.fold_constants(Graph([], [Equation(exp_p, [lit], [out], {})], [out]))
+    assert folded.eqns == []
+    np.testing.assert_array_equal(folded.outvars[0].value, np.exp(np.arange(3.0)))
+
+
+def test_symbolic_zeros_never_reach_the_generated_code():
+    def f(x, y):
+        z = fnp.zeros_like(x)
+        return fnp.sum((x + z) * 2.0 + z * y - fnp.sin(z)) + fnp.sum(z)
+    g = fgrad.make_graph(f)(np.ones(3), np.ones(3))
+    opt = C.optimize(g)
+    assert _names(opt) == ["multiply", "sum"]       # x * 2.0, then the sum
+    source = fgrad.jit(f).lower(np.ones(3), np.ones(3)).source
+    assert "full_like" not in source and "zeros" not in source
+    np.testing.assert_allclose(fgrad.jit(f)(np.ones(3), np.ones(3)), f(np.ones(3),
+                                                                       np.ones(3)))
+
+
+def test_zero_rules_only_fire_when_shapes_match():
+    def f(x, y):
+        return fnp.zeros_like(x) + y          # (2, 3) zero + (3,): y broadcast, kept
+    x, y = np.ones((2, 3)), np.arange(3.0)
+    opt = C.optimize(fgrad.make_graph(f)(x, y))
+    assert _names(opt) == ["add"]
+    np.testing.assert_array_equal(fgrad.jit(f)(x, y), np.broadcast_to(y, (2, 3)))
+    assert _names(C.optimize(fgrad.make_graph(lambda x, y: x + fnp.zeros_like(y))(
+        y, x))) == ["add"]
+
+
+def test_buffer_reuse_writes_into_dying_intermediates_only():
+    def f(x):
+        return fnp.exp(fnp.sin(x) * 2.0) + 1.0
+    x = np.linspace(0, 1, 5)
+    x.flags.writeable = False               # writing into the input would raise
+    f_jit = fgrad.jit(f)
+    source = f_jit.lower(x).source
+    assert "out=a0" not in source
+    assert source.count("out=") == 3        # multiply, exp and add reuse sin's buffer
+    np.testing.assert_allclose(f_jit(x), np.exp(np.sin(x) * 2.0) + 1.0)
+
+
+def test_buffer_reuse_never_writes_into_a_live_value_or_a_view():
+    def f(x):
+        s = fnp.sin(x)
+        t = fnp.reshape(s, (2, 3))          # a view of s's buffer
+        u = fnp.exp(s)                      # s dies here, but t still reads it
+        return t, u * 2.0
+    x = np.arange(6.0)
+    t, u = fgrad.jit(f)(x)
+    np.testing.assert_array_equal(t, np.sin(x).reshape(2, 3))
+    np.testing.assert_allclose(u, 2 * np.exp(np.sin(x)))
+    assert "out=v1" not in fgrad.jit(f).lower(x).source.split("exp")[1].split("\n")[0]
+
+
+def test_outputs_that_are_constants_are_fresh_copies():
+    f = fgrad.jit(lambda x: (x, np.ones(2) * 3))
+    a = f(np.zeros(2))[1]
+    a[0] = 100.0
+    np.testing.assert_array_equal(f(np.zeros(2))[1], [3.0, 3.0])
+
+
+def test_generated_source_is_straight_line_python_calling_numpy():
+    f = fgrad.jit(lambda x: fnp.sum(fnp.tanh(x) ** 2))
+    lowered = f.lower(np.ones(4))
+    lines = lowered.source.splitlines()
+    assert lines[0] == "def staged(a0):"
+    assert lines[-1].startswith("    return (")
+    assert not any(word in lowered.source for word in ("for ", "while ", "if "))
+    assert len(lowered.optimized.eqns) == 3
+
+
+def test_jit_grad_has_no_more_equations_than_needed():
+    def f(x):
+        for _ in range(10):
+            x = fnp.sin(x) * 1.01
+        return fnp.sum(x)
+    staged = fgrad.make_graph(fgrad.grad(f))(np.ones(3))
+    optimized = C.optimize(staged)
+    assert len(optimized.eqns) < len(staged.eqns)
+    assert "full_like" not in _names(optimized)

@@ -1,0 +1,74 @@
+"""The property suite and grad/jvp on CuPy arrays, on a real GPU.
+
+Every test here is marked `cupy`: it runs when CuPy and a CUDA device are
+present (or with ``pytest --backend=cupy``, which requires them) and skips with
+the reason otherwise. The checks are the ones test_standin.py runs on the CPU
+stand-in (tests/device_suite.py), so a GPU run adds what the stand-in cannot
+show: CuPy's own dtype promotion, kernels and numerics.
+"""
+import numpy as np
+import pytest
+from hypothesis import given
+
+import fgrad
+import fgrad.numpy as fnp
+from device_suite import Device, check_case, check_nested_transformations, \
+    check_nondiff, check_scalar_input_moves
+from fgrad.errors import BackendMismatchError
+from primitive_specs import NONDIFF_SPECS, SPECS
+
+pytestmark = pytest.mark.cupy
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    cupy = pytest.importorskip("cupy")
+    # GPU reductions sum in a different order: agree to rounding, not to the bit
+    return Device("gpu", cupy.ndarray, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_property_suite_on_cupy(name, gpu):
+    given(SPECS[name])(lambda case: check_case(gpu, name, case))()
+
+
+@pytest.mark.parametrize("name", sorted(NONDIFF_SPECS))
+def test_nondifferentiable_on_cupy(name, gpu):
+    given(NONDIFF_SPECS[name])(lambda case: check_nondiff(gpu, name, case))()
+
+
+def test_nested_transformations_on_cupy(gpu):
+    check_nested_transformations(gpu)
+
+
+def test_python_scalar_input_goes_to_the_gpu(gpu):
+    check_scalar_input_moves(gpu)
+
+
+def test_float32_stays_float32_on_the_gpu(gpu):
+    x = gpu.put(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+    w = gpu.put(np.ones((3, 2), np.float32))
+    g = fgrad.grad(lambda w: fnp.sum(fnp.tanh(x @ w) * 2.0))(w)
+    gpu.assert_on(g, "gradient")
+    assert g.dtype == np.float32
+
+
+def test_scatter_add_accumulates_repeated_indices_on_the_gpu(gpu):
+    x = gpu.put(np.zeros(3))
+    out = fgrad.at(x)[np.array([0, 0, 2])].add(1.0)
+    gpu.assert_on(out, "scatter-add")
+    np.testing.assert_array_equal(gpu.get(out), [2.0, 0.0, 1.0])
+
+
+def test_mixing_numpy_and_cupy_names_the_arguments(gpu):
+    with pytest.raises(BackendMismatchError,
+                       match=r"argument 0 is a cupy array, argument 1 is a numpy array"):
+        fgrad.grad(lambda x, y: fnp.sum(x * y))(gpu.put(np.ones(2)), np.ones(2))
+
+
+def test_device_put_round_trip(gpu):
+    tree = {"w": np.arange(6.0).reshape(2, 3), "b": 0.5}
+    on = fgrad.device_put(tree, "gpu")
+    gpu.assert_on(on, "device_put")
+    back = fgrad.device_put(on, "cpu")
+    np.testing.assert_array_equal(back["w"], tree["w"])

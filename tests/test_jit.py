@@ -1,0 +1,278 @@
+"""jit and make_graph: staging, the signature cache, composition, errors."""
+import logging
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.errors import ConcretizationError, InvalidInputError, StaticArgumentError, \
+    TraceLimitError
+from fgrad.graph import Graph, Literal, check_staged
+from primitive_specs import SPECS
+
+
+# -- staging and the graph IR --------------------------------------------------------
+
+def test_make_graph_lists_one_equation_a_line_with_shapes():
+    g = fgrad.make_graph(lambda x, y: fnp.sum(fnp.sin(x) * y))(np.ones((2, 3)),
+                                                              np.ones(3, np.float32))
+    assert isinstance(g, Graph)
+    assert len(g.eqns) == 3
+    text = str(g).splitlines()
+    assert text[0] == "{ lambda a:f64[2,3] b:f32[3] ."
+    assert text[1] == "  c:f64[2,3] = sin a"
+    assert text[2] == "  d:f64[2,3] = multiply c b"
+    assert text[3].startswith("  e:f64[] = sum[axis=(0, 1)")
+    assert text[-1] == "  in (e) }"
+    check_staged(g)
+
+
+def test_graph_to_dot_is_graphviz_source():
+    g = fgrad.make_graph(lambda x: fnp.exp(x) + 1.0)(np.ones(2))
+    dot = g.to_dot()
+    assert dot.startswith("digraph fgrad {") and dot.rstrip().endswith("}")
+    assert "exp" in dot and "add" in dot and "a -> eq0;" in dot and "eq1 -> out0;" in dot
+
+
+def test_closed_over_arrays_become_literals():
+    w = np.arange(3.0)
+    g = fgrad.make_graph(lambda x: x * w)(np.ones(3))
+    (eqn,) = g.eqns
+    assert isinstance(eqn.invars[1], Literal) and eqn.invars[1].value is w
+
+
+@pytest.mark.parametrize("use, what", [
+    (lambda x: 1.0 if x.sum() > 0 else 0.0, "bool"),
+    (lambda x: float(x.sum()), "float"),
+    (lambda x: int(x.sum()), "int"),
+    (lambda x: x.sum().item(), "item"),
+])
+def test_python_control_flow_on_staged_values_names_the_line_and_the_fix(use, what):
+    f = fgrad.jit(use)
+    with pytest.raises(ConcretizationError, match=r"test_jit\.py:\d+") as info:
+        f(np.ones(3))
+    message = str(info.value)
+    assert "fgrad.lax.cond" in message and "while_loop" in message
+    assert "static_argnums" in message
+
+
+def test_while_on_staged_value_raises():
+    def f(x):
+        while x.sum() < 10:
+            x = x * 2
+        return x
+    with pytest.raises(ConcretizationError, match="lax.cond"):
+        fgrad.jit(f)(np.ones(2))
+
+
+def test_staging_tracer_has_no_concrete_value():
+    seen = []
+
+    def f(x):
+        with pytest.raises(ConcretizationError, match="concrete value"):
+            x.concrete()
+        seen.append(repr(x))
+        return x
+    fgrad.make_graph(f)(np.ones(2))
+    assert seen == ["StagingTracer(f64[2])"]
+
+
+def test_python_control_flow_on_static_arguments_works():
+    def f(x, n):
+        for _ in range(n):
+            x = fnp.sin(x)
+        return x if n > 1 else -x
+    f_jit = fgrad.jit(f, static_argnums=1)
+    x = np.linspace(0, 1, 4)
+    np.testing.assert_allclose(f_jit(x, 3), f(x, 3))
+    np.testing.assert_allclose(f_jit(x, 1), f(x, 1))
+
+
+# -- the signature cache -------------------------------------------------------------
+
+def test_cache_retraces_exactly_when_the_signature_changes():
+    f = fgrad.jit(lambda x, y: x * y)
+    x3, x4 = np.ones(3), np.ones(4)
+    f(x3, 2.0)
+    f(x3 + 1, 3.0)                         # same shapes, dtypes, Python float: a hit
+    assert f.cache_info() == (1, 1, 1, 1)
+    f(x4, 2.0)                             # new shape
+    f(x3.astype(np.float32), 2.0)          # new dtype
+    f(x3, np.float64(2.0))                 # a NumPy scalar is not a Python float
+    assert f.cache_info().traces == 4
+    f(x4, 5.0)
+    f(x3, 7.0)
+    assert f.cache_info() == (3, 4, 4, 4)
+
+
+def test_pytree_structure_is_part_of_the_signature():
+    f = fgrad.jit(lambda p: sum(fnp.sum(v) for v in p.values()))
+    f({"a": np.ones(2)})
+    f({"a": np.zeros(2)})
+    f({"a": np.ones(2), "b": np.ones(2)})
+    assert f.cache_info().traces == 2 and f.cache_info().hits == 1
+
+
+def test_static_values_are_part_of_the_signature():
+    f = fgrad.jit(lambda x, n: x * n, static_argnames="n")
+    f(np.ones(2), n=2)
+    f(np.ones(2), n=2)
+    f(np.ones(2), n=3)
+    assert f.cache_info().traces == 2
+
+
+def test_cache_lives_on_each_jitted_function():
+    def g(x):
+        return x + 1.0
+    f1, f2 = fgrad.jit(g), fgrad.jit(g)
+    f1(np.ones(2))
+    f2(np.ones(2))
+    assert f1.cache_info().traces == 1 and f2.cache_info().traces == 1
+
+
+def test_retrace_log_names_what_changed(monkeypatch, caplog):
+    f = fgrad.jit(lambda x, y: x + fnp.sum(y))
+    monkeypatch.setenv("FGRAD_LOG_RETRACE", "1")
+    with caplog.at_level(logging.WARNING, logger="fgrad.jit"):
+        f(np.ones(2), np.ones(2))
+        f(np.ones(2), np.ones(5))
+    (record,) = caplog.records
+    assert "argument 'y' changed from float64[2] to float64[5]" in record.getMessage()
+
+
+def test_no_retrace_log_without_the_environment_variable(monkeypatch, caplog):
+    monkeypatch.delenv("FGRAD_LOG_RETRACE", raising=False)
+    f = fgrad.jit(lambda x: x + 1)
+    with caplog.at_level(logging.WARNING, logger="fgrad.jit"):
+        f(np.ones(2))
+        f(np.ones(3))
+    assert not caplog.records
+
+
+def test_max_traces_names_the_argument_that_forced_the_retrace():
+    f = fgrad.jit(lambda x, scale: x * scale, max_traces=1)
+    f(np.ones(2), np.ones(2))
+    with pytest.raises(TraceLimitError, match=r"max_traces=1: argument 'scale' "
+                       r"changed from float64\[2\] to float64\[3\]"):
+        f(np.ones(2), np.ones(3))
+
+
+def test_max_traces_names_a_static_argument_value():
+    f = fgrad.jit(lambda x, n: x * n, static_argnums=1, max_traces=1)
+    f(np.ones(2), 2)
+    with pytest.raises(TraceLimitError, match="static argument 'n' changed from 2 to 3"):
+        f(np.ones(2), 3)
+
+
+def test_unhashable_static_argument_is_a_clear_error():
+    f = fgrad.jit(lambda x, shape: fnp.reshape(x, shape), static_argnums=1)
+    with pytest.raises(StaticArgumentError, match=r"static argument 1 \('shape'\).*"
+                       "list, which is not hashable.*tuple"):
+        f(np.ones(4), [2, 2])
+    np.testing.assert_array_equal(f(np.ones(4), (2, 2)), np.ones((2, 2)))
+
+
+def test_non_array_argument_suggests_static():
+    with pytest.raises(InvalidInputError, match="static_argnums"):
+        fgrad.jit(lambda x, mode: x)(np.ones(2), "fast")
+
+
+def test_staging_and_compiling_a_hundred_thousand_equations():
+    n = 100_000
+
+    def f(x):
+        for _ in range(n):
+            x = x * 1.0000001
+        return x
+    g = fgrad.make_graph(f)(np.ones(2))
+    assert len(g.eqns) == n
+    from fgrad.compile import compile_graph
+    out = compile_graph(g)(np.ones(2))[0]
+    np.testing.assert_allclose(out, 1.0000001 ** n * np.ones(2), rtol=1e-9)
+
+
+# -- agreement with eager evaluation over the systematic specs -------------------------
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_jit_equals_eager_and_jit_grad_equals_grad(name):
+    @given(SPECS[name])
+    def check(case):
+        expected = case.fun(*case.args)
+        np.testing.assert_allclose(fgrad.jit(case.fun)(*case.args), expected,
+                                   rtol=1e-12, atol=1e-12)
+        if not case.order:
+            return
+
+        def scalar(*xs):
+            return fnp.sum(fnp.real(case.fun(*xs)) * 1.5)
+        argnums = tuple(range(len(case.args)))
+        want = fgrad.grad(scalar, argnums)(*case.args)
+        got = fgrad.jit(fgrad.grad(scalar, argnums))(*case.args)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+    check()
+
+
+# -- composition ------------------------------------------------------------------------
+
+def _f(x, w):
+    return fnp.sum(fnp.tanh(x @ w) ** 2) + fnp.sum(fnp.sin(w))
+
+
+_X = np.linspace(-1, 1, 6).reshape(2, 3)
+_W = np.linspace(0.5, -0.5, 12).reshape(3, 4)
+
+
+def test_grad_of_jit_equals_grad():
+    got = fgrad.grad(fgrad.jit(_f), (0, 1))(_X, _W)
+    want = fgrad.grad(_f, (0, 1))(_X, _W)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_jit_of_grad_equals_grad_and_caches():
+    df = fgrad.jit(fgrad.grad(_f, 1))
+    np.testing.assert_allclose(df(_X, _W), fgrad.grad(_f, 1)(_X, _W), rtol=1e-12)
+    df(_X * 2, _W)
+    assert df.cache_info().traces == 1
+
+
+def test_jvp_of_jit_equals_jvp():
+    v = np.ones_like(_W)
+    got = fgrad.jvp(fgrad.jit(lambda w: _f(_X, w)), (_W,), (v,))
+    want = fgrad.jvp(lambda w: _f(_X, w), (_W,), (v,))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_nested_jit_is_inlined():
+    inner = fgrad.jit(lambda x: fnp.sin(x) * 2.0)
+    outer = fgrad.jit(lambda x: inner(x) + inner(x * 3.0))
+    x = np.linspace(0, 1, 5)
+    np.testing.assert_allclose(outer(x), 2 * np.sin(x) + 2 * np.sin(3 * x))
+    g = fgrad.make_graph(lambda x: inner(x) + 1.0)(x)
+    assert [e.prim.name for e in g.eqns] == ["jit_call", "add"]
+    source = outer.lower(x).source
+    assert "jit_call" not in source and source.count("sin") == 2
+
+
+def test_second_order_through_jit():
+    f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) ** 3))
+    x = np.array([0.3, -0.7])
+    h = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fgrad.grad(f)(x))))(x)
+    expected = 6 * np.sin(x) * np.cos(x) ** 2 - 3 * np.sin(x) ** 3
+    np.testing.assert_allclose(h, expected, rtol=1e-10)
+
+
+def test_jit_closing_over_an_outer_tracer():
+    def outer(w):
+        return fgrad.jit(lambda x: fnp.sum(x * w ** 2))(np.ones(3))
+    np.testing.assert_allclose(fgrad.grad(outer)(np.arange(3.0)), 2 * np.arange(3.0))
+
+
+def test_jit_returns_pytrees_and_literals():
+    f = fgrad.jit(lambda x: {"double": x * 2, "const": 1.5, "pair": (x, -x)})
+    out = f(np.ones(2))
+    assert out["const"] == 1.5
+    np.testing.assert_array_equal(out["pair"][1], -np.ones(2))

@@ -1,0 +1,116 @@
+"""fgrad.lax: eager when concrete, one primitive when staged, derivatives both ways."""
+import numpy as np
+import pytest
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad import lax
+from fgrad.errors import ControlFlowError
+from fgrad.testing import check_grads
+
+X = np.linspace(-1.0, 1.0, 4)
+
+
+def _eq_names(f, *args):
+    return [e.prim.name for e in fgrad.make_graph(f)(*args).eqns]
+
+
+def test_cond_is_one_primitive_under_jit_and_python_outside():
+    def f(x):
+        return lax.cond(fnp.sum(x) > 0, fnp.sin, fnp.cos, x)
+    assert "cond" in _eq_names(f, X)
+    for x in (X, X + 1):
+        np.testing.assert_allclose(fgrad.jit(f)(x), f(x))
+        np.testing.assert_allclose(f(x), np.sin(x) if x.sum() > 0 else np.cos(x))
+
+
+def test_cond_branches_must_agree():
+    def f(x):
+        return lax.cond(fnp.sum(x) > 0, lambda x: x, lambda x: x[:2], x)
+    with pytest.raises(ControlFlowError, match="branch 1 returns different shapes"):
+        fgrad.jit(f)(X)
+
+
+def test_switch_clamps_the_index():
+    branches = [lambda x: x * 1.0, lambda x: x * 2.0, lambda x: x * 3.0]
+    f = fgrad.jit(lambda i, x: lax.switch(i, branches, x))
+    for i, factor in [(-5, 1.0), (1, 2.0), (9, 3.0)]:
+        np.testing.assert_array_equal(f(i, X), X * factor)
+
+
+def test_cond_closing_over_outer_values_differentiates():
+    def f(x, w):
+        return fnp.sum(lax.cond(fnp.sum(x) > 0, lambda x: x * w, lambda x: x / w, x))
+    w = np.full(4, 2.0)
+    for x in (X, X + 1):
+        got = fgrad.jit(fgrad.grad(f, (0, 1)))(x, w)
+        want = fgrad.grad(f, (0, 1))(x, w)
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g, e)
+
+
+def test_while_loop_eager_is_differentiable_in_both_modes():
+    def f(x):
+        return fnp.sum(lax.while_loop(lambda v: fnp.sum(v) < 10.0, lambda v: v * 2.0, x))
+    x = np.array([1.0, 2.0])                  # 3 -> 6 -> 12: two doublings
+    np.testing.assert_allclose(fgrad.grad(f)(x), [4.0, 4.0])
+    np.testing.assert_allclose(fgrad.jvp(f, (x,), (np.ones(2),))[1], 8.0)
+
+
+def test_while_loop_jvp_under_jit():
+    def f(x):
+        return lax.while_loop(lambda v: fnp.sum(v) < 10.0, lambda v: v * 2.0, x)
+    x = np.array([1.0, 2.0])
+    out, t = fgrad.jvp(fgrad.jit(f), (x,), (np.ones(2),))
+    np.testing.assert_allclose(out, 4 * x)
+    np.testing.assert_allclose(t, [4.0, 4.0])
+    out, t = fgrad.jit(lambda x, v: fgrad.jvp(f, (x,), (v,)))(x, np.ones(2))
+    np.testing.assert_allclose(t, [4.0, 4.0])
+
+
+def test_while_loop_reverse_mode_under_jit_suggests_scan():
+    def f(x):
+        return fnp.sum(lax.while_loop(lambda v: fnp.sum(v) < 10.0, lambda v: v * 2.0, x))
+    with pytest.raises(ControlFlowError, match="Use fgrad.lax.scan, or fgrad.lax.fori_loop"):
+        fgrad.jit(fgrad.grad(f))(np.array([1.0, 2.0]))
+
+
+def test_while_loop_body_must_keep_the_carry_shape():
+    with pytest.raises(ControlFlowError, match="changes the carry"):
+        fgrad.jit(lambda x: lax.while_loop(lambda v: fnp.sum(v) < 3.0,
+                                           lambda v: fnp.sum(v), x))(X)
+
+
+def test_fori_loop_with_static_bounds_is_a_scan_and_reverse_differentiable():
+    def f(x):
+        return fnp.sum(lax.fori_loop(0, 3, lambda i, v: fnp.sin(v) * (i + 1.0), x))
+    assert "scan" in _eq_names(f, X)
+    np.testing.assert_allclose(fgrad.jit(fgrad.grad(f))(X), fgrad.grad(f)(X))
+
+
+def test_fori_loop_with_staged_bounds_is_a_while_loop():
+    f = fgrad.jit(lambda n, x: lax.fori_loop(0, n, lambda i, v: v + i, x))
+    np.testing.assert_allclose(f(4, X), X + 6)
+    assert "while_loop" in _eq_names(lambda n, x: lax.fori_loop(0, n, lambda i, v: v + i,
+                                                                x), 4, X)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_matches_a_python_loop_with_derivatives(reverse):
+    def f(w, xs):
+        def step(h, x):
+            h = fnp.tanh(h * w + x)
+            return h, fnp.sum(h) * 2.0
+        h, ys = lax.scan(step, w, xs, reverse=reverse)
+        return fnp.sum(h) + fnp.sum(ys)
+    w, xs = np.array([0.5, -0.3]), np.linspace(0, 1, 6).reshape(3, 2)
+    np.testing.assert_allclose(fgrad.jit(f)(w, xs), f(w, xs))
+    for got, want in zip(fgrad.jit(fgrad.grad(f, (0, 1)))(w, xs),
+                         fgrad.grad(f, (0, 1))(w, xs)):
+        np.testing.assert_allclose(got, want)
+    check_grads(fgrad.jit(f), (w, xs), order=2, modes=("fwd", "rev"))
+
+
+def test_scan_length_mismatch():
+    with pytest.raises(ControlFlowError, match="one length"):
+        lax.scan(lambda c, x: (c, x), 0.0, (np.ones(2), np.ones(3)))

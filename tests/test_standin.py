@@ -1,0 +1,195 @@
+"""The whole property suite on a pretend device that refuses NumPy calls.
+
+`standin_backend.StandInArray` is what a CuPy array looks like to fgrad (its own
+module, no implicit conversion), but it runs on the CPU. Every primitive spec is
+run on stand-in inputs: forward values, first- and second-order JVPs and VJPs
+(`check_grads`), and each output, tangent and cotangent must itself be a
+stand-in array. Any impl or rule that handed device data to NumPy raises
+`StandInRefused` (or the stand-in's TypeError for a NumPy array argument), so
+this holds on machines without a GPU.
+"""
+import sys
+import types
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.backend import array_module, backend_name
+from fgrad.errors import BackendMismatchError, DeviceError
+from fgrad.tree import tree_leaves
+from device_suite import Device, check_case, check_nested_transformations, \
+    check_nondiff, check_scalar_input_moves
+from primitive_specs import NONDIFF_SPECS, SPECS
+from standin_backend import StandInArray, StandInRefused, registered, standin, \
+    to_numpy, to_standin
+
+
+@pytest.fixture
+def device():
+    with registered() as module:
+        yield module
+
+
+def _all_on_device(tree, what):
+    for leaf in tree_leaves(tree):
+        assert type(leaf) is StandInArray, f"{what} left the device: {type(leaf)}"
+
+
+# -- the stand-in itself is as strict as promised --------------------------------
+
+
+def test_standin_refuses_numpy(device):
+    x = to_standin(np.arange(3.0))
+    with pytest.raises(StandInRefused, match="numpy.sin"):
+        np.sin(x)
+    with pytest.raises(StandInRefused, match="sum"):
+        np.sum(x)
+    with pytest.raises(StandInRefused, match="implicit conversion"):
+        np.asarray(x)
+    with pytest.raises(TypeError, match="no implicit host-to-device copy"):
+        standin.add(x, np.ones(3))
+    np.testing.assert_array_equal(to_numpy(standin.sin(x)), np.sin(np.arange(3.0)))
+    assert type(standin.sum(x)) is StandInArray          # 0-d, not a scalar
+
+
+# -- the property suite ------------------------------------------------------------
+
+STANDIN = Device("standin", StandInArray)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_property_suite_on_standin(name, device):
+    given(SPECS[name])(lambda case: check_case(STANDIN, name, case))()
+
+
+@pytest.mark.parametrize("name", sorted(NONDIFF_SPECS))
+def test_nondifferentiable_on_standin(name, device):
+    given(NONDIFF_SPECS[name])(lambda case: check_nondiff(STANDIN, name, case))()
+
+
+def test_grad_of_grad_and_jacobians_stay_on_device(device):
+    check_nested_transformations(STANDIN)
+
+
+def test_python_scalar_input_goes_to_the_device(device):
+    check_scalar_input_moves(STANDIN)
+
+
+# -- mixing backends ------------------------------------------------------------------
+
+
+def test_grad_names_the_mixed_arguments(device):
+    x, y = to_standin(np.ones(3)), np.ones(3)
+    with pytest.raises(BackendMismatchError,
+                       match=r"argument 0 is a standin array, argument 1 is a numpy "
+                             r"array.*device_put"):
+        fgrad.grad(lambda x, y: fnp.sum(x * y))(x, y)
+
+
+def test_vjp_names_leaves_of_a_pytree_argument(device):
+    params = {"b": np.zeros(2), "w": to_standin(np.ones(2))}
+    with pytest.raises(BackendMismatchError,
+                       match=r"argument 0 \(leaf 0\) is a numpy array, argument 0 "
+                             r"\(leaf 1\) is a standin array"):
+        fgrad.vjp(lambda p: p["w"] * p["b"], params)
+
+
+def test_jvp_names_primals_and_tangents(device):
+    x = to_standin(np.ones(2))
+    with pytest.raises(BackendMismatchError,
+                       match=r"primal 0 is a standin array, tangent 0 is a numpy array"):
+        fgrad.jvp(fnp.sin, (x,), (np.ones(2),))
+
+
+def test_eager_mix_is_reported_by_position(device):
+    with pytest.raises(BackendMismatchError,
+                       match=r"argument 0 is a standin array of shape \(2,\), argument "
+                             r"1 is a numpy array of shape \(\)"):
+        fnp.add(to_standin(np.ones(2)), np.array(1.0))
+
+
+def test_array_module_picks_the_device_module(device):
+    x = to_standin(np.ones(2))
+    assert array_module(x, 2.0, np.float64(1.0)) is standin
+    assert array_module(np.ones(2), 2.0) is np
+    assert backend_name(x) == "standin"
+
+
+# -- device_put ------------------------------------------------------------------------
+
+
+def test_device_put_round_trips_a_pytree(device):
+    tree = {"w": np.arange(4.0).reshape(2, 2), "b": (np.ones(2), 0.5)}
+    on = fgrad.device_put(tree, "standin")
+    _all_on_device(on, "device_put")
+    back = fgrad.device_put(on, "cpu")
+    assert all(type(leaf) is np.ndarray for leaf in tree_leaves(back))
+    np.testing.assert_array_equal(back["w"], tree["w"])
+    assert float(back["b"][1]) == 0.5
+    assert fgrad.device_put(on, "standin")["w"] is on["w"]   # already there: no copy
+
+
+def test_device_put_unknown_device_is_an_error():
+    with pytest.raises(DeviceError, match=r"unknown device 'tpu': use one of 'gpu', "
+                                          r"'cpu'"):
+        fgrad.device_put(np.ones(2), "tpu")
+
+
+def test_device_put_gpu_without_cupy_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)          # import cupy -> ImportError
+    with pytest.raises(DeviceError, match=r"needs CuPy, which is not installed.*"
+                                          r"pip install 'fgrad\[cuda\]'"):
+        fgrad.device_put(np.ones(2), "gpu")
+
+
+def test_device_put_gpu_without_a_device_says_so(monkeypatch):
+    def no_driver():
+        raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
+    runtime = types.SimpleNamespace(getDeviceCount=no_driver)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    with pytest.raises(DeviceError, match=r"CuPy is installed but no CUDA device is "
+                                          r"usable \(RuntimeError: cudaErrorNoDevice"):
+        fgrad.device_put(np.ones(2), "gpu")
+
+
+def test_device_put_refuses_tracers(device):
+    with pytest.raises(DeviceError, match="traced value inside a transformation"):
+        fgrad.grad(lambda x: fnp.sum(fgrad.device_put(x, "standin")))(np.ones(2))
+
+
+# -- the patterns the einsum / linalg / fft / scipy impls follow ---------------------
+
+
+def test_opt_einsum_dispatches_to_the_device_module_by_name(device):
+    import opt_einsum
+    a, b, c = (to_standin(np.arange(1.0, 1.0 + np.prod(s)).reshape(s))
+               for s in [(2, 3), (3, 4), (4, 2)])
+    xp = array_module(a, b, c)
+    out = opt_einsum.contract("ij,jk,kl->il", a, b, c, backend=xp.__name__)
+    assert type(out) is StandInArray
+    host = to_numpy((a, b, c))
+    np.testing.assert_allclose(to_numpy(out), host[0] @ host[1] @ host[2])
+
+
+def test_linalg_fft_and_scipy_submodules_follow_the_data(device):
+    from fgrad.backend import scipy_module
+    pytest.importorskip("scipy")
+    a = to_standin(np.array([[2.0, 1.0], [1.0, 3.0]]))
+    xp = array_module(a)
+    assert type(xp.linalg.solve(a, a)) is StandInArray
+    assert type(xp.fft.rfft(a)) is StandInArray
+    erf = scipy_module(xp, "special").erf
+    np.testing.assert_allclose(to_numpy(erf(a)), __import__("scipy").special.erf(
+        to_numpy(a)))
+    assert type(erf(a)) is StandInArray
+
+
+def test_scipy_module_without_a_counterpart_says_what_to_do():
+    from fgrad.backend import scipy_module
+    with pytest.raises(NotImplementedError, match=r"no SciPy counterpart registered.*"
+                                                  r"device_put\(x, 'cpu'\)"):
+        scipy_module(types.SimpleNamespace(__name__="fakexp"), "special")
