@@ -7,6 +7,8 @@ array([0., 0., 0.])
 from . import primitives as _primitives  # noqa: F401  (fills the dispatch table)
 from . import numpy as numpy
 from . import tree as tree
+from . import nn as nn
+from . import optim as optim
 from .api import grad as grad
 from .api import hessian as hessian
 from .api import jacfwd as jacfwd

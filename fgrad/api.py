@@ -216,8 +216,13 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
     @functools.wraps(fun)
     def value_and_grad_f(*args, **kwargs):
         name = _fname(fun)
+        # Complex inputs are fine when the output is real (JAX's convention: the
+        # result is the conjugate of the steepest-ascent direction); a complex
+        # output needs holomorphic=True, checked below.
         selection = _Selection(f"grad({name})", args, kwargs, argnums, argnames,
-                               allow_complex=holomorphic)
+                               allow_complex=True)
+        if holomorphic:
+            _check_holomorphic_inputs(selection, name)
         trace, out, aux = _reverse_record(fun, selection, has_aux)
         leaves, _ = tree_flatten(out)
         _check_scalar_output(out, leaves, name, holomorphic)
@@ -226,6 +231,16 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
         value = (ans, aux) if has_aux else ans
         return value, selection.shape_result(g)
     return value_and_grad_f
+
+
+def _check_holomorphic_inputs(selection, name):
+    for i, x in enumerate(selection.leaves):
+        if get_aval(x).dtype.kind != "c":
+            raise InvalidInputError(
+                f"grad({name}, holomorphic=True) got a real input (leaf {i}, dtype "
+                f"{get_aval(x).dtype}): a holomorphic derivative needs complex "
+                "inputs. Convert it with x.astype(complex), or drop holomorphic=True "
+                "for a real-valued function.")
 
 
 def _check_scalar_output(out, leaves, name, holomorphic):

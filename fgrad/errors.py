@@ -111,6 +111,11 @@ class ControlFlowError(FgradError, ValueError):
     of a staged while_loop)."""
 
 
+class IndexUpdateError(FgradError, IndexError):
+    """An ``fgrad.at(x)[idx]`` update that cannot be done as asked (for example
+    ``.min`` / ``.max`` with repeated indices)."""
+
+
 class DeviceError(FgradError, RuntimeError):
     """`device_put` was asked for a device that is not available.
 
@@ -120,6 +125,12 @@ class DeviceError(FgradError, RuntimeError):
     Fix: install CuPy (``pip install 'fgrad[cuda]'``) on a machine with an NVIDIA
     GPU, or keep the data on the host with ``device_put(x, "cpu")``.
     """
+
+
+class NNArgumentError(FgradError, ValueError):
+    """An `fgrad.nn` or `fgrad.optim` function got arguments it cannot use:
+    shapes that do not fit together, an unknown reduction, a missing random
+    generator. The message names the argument and what it should be."""
 
 
 class LinalgDerivativeError(FgradError, NotImplementedError):

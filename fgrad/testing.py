@@ -28,10 +28,30 @@ def _on_backend_of(value, like):
 
 
 def _inner(xs, ys):
+    # The pairing under which a VJP is the transpose of the JVP: re(sum(x * y)),
+    # without conjugation (JAX's and autograd's complex convention). For real
+    # arrays it is the ordinary dot product.
     total = 0.0
     for x, y in zip(xs, ys):
-        total = total + np.sum(np.real(np.conj(_host(x)) * _host(y)))
+        total = total + np.sum(np.real(_host(x) * _host(y)))
     return float(total)
+
+
+def _directions(v):
+    """``v``, and for complex inputs also its purely real and purely imaginary
+    parts, so both real directions of every complex input are checked."""
+    if not any(get_aval(x).dtype.kind == "c" for x in v):
+        return [v]
+    real_part, imag_part = [], []
+    for x in v:
+        h = _host(x)
+        if h.dtype.kind == "c":
+            real_part.append(_on_backend_of(np.asarray(np.real(h), h.dtype), x))
+            imag_part.append(_on_backend_of(np.asarray(1j * np.imag(h), h.dtype), x))
+        else:
+            real_part.append(x)
+            imag_part.append(_on_backend_of(np.zeros_like(h), x))
+    return [v, real_part, imag_part]
 
 
 def _random_like(leaves, rng):
@@ -70,7 +90,10 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None,
     differences ``(f(x + h v) - f(x - h v)) / 2h`` at ``h = eps`` and ``eps/2``,
     combined by Richardson extrapolation; ``rev`` checks
     ``<u, J v>`` computed by `fgrad.vjp` against the same. With both modes the
-    two are checked against each other too. ``order=2`` repeats all of it on the
+    two are checked against each other too. A complex input is perturbed along
+    a random complex direction and along its purely real and purely imaginary
+    parts, and VJPs are paired with ``re(sum(ct * v))`` (no conjugation, the
+    JAX/autograd convention). ``order=2`` repeats all of it on the
     functions ``x -> jvp(f, x, v)`` and ``x -> vjp(f, x)(u)``. Raises
     `GradientCheckError` showing both numbers on a mismatch.
 
@@ -90,6 +113,24 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None,
     out_leaves, out_tree = tree_flatten(out)
     v = _random_like(leaves, rng)
     u = _random_like(out_leaves, rng)
+    for direction in _directions(v):
+        _check_first_order(f, f_flat, leaves, direction, u, out_tree, modes, atol,
+                           rtol, eps)
+    if order > 1:
+        if "fwd" in modes:
+            def f_jvp(*xs):
+                return jvp(f_flat, xs, tuple(v))[1]
+            f_jvp.__name__ = f"jvp({_name(f)})"
+            check_grads(f_jvp, leaves, order - 1, modes, atol, rtol, eps, seed + 1)
+        if "rev" in modes:
+            def f_vjp(*xs):
+                return vjp(f_flat, *xs)[1](tree_unflatten(out_tree, u))
+            f_vjp.__name__ = f"vjp({_name(f)})"
+            check_grads(f_vjp, leaves, order - 1, modes, atol, rtol, eps, seed + 2)
+
+
+def _check_first_order(f, f_flat, leaves, v, u, out_tree, modes, atol, rtol, eps):
+    from .api import jvp, vjp
     def central(h):
         plus = tree_flatten(f_flat(*_axpy(h, v, leaves)))[0]
         minus = tree_flatten(f_flat(*_axpy(-h, v, leaves)))[0]
@@ -100,7 +141,6 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None,
     # recurrence) are checked against an accurate number, not a biased one.
     coarse, fine = central(eps), central(eps / 2)
     fd = [(4 * f - c) / 3 for f, c in zip(fine, coarse)]
-
     if "fwd" in modes:
         _, t_out = jvp(f_flat, tuple(leaves), tuple(v))
         t_leaves = tree_flatten(t_out)[0]
@@ -115,17 +155,6 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None,
         if "fwd" in modes:
             _close(_inner(cts, v), _inner(u, t_leaves), atol, rtol,
                    f"<vjp(u), v> vs <u, jvp(v)> of {_name(f)}")
-    if order > 1:
-        if "fwd" in modes:
-            def f_jvp(*xs):
-                return jvp(f_flat, xs, tuple(v))[1]
-            f_jvp.__name__ = f"jvp({_name(f)})"
-            check_grads(f_jvp, leaves, order - 1, modes, atol, rtol, eps, seed + 1)
-        if "rev" in modes:
-            def f_vjp(*xs):
-                return vjp(f_flat, *xs)[1](tree_unflatten(out_tree, u))
-            f_vjp.__name__ = f"vjp({_name(f)})"
-            check_grads(f_vjp, leaves, order - 1, modes, atol, rtol, eps, seed + 2)
 
 
 def _name(f):

@@ -121,3 +121,35 @@ def unary_batch_rule(prim):
         (x,), (d,) = args, dims
         return bind(x, **params), d
     return rule
+
+
+def single_axis_batch_rule(prim, reduces=False):
+    """The rule of a primitive acting along one ``axis`` parameter (an int, or
+    None for the flattened array): the axis shifts past the batch axis.
+
+    ``reduces=True`` marks an index reduction (argmax): it removes its axis
+    unless ``keepdims``, and over the flattened array it sees each example
+    flattened on its own.
+    """
+    bind = prim.bind
+
+    def rule(args, dims, *, axis, **params):
+        (x,), (d,) = args, dims
+        if axis is None:
+            from .shape import reshape
+            size, rest = axis_size(args, dims), unbatched_ndim(x, d)
+            flat = reshape(move_axis(x, d, 0), (size, -1))
+            out = bind(flat, axis=1, **params)
+            if params.get("keepdims"):
+                out = reshape(out, (size,) + (1,) * rest)
+            return out, 0
+        if unbatched_ndim(x, d) == 0:
+            # NumPy treats a 0-d operand as one element along axis 0: give each
+            # example that axis explicitly
+            from .shape import reshape
+            x = reshape(move_axis(x, d, 0), (axis_size(args, dims), 1))
+            d, axis = 0, 0
+        shifted = axis + (axis >= d)
+        out_dim = d - 1 if reduces and not params.get("keepdims") and axis < d else d
+        return bind(x, axis=shifted, **params), out_dim
+    return rule

@@ -6,6 +6,8 @@ and dtype (`unbroadcast`), and broadcasts a tangent up to the output's
 (`rebroadcast`). Complex derivatives follow JAX and autograd: the VJP is the
 transpose of the JVP, with no conjugation.
 """
+import math
+
 import numpy as np
 
 from fgrad.backend import array_module
@@ -201,7 +203,32 @@ tanh_p = _unary("tanh", lambda ct, ans, x: ct * (1 - ans * ans), {"ans"})
 sinh_p = _unary("sinh", lambda ct, ans, x: ct * cosh(x), {0})
 cosh_p = _unary("cosh", lambda ct, ans, x: ct * sinh(x), {0})
 arctan_p = _unary("arctan", lambda ct, ans, x: ct / (1 + x * x), {0})
-abs_p = _unary("absolute", lambda ct, ans, x: ct * sign(x), {0})
+
+
+def _abs_vjp(ct, ans, x):
+    # real: sign(x), which is 0 at the kink. Complex: the transpose of the
+    # R-linear JVP t -> re(conj(x) t) / |x| under the pairing re(a b) is
+    # ct * conj(x) / |x| (JAX's convention), taken as 0 at x == 0.
+    if get_aval(x).dtype.kind != "c":
+        return ct * sign(x)
+    return ct * _conj_unit(x, ans)
+
+
+def _abs_jvp(t, ans, x):
+    if get_aval(x).dtype.kind != "c":
+        return rebroadcast(t * sign(x), ans)
+    return rebroadcast(real(_conj_unit(x, ans) * t), ans)
+
+
+def _conj_unit(x, ans):
+    # conj(x) / |x| with the double where, so x == 0 gives 0 and no nan
+    nonzero = not_equal(ans, 0)
+    return where(nonzero, conj(x) / where(nonzero, ans, 1), 0)
+
+
+abs_p = _ufunc_primitive("absolute")
+abs_p.def_vjp(_abs_vjp, reads=[{0, "ans"}])
+abs_p.def_jvp(_abs_jvp)
 
 # ---------------------------------------------------------------------------
 # Without derivative: comparisons and sign
@@ -323,6 +350,106 @@ def convert_element_type(x, dtype):
     if aval.dtype == dtype and not aval.weak_type:
         return x
     return convert_element_type_p.bind(x, dtype=dtype)
+
+# ---------------------------------------------------------------------------
+# More of NumPy's math ufuncs
+# ---------------------------------------------------------------------------
+
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+arcsin_p = _unary("arcsin", lambda ct, ans, x: ct / sqrt(1 - x * x), {0})
+arccos_p = _unary("arccos", lambda ct, ans, x: -ct / sqrt(1 - x * x), {0})
+arcsinh_p = _unary("arcsinh", lambda ct, ans, x: ct / sqrt(x * x + 1), {0})
+# sqrt(x - 1) sqrt(x + 1), not sqrt(x*x - 1): the principal branch for complex x
+arccosh_p = _unary("arccosh", lambda ct, ans, x: ct / (sqrt(x - 1) * sqrt(x + 1)), {0})
+arctanh_p = _unary("arctanh", lambda ct, ans, x: ct / (1 - x * x), {0})
+exp2_p = _unary("exp2", lambda ct, ans, x: ct * ans * _LN2, {"ans"})
+log2_p = _unary("log2", lambda ct, ans, x: ct / (x * _LN2), {0})
+log10_p = _unary("log10", lambda ct, ans, x: ct / (x * _LN10), {0})
+cbrt_p = _unary("cbrt", lambda ct, ans, x: ct / (3 * ans * ans), {"ans"})
+
+logaddexp_p = _ufunc_primitive("logaddexp")
+_elementwise_rules(logaddexp_p,
+                   [lambda ct, ans, x, y: ct * exp(x - ans),
+                    lambda ct, ans, x, y: ct * exp(y - ans)],
+                   [lambda t, ans, x, y: t * exp(x - ans),
+                    lambda t, ans, x, y: t * exp(y - ans)],
+                   reads=[{0, "ans"}, {1, "ans"}])
+logaddexp2_p = _ufunc_primitive("logaddexp2")
+_elementwise_rules(logaddexp2_p,
+                   [lambda ct, ans, x, y: ct * exp2(x - ans),
+                    lambda ct, ans, x, y: ct * exp2(y - ans)],
+                   [lambda t, ans, x, y: t * exp2(x - ans),
+                    lambda t, ans, x, y: t * exp2(y - ans)],
+                   reads=[{0, "ans"}, {1, "ans"}])
+arctan2_p = _ufunc_primitive("arctan2")
+_elementwise_rules(arctan2_p,
+                   [lambda ct, ans, y, x: ct * x / (x * x + y * y),
+                    lambda ct, ans, y, x: -ct * y / (x * x + y * y)],
+                   [lambda t, ans, y, x: t * x / (x * x + y * y),
+                    lambda t, ans, y, x: -t * y / (x * x + y * y)],
+                   reads={0, 1})
+hypot_p = _ufunc_primitive("hypot")
+_elementwise_rules(hypot_p,
+                   [lambda ct, ans, x, y: ct * x / ans, lambda ct, ans, x, y: ct * y / ans],
+                   [lambda t, ans, x, y: t * x / ans, lambda t, ans, x, y: t * y / ans],
+                   reads=[{0, "ans"}, {1, "ans"}])
+# remainder(x, y) = x - floor(x / y) * y, piecewise linear away from its jumps
+remainder_p = _ufunc_primitive("remainder")
+_elementwise_rules(remainder_p,
+                   [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct * floor(x / y)],
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t * floor(x / y)],
+                   reads=[set(), {0, 1}])
+fmod_p = _ufunc_primitive("fmod")
+_elementwise_rules(fmod_p,
+                   [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct * trunc(x / y)],
+                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t * trunc(x / y)],
+                   reads=[set(), {0, 1}])
+
+# imag(x): the JVP is t -> imag(t) = re(-1j t), so the VJP is ct -> -1j ct.
+imag_p = _ufunc_primitive("imag")
+imag_p.def_vjp(lambda ct, ans, x: cast_like(ct * -1j, get_aval(x)), reads=[set()])
+imag_p.def_jvp(lambda t, ans, x: imag(t))
+
+# angle(z) = arctan2(imag z, real z): JVP t -> imag(t / z), VJP ct -> -1j ct / z.
+angle_p = _ufunc_primitive("angle")
+angle_p.def_vjp(lambda ct, ans, x: cast_like(ct * -1j / x, get_aval(x)),
+               reads=[{0}])
+angle_p.def_jvp(lambda t, ans, x: imag(t / x))
+
+# -- without derivative -------------------------------------------------------
+
+_NONDIFF_UFUNCS = (
+    "floor", "ceil", "rint", "trunc", "signbit", "isnan", "isinf", "isfinite",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "floor_divide")
+for _name in _NONDIFF_UFUNCS:
+    globals()[f"{_name}_p"] = _ufunc_primitive(_name, nondiff=True)
+
+
+def _round_impl(x, decimals):
+    return array_module(x).round(x, decimals)
+
+
+round_p = Primitive("round", _round_impl,
+                    lambda x, decimals: ShapedArray(x.shape, x.dtype),
+                    nondiff=True, family=FAMILY)
+round_p.batch = unary_batch_rule(round_p)
+
+
+def round_(x, decimals=0):
+    """NumPy's ``round``: zero derivative (a step function)."""
+    return round_p.bind(x, decimals=int(decimals))
+
+
+arcsin, arccos, arcsinh, arccosh, arctanh = map(
+    _binder, (arcsin_p, arccos_p, arcsinh_p, arccosh_p, arctanh_p))
+exp2, log2, log10, cbrt = map(_binder, (exp2_p, log2_p, log10_p, cbrt_p))
+logaddexp, logaddexp2, arctan2, hypot, remainder, fmod = map(
+    _binder, (logaddexp_p, logaddexp2_p, arctan2_p, hypot_p, remainder_p, fmod_p))
+imag, angle = map(_binder, (imag_p, angle_p))
+for _name in _NONDIFF_UFUNCS:
+    globals()[_name] = _binder(globals()[f"{_name}_p"])
+del _name
 
 
 __all__ = ["unbroadcast", "rebroadcast", "cast_like", "Zero"]

@@ -7,7 +7,7 @@ from fgrad.backend import array_module
 from fgrad.core import Primitive, ShapedArray, get_aval
 
 from .base import normalize_axis, result_dtype
-from .batching import reduction_batch_rule
+from .batching import reduction_batch_rule, single_axis_batch_rule
 
 FAMILY = "primitives/reductions.py"
 
@@ -74,13 +74,129 @@ _extremum_rules(max_p)
 _extremum_rules(min_p)
 
 prod_p = _reduction("prod")
-# d prod / d x_i = prod / x_i: exact for nonzero inputs. Inputs containing zeros
-# need the product of the other elements (a cumprod formulation, to come with
-# cumprod); the property tests draw nonzero inputs for now.
+
+
+def _prod_of_others(x, axis):
+    """For each element, the product of the other elements along ``axis``.
+
+    Built from exclusive cumulative products from both ends, so it is exact when
+    ``x`` holds zeros (where ``prod / x`` would give nan).
+    """
+    from .shape import reshape, transpose
+    aval = get_aval(x)
+    rest = tuple(i for i in range(aval.ndim) if i not in axis)
+    perm = rest + axis
+    moved = transpose(x, perm)
+    lead = tuple(aval.shape[i] for i in rest)
+    flat = reshape(moved, lead + (-1,))
+    last = len(lead)
+    before = _exclusive_cumprod(flat, last, reverse=False)
+    after = _exclusive_cumprod(flat, last, reverse=True)
+    others = reshape(before * after, get_aval(moved).shape)
+    return transpose(others, tuple(sorted(range(len(perm)), key=perm.__getitem__)))
+
+
+def _exclusive_cumprod(x, axis, reverse):
+    from .creation import ones_like
+    from .indexing import slice_axis
+    from .shape import concatenate
+    n = get_aval(x).shape[axis]
+    one = ones_like(slice_axis(x, axis, 0, 1))
+    if n <= 1:
+        return one if n else x
+    if reverse:
+        inner = flip_axis(cumprod(flip_axis(slice_axis(x, axis, 1, n), axis), axis), axis)
+        return concatenate([inner, one], axis)
+    return concatenate([one, cumprod(slice_axis(x, axis, 0, n - 1), axis)], axis)
+
+
+def flip_axis(x, axis):
+    from .indexing import getitem_p
+    spec = (("slice", None, None, None),) * axis + (("slice", None, None, -1),)
+    return getitem_p.bind(x, spec=spec)
+
+
 prod_p.def_vjp(lambda ct, ans, x, axis, keepdims:
-               _broadcast_back(ct * ans, x, axis, keepdims) / x, reads=[{0, "ans"}])
+               _broadcast_back(ct, x, axis, keepdims) * _prod_of_others(x, axis),
+               reads=[{0}])
 prod_p.def_jvp(lambda t, ans, x, axis, keepdims:
-               sum_(t * keepdims_like(ans, x, axis, keepdims) / x, axis, keepdims))
+               sum_(t * _prod_of_others(x, axis), axis, keepdims))
+
+
+# ---------------------------------------------------------------------------
+# Scans: cumsum, cumprod (along one axis; None means over the flattened array)
+# ---------------------------------------------------------------------------
+
+
+def _scan(name):
+    def impl(x, axis):
+        return getattr(array_module(x), name)(x, axis=axis)
+
+    def abstract(x, axis):
+        return ShapedArray(x.shape, result_dtype(
+            lambda d: getattr(np, name)(np.reshape(d, (1,))), [x]))
+    prim = Primitive(name, impl, abstract, family=FAMILY)
+    prim.batch = single_axis_batch_rule(prim)
+    return prim
+
+
+def _reverse_cumsum(ct, axis):
+    return flip_axis(cumsum(flip_axis(ct, axis), axis), axis)
+
+
+cumsum_p = _scan("cumsum")
+cumsum_p.def_vjp(lambda ct, ans, x, axis: _reverse_cumsum(ct, axis), reads=[set()])
+cumsum_p.def_jvp(lambda t, ans, x, axis: cumsum(t, axis))
+
+cumprod_p = _scan("cumprod")
+# d ans_i / d x_j = ans_i / x_j for j <= i: exact for nonzero x. A zero in x
+# makes this nan; prod's rule avoids the division (see _prod_of_others).
+cumprod_p.def_vjp(lambda ct, ans, x, axis: _reverse_cumsum(ct * ans, axis) / x,
+                  reads=[{0, "ans"}])
+cumprod_p.def_jvp(lambda t, ans, x, axis: cumsum(t / x, axis) * ans)
+
+
+def _scanner(prim):
+    def scan(x, axis=None):
+        from .shape import reshape
+        if axis is None:
+            x = reshape(x, (-1,))
+            axis = 0
+        return prim.bind(x, axis=normalize_axis(axis, get_aval(x).ndim)[0])
+    scan.__name__ = prim.name
+    return scan
+
+
+cumsum = _scanner(cumsum_p)
+cumprod = _scanner(cumprod_p)
+
+
+# ---------------------------------------------------------------------------
+# Without derivative: index-valued and boolean reductions
+# ---------------------------------------------------------------------------
+
+
+def _nondiff_function(name):
+    """A primitive for ``xp.<name>(x, **params)`` with no derivative."""
+    def impl(x, **params):
+        return getattr(array_module(x), name)(x, **params)
+
+    def abstract(x, **params):
+        dummy = np.broadcast_to(np.zeros((), x.dtype), x.shape)
+        return get_aval(np.asarray(getattr(np, name)(dummy, **params)))
+    return Primitive(name, impl, abstract, nondiff=True, family=FAMILY)
+
+
+argmax_p = _nondiff_function("argmax")
+argmin_p = _nondiff_function("argmin")
+argsort_p = _nondiff_function("argsort")
+all_p = _nondiff_function("all")
+any_p = _nondiff_function("any")
+argmax_p.batch = single_axis_batch_rule(argmax_p, reduces=True)
+argmin_p.batch = single_axis_batch_rule(argmin_p, reduces=True)
+argsort_p.batch = single_axis_batch_rule(argsort_p)     # argsort's axis is an int
+all_p.batch = reduction_batch_rule(all_p)
+any_p.batch = reduction_batch_rule(any_p)
 
 
 def _reducer(prim):

@@ -110,6 +110,17 @@ def _einsum_spec(name):
     return st.sampled_from(EINSUM_FORMS).flatmap(build)
 
 
+@spec("einsum_path")
+def _einsum_path_spec(name):
+    # the path einsum_path reports (computed on tracers) fed back as optimize=
+    def fun(a, b, c):
+        path, _ = fnp.einsum_path("ij,jk,kl", a, b, c)
+        return fnp.einsum("ij,jk,kl", a, b, c, optimize=path)
+    return st.tuples(arrays((2, 3)), arrays((3, 4)), arrays((4, 2))).map(
+        lambda ops: Case(fun, ops, lambda a, b, c: np.einsum(
+            "ij,jk,kl", a, b, c, optimize=np.einsum_path("ij,jk,kl", a, b, c)[0])))
+
+
 def _pair_case(fgrad_fn, np_fn, pairs):
     return st.sampled_from(pairs).flatmap(lambda p: st.tuples(
         arrays(p[0]), arrays(p[1])).map(lambda ab: Case(fgrad_fn, ab, np_fn)))

@@ -39,7 +39,7 @@ def _special(name):
 for _name in SPECIAL:
     SPECS[_name] = _special(_name)
 
-SPECS["logsumexp"] = st.tuples(shapes(min_dims=1, max_dims=2), st.booleans()).flatmap(
+SPECS["scipy_logsumexp"] = st.tuples(shapes(min_dims=1, max_dims=2), st.booleans()).flatmap(
     lambda d: arrays(d[0]).map(lambda x: Case(
         lambda x: fs.logsumexp(x, axis=-1, keepdims=d[1]), (x,),
         lambda x: ss.logsumexp(x, axis=-1, keepdims=d[1]))))

@@ -48,8 +48,22 @@ ALLOWED = {
     ("fgrad/numpy/__init__.py", "array"):
         "numpy.array on host objects (lists, scalars): array creation, which "
         "fgrad.numpy leaves to NumPy like zeros/ones",
+    ("fgrad/nn.py", "_generator"):
+        "makes a host numpy.random.Generator from an integer seed; no array data "
+        "(the masks it draws are moved to the data's device by _like)",
     ("fgrad/numpy/__init__.py", "asarray"):
         "numpy.asarray on host objects when no like= device array is given",
+    ("fgrad/numpy/_manipulation.py", "_as_array"):
+        "numpy.asarray on host objects (lists, scalars) that are not arrays yet",
+    ("fgrad/numpy/_manipulation.py", "_pad_params"):
+        "pad widths and constant values: static parameters, not array data",
+    ("fgrad/numpy/_reductions.py", "_static_floats"):
+        "quantile levels q: a static parameter (numbers, lists), not array data",
+    ("fgrad/numpy/_arrays.py", "shape"): "metadata: NumPy reads .shape only",
+    ("fgrad/numpy/_arrays.py", "ndim"): "metadata: NumPy reads .ndim only",
+    ("fgrad/numpy/_arrays.py", "size"): "metadata: NumPy reads .size/.shape only",
+    ("fgrad/numpy/_arrays.py", "isscalar"): "metadata: a type check",
+    ("fgrad/numpy/_arrays.py", "iscomplexobj"): "metadata: NumPy reads .dtype only",
 }
 
 

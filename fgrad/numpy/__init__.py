@@ -5,6 +5,8 @@ arrays at close to the cost of the NumPy call; inside one they bind primitives.
 Functions that create arrays from nothing (``zeros``, ``arange``, ``random``) are
 NumPy's own: they have no inputs to differentiate.
 """
+import builtins as _builtins
+
 import numpy as _np
 
 from fgrad.primitives import creation as _creation
@@ -27,7 +29,6 @@ ndarray, dtype, finfo, iinfo = _np.ndarray, _np.dtype, _np.finfo, _np.iinfo
 zeros, ones, full, empty, eye, identity = (_np.zeros, _np.ones, _np.full, _np.empty,
                                            _np.eye, _np.identity)
 arange, linspace, random = _np.arange, _np.linspace, _np.random
-shape, ndim, size = _np.shape, _np.ndim, _np.size
 
 # -- elementwise ---------------------------------------------------------------
 add, subtract, multiply, divide, power = (_ew.add, _ew.subtract, _ew.multiply,
@@ -142,17 +143,38 @@ matmul, dot = _products.matmul, _products.dot
 # -- building arrays from sequences that may hold tracers --------------------------
 
 def _contains_tracer(obj):
-    if isinstance(obj, _Tracer):
+    # tracers, and device (CuPy) arrays, which NumPy must not convert either
+    if isinstance(obj, _Tracer) or (hasattr(obj, "dtype") and not isinstance(
+            obj, (_np.ndarray, _np.generic))):
         return True
     if isinstance(obj, (list, tuple)):
-        return any(_contains_tracer(o) for o in obj)
+        return _builtins.any(_contains_tracer(o) for o in obj)
     return False
+
+
+def _leaves_of(obj):
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _leaves_of(o)
+    else:
+        yield obj
+
+
+def _stack_nested(obj, xp):
+    if isinstance(obj, (list, tuple)):
+        return stack([_stack_nested(o, xp) for o in obj])
+    if _contains_tracer(obj):
+        return obj
+    from fgrad.backend import asarray_on
+    return asarray_on(xp, obj)
 
 
 def array(obj, dtype=None, copy=True):
     """``numpy.array``, which also accepts (nested) lists holding traced values."""
     if isinstance(obj, (list, tuple)) and _contains_tracer(obj):
-        return _with_dtype(stack([array(o) for o in obj]), dtype)
+        from fgrad.backend import module_of_leaves
+        xp = module_of_leaves(list(_leaves_of(obj)))
+        return _with_dtype(_stack_nested(obj, xp), dtype)
     if isinstance(obj, _Tracer):
         return _with_dtype(obj, dtype)
     return _np.array(obj, dtype=dtype, copy=copy)
@@ -176,6 +198,79 @@ def asarray(obj, dtype=None, *, like=None):
         out = asarray_on(module_of_leaves([like]), obj)
         return out if dtype is None else out.astype(dtype)
     return _np.asarray(obj, dtype=dtype)
+
+
+# -- the rest of NumPy's surface, from private modules ---------------------------
+from ._arrays import (  # noqa: E402,F401
+    bool, can_cast, complex_, copy, diag_indices, euler_gamma, float_, floating,
+    geomspace, iscomplexobj, isrealobj, isscalar, indices, inexact, int_, integer,
+    intp, issubdtype, logspace, ndim, number, promote_types, result_type, shape,
+    signedinteger, size, tri, tril_indices, triu_indices, uint16, unsignedinteger)
+from ._elementwise import (  # noqa: E402,F401
+    allclose, angle, around, array_equal, clip, deg2rad, degrees, fabs, fix,
+    float_power, isclose, nan_to_num, positive, rad2deg, radians, reciprocal, round,
+    sinc)
+from ._reductions import (  # noqa: E402,F401
+    all, any, argmax, argmin, argsort, argwhere, average, count_nonzero, cumprod,
+    cumsum, diff, flatnonzero, logsumexp, median, nanmean, nansum, nonzero,
+    percentile, ptp, quantile, searchsorted, std, unique, var)
+from ._manipulation import (  # noqa: E402,F401
+    append, array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays,
+    column_stack, diag, diagonal, dsplit, dstack, flip, fliplr, flipud, hsplit,
+    hstack, meshgrid, moveaxis, pad, ravel, repeat, roll, rot90, row_stack, select,
+    sort, split, swapaxes, take, take_along_axis, tile, trace, tril, triu, vsplit,
+    vstack)
+
+arcsin, arccos, arcsinh, arccosh, arctanh = (_ew.arcsin, _ew.arccos, _ew.arcsinh,
+                                             _ew.arccosh, _ew.arctanh)
+asin, acos, asinh, acosh, atanh, atan = arcsin, arccos, arcsinh, arccosh, arctanh, arctan
+exp2, log2, log10, cbrt = _ew.exp2, _ew.log2, _ew.log10, _ew.cbrt
+logaddexp, logaddexp2, arctan2, hypot = (_ew.logaddexp, _ew.logaddexp2, _ew.arctan2,
+                                         _ew.hypot)
+atan2 = arctan2
+remainder, fmod = _ew.remainder, _ew.fmod
+mod = remainder
+imag = _ew.imag
+floor, ceil, rint, trunc, signbit = _ew.floor, _ew.ceil, _ew.rint, _ew.trunc, _ew.signbit
+isnan, isinf, isfinite = _ew.isnan, _ew.isinf, _ew.isfinite
+logical_and, logical_or, logical_xor, logical_not = (
+    _ew.logical_and, _ew.logical_or, _ew.logical_xor, _ew.logical_not)
+floor_divide = _ew.floor_divide
+
+
+def empty_like(prototype, dtype=None):
+    """Like ``numpy.empty_like``, but filled with zeros (there is no uninitialised
+    memory in a functional program)."""
+    return _creation.zeros_like(prototype, dtype)
+
+
+def _install_methods():
+    # array methods of tracers that call functions defined in this package
+    T = _Tracer
+    T.var = lambda self, axis=None, dtype=None, ddof=0, keepdims=False: var(
+        self, axis, dtype, ddof, keepdims)
+    T.std = lambda self, axis=None, dtype=None, ddof=0, keepdims=False: std(
+        self, axis, dtype, ddof, keepdims)
+    T.cumsum = lambda self, axis=None, dtype=None: cumsum(self, axis, dtype)
+    T.cumprod = lambda self, axis=None, dtype=None: cumprod(self, axis, dtype)
+    T.argmax = lambda self, axis=None, keepdims=False: argmax(self, axis, keepdims)
+    T.argmin = lambda self, axis=None, keepdims=False: argmin(self, axis, keepdims)
+    T.argsort = lambda self, axis=-1, kind=None: argsort(self, axis, kind)
+    T.all = lambda self, axis=None, keepdims=False: all(self, axis, keepdims)
+    T.any = lambda self, axis=None, keepdims=False: any(self, axis, keepdims)
+    T.clip = lambda self, min=None, max=None: clip(self, min, max)
+    T.round = lambda self, decimals=0: round(self, decimals)
+    T.swapaxes = lambda self, a, b: swapaxes(self, a, b)
+    T.repeat = lambda self, repeats, axis=None: repeat(self, repeats, axis)
+    T.diagonal = lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset,
+                                                                    axis1, axis2)
+    T.trace = lambda self, offset=0, axis1=0, axis2=1: trace(self, offset, axis1, axis2)
+    T.take = lambda self, indices, axis=None: take(self, indices, axis)
+    T.imag = property(lambda self: imag(self))
+    T.conjugate = lambda self: conj(self)
+
+
+_install_methods()
 
 # -- einsum and the products built on it, linalg, fft --------------------------------
 from ._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401

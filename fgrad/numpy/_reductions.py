@@ -1,0 +1,368 @@
+"""Reductions and scans built on the reduction primitives.
+
+``var``/``std``/``average``/``ptp`` are composites of ``sum``, ``max`` and
+``min``; ``median``/``percentile``/``quantile`` go through ``sort`` (a gather by
+the sorting permutation), so their derivative lands on the selected elements.
+"""
+import math as _math
+
+import numpy as _np
+
+from fgrad.backend import array_module as _xp
+from fgrad.backend import asarray_on as _asarray_on
+
+from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
+from fgrad.primitives import creation as _creation
+from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import reductions as _red
+from fgrad.primitives import shape as _shape
+from fgrad.primitives.base import normalize_axis as _normalize_axis
+
+from . import _manipulation as _fshape
+
+
+def _with_dtype(result, dtype):
+    return result if dtype is None else _ew.convert_element_type(result, dtype)
+
+
+def _count(x, axis):
+    shape = _get_aval(x).shape
+    return _math.prod(shape[a] for a in _normalize_axis(axis, len(shape)))
+
+
+def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """Variance over ``axis`` with ``ddof`` delta degrees of freedom.
+
+    >>> var(_np.array([1.0, 2.0, 3.0, 4.0]), ddof=1)
+    np.float64(1.6666666666666667)
+    """
+    if not isinstance(a, _Tracer):
+        return _xp(a).var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    if _get_aval(a).dtype.kind not in "fc":
+        a = _ew.convert_element_type(a, _np.float64)
+    centered = a - _red.mean(a, axis, keepdims=True)
+    if _get_aval(a).dtype.kind == "c":
+        squared = _ew.real(centered * _ew.conj(centered))
+    else:
+        squared = centered * centered
+    n = _count(a, axis) - ddof
+    return _with_dtype(_red.sum_(squared, axis, keepdims) / n, dtype)
+
+
+def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """Standard deviation, ``sqrt(var)`` (its derivative is infinite at 0)."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).std(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    return _ew.sqrt(var(a, axis, dtype, ddof, keepdims))
+
+
+def average(a, axis=None, weights=None, returned=False, keepdims=False):
+    """Weighted mean: ``sum(a * w) / sum(w)``, differentiable in ``a`` and ``w``.
+
+    1-d ``weights`` along ``axis`` apply to every slice, as in NumPy.
+
+    >>> float(average(_np.array([1.0, 3.0]), weights=_np.array([3.0, 1.0])))
+    1.5
+    """
+    if not isinstance(a, _Tracer) and not isinstance(weights, _Tracer):
+        return _xp(a).average(a, axis=axis, weights=weights, returned=returned,
+                           keepdims=keepdims)
+    if weights is None:
+        avg = _red.mean(a, axis, keepdims)
+        scale = _count(a, axis)
+        return (avg, _creation.full_like(avg, scale)) if returned else avg
+    a_aval, w_aval = _get_aval(a), _get_aval(weights)
+    if w_aval.shape != a_aval.shape:
+        if axis is None or w_aval.ndim != 1:
+            raise TypeError("average: weights of a different shape than a need a "
+                            "single axis and 1-d weights of that axis' length")
+        ax = _normalize_axis(axis, a_aval.ndim)[0]
+        shape = [1] * a_aval.ndim
+        shape[ax] = w_aval.shape[0]
+        weights = _shape.broadcast_to(_shape.reshape(weights, shape), a_aval.shape)
+    total = _red.sum_(weights, axis, keepdims)
+    avg = _red.sum_(a * weights, axis, keepdims) / total
+    return (avg, _shape.broadcast_to(total, _get_aval(avg).shape)) if returned else avg
+
+
+def ptp(a, axis=None, keepdims=False):
+    """Peak to peak: ``max - min`` over ``axis``."""
+    return _red.max_(a, axis, keepdims) - _red.min_(a, axis, keepdims)
+
+
+def cumsum(a, axis=None, dtype=None):
+    """Cumulative sum along ``axis`` (over the flattened array when None)."""
+    return _red.cumsum(_with_dtype(a, dtype), axis)
+
+
+def cumprod(a, axis=None, dtype=None):
+    """Cumulative product; its derivative divides by ``a``, so it is nan where
+    ``a`` holds a zero (``prod``'s derivative has no such restriction)."""
+    return _red.cumprod(_with_dtype(a, dtype), axis)
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """``log(sum(b * exp(a)))`` over ``axis``, computed stably.
+
+    The maximum is subtracted before ``exp`` and held constant
+    (``stop_gradient``), so the gradient is exactly the softmax and stays
+    finite when every entry is ``-inf`` in all but one place. This is also
+    ``fgrad.scipy.special.logsumexp``.
+
+    >>> float(logsumexp(_np.array([1000.0, 1000.0])))
+    1000.6931471805599
+    """
+    m = _creation.stop_gradient(_red.max_(a, axis, keepdims=True))
+    m = _ew.where(_ew.isfinite(m), m, 0.0)
+    e = _ew.exp(a - m)
+    if b is not None:
+        e = e * b
+    s = _red.sum_(e, axis, keepdims)
+    m_out = m if keepdims else _shape.reshape(m, _get_aval(s).shape)
+    if return_sign:
+        return _ew.log(_ew.absolute(s)) + m_out, _ew.sign(s)
+    return _ew.log(s) + m_out
+
+
+# -- order statistics through sort ---------------------------------------------
+
+def quantile(a, q, axis=None, keepdims=False, method="linear"):
+    """The ``q``-th quantiles (0 <= q <= 1) with linear interpolation.
+
+    Differentiable in ``a`` through the sorting permutation: the derivative
+    goes to the (one or two) elements each quantile interpolates between.
+
+    >>> float(quantile(_np.array([3.0, 1.0, 2.0, 4.0]), 0.5))
+    2.5
+    """
+    if method != "linear":
+        raise NotImplementedError("fgrad.numpy.quantile supports method='linear'")
+    if not isinstance(a, _Tracer):
+        xp = _xp(a)
+        return xp.quantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
+                           axis=axis, keepdims=keepdims)
+    # NumPy keeps a's precision for a Python float q and promotes to q's float64
+    # for anything else; so do we.
+    out = _quantile(a, _static_floats(q), axis, keepdims)
+    if type(q) in (int, float):
+        return out
+    return _ew.convert_element_type(out, _np.result_type(_get_aval(out).dtype,
+                                                         _np.float64))
+
+
+def _static_floats(q):
+    """``q`` (a number, nested list or host array) as a NumPy float64 array: a
+    static parameter, like an axis, not data."""
+    return _np.asarray(_concrete(q), dtype=_np.float64)
+
+
+def _quantile(a, q_arr, axis, keepdims):
+    if ((q_arr < 0) | (q_arr > 1)).any():
+        raise ValueError("quantiles must be in the range [0, 1]")
+    ndim = _get_aval(a).ndim
+    if axis is None:
+        x = _shape.reshape(a, (-1,))
+        ax = 0
+    else:
+        axes = _normalize_axis(axis, ndim)
+        if len(axes) != 1:
+            raise NotImplementedError("fgrad.numpy.quantile reduces one axis or all")
+        x, ax = a, axes[0]
+    s = _fshape.sort(x, axis=ax)
+    n = _get_aval(s).shape[ax]
+    results = []
+    for qk in q_arr.ravel():
+        pos = float(qk) * (n - 1)
+        lo = _math.floor(pos)
+        hi = min(lo + 1, n - 1)
+        frac = pos - lo
+        low = _fshape.take(s, lo, axis=ax)
+        value = low if frac == 0 else low + (_fshape.take(s, hi, axis=ax) - low) * frac
+        if keepdims:
+            if axis is None:
+                value = _shape.reshape(value, (1,) * ndim)
+            else:
+                value = _shape.expand_dims(value, ax)
+        results.append(value)
+    if q_arr.ndim == 0:
+        return results[0]
+    out = _shape.stack(results, axis=0)
+    return _shape.reshape(out, q_arr.shape + _get_aval(results[0]).shape)
+
+
+def percentile(a, q, axis=None, keepdims=False, method="linear"):
+    """The ``q``-th percentiles (0 <= q <= 100); see `quantile`."""
+    if not isinstance(a, _Tracer):
+        xp = _xp(a)
+        return xp.percentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
+                             axis=axis, keepdims=keepdims, method=method)
+    if method != "linear":
+        raise NotImplementedError("fgrad.numpy.percentile supports method='linear'")
+    return quantile(a, q / 100 if type(q) in (int, float)
+                    else _static_floats(q) / 100, axis, keepdims)
+
+
+def median(a, axis=None, keepdims=False):
+    """The median over ``axis``: the 0.5 quantile."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).median(a, axis=axis, keepdims=keepdims)
+    return quantile(a, 0.5, axis, keepdims)
+
+
+# -- without derivative -----------------------------------------------------------
+
+def _axis_param(axis, ndim):
+    if axis is None:
+        return None
+    return _normalize_axis(axis, ndim)
+
+
+def all(a, axis=None, keepdims=False):
+    """True where every element along ``axis`` is nonzero (no derivative)."""
+    return _red.all_p.bind(a, axis=_axis_param(axis, _get_aval(a).ndim),
+                           keepdims=bool(keepdims))
+
+
+def any(a, axis=None, keepdims=False):
+    """True where some element along ``axis`` is nonzero (no derivative)."""
+    return _red.any_p.bind(a, axis=_axis_param(axis, _get_aval(a).ndim),
+                           keepdims=bool(keepdims))
+
+
+def _single_axis(axis, ndim):
+    return None if axis is None else _normalize_axis(axis, ndim)[0]
+
+
+def argmax(a, axis=None, keepdims=False):
+    """Index of the maximum along ``axis`` (no derivative)."""
+    return _red.argmax_p.bind(a, axis=_single_axis(axis, _get_aval(a).ndim),
+                              keepdims=bool(keepdims))
+
+
+def argmin(a, axis=None, keepdims=False):
+    """Index of the minimum along ``axis`` (no derivative)."""
+    return _red.argmin_p.bind(a, axis=_single_axis(axis, _get_aval(a).ndim),
+                              keepdims=bool(keepdims))
+
+
+def argsort(a, axis=-1, kind=None, stable=None):
+    """The permutation that sorts ``a`` along ``axis`` (no derivative)."""
+    if axis is None:
+        a, axis = _shape.reshape(a, (-1,)), 0
+    kind = "stable" if stable or kind in ("stable", "mergesort") else None
+    return _red.argsort_p.bind(a, axis=_normalize_axis(axis, _get_aval(a).ndim)[0],
+                               kind=kind)
+
+
+def count_nonzero(a, axis=None, keepdims=False):
+    """How many elements are nonzero (no derivative)."""
+    a = _concrete(a)
+    return _xp(a).count_nonzero(a, axis=axis, keepdims=keepdims)
+
+
+def _concrete(x):
+    while isinstance(x, _Tracer):
+        x = x.concrete()
+    return x
+
+
+def vector_norm(x, ord=2, axis=None, keepdims=False):
+    """The vector ``ord``-norm over ``axis`` (all axes if None), with a finite
+    gradient at zero (0, a subgradient) instead of nan.
+
+    ``fgrad.numpy.linalg.norm`` uses this for vectors. The square root (or
+    ``1/ord`` power) is taken behind a double ``where``, so the zero vector
+    never reaches it.
+
+    >>> import fgrad
+    >>> fgrad.grad(vector_norm)(_np.zeros(2))
+    array([0., 0.])
+    """
+    if _get_aval(x).dtype.kind not in "fc":
+        x = _ew.convert_element_type(x, _np.float64)
+    if ord == 2 or ord is None:
+        magnitude2 = _ew.real(x * _ew.conj(x)) if _get_aval(x).dtype.kind == "c" \
+            else x * x
+        return _safe_root(_red.sum_(magnitude2, axis, keepdims), 2)
+    a = _ew.absolute(x)
+    if ord == _np.inf:
+        return _red.max_(a, axis, keepdims)
+    if ord == -_np.inf:
+        return _red.min_(a, axis, keepdims)
+    if ord == 0:
+        return _red.sum_(_ew.convert_element_type(_ew.not_equal(a, 0),
+                                                  _get_aval(a).dtype), axis, keepdims)
+    if ord == 1:
+        return _red.sum_(a, axis, keepdims)
+    return _safe_root(_red.sum_(a ** ord, axis, keepdims), ord)
+
+
+def _safe_root(s, p):
+    positive = _ew.greater(s, 0)
+    safe = _ew.where(positive, s, 1.0)
+    root = _ew.sqrt(safe) if p == 2 else safe ** (1.0 / p)
+    return _ew.where(positive, root, 0.0)
+
+
+def nansum(a, axis=None, keepdims=False):
+    """Sum treating nan as zero; nan entries get a zero derivative."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).nansum(a, axis=axis, keepdims=keepdims)
+    return _red.sum_(_ew.where(_ew.isnan(a), 0.0, a), axis, keepdims)
+
+
+def nanmean(a, axis=None, keepdims=False):
+    """Mean of the entries that are not nan."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanmean(a, axis=axis, keepdims=keepdims)
+    present = _ew.logical_not(_ew.isnan(a))
+    count = _red.sum_(_ew.convert_element_type(present, _get_aval(a).dtype), axis,
+                      keepdims)
+    return nansum(a, axis, keepdims) / count
+
+
+def diff(a, n=1, axis=-1):
+    """The ``n``-th discrete difference along ``axis``."""
+    from fgrad.primitives.indexing import slice_axis
+    ndim = _get_aval(a).ndim
+    ax = _normalize_axis(axis, ndim)[0]
+    for _ in range(n):
+        length = _get_aval(a).shape[ax]
+        a = slice_axis(a, ax, 1, length) - slice_axis(a, ax, 0, _builtins_max(length - 1, 0))
+    return a
+
+
+def _builtins_max(a, b):
+    return a if a > b else b
+
+
+# -- index-valued, data-dependent results: NumPy on the values -------------------
+
+def nonzero(a):
+    """Indices of the nonzero elements (no derivative)."""
+    a = _concrete(a)
+    return _xp(a).nonzero(a)
+
+
+def flatnonzero(a):
+    """Indices of the nonzero elements of the flattened array."""
+    a = _concrete(a)
+    return _xp(a).flatnonzero(a)
+
+
+def argwhere(a):
+    """Indices of the nonzero elements, one row each."""
+    a = _concrete(a)
+    return _xp(a).argwhere(a)
+
+
+def searchsorted(a, v, side="left", sorter=None):
+    """Where ``v`` would be inserted into sorted ``a`` (no derivative)."""
+    a, v = _concrete(a), _concrete(v)
+    return _xp(a, v).searchsorted(a, v, side=side, sorter=sorter)
+
+
+def unique(ar, **kwargs):
+    """NumPy's ``unique`` on the values (no derivative)."""
+    ar = _concrete(ar)
+    return _xp(ar).unique(ar, **kwargs)

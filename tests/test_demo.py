@@ -1,0 +1,32 @@
+"""The demo, in its short configuration: it trains, beats chance, and writes a
+PNG that matplotlib reads back."""
+import pytest
+
+pytest.importorskip("sklearn")
+pytest.importorskip("tqdm")
+matplotlib = pytest.importorskip("matplotlib")
+
+from fgrad import demo  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_quick_demo_learns_and_writes_a_png(tmp_path, capsys):
+    out = tmp_path / "loss.png"
+    result = demo.main(["--quick", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "test accuracy" in printed and "time per step, eager grad" in printed
+    assert result["accuracy"] > 0.3, "ten classes: chance is 0.1"
+    history = result["history"]
+    assert len(history) == 60
+    assert sum(history[-10:]) < sum(history[:10])        # the loss fell
+    data = out.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    import matplotlib.image
+    image = matplotlib.image.imread(str(out))
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_demo_steps_flag(tmp_path):
+    result = demo.main(["--steps", "5", "--out", str(tmp_path / "l.png")])
+    assert len(result["history"]) == 5
