@@ -534,6 +534,37 @@ class Tracer:
         return self.concrete()
 
 
+class EagerTracer(Tracer):
+    """A tracer that carries a concrete primal value (reverse and forward mode).
+
+    Shape and dtype are read on every rule application, so they come straight
+    from the primal instead of through an abstract value.
+    """
+
+    __slots__ = ("primal",)
+
+    @property
+    def aval(self):
+        return get_aval(self.primal)
+
+    @property
+    def shape(self):
+        try:
+            return self.primal.shape
+        except AttributeError:                 # a Python scalar
+            return get_aval(self.primal).shape
+
+    @property
+    def dtype(self):
+        try:
+            return self.primal.dtype
+        except AttributeError:
+            return get_aval(self.primal).dtype
+
+    def concrete(self):
+        return full_lower(self.primal)
+
+
 def _suggestion(name, method):
     if method == "reduce":
         return f"Use fgrad.numpy.sum / prod / max / min instead of np.{name}.reduce."

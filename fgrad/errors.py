@@ -131,3 +131,13 @@ class NNArgumentError(FgradError, ValueError):
     """An `fgrad.nn` or `fgrad.optim` function got arguments it cannot use:
     shapes that do not fit together, an unknown reduction, a missing random
     generator. The message names the argument and what it should be."""
+
+
+class LinalgDerivativeError(FgradError, NotImplementedError):
+    """A linear-algebra derivative that is undefined or not implemented here.
+
+    >>> fgrad.grad(lambda a: fnp.linalg.svd(a)[1].sum())(np.ones((3, 2)))  # doctest: +SKIP
+    LinalgDerivativeError: svd with full_matrices=True has no derivative ...
+
+    Fix: follow the message (pass ``full_matrices=False``, use a real input, ...).
+    """

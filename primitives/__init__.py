@@ -7,3 +7,4 @@ rules; the plain function of the same name (``sin(x)``) binds the primitive.
 from . import elementwise, reductions, shape, indexing, products, creation  # noqa: F401
 from . import control  # noqa: F401
 from . import nn  # noqa: F401
+from . import einsum, fft, linalg, special  # noqa: F401,E402

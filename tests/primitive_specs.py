@@ -813,3 +813,4 @@ SPECS["nanmean"] = axis_reduction(fnp.nanmean, np.nanmean)
 
 # -- fgrad.nn: its primitives and composites, in their own module ------------------------------
 import nn_specs  # noqa: E402,F401  (registers into SPECS)
+import linalg_specs  # noqa: E402,F401  (einsum, products, linalg, fft: fills SPECS)

@@ -3,40 +3,19 @@
 A value whose tangent is zero is never wrapped: the trace returns the bare primal,
 so symbolic zeros cost nothing and `fgrad.jvp` instantiates them only at the end.
 """
-from ..core import Trace, Tracer, Zero, full_lower, get_aval, missing_rule_message
+from ..core import EagerTracer, Trace, Zero, get_aval, missing_rule_message
 from ..errors import CustomRuleError, MissingRuleError
 
 
-class JVPTracer(Tracer):
+class JVPTracer(EagerTracer):
     """A value under forward mode: the primal and its (nonzero) tangent."""
 
-    __slots__ = ("primal", "tangent")
+    __slots__ = ("tangent",)
 
     def __init__(self, trace, primal, tangent):
         self._trace = trace
         self.primal = primal
         self.tangent = tangent
-
-    @property
-    def aval(self):
-        return get_aval(self.primal)
-
-    @property
-    def shape(self):
-        try:
-            return self.primal.shape
-        except AttributeError:
-            return get_aval(self.primal).shape
-
-    @property
-    def dtype(self):
-        try:
-            return self.primal.dtype
-        except AttributeError:
-            return get_aval(self.primal).dtype
-
-    def concrete(self):
-        return full_lower(self.primal)
 
 
 class JVPTrace(Trace):

@@ -13,43 +13,20 @@ from, or ``None`` for a constant. `fgrad.graph` prints and checks such lists.
 import sys
 
 from ..backend import array_module
-from ..core import Trace, Tracer, Zero, full_lower, get_aval, graph_checking_enabled, \
+from ..core import EagerTracer, Trace, Tracer, Zero, get_aval, graph_checking_enabled, \
     missing_rule_message
 from ..errors import MissingRuleError
 
 
-class ReverseTracer(Tracer):
+class ReverseTracer(EagerTracer):
     """A value under reverse mode: the primal value and its node in the graph."""
 
-    __slots__ = ("primal", "node")
+    __slots__ = ("node",)
 
     def __init__(self, trace, primal, node):
         self._trace = trace
         self.primal = primal
         self.node = node
-
-    @property
-    def aval(self):
-        return get_aval(self.primal)
-
-    # shape and dtype are read on every rule application: go straight to the
-    # primal instead of building an abstract value
-    @property
-    def shape(self):
-        try:
-            return self.primal.shape
-        except AttributeError:
-            return get_aval(self.primal).shape
-
-    @property
-    def dtype(self):
-        try:
-            return self.primal.dtype
-        except AttributeError:
-            return get_aval(self.primal).dtype
-
-    def concrete(self):
-        return full_lower(self.primal)
 
 
 def _dtype_kind(x):

@@ -271,3 +271,7 @@ def _install_methods():
 
 
 _install_methods()
+
+# -- einsum and the products built on it, linalg, fft --------------------------------
+from ._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
+from . import fft, linalg  # noqa: E402,F401

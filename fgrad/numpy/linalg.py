@@ -1,0 +1,323 @@
+"""``numpy.linalg`` over fgrad primitives: ``fnp.linalg.solve``, ``svd``, ``norm``, ...
+
+Every function is batched over leading axes like NumPy's, and differentiable in
+forward and reverse mode to any order. Limitations (see `fgrad.primitives.linalg`):
+
+- ``eigh`` and ``cholesky`` symmetrize their input, ``(a + a.T) / 2``, as JAX
+  does (NumPy reads one triangle). For symmetric input the values are NumPy's.
+- ``eigh`` derivatives are infinite for repeated eigenvalues and ``svd``'s for
+  repeated (or, with ``m != n``, zero) singular values: the eigen/singular
+  vectors are not unique there. Functions of the spectrum alone that are
+  symmetric in it (``norm(a, 'nuc')``, ``sum(eigvalsh(a))``) are fine when
+  values are distinct.
+- ``svd`` differentiates with ``full_matrices=False`` (or square matrices);
+  NumPy's default ``full_matrices=True`` on a rectangular matrix evaluates but
+  raises `LinalgDerivativeError` when differentiated.
+- The decompositions differentiate real inputs only; ``solve``, ``inv``,
+  ``det`` and ``pinv`` also complex ones.
+- ``lstsq`` (2-D, like NumPy's) computes ``pinv(a) @ b``; its ``rank`` needs a
+  concrete value, so it does not work under ``jit``.
+"""
+from collections import namedtuple as _namedtuple
+
+import numpy as _np
+
+from fgrad.core import get_aval as _get_aval
+from fgrad.primitives import einsum as _einsum
+from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import linalg as _la
+from fgrad.primitives import reductions as _red
+from fgrad.primitives import shape as _shape
+from fgrad.primitives.indexing import slice_axis as _slice_axis
+from fgrad.primitives.products import matmul as _matmul
+
+LinAlgError = _np.linalg.LinAlgError
+
+SlogdetResult = _namedtuple("SlogdetResult", ["sign", "logabsdet"])
+EighResult = _namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+QRResult = _namedtuple("QRResult", ["Q", "R"])
+SVDResult = _namedtuple("SVDResult", ["U", "S", "Vh"])
+
+
+def _as_array(x):
+    from fgrad import numpy as fnp
+    return x if hasattr(x, "dtype") else fnp.asarray(x, dtype=float)
+
+
+def _symmetrize(a):
+    return (a + _shape.swap_last_axes(a)) * 0.5
+
+
+def solve(a, b):
+    """Solve ``a @ x = b``; ``b`` is a vector only when it is 1-D (NumPy 2 rule).
+
+    >>> import numpy as np
+    >>> solve(np.diag([2.0, 4.0]), np.array([2.0, 2.0]))
+    array([1. , 0.5])
+    """
+    a, b = _as_array(a), _as_array(b)
+    if _get_aval(b).ndim == 1:
+        return _shape.reshape(_la.solve(a, _shape.reshape(b, (-1, 1))),
+                              _np.broadcast_shapes(_get_aval(a).shape[:-1]))
+    return _la.solve(a, b)
+
+
+def inv(a):
+    """Inverse of each square matrix.
+
+    >>> import numpy as np
+    >>> inv(np.diag([2.0, 4.0]))
+    array([[0.5 , 0.  ],
+           [0.  , 0.25]])
+    """
+    return _la.inv(_as_array(a))
+
+
+def det(a):
+    """Determinant of each square matrix.
+
+    >>> import numpy as np
+    >>> float(det(np.diag([2.0, 3.0])))
+    6.0
+    """
+    return _la.det(_as_array(a))
+
+
+def slogdet(a):
+    """``(sign, logabsdet)``; differentiable through ``logabsdet``.
+
+    >>> import numpy as np
+    >>> slogdet(np.diag([-2.0, 1.0])).sign
+    np.float64(-1.0)
+    """
+    return SlogdetResult(*_la.slogdet(_as_array(a)))
+
+
+def cholesky(a, upper=False):
+    """Cholesky factor of each symmetric positive-definite matrix (lower by default).
+
+    >>> import numpy as np
+    >>> cholesky(np.diag([4.0, 9.0]))
+    array([[2., 0.],
+           [0., 3.]])
+    """
+    low = _la.cholesky(_symmetrize(_as_array(a)))
+    return _shape.swap_last_axes(low) if upper else low
+
+
+def qr(a, mode="reduced"):
+    """Reduced QR decomposition (``mode='reduced'`` or ``'r'``).
+
+    >>> import numpy as np
+    >>> qr(np.eye(2)).R.shape
+    (2, 2)
+    """
+    if mode not in ("reduced", "r"):
+        raise ValueError(f"fgrad.numpy.linalg.qr supports mode='reduced' and 'r', "
+                         f"got {mode!r}")
+    q, r = _la.qr(_as_array(a))
+    return r if mode == "r" else QRResult(q, r)
+
+
+def eigh(a, UPLO="L"):
+    """Eigenvalues (ascending) and eigenvectors of symmetric matrices.
+
+    The input is symmetrized (``UPLO`` has no effect); derivatives assume
+    distinct eigenvalues.
+
+    >>> import numpy as np
+    >>> eigh(np.diag([2.0, 1.0])).eigenvalues
+    array([1., 2.])
+    """
+    return EighResult(*_la.eigh(_symmetrize(_as_array(a))))
+
+
+def eigvalsh(a, UPLO="L"):
+    """Eigenvalues of symmetric matrices, ascending."""
+    return eigh(a, UPLO).eigenvalues
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """Singular value decomposition ``(U, S, Vh)`` (or ``S`` alone).
+
+    Derivatives need ``full_matrices=False`` for rectangular matrices and
+    distinct singular values.
+
+    >>> import numpy as np
+    >>> svd(np.diag([1.0, 3.0]), compute_uv=False)
+    array([3., 1.])
+    """
+    a = _as_array(a)
+    if not compute_uv:
+        full_matrices = False
+    u, s, vh = _la.svd(a, full_matrices)
+    return SVDResult(u, s, vh) if compute_uv else s
+
+
+def svdvals(x):
+    """Singular values of each matrix, descending."""
+    return svd(x, compute_uv=False)
+
+
+def pinv(a, rcond=None, hermitian=False):
+    """Moore-Penrose pseudo-inverse; derivatives assume a locally constant rank.
+
+    >>> import numpy as np
+    >>> pinv(np.array([[2.0], [0.0]]))
+    array([[0.5, 0. ]])
+    """
+    return _la.pinv(_as_array(a), rcond, hermitian)
+
+
+def matrix_power(a, n):
+    """``a`` multiplied by itself ``n`` times (``inv(a)`` for negative ``n``).
+
+    >>> import numpy as np
+    >>> matrix_power(np.array([[1.0, 1.0], [0.0, 1.0]]), 3)
+    array([[1., 3.],
+           [0., 1.]])
+    """
+    a = _as_array(a)
+    n = int(n)
+    aval = _get_aval(a)
+    if aval.ndim < 2 or aval.shape[-1] != aval.shape[-2]:
+        raise ValueError(f"matrix_power: expected square matrices, got shape "
+                         f"{aval.shape}")
+    if n == 0:
+        eye = _einsum.identity_like(a, aval.shape[-1])
+        return _shape.broadcast_to(eye, aval.shape)
+    if n < 0:
+        a, n = _la.inv(a), -n
+    result = None
+    while n:                                  # square-and-multiply
+        if n & 1:
+            result = a if result is None else _matmul(result, a)
+        n >>= 1
+        if n:
+            a = _matmul(a, a)
+    return result
+
+
+def _abs(x):
+    return _ew.absolute(x)
+
+
+def _abs_squared(x):
+    if _get_aval(x).dtype.kind == "c":
+        return _ew.real(x * _ew.conj(x))
+    return x * x
+
+
+def _safe_sqrt(sq):
+    # The double-where: sqrt's derivative is infinite at 0, so the zero case
+    # takes a branch whose input is a harmless 1 and whose output is 0, and no
+    # inf * 0 = nan reaches the gradient.
+    zero = _ew.equal(sq, 0)
+    return _ew.where(zero, 0.0, _ew.sqrt(_ew.where(zero, 1.0, sq)))
+
+
+def _safe_root(total, p):
+    zero = _ew.equal(total, 0)
+    return _ew.where(zero, 0.0, _ew.power(_ew.where(zero, 1.0, total), 1.0 / p))
+
+
+def _vector_norm(x, ord, axis, keepdims):
+    if ord is None or ord == 2:
+        return _safe_sqrt(_red.sum_(_abs_squared(x), axis, keepdims))
+    if ord == _np.inf:
+        return _red.max_(_abs(x), axis, keepdims)
+    if ord == -_np.inf:
+        return _red.min_(_abs(x), axis, keepdims)
+    if ord == 0:
+        nonzero = _ew.convert_element_type(_ew.not_equal(x, 0),
+                                           _la._real_dtype(_get_aval(x).dtype))
+        return _red.sum_(nonzero, axis, keepdims)
+    if ord == 1:
+        return _red.sum_(_abs(x), axis, keepdims)
+    if isinstance(ord, str):
+        raise ValueError(f"norm: invalid norm order {ord!r} for vectors")
+    p = float(ord)
+    return _safe_root(_red.sum_(_ew.power(_abs(x), p), axis, keepdims), p)
+
+
+def _matrix_norm(x, ord, axes, keepdims):
+    row, col = axes
+    ndim = _get_aval(x).ndim
+    if ord in (None, "fro", "f"):
+        out = _safe_sqrt(_red.sum_(_abs_squared(x), axes, False))
+    elif ord in (2, -2, "nuc"):
+        rest = tuple(i for i in range(ndim) if i not in axes)
+        s = svd(_shape.transpose(x, rest + (row, col)), compute_uv=False)
+        out = (_red.sum_(s, -1) if ord == "nuc" else
+               _red.max_(s, -1) if ord == 2 else _red.min_(s, -1))
+    elif ord in (1, -1, _np.inf, -_np.inf):
+        summed, other = (row, col) if ord in (1, -1) else (col, row)
+        sums = _red.sum_(_abs(x), summed, True)
+        pick = _red.max_ if ord in (1, _np.inf) else _red.min_
+        out = _red.sum_(pick(sums, other, True), (row, col), False)
+    else:
+        raise ValueError(f"norm: invalid norm order {ord!r} for matrices")
+    if keepdims:
+        shape = list(_get_aval(x).shape)
+        shape[row] = shape[col] = 1
+        out = _shape.reshape(out, tuple(shape))
+    return out
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """Vector or matrix norm (NumPy's orders); the 2-norm has gradient 0 at 0.
+
+    >>> import numpy as np
+    >>> float(norm(np.array([3.0, 4.0])))
+    5.0
+    """
+    x = _as_array(x)
+    ndim = _get_aval(x).ndim
+    if _get_aval(x).dtype.kind not in "fc":
+        x = _ew.convert_element_type(x, _np.float64)
+    if axis is None:
+        if ord is None:
+            out = _safe_sqrt(_red.sum_(_abs_squared(x)))
+            return _shape.reshape(out, (1,) * ndim) if keepdims else out
+        if ndim == 1:
+            return _vector_norm(x, ord, (0,), keepdims)
+        if ndim == 2:
+            return _matrix_norm(x, ord, (0, 1), keepdims)
+        raise ValueError("norm: improper number of dimensions to norm; pass axis")
+    if isinstance(axis, (int, _np.integer)):
+        axis = (int(axis),)
+    axis = tuple(int(a) % ndim for a in axis)
+    if len(axis) == 1:
+        return _vector_norm(x, ord, axis, keepdims)
+    if len(axis) == 2:
+        if axis[0] == axis[1]:
+            raise ValueError("norm: duplicate axes given")
+        return _matrix_norm(x, ord, axis, keepdims)
+    raise ValueError(f"norm: axis must name 1 or 2 axes, got {axis}")
+
+
+def lstsq(a, b, rcond=None):
+    """Least-squares solution ``(x, residuals, rank, s)`` of ``a @ x = b`` (2-D).
+
+    ``x`` is ``pinv(a, rcond) @ b`` and differentiable, as are the residuals and
+    the singular values ``s``; ``rank`` is a Python int.
+
+    >>> import numpy as np
+    >>> lstsq(np.array([[1.0], [1.0]]), np.array([1.0, 3.0]))[0]
+    array([2.])
+    """
+    a, b = _as_array(a), _as_array(b)
+    m, n = _get_aval(a).shape
+    s = svd(a, compute_uv=False)
+    eps = _np.finfo(_get_aval(s).dtype).eps
+    cutoff = (eps * max(m, n) if rcond is None or rcond < 0 else rcond)
+    x = _matmul(pinv(a, cutoff), b)
+    rank = int(_red.sum_(_ew.convert_element_type(
+        _ew.greater(s, cutoff * _red.max_(s)), _np.int64))) if min(m, n) else 0
+    if rank == n and m > n:
+        residuals = _red.sum_(_abs_squared(b - _matmul(a, x)), 0)
+        if _get_aval(b).ndim == 1:
+            residuals = _shape.reshape(residuals, (1,))
+    else:
+        residuals = _slice_axis(_ew.convert_element_type(s, _get_aval(x).dtype), 0, 0, 0)
+    return x, residuals, rank, s

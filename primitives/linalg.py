@@ -1,0 +1,586 @@
+"""Linear algebra primitives, batched over leading axes as NumPy's ``linalg`` is.
+
+Every rule is written with fgrad primitives (``solve``'s VJP solves again), so
+second derivatives work. Conventions:
+
+- Complex inputs follow JAX and autograd (the VJP is the transpose of the JVP,
+  no conjugation); ``solve``, ``inv``, ``det`` and ``pinv`` are holomorphic and
+  differentiate for complex inputs. The decompositions (``slogdet``,
+  ``cholesky``, ``qr``, ``eigh``, ``svd``) differentiate real inputs only and
+  raise `LinalgDerivativeError` for complex ones.
+- ``cholesky`` and ``eigh`` assume a symmetric input; the public wrappers in
+  `fgrad.numpy.linalg` symmetrize it first (as JAX does), so derivatives are
+  those of the function of ``(a + a.T) / 2``.
+- ``eigh`` and ``svd`` derivatives divide by differences of eigenvalues
+  (squared singular values): they are infinite for degenerate spectra, where
+  the eigenvectors themselves are not unique.
+- ``qr`` differentiates the reduced decomposition of tall or square matrices.
+"""
+import numpy as np
+from opt_einsum import get_symbol
+
+from fgrad.backend import array_module
+from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.errors import LinalgDerivativeError
+
+from .base import dummy
+from .einsum import einsum, identity_like
+from .elementwise import cast_like, unbroadcast
+from .products import matmul
+from .shape import expand_dims, swap_last_axes
+
+FAMILY = "primitives/linalg.py"
+
+
+# ---------------------------------------------------------------------------
+# Helpers written with primitives (so the rules using them differentiate)
+# ---------------------------------------------------------------------------
+
+def _T(x):
+    return swap_last_axes(x)
+
+
+def _batch_letters(x, core):
+    return "".join(get_symbol(26 + k) for k in range(get_aval(x).ndim - core))
+
+
+def _diagonal(x):
+    b = _batch_letters(x, 2)
+    return einsum(f"{b}ii->{b}i", x)
+
+
+def _trace(x):
+    b = _batch_letters(x, 2)
+    return einsum(f"{b}ii->{b}", x)
+
+
+def _eye(x):
+    """The identity matching the last axis of ``x``, in ``x``'s dtype and backend."""
+    return identity_like(x, get_aval(x).shape[-1])
+
+
+def _diag_embed(v):
+    return expand_dims(v, -1) * _eye(v)
+
+
+def _tril_mask(x, k=0):
+    n, m = get_aval(x).shape[-2:]
+    return tri_like_p.bind(x, n=n, m=m, k=k, dtype=_real_dtype(get_aval(x).dtype))
+
+
+def _tril(x, k=0):
+    return x * _tril_mask(x, k)
+
+
+def _real_dtype(dtype):
+    return np.finfo(dtype).dtype if dtype.kind == "c" else dtype
+
+
+def _is_zero(ct):
+    return ct is None or type(ct) is Zero
+
+
+def _require_real(name, x):
+    if get_aval(x).dtype.kind == "c":
+        raise LinalgDerivativeError(
+            f"the derivative of {name} is implemented for real inputs only, got "
+            f"{get_aval(x)}: split the computation into real and imaginary parts, "
+            "or use a real-valued formulation (e.g. eigh of the real 2n x 2n "
+            "embedding of a Hermitian matrix).")
+
+
+def _square_abstract(name):
+    def check(a):
+        if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+            raise ValueError(f"{name}: expected a (..., n, n) stack of square "
+                             f"matrices, got shape {a.shape}")
+    return check
+
+
+def _float_dtype(*avals):
+    dtype = np.result_type(*(dummy(a) for a in avals))
+    return dtype if dtype.kind in "fc" else np.dtype(np.float64)
+
+
+tri_like_p = Primitive(
+    "tri_like",
+    lambda like, n, m, k, dtype: array_module(like).tri(n, m, k, dtype=dtype),
+    lambda like, n, m, k, dtype: ShapedArray((n, m), dtype), nondiff=True,
+    family=FAMILY)
+tri_like_p.batch = lambda args, dims, **params: (tri_like_p.bind(args[0], **params),
+                                                 None)
+
+
+def _leading_batch_rule(prim):
+    """Batching for a primitive batched over leading axes (as NumPy's linalg):
+    each mapped operand's batch axis goes first, padded with length-1 axes so it
+    lines up across operands with different numbers of batch dimensions; every
+    output then has it first."""
+    from .batching import batch_to_front, unbatched_ndim
+
+    def rule(args, dims, **params):
+        rank = max(unbatched_ndim(x, d) for x, d in zip(args, dims))
+        size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
+        moved = [x if d is None else batch_to_front(x, d, size, rank)
+                 for x, d in zip(args, dims)]
+        out = prim.bind(*moved, **params)
+        return out, ((0,) * len(out) if prim.multiple_results else 0)
+    prim.batch = rule
+
+
+# ---------------------------------------------------------------------------
+# solve
+# ---------------------------------------------------------------------------
+
+def _solve_abstract(a, b):
+    _square_abstract("solve")(a)
+    if b.ndim < 2 or b.shape[-2] != a.shape[-1]:
+        raise ValueError(f"solve: b of shape {b.shape} does not match a of shape "
+                         f"{a.shape} (expected (..., {a.shape[-1]}, k))")
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return ShapedArray(batch + b.shape[-2:], _float_dtype(a, b))
+
+
+solve_p = Primitive("solve", lambda a, b: array_module(a, b).linalg.solve(a, b),
+                    _solve_abstract, family=FAMILY)
+
+
+def _solve_vjp(ct, ans, needed, a, b):
+    ct_b = solve(_T(a), ct)
+    ct_a = unbroadcast(-matmul(ct_b, _T(ans)), a) if needed[0] else None
+    return ct_a, unbroadcast(ct_b, b) if needed[1] else None
+
+
+def _solve_jvp(tangents, ans, a, b):
+    t_a, t_b = tangents
+    rhs = None if _is_zero(t_b) else t_b
+    if not _is_zero(t_a):
+        term = -matmul(t_a, ans)
+        rhs = term if rhs is None else rhs + term
+    return cast_like(solve(a, rhs), get_aval(ans))
+
+
+solve_p.def_vjp_joint(_solve_vjp)
+solve_p.def_jvp_joint(_solve_jvp)
+_leading_batch_rule(solve_p)
+
+
+def solve(a, b):
+    """``a^-1 b`` for ``a`` (..., n, n) and ``b`` (..., n, k), batch-broadcast."""
+    return solve_p.bind(a, b)
+
+
+# ---------------------------------------------------------------------------
+# inv, det, slogdet
+# ---------------------------------------------------------------------------
+
+def _inv_abstract(a):
+    _square_abstract("inv")(a)
+    return ShapedArray(a.shape, _float_dtype(a))
+
+
+inv_p = Primitive("inv", lambda a: array_module(a).linalg.inv(a), _inv_abstract,
+                  family=FAMILY)
+inv_p.def_vjp(lambda ct, ans, a: cast_like(-matmul(_T(ans), matmul(ct, _T(ans))),
+                                            get_aval(a)))
+inv_p.def_jvp(lambda t, ans, a: -matmul(ans, matmul(t, ans)))
+_leading_batch_rule(inv_p)
+
+
+def inv(a):
+    """The inverse of each square matrix in ``a``."""
+    return inv_p.bind(a)
+
+
+def _det_abstract(a):
+    _square_abstract("det")(a)
+    return ShapedArray(a.shape[:-2], _float_dtype(a))
+
+
+det_p = Primitive("det", lambda a: array_module(a).linalg.det(a), _det_abstract,
+                  family=FAMILY)
+# d det = det * tr(a^-1 da): exact for invertible a
+det_p.def_vjp(lambda ct, ans, a: cast_like(
+    expand_dims(ct * ans, (-2, -1)) * _T(inv(a)), get_aval(a)))
+det_p.def_jvp(lambda t, ans, a: ans * _trace(solve(a, t)))
+_leading_batch_rule(det_p)
+
+
+def det(a):
+    """The determinant of each square matrix in ``a``."""
+    return det_p.bind(a)
+
+
+def _slogdet_abstract(a):
+    _square_abstract("slogdet")(a)
+    dtype = _float_dtype(a)
+    return (ShapedArray(a.shape[:-2], dtype),
+            ShapedArray(a.shape[:-2], _real_dtype(dtype)))
+
+
+def _slogdet_impl(a):
+    sign, logabsdet = array_module(a).linalg.slogdet(a)
+    return sign, logabsdet
+
+
+slogdet_p = Primitive("slogdet", _slogdet_impl, _slogdet_abstract,
+                      multiple_results=True, family=FAMILY)
+
+
+def _slogdet_vjp(ct, ans, needed, a):
+    _require_real("slogdet", a)
+    ct_logdet = ct[1]
+    if _is_zero(ct_logdet):                  # the sign is locally constant
+        return (None,)
+    return (cast_like(expand_dims(ct_logdet, (-2, -1)) * _T(inv(a)), get_aval(a)),)
+
+
+def _slogdet_jvp(tangents, ans, a):
+    _require_real("slogdet", a)
+    return Zero(get_aval(ans[0])), _trace(solve(a, tangents[0]))
+
+
+slogdet_p.def_vjp_joint(_slogdet_vjp)
+slogdet_p.def_jvp_joint(_slogdet_jvp)
+_leading_batch_rule(slogdet_p)
+
+
+def slogdet(a):
+    """``(sign, log|det|)`` of each square matrix in ``a``."""
+    return slogdet_p.bind(a)
+
+
+# ---------------------------------------------------------------------------
+# cholesky
+# ---------------------------------------------------------------------------
+
+def _cholesky_abstract(a):
+    _square_abstract("cholesky")(a)
+    return ShapedArray(a.shape, _float_dtype(a))
+
+
+cholesky_p = Primitive("cholesky", lambda a: array_module(a).linalg.cholesky(a),
+                       _cholesky_abstract, family=FAMILY)
+
+
+def _phi(x):
+    # the lower triangle with its diagonal halved
+    return x * (_tril_mask(x) - 0.5 * _eye(x))
+
+
+def _cholesky_vjp(ct, ans, a):
+    # Murray (2016), "Differentiation of the Cholesky decomposition":
+    # S = L^-T phi(L^T ct) L^-1, symmetrized since a is symmetric.
+    _require_real("cholesky", a)
+    lt = _T(ans)
+    s = _T(solve(lt, _T(solve(lt, _phi(matmul(lt, ct))))))
+    return cast_like(0.5 * (s + _T(s)), get_aval(a))
+
+
+def _cholesky_jvp(t, ans, a):
+    _require_real("cholesky", a)
+    inner = _T(solve(ans, _T(solve(ans, t))))        # L^-1 da L^-T
+    return matmul(ans, _phi(inner))
+
+
+cholesky_p.def_vjp(_cholesky_vjp)
+cholesky_p.def_jvp(_cholesky_jvp)
+_leading_batch_rule(cholesky_p)
+
+
+def cholesky(a):
+    """Lower Cholesky factor of each (symmetric positive definite) matrix."""
+    return cholesky_p.bind(a)
+
+
+# ---------------------------------------------------------------------------
+# qr (reduced)
+# ---------------------------------------------------------------------------
+
+def _qr_abstract(a):
+    if a.ndim < 2:
+        raise ValueError(f"qr: expected a (..., m, n) array, got shape {a.shape}")
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    dtype = _float_dtype(a)
+    return (ShapedArray(a.shape[:-2] + (m, k), dtype),
+            ShapedArray(a.shape[:-2] + (k, n), dtype))
+
+
+def _qr_impl(a):
+    q, r = array_module(a).linalg.qr(a, mode="reduced")
+    return q, r
+
+
+qr_p = Primitive("qr", _qr_impl, _qr_abstract, multiple_results=True, family=FAMILY)
+
+
+def _qr_check(a):
+    _require_real("qr", a)
+    m, n = get_aval(a).shape[-2:]
+    if m < n:
+        raise LinalgDerivativeError(
+            f"the derivative of qr is implemented for tall or square matrices "
+            f"(m >= n), got {m} x {n}: differentiate qr of the transpose, or "
+            "split off the first m columns.")
+
+
+def _qr_vjp(ct, ans, needed, a):
+    _qr_check(a)
+    q, r = ans
+    ct_q, ct_r = ct
+    m = None
+    if not _is_zero(ct_r):
+        m = matmul(r, _T(ct_r))
+    if not _is_zero(ct_q):
+        term = -matmul(_T(ct_q), q)
+        m = term if m is None else m + term
+    lower = _tril(m, -1)
+    b = matmul(q, lower + _T(lower) + m * _eye(m))
+    if not _is_zero(ct_q):
+        b = b + ct_q
+    return (cast_like(_T(solve(r, _T(b))), get_aval(a)),)
+
+
+def _qr_jvp(tangents, ans, a):
+    _qr_check(a)
+    q, r = ans
+    da = tangents[0]
+    dx_rinv = _T(solve(_T(r), _T(da)))
+    qt_dx_rinv = matmul(_T(q), dx_rinv)
+    low = _tril(qt_dx_rinv, -1)
+    do = low - _T(low)
+    dq = matmul(q, do - qt_dx_rinv) + dx_rinv
+    dr = matmul(qt_dx_rinv - do, r)
+    return dq, dr
+
+
+qr_p.def_vjp_joint(_qr_vjp)
+qr_p.def_jvp_joint(_qr_jvp)
+_leading_batch_rule(qr_p)
+
+
+def qr(a):
+    """Reduced QR decomposition ``(q, r)`` of each matrix in ``a``."""
+    return qr_p.bind(a)
+
+
+# ---------------------------------------------------------------------------
+# eigh (symmetric)
+# ---------------------------------------------------------------------------
+
+def _eigh_abstract(a):
+    _square_abstract("eigh")(a)
+    dtype = _float_dtype(a)
+    return ShapedArray(a.shape[:-1], _real_dtype(dtype)), ShapedArray(a.shape, dtype)
+
+
+def _eigh_impl(a):
+    w, v = array_module(a).linalg.eigh(a)
+    return w, v
+
+
+eigh_p = Primitive("eigh", _eigh_impl, _eigh_abstract, multiple_results=True,
+                   family=FAMILY)
+
+
+def _inverse_gaps(w):
+    # F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it. Infinite for
+    # repeated eigenvalues: the documented degenerate-spectrum limitation.
+    eye = _eye(expand_dims(w, -1) * expand_dims(w, -2))
+    gaps = expand_dims(w, -2) - expand_dims(w, -1)
+    return (1 - eye) / (gaps + eye)
+
+
+def _eigh_vjp(ct, ans, needed, a):
+    _require_real("eigh", a)
+    w, v = ans
+    ct_w, ct_v = ct
+    inner = None
+    if not _is_zero(ct_w):
+        inner = _diag_embed(ct_w)
+    if not _is_zero(ct_v):
+        term = _inverse_gaps(w) * matmul(_T(v), ct_v)
+        inner = term if inner is None else inner + term
+    return (cast_like(matmul(v, matmul(inner, _T(v))), get_aval(a)),)
+
+
+def _eigh_jvp(tangents, ans, a):
+    _require_real("eigh", a)
+    w, v = ans
+    vt_da_v = matmul(_T(v), matmul(tangents[0], v))
+    return _diagonal(vt_da_v), matmul(v, _inverse_gaps(w) * vt_da_v)
+
+
+eigh_p.def_vjp_joint(_eigh_vjp)
+eigh_p.def_jvp_joint(_eigh_jvp)
+_leading_batch_rule(eigh_p)
+
+
+def eigh(a):
+    """Eigenvalues (ascending) and eigenvectors of symmetric matrices."""
+    return eigh_p.bind(a)
+
+
+# ---------------------------------------------------------------------------
+# svd
+# ---------------------------------------------------------------------------
+
+def _svd_abstract(a, full_matrices):
+    if a.ndim < 2:
+        raise ValueError(f"svd: expected a (..., m, n) array, got shape {a.shape}")
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    dtype = _float_dtype(a)
+    batch = a.shape[:-2]
+    mu, nv = (m, n) if full_matrices else (k, k)
+    return (ShapedArray(batch + (m, mu), dtype),
+            ShapedArray(batch + (k,), _real_dtype(dtype)),
+            ShapedArray(batch + (nv, n), dtype))
+
+
+def _svd_impl(a, full_matrices):
+    u, s, vh = array_module(a).linalg.svd(a, full_matrices=full_matrices)
+    return u, s, vh
+
+
+svd_p = Primitive("svd", _svd_impl, _svd_abstract, multiple_results=True,
+                  family=FAMILY)
+
+
+def _svd_check(a, full_matrices):
+    _require_real("svd", a)
+    m, n = get_aval(a).shape[-2:]
+    if full_matrices and m != n:
+        raise LinalgDerivativeError(
+            f"svd with full_matrices=True has no derivative for a {m} x {n} "
+            "matrix: the extra singular vectors are not unique. Pass "
+            "full_matrices=False.")
+
+
+def _svd_parts(s):
+    s_row = expand_dims(s, -2)                 # s[j] along columns
+    s_col = expand_dims(s, -1)                 # s[i] along rows
+    eye = _eye(s_row * s_col)
+    # F[i, j] = 1 / (s[j]^2 - s[i]^2): infinite for repeated singular values
+    f = (1 - eye) / ((s_row + s_col) * (s_row - s_col) + eye)
+    return s_row, s_col, f
+
+
+def _svd_vjp(ct, ans, needed, a, full_matrices):
+    _svd_check(a, full_matrices)
+    u, s, vh = ans
+    ct_u, ct_s, ct_vh = ct
+    v = _T(vh)
+    m, n = get_aval(a).shape[-2:]
+    s_row, s_col, f = _svd_parts(s)
+    ct_ds = _diag_embed(ct_s) if not _is_zero(ct_s) else None
+    extra = None
+
+    def add(total, term):
+        return term if total is None else total + term
+
+    if not _is_zero(ct_u):
+        x = f * matmul(_T(u), ct_u)
+        ct_ds = add(ct_ds, (x + _T(x)) * s_row)
+        if m > n:
+            z = ct_u / s_row
+            extra = add(extra, matmul(z - matmul(u, matmul(_T(u), z)), vh))
+    if not _is_zero(ct_vh):
+        ct_v = _T(ct_vh)
+        y = f * matmul(vh, ct_v)
+        ct_ds = add(ct_ds, s_col * (y + _T(y)))
+        if n > m:
+            w = ct_v / s_row
+            extra = add(extra, matmul(u, _T(w - matmul(v, matmul(vh, w)))))
+    ct_a = matmul(u, matmul(ct_ds, vh)) if ct_ds is not None else None
+    if extra is not None:
+        ct_a = extra if ct_a is None else ct_a + extra
+    return (cast_like(ct_a, get_aval(a)),)
+
+
+def _svd_jvp(tangents, ans, a, full_matrices):
+    _svd_check(a, full_matrices)
+    u, s, vh = ans
+    da = tangents[0]
+    v = _T(vh)
+    m, n = get_aval(a).shape[-2:]
+    s_row, s_col, f = _svd_parts(s)
+    ds_mat = matmul(_T(u), matmul(da, v))
+    ds = _diagonal(ds_mat)
+    dss = ds_mat * s_row
+    sds = s_col * ds_mat
+    du = matmul(u, f * (dss + _T(dss)))
+    dv = matmul(v, f * (sds + _T(sds)))
+    if m > n:
+        dav = matmul(da, v)
+        du = du + (dav - matmul(u, matmul(_T(u), dav))) / s_row
+    if n > m:
+        dahu = matmul(_T(da), u)
+        dv = dv + (dahu - matmul(v, matmul(vh, dahu))) / s_row
+    return du, ds, _T(dv)
+
+
+svd_p.def_vjp_joint(_svd_vjp)
+svd_p.def_jvp_joint(_svd_jvp)
+_leading_batch_rule(svd_p)
+
+
+def svd(a, full_matrices=False):
+    """``(u, s, vh)`` of each matrix in ``a``."""
+    return svd_p.bind(a, full_matrices=bool(full_matrices))
+
+
+# ---------------------------------------------------------------------------
+# pinv
+# ---------------------------------------------------------------------------
+
+def _pinv_abstract(a, rcond, hermitian):
+    if a.ndim < 2:
+        raise ValueError(f"pinv: expected a (..., m, n) array, got shape {a.shape}")
+    return ShapedArray(a.shape[:-2] + (a.shape[-1], a.shape[-2]), _float_dtype(a))
+
+
+def _pinv_impl(a, rcond, hermitian):
+    xp = array_module(a)
+    if rcond is None:
+        return xp.linalg.pinv(a, hermitian=hermitian)
+    return xp.linalg.pinv(a, rcond=rcond, hermitian=hermitian)
+
+
+pinv_p = Primitive("pinv", _pinv_impl, _pinv_abstract, family=FAMILY)
+
+
+def _pinv_jvp(t, ans, a, rcond, hermitian):
+    # Golub & Pereyra (1973), valid where the rank is locally constant:
+    # dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P
+    p = ans
+    term = -matmul(p, matmul(t, p))
+    left = matmul(matmul(p, _T(p)), _T(t))
+    term = term + left - matmul(left, matmul(a, p))
+    right = matmul(_T(t), matmul(_T(p), p))
+    return term + right - matmul(p, matmul(a, right))
+
+
+def _pinv_vjp(ct, ans, a, rcond, hermitian):
+    p = ans
+    out = -matmul(_T(p), matmul(ct, _T(p)))
+    ppt = matmul(p, _T(p))
+    ct_t = _T(ct)
+    left = matmul(ct_t, ppt)                       # (I - A P) ct^T P P^T
+    out = out + left - matmul(a, matmul(p, left))
+    ptp = matmul(_T(p), p)
+    right = matmul(ptp, ct_t)                      # P^T P ct^T (I - P A)
+    out = out + right - matmul(matmul(right, p), a)
+    return cast_like(out, get_aval(a))
+
+
+pinv_p.def_vjp(_pinv_vjp)
+pinv_p.def_jvp(_pinv_jvp)
+_leading_batch_rule(pinv_p)
+
+
+def pinv(a, rcond=None, hermitian=False):
+    """Moore-Penrose pseudo-inverse of each matrix in ``a``."""
+    return pinv_p.bind(a, rcond=None if rcond is None else float(rcond),
+                       hermitian=bool(hermitian))

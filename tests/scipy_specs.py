@@ -1,0 +1,78 @@
+"""Test specs for the scipy-backed primitives (`primitives/special.py`).
+
+Imported by `linalg_specs.py`; values are compared with scipy's own functions.
+"""
+import numpy as np
+import scipy.linalg as sl
+import scipy.special as ss
+from hypothesis import strategies as st
+
+import fgrad.numpy as fnp
+import fgrad.scipy.linalg as fl
+import fgrad.scipy.special as fs
+from primitive_specs import SPECS, Case, arrays, shapes, values
+
+SPECIAL = {  # name: (fgrad function, scipy function, domain)
+    "erf": (fs.erf, ss.erf, values()),
+    "erfc": (fs.erfc, ss.erfc, values()),
+    "erfinv": (fs.erfinv, ss.erfinv, values(-0.8, 0.8)),
+    "gammaln": (fs.gammaln, ss.gammaln, values(0.3, 4.0)),
+    "digamma": (fs.digamma, ss.digamma, values(0.3, 4.0)),
+    "polygamma": (lambda x: fs.polygamma(1, x), lambda x: ss.polygamma(1, x),
+                  values(0.5, 4.0)),
+    "expit": (fs.expit, ss.expit, values(-4, 4)),
+    "log_ndtr": (fs.log_ndtr, ss.log_ndtr, values(-6, 4)),
+    "logit": (fs.logit, ss.logit, values(0.1, 0.9)),
+    "betaln": (lambda x: fs.betaln(x, 1.7), lambda x: ss.betaln(x, 1.7), values(0.3, 3)),
+    "xlogy": (lambda x: fs.xlogy(x, x + 2.5), lambda x: ss.xlogy(x, x + 2.5), values()),
+    "xlog1py": (lambda x: fs.xlog1py(x, x + 1.5), lambda x: ss.xlog1py(x, x + 1.5),
+                values()),
+}
+
+
+def _special(name):
+    f, ref, domain = SPECIAL[name]
+    return shapes(max_dims=2).flatmap(lambda s: arrays(s, domain)).map(
+        lambda x: Case(f, (x,), ref, tol=dict(atol=1e-4, rtol=1e-4)))
+
+
+for _name in SPECIAL:
+    SPECS[_name] = _special(_name)
+
+SPECS["scipy_logsumexp"] = st.tuples(shapes(min_dims=1, max_dims=2), st.booleans()).flatmap(
+    lambda d: arrays(d[0]).map(lambda x: Case(
+        lambda x: fs.logsumexp(x, axis=-1, keepdims=d[1]), (x,),
+        lambda x: ss.logsumexp(x, axis=-1, keepdims=d[1]))))
+
+
+def _matrix(n, shift):
+    return arrays((n, n)).map(lambda m: 0.3 * m + shift * np.eye(n))
+
+
+@st.composite
+def _triangular_case(draw):
+    n = draw(st.integers(1, 3))
+    lower, trans, vector = draw(st.booleans()), draw(st.sampled_from([0, 1])), \
+        draw(st.booleans())
+    a = draw(_matrix(n, 2.5))
+    b = draw(arrays((n,) if vector else (n, 2)))
+    return Case(lambda a, b: fl.solve_triangular(a, b, trans=trans, lower=lower), (a, b),
+                lambda a, b: sl.solve_triangular(a, b, trans=trans, lower=lower),
+                tol=dict(atol=1e-4, rtol=1e-4))
+
+
+SPECS["solve_triangular"] = _triangular_case()
+SPECS["solve_sylvester"] = st.integers(1, 3).flatmap(lambda n: st.tuples(
+    _matrix(n, 2.5), _matrix(n, 2.0), arrays((n, n)))).map(lambda abq: Case(
+        fl.solve_sylvester, abq, sl.solve_sylvester, tol=dict(atol=1e-4, rtol=1e-4)))
+# symmetric positive definite with eigenvalues well away from 0: a real sqrtm
+def _spd(m):
+    eye = np.eye(m.shape[0], dtype=m.dtype)
+    if not isinstance(m, np.ndarray):
+        eye = fnp.asarray(eye, like=m)
+    return fnp.matmul(m, fnp.transpose(m)) * 0.2 + 2.0 * eye
+
+
+SPECS["sqrtm"] = st.integers(1, 3).flatmap(lambda n: arrays((n, n))).map(
+    lambda m: Case(lambda m: fl.sqrtm(_spd(m)), (m,), lambda m: sl.sqrtm(_spd(m)),
+                   tol=dict(atol=1e-4, rtol=1e-4), float32=False))
