@@ -32,21 +32,16 @@ def _deferred(x):
 
 def _staged(x):
     """True if ``x`` is staged (under jit), looking through vmap's batching."""
-    while isinstance(x, Tracer):
-        try:
-            return is_staged(x)
-        except BatchedConversionError:
-            x = _batched_value(x)
-    return False
-
-
-def _batched_value(x):
-    # the batch tracer under ``x`` (possibly wrapped by derivative tracers) holds
-    # every example in ``val``
+    from .core import EagerTracer
     from .interpreters.batching import BatchTracer
-    while not isinstance(x, BatchTracer):
-        x = x.concrete()
-    return x.val
+    while isinstance(x, Tracer):
+        if isinstance(x, EagerTracer):
+            x = x.primal
+        elif isinstance(x, BatchTracer):
+            x = x.val
+        else:
+            return _deferred(x)
+    return False
 
 
 def _avals(leaves):
