@@ -4,6 +4,8 @@ Workloads:
   pex-grad      per-example gradients of logistic regression (w of 100, batch 256):
                 fgrad.vmap(fgrad.grad), torch.func.vmap(torch.func.grad), eager
                 jax.vmap(jax.grad)
+  pex-jit       the same gradients staged and compiled: fgrad.jit(fgrad.vmap(fgrad.grad))
+                and jax.jit(jax.vmap(jax.grad))
   pex-loop      the same gradients from a Python loop of fgrad.grad (one call per
                 example): what vmap replaces
   jacrev        the 200x200 Jacobian of x -> tanh(A x) by reverse mode
@@ -84,6 +86,27 @@ def pex_grad_workload() -> Workload:
         _pex_floor(w, x, y), {"fgrad": fgrad_, "jax": jax_, "torch": torch_})
 
 
+def pex_jit_workload() -> Workload:
+    w, x, y = _pex_data()
+
+    def fgrad_(p):
+        f = p.module.jit(p.module.vmap(p.module.grad(_logistic_loss(p.np)),
+                                       in_axes=(None, 0, 0)))
+        return lambda: f(w, x, y)
+
+    def jax_(p):
+        f = p.module.jit(p.module.vmap(p.module.grad(_logistic_loss(p.np)),
+                                       in_axes=(None, 0, 0)))
+        wj, xj, yj = (p.np.asarray(a) for a in (w, x, y))
+        return _jax_blocking(p.module, lambda: f(wj, xj, yj))
+
+    return Workload(
+        "pex-jit",
+        f"per-example gradients, logistic regression (w of {FEATURES}, batch {BATCH}), "
+        "jit(vmap(grad))",
+        _pex_floor(w, x, y), {"fgrad": fgrad_, "jax": jax_})
+
+
 def pex_loop_workload() -> Workload:
     w, x, y = _pex_data()
 
@@ -161,6 +184,7 @@ def jacrev_vjp_workload() -> Workload:
 
 WORKLOADS = {
     "pex-grad": pex_grad_workload,
+    "pex-jit": pex_jit_workload,
     "pex-loop": pex_loop_workload,
     "jacrev": jacrev_workload,
     "jacrev-vjp": jacrev_vjp_workload,
