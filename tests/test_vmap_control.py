@@ -288,3 +288,12 @@ def test_debug_print_under_vmap_prints_the_batch_once(capsys):
               fgrad.vmap(fgrad.jit(f), (1, None))):
         np.testing.assert_allclose(g(x, 3.0), x.T * 3.0)
         assert capsys.readouterr().out == f"x={x.T} s=3.0\n"
+
+
+def test_traced_values_support_mod_and_floordiv():
+    def f(x):
+        return x % 3.0 + x // 2.0 + 7.0 % x + 7.0 // x
+    x = np.array([1.5, 4.0, 5.5])
+    np.testing.assert_allclose(fgrad.jit(f)(x), f(x))
+    np.testing.assert_allclose(fgrad.vmap(f)(x), f(x))
+    np.testing.assert_allclose(fgrad.grad(lambda x: fnp.sum(x % 3.0))(x), np.ones(3))

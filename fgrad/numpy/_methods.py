@@ -13,7 +13,8 @@ def _swap(fn):
 
 
 _BINARY = {"add": ew.add, "sub": ew.subtract, "mul": ew.multiply,
-           "truediv": ew.divide, "pow": ew.power, "matmul": products.matmul}
+           "truediv": ew.divide, "pow": ew.power, "matmul": products.matmul,
+           "mod": ew.remainder, "floordiv": ew.floor_divide}
 # the binding functions take (x, y), so they serve as the methods themselves
 for _name, _fn in _BINARY.items():
     setattr(Tracer, f"__{_name}__", _fn)
