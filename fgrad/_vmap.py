@@ -10,6 +10,8 @@ import functools
 from .core import Tracer, get_aval, new_trace
 from .errors import BatchAxisError
 from .interpreters.batching import BatchTrace, BatchTracer
+from .primitives.batching import move_axis
+from .primitives.shape import broadcast_to, expand_dims
 from .tree import broadcast_prefix, tree_flatten, tree_unflatten
 
 
@@ -171,8 +173,6 @@ def _apply(fun, leaves, axes, in_tree, out_axes, size, name):
 
 
 def _place_output(x, axis, trace, size, label, name):
-    from .primitives.batching import move_axis
-    from .primitives.shape import broadcast_to, expand_dims
     mapped = isinstance(x, BatchTracer) and x._trace is trace
     if axis is None:
         if mapped:

@@ -12,6 +12,7 @@ trace with the highest level among its arguments. Traces nest by level, so
 one binding on the outer one's tracers.
 """
 import contextlib
+import sys
 import threading
 
 import numpy as np
@@ -494,7 +495,7 @@ class Tracer:
             "then convert if you mean to treat it as a constant.")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from . import numpy as fnp
+        fnp = sys.modules["fgrad.numpy"]      # imported with fgrad; no import cost here
         name = ufunc.__name__
         fn = getattr(fnp, name, None)
         if method != "__call__" or fn is None or kwargs.get("out") is not None:
@@ -507,7 +508,7 @@ class Tracer:
         return fn(*inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        from . import numpy as fnp
+        fnp = sys.modules["fgrad.numpy"]
         namespace = fnp
         for part in func.__module__.split(".")[1:]:
             namespace = getattr(namespace, part, None)

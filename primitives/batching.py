@@ -8,6 +8,8 @@ differentiable and batchable again, and they move a batch axis only when the
 primitive cannot take it where it is: elementwise operations broadcast it in
 place, reductions shift their axes around it.
 """
+import sys
+
 from fgrad.core import get_aval
 
 not_mapped = None
@@ -30,7 +32,6 @@ def unbatched_ndim(x, d):
 
 def move_axis(x, src, dst):
     """``x`` with axis ``src`` moved to position ``dst`` (a view on NumPy)."""
-    from .shape import transpose
     if src == dst:
         return x
     perm = [i for i in range(get_aval(x).ndim) if i != src]
@@ -45,7 +46,6 @@ def batch_to_front(x, d, size, rank=None):
     length-1 axes are inserted after the batch axis, so that right-aligned
     broadcasting against other per-example shapes keeps the batch axis first.
     """
-    from .shape import broadcast_to, reshape
     shape = get_aval(x).shape
     if d is None:
         pad = (1,) * (0 if rank is None else rank - len(shape))
@@ -74,6 +74,8 @@ def broadcasting_batch_rule(prim):
     bind = prim.bind
 
     def rule(args, dims, **params):
+        if len(args) == 1:                  # a unary op maps each element in place
+            return bind(*args, **params), dims[0]
         ranks = [unbatched_ndim(x, d) for x, d in zip(args, dims)]
         out_rank = max(ranks)
         position = None
@@ -136,7 +138,6 @@ def single_axis_batch_rule(prim, reduces=False):
     def rule(args, dims, *, axis, **params):
         (x,), (d,) = args, dims
         if axis is None:
-            from .shape import reshape
             size, rest = axis_size(args, dims), unbatched_ndim(x, d)
             flat = reshape(move_axis(x, d, 0), (size, -1))
             out = bind(flat, axis=1, **params)
@@ -146,10 +147,28 @@ def single_axis_batch_rule(prim, reduces=False):
         if unbatched_ndim(x, d) == 0:
             # NumPy treats a 0-d operand as one element along axis 0: give each
             # example that axis explicitly
-            from .shape import reshape
             x = reshape(move_axis(x, d, 0), (axis_size(args, dims), 1))
             d, axis = 0, 0
         shifted = axis + (axis >= d)
         out_dim = d - 1 if reduces and not params.get("keepdims") and axis < d else d
         return bind(x, axis=shifted, **params), out_dim
     return rule
+
+
+
+def _shape_module():
+    # elementwise.py imports this module before shape.py exists, so shape's
+    # functions are looked up at call time (a dict lookup, not an import)
+    return sys.modules[__package__ + ".shape"]
+
+
+def transpose(x, axes):
+    return _shape_module().transpose(x, axes)
+
+
+def reshape(x, shape):
+    return _shape_module().reshape(x, shape)
+
+
+def broadcast_to(x, shape):
+    return _shape_module().broadcast_to(x, shape)

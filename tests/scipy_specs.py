@@ -76,3 +76,12 @@ def _spd(m):
 SPECS["sqrtm"] = st.integers(1, 3).flatmap(lambda n: arrays((n, n))).map(
     lambda m: Case(lambda m: fl.sqrtm(_spd(m)), (m,), lambda m: sl.sqrtm(_spd(m)),
                    tol=dict(atol=1e-4, rtol=1e-4), float32=False))
+
+
+# incomplete gamma/beta: differentiable in x only (shape parameters have no rule)
+SPECS["gammainc"] = shapes(max_dims=2).flatmap(lambda s: arrays(s, values(0.2, 4.0))).map(
+    lambda x: Case(lambda x: fs.gammainc(2.5, x), (x,), lambda x: ss.gammainc(2.5, x),
+                   tol=dict(atol=1e-4, rtol=1e-4)))
+SPECS["betainc"] = shapes(max_dims=2).flatmap(lambda s: arrays(s, values(0.1, 0.9))).map(
+    lambda x: Case(lambda x: fs.betainc(2.0, 3.5, x), (x,),
+                   lambda x: ss.betainc(2.0, 3.5, x), tol=dict(atol=1e-4, rtol=1e-4)))

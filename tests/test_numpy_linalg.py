@@ -262,3 +262,12 @@ def test_irfft_gradient_weights_hermitian_pairs():
 def test_fft_invalid_norm_is_reported():
     with pytest.raises(ValueError, match="invalid norm 'unitary'"):
         fnp.fft.fft(_r(4), norm="unitary")
+
+
+def test_make_graph_shows_the_pairwise_contraction_path():
+    import fgrad
+    a, b, c = np.ones((5, 6)), np.ones((6, 7)), np.ones((7, 2))
+    listing = str(fgrad.make_graph(lambda a, b, c: fnp.einsum("ij,jk,kl->il", a, b, c))(
+        a, b, c))
+    # contract b with c first (6x7x2), then a with the result: opt_einsum's choice
+    assert "einsum[subscripts=ij,jk,kl->il path=((1, 2), (0, 1))]" in listing

@@ -55,3 +55,45 @@ def test_logsumexp_is_stable_and_has_softmax_gradient():
 
 def test_python_scalars_keep_float32():
     assert fs.betaln(np.ones(2, np.float32), 1.7).dtype == np.float32
+
+
+CDF_CASES = [
+    ("t.cdf", lambda v: fst.t.cdf(v, 3.5, 0.5, 1.5), lambda v: sst.t.cdf(v, 3.5, 0.5, 1.5),
+     np.array([-1.5, -0.2, 0.3, 2.0])),
+    ("t.logcdf", lambda v: fst.t.logcdf(v, 3.5), lambda v: sst.t.logcdf(v, 3.5),
+     np.array([-1.5, -0.2, 0.3, 2.0])),
+    ("gamma.cdf", lambda v: fst.gamma.cdf(v, 2.5, 0.1, 2.0),
+     lambda v: sst.gamma.cdf(v, 2.5, 0.1, 2.0), np.array([0.4, 1.3, 4.0])),
+    ("gamma.logcdf", lambda v: fst.gamma.logcdf(v, 2.5), lambda v: sst.gamma.logcdf(v, 2.5),
+     np.array([0.4, 1.3, 4.0])),
+    ("beta.cdf", lambda v: fst.beta.cdf(v, 2.0, 3.0), lambda v: sst.beta.cdf(v, 2.0, 3.0),
+     np.array([0.2, 0.5, 0.7])),
+    ("beta.logcdf", lambda v: fst.beta.logcdf(v, 2.0, 3.0),
+     lambda v: sst.beta.logcdf(v, 2.0, 3.0), np.array([0.2, 0.5, 0.7])),
+]
+
+
+@pytest.mark.parametrize("case", CDF_CASES, ids=lambda c: c[0])
+def test_cdfs_match_scipy_and_differentiate_in_x(case):
+    name, f, ref, v = case
+    np.testing.assert_allclose(f(v), ref(v), rtol=1e-10, atol=1e-12)
+    check_grads(f, (v,), order=2)
+
+
+def test_cdfs_outside_the_support_are_flat_with_finite_gradients():
+    x = np.array([-1.0, 0.0, 1.5])
+    np.testing.assert_allclose(fst.gamma.cdf(x, 2.0), sst.gamma.cdf(x, 2.0))
+    g = fgrad.grad(lambda v: fnp.sum(fst.gamma.cdf(v, 2.0)))(x)
+    assert np.all(np.isfinite(g)) and g[0] == 0.0
+    xb = np.array([-0.5, 0.5, 1.5])
+    np.testing.assert_allclose(fst.beta.cdf(xb, 2.0, 3.0), sst.beta.cdf(xb, 2.0, 3.0))
+    gb = fgrad.grad(lambda v: fnp.sum(fst.beta.cdf(v, 2.0, 3.0)))(xb)
+    assert np.all(np.isfinite(gb)) and gb[0] == 0.0 and gb[2] == 0.0
+
+
+def test_shape_parameter_derivatives_are_refused_by_name():
+    with pytest.raises(fgrad.errors.MissingRuleError, match=r"'gammainc' has no VJP rule "
+                                                             r"for argument 0"):
+        fgrad.grad(lambda a: fnp.sum(fst.gamma.cdf(np.array([1.0, 2.0]), a)))(2.5)
+    with pytest.raises(fgrad.errors.MissingRuleError, match=r"'betainc' has no JVP rule"):
+        fgrad.jvp(lambda a: fs.betainc(a, 2.0, 0.5), (1.5,), (1.0,))

@@ -39,9 +39,21 @@ class BatchTracer(Tracer):
 
     @property
     def aval(self):
-        val, d = self.val, self.batch_dim
-        shape = val.shape          # a batched value is an array or a tracer, never a scalar
-        return ShapedArray(shape[:d] + shape[d + 1:], val.dtype)
+        return ShapedArray(self.shape, self.val.dtype)
+
+    # read on every rule application: computed without building an aval
+    @property
+    def shape(self):
+        shape, d = self.val.shape, self.batch_dim   # val is an array, never a scalar
+        return shape[:d] + shape[d + 1:]
+
+    @property
+    def dtype(self):
+        return self.val.dtype
+
+    @property
+    def ndim(self):
+        return len(self.val.shape) - 1
 
     def concrete(self):
         raise BatchedConversionError(_conversion_message("a conversion to a concrete "

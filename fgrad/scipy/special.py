@@ -1,7 +1,8 @@
 """``scipy.special`` functions with derivatives.
 
-``erf``, ``erfc``, ``erfinv``, ``gammaln``, ``digamma``, ``polygamma``, ``expit``
-and ``log_ndtr`` are primitives evaluated by scipy; the rest are composites whose
+``erf``, ``erfc``, ``erfinv``, ``gammaln``, ``digamma``, ``polygamma``, ``expit``,
+``log_ndtr``, ``gammainc`` and ``betainc`` (differentiable in ``x`` only) are
+primitives evaluated by scipy; the rest are composites whose
 gradients stay finite where the naive formula's would not (``xlogy`` at
 ``x == 0``, ``logsumexp`` for large inputs).
 """
@@ -16,6 +17,7 @@ from fgrad.primitives import special as _sp
 erf, erfc, erfinv = _sp.erf, _sp.erfc, _sp.erfinv
 gammaln, digamma, polygamma = _sp.gammaln, _sp.digamma, _sp.polygamma
 expit, log_ndtr = _sp.expit, _sp.log_ndtr
+gammainc, betainc = _sp.gammainc, _sp.betainc
 psi = digamma
 
 
