@@ -3,7 +3,8 @@ import logging
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fgrad
 import fgrad.numpy as fnp
@@ -276,3 +277,24 @@ def test_jit_returns_pytrees_and_literals():
     out = f(np.ones(2))
     assert out["const"] == 1.5
     np.testing.assert_array_equal(out["pair"][1], -np.ones(2))
+
+
+@settings(max_examples=25)
+@given(st.lists(st.tuples(st.sampled_from([(), (2,), (3,), (2, 3)]),
+                          st.sampled_from([np.float32, np.float64]),
+                          st.sampled_from([0, 1])), min_size=1, max_size=12))
+def test_retraces_exactly_when_the_signature_changes(calls):
+    """Over a hypothesis-drawn sequence of calls, the number of traces equals the
+    number of distinct (shape, dtype, static value) signatures, and every call
+    equals the eager result."""
+    def f(x, k):
+        return fnp.sin(x) * (k + 1)
+    f_jit = fgrad.jit(f, static_argnums=1)
+    seen = set()
+    for shape, dtype, k in calls:
+        x = np.full(shape, 0.5, dtype)
+        np.testing.assert_allclose(f_jit(x, k), f(x, k), rtol=1e-6)
+        seen.add((shape, np.dtype(dtype), k))
+        assert f_jit.cache_info().traces == len(seen)
+    assert f_jit.cache_info().misses == len(seen)
+    assert f_jit.cache_info().hits == len(calls) - len(seen)
