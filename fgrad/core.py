@@ -123,10 +123,29 @@ class Zero:
     nothing ever allocates an array of zeros just to add it.
     """
 
-    __slots__ = ("aval",)
+    __slots__ = ("_aval", "_of")
 
     def __init__(self, aval):
-        self.aval = aval
+        self._aval = aval
+        self._of = None
+
+    @classmethod
+    def like(cls, value):
+        """The zero tangent of ``value``, its aval computed only if a rule asks.
+
+        Forward mode makes one for every constant operand of every primitive;
+        most rules only test ``type(t) is Zero``.
+        """
+        zero = cls(None)
+        zero._of = value
+        return zero
+
+    @property
+    def aval(self):
+        if self._aval is None:
+            self._aval = get_aval(self._of)
+            self._of = None
+        return self._aval
 
     def __repr__(self):
         return f"Zero({self.aval})"

@@ -3,7 +3,7 @@
 A value whose tangent is zero is never wrapped: the trace returns the bare primal,
 so symbolic zeros cost nothing and `fgrad.jvp` instantiates them only at the end.
 """
-from ..core import EagerTracer, Trace, Zero, get_aval, missing_rule_message
+from ..core import EagerTracer, Trace, Tracer, Zero, get_aval, missing_rule_message
 from ..errors import CustomRuleError, MissingRuleError
 
 
@@ -31,12 +31,17 @@ class JVPTrace(Trace):
                 tangents.append(a.tangent)
             else:
                 primals.append(a)
-                tangents.append(Zero(get_aval(a)))
+                tangents.append(Zero.like(a))
         return primals, tangents
 
     def process(self, prim, args, params):
         primals, tangents = self._unwrap(args)
-        ans = prim.bind(*primals, **params)
+        for p in primals:
+            if isinstance(p, Tracer):           # an outer transformation's value
+                ans = prim.bind(*primals, **params)
+                break
+        else:
+            ans = prim.impl(*primals, **params)
         if prim.nondiff:
             return ans
         if prim.jvp is None:
