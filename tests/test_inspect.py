@@ -1,0 +1,123 @@
+"""Seeing inside: gradient taps, NaN hunting, residual reports, graph export and
+parallel execution of compiled graphs."""
+import numpy as np
+import pytest
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.errors import TapError
+
+
+def _double(ct):
+    return ct * 2.0
+
+
+def _loss(x):
+    return fnp.sum(fnp.sin(x) ** 2 + fnp.sin(x))
+
+
+def _tapped_loss(x, fn=_double):
+    y = fgrad.tap(fnp.sin(x), fn)
+    # y fans out to three uses: the tap must see their sum
+    return fnp.sum(y * y + y)
+
+
+X = np.array([0.3, -1.2, 2.0])
+
+
+# ---------------------------------------------------------------------------
+# taps
+# ---------------------------------------------------------------------------
+
+def test_tap_sees_the_total_cotangent_and_its_replacement_is_used():
+    seen = []
+
+    def record(ct):
+        seen.append(np.array(ct))
+    plain = fgrad.grad(_tapped_loss)(X, record)
+    assert len(seen) == 1
+    np.testing.assert_allclose(seen[0], 2 * np.sin(X) + 1)     # d/dy (y*y + y)
+    np.testing.assert_allclose(plain, fgrad.grad(_loss)(X))
+    np.testing.assert_allclose(fgrad.grad(_tapped_loss)(X), 2 * fgrad.grad(_loss)(X))
+
+
+@pytest.mark.parametrize("transform", ["jit(grad)", "grad(jit)", "jit(grad(jit))"])
+def test_tap_doubles_the_gradient_under_jit(transform):
+    g = {"jit(grad)": lambda: fgrad.jit(fgrad.grad(_tapped_loss)),
+         "grad(jit)": lambda: fgrad.grad(fgrad.jit(_tapped_loss)),
+         "jit(grad(jit))": lambda: fgrad.jit(fgrad.grad(fgrad.jit(_tapped_loss)))}[
+        transform]()
+    np.testing.assert_allclose(g(X), 2 * fgrad.grad(_loss)(X))
+    np.testing.assert_allclose(g(X + 1.0), 2 * fgrad.grad(_loss)(X + 1.0))
+
+
+def test_tap_runs_in_compiled_code_each_call_and_survives_cse():
+    calls = []
+
+    def count(ct):
+        calls.append(1)
+
+    def f(x):
+        return fnp.sum(fgrad.tap(x, count) + fgrad.tap(x, count))
+    g = fgrad.jit(fgrad.grad(f))
+    g(X)
+    g(X)
+    assert len(calls) == 4
+    assert g.lower(X).source.count("tap_cotangent") == 2
+
+
+def test_tap_doubles_the_gradient_under_vmap_and_sees_the_batch():
+    shapes = []
+
+    def double(ct):
+        shapes.append(ct.shape)
+        return ct * 2.0
+    xs = np.random.default_rng(0).normal(size=(4, 3))
+    got = fgrad.vmap(fgrad.grad(lambda x: _tapped_loss(x, double)))(xs)
+    np.testing.assert_allclose(got, 2 * fgrad.vmap(fgrad.grad(_loss))(xs))
+    assert shapes == [(4, 3)]
+    got = fgrad.grad(lambda xs: fnp.sum(fgrad.vmap(lambda x: _tapped_loss(x, double))(xs)))(xs)
+    np.testing.assert_allclose(got, 2 * fgrad.vmap(fgrad.grad(_loss))(xs))
+
+
+def test_tap_under_grad_of_grad():
+    # the tap's cotangent is a constant here: only the inner sweep is doubled
+    def cube(x):
+        return fgrad.tap(x ** 3, _double)
+    assert fgrad.grad(fgrad.grad(cube))(2.0) == pytest.approx(2 * 6 * 2.0)
+    # here it depends on x, so fn receives a tracer, and the outer sweep passes
+    # through the tap as well: 2 * 2 * d2/dx2 x**3
+    seen = []
+
+    def double(ct):
+        seen.append(type(ct).__name__)
+        return ct * 2.0
+
+    def cube_of_tap(x):
+        return fgrad.tap(x, double) ** 3
+    assert fgrad.grad(fgrad.grad(cube_of_tap))(2.0) == pytest.approx(4 * 6 * 2.0)
+    assert "ReverseTracer" in seen
+    assert fgrad.jit(fgrad.grad(fgrad.grad(cube_of_tap)))(2.0) == pytest.approx(48.0)
+
+
+def test_tap_forward_sees_primal_values_and_may_replace_them():
+    seen = []
+    f = fgrad.jit(lambda x: fnp.sum(fgrad.tap_forward(x * 2.0, seen.append)))
+    f(X)
+    f(X + 1)
+    np.testing.assert_allclose(seen[1], 2 * (X + 1))
+    assert len(seen) == 2
+    clip = fgrad.grad(lambda x: fnp.sum(fgrad.tap_forward(x, lambda v: fnp.clip(v, -1, 1))
+                                        ** 2))
+    # the value is replaced, the derivative passes straight through
+    np.testing.assert_allclose(clip(X), 2 * np.clip(X, -1, 1))
+    shapes = []
+    fgrad.vmap(lambda x: fgrad.tap_forward(x, lambda v: shapes.append(v.shape)))(
+        np.ones((5, 2)))
+    assert shapes == [(5, 2)]
+
+
+def test_tap_replacement_of_the_wrong_shape_is_an_error():
+    with pytest.raises(TapError, match=r"returned an array of shape \(\) for a value of "
+                                       r"shape \(3,\).*or None"):
+        fgrad.grad(lambda x: fnp.sum(fgrad.tap(x, lambda ct: fnp.sum(ct))))(X)
