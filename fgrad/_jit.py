@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from .backend import array_module, backend_name
-from .core import Primitive, Tracer, Zero, get_aval
+from .core import Primitive, Tracer, Zero, get_aval, nans_enabled
 from .compile import compile_graph, gc_paused, optimize
 from .errors import ArgnumError, InvalidInputError, StaticArgumentError, TraceLimitError
 from .interpreters.staging import eval_graph, shaped, stage
@@ -48,6 +48,9 @@ def compiled_for(graph, xp):
 
 
 def _call_impl(*args, graph, name):
+    if graph.sources is not None and nans_enabled():
+        from ._nans import run_checked
+        return tuple(run_checked(graph, args))
     return compiled_for(graph, array_module(*args))(*args)
 
 
@@ -262,9 +265,11 @@ class JitFunction:
         else:
             dyn_args, dyn_kwargs, statics = args, kwargs, ()
         leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+        debug = nans_enabled()
         try:
             sig = tuple(map(_leaf_signature, leaves))
-            key = (tree, sig, statics)
+            # under debug_nans: a graph staged with source lines, kept apart
+            key = (tree, sig, statics, "debug_nans") if debug else (tree, sig, statics)
             entry = self._cache.get(key)
         except TypeError:
             entry, key = None, None
@@ -283,6 +288,9 @@ class JitFunction:
         if traced:
             outs = self._prim.bind(*leaves, graph=entry.graph, name=self.__name__)
             return tree_unflatten(entry.out_tree, list(outs))
+        if debug:
+            from ._nans import run_checked
+            return tree_unflatten(entry.out_tree, run_checked(entry.graph, leaves))
         run = entry.run
         if run is None:
             xp = array_module(*leaves)

@@ -138,13 +138,15 @@ class Graph:
       in (c) }
     """
 
-    __slots__ = ("invars", "eqns", "outvars", "_compiled")
+    __slots__ = ("invars", "eqns", "outvars", "_compiled", "sources")
 
-    def __init__(self, invars, eqns, outvars):
+    def __init__(self, invars, eqns, outvars, sources=None):
         self.invars = list(invars)
         self.eqns = list(eqns)
         self.outvars = list(outvars)
         self._compiled = {}        # backend module -> compiled callable (per graph)
+        # under fgrad.debug_nans: first output var -> (pass, prim, source line, where)
+        self.sources = sources
 
     @property
     def in_avals(self):

@@ -121,3 +121,104 @@ def test_tap_replacement_of_the_wrong_shape_is_an_error():
     with pytest.raises(TapError, match=r"returned an array of shape \(\) for a value of "
                                        r"shape \(3,\).*or None"):
         fgrad.grad(lambda x: fnp.sum(fgrad.tap(x, lambda ct: fnp.sum(ct))))(X)
+
+
+# ---------------------------------------------------------------------------
+# debug_nans
+# ---------------------------------------------------------------------------
+
+from fgrad.errors import NonFiniteError  # noqa: E402
+
+
+def _line(marker):
+    """``file:line`` of the line of this file holding ``marker`` (in a comment)."""
+    import pathlib
+    lines = pathlib.Path(__file__).read_text().splitlines()
+    hits = [i + 1 for i, text in enumerate(lines) if f"# {marker}" in text]
+    assert len(hits) == 1
+    return f"{__file__}:{hits[0]}"
+
+
+def _forward_nan(x):
+    y = fnp.log(x - 1.0)                        # forward-nan
+    return fnp.sum(y * 2.0)
+
+
+def _reverse_nan(x):
+    return fnp.sum(fnp.sqrt(x * 1.0))           # reverse-nan
+
+
+def _where_trap(x):
+    y = fnp.where(x > 0, fnp.sqrt(x), 0.0)     # where-trap
+    return fnp.sum(y * 3.0)
+
+
+def _safe_where(x):
+    safe = fnp.where(x > 0, x, 1.0)
+    return fnp.sum(fnp.where(x > 0, fnp.sqrt(safe), 0.0) * 3.0)
+
+
+XN = np.array([1.0, 0.0, 4.0])
+TRANSFORMS = {"grad": fgrad.grad, "jit(grad)": lambda f: fgrad.jit(fgrad.grad(f)),
+              "grad(jit)": lambda f: fgrad.grad(fgrad.jit(f))}
+
+
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_debug_nans_names_the_line_of_a_forward_nan(transform):
+    with fgrad.debug_nans():
+        with pytest.raises(NonFiniteError) as err:
+            TRANSFORMS[transform](_forward_nan)(XN)
+    message = str(err.value)
+    assert "the forward pass of 'log' produced nan" in message
+    assert _line("forward-nan") in message
+    assert "input shapes: f64[3]" in message
+    assert "where" not in message
+
+
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_debug_nans_names_the_line_of_a_reverse_only_nan(transform):
+    assert np.isfinite(_reverse_nan(XN))
+    with fgrad.debug_nans():
+        with pytest.raises(NonFiniteError, match=r"the reverse pass of 'sqrt' produced inf"
+                           ) as err:
+            TRANSFORMS[transform](_reverse_nan)(XN)
+    assert _line("reverse-nan") in str(err.value)
+    assert "where" not in str(err.value)
+
+
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_debug_nans_explains_the_where_trap(transform):
+    with fgrad.debug_nans():
+        with pytest.raises(NonFiniteError) as err:
+            TRANSFORMS[transform](_where_trap)(XN)
+        message = str(err.value)
+        assert "the reverse pass of 'sqrt' produced nan" in message
+        assert _line("where-trap") in message
+        assert "`where` trap" in message and "fnp.sqrt(safe_x)" in message
+        # the fix in the message works
+        np.testing.assert_allclose(TRANSFORMS[transform](_safe_where)(XN), [1.5, 0.0, 0.75])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_debug_nans_is_off_by_default_and_read_from_the_environment(monkeypatch):
+    assert np.isnan(fgrad.grad(_where_trap)(XN)[1])
+    monkeypatch.setenv("FGRAD_DEBUG_NANS", "1")
+    with pytest.raises(NonFiniteError, match="where"):
+        fgrad.grad(_where_trap)(XN)
+    with fgrad.debug_nans(False):               # the context manager wins
+        assert np.isnan(fgrad.grad(_where_trap)(XN)[1])
+    monkeypatch.setenv("FGRAD_DEBUG_NANS", "0")
+    assert np.isnan(fgrad.jit(fgrad.grad(_where_trap))(XN)[1])
+
+
+def test_debug_nans_leaves_finite_programs_alone():
+    x = np.array([0.5, 2.0])
+    with fgrad.debug_nans():
+        for transform in TRANSFORMS.values():
+            np.testing.assert_allclose(transform(_safe_where)(x), fgrad.grad(_safe_where)(x))
+        f = fgrad.jit(lambda x: fnp.tanh(x) * 2.0)
+        np.testing.assert_allclose(f(x), np.tanh(x) * 2.0)
+    np.testing.assert_allclose(f(x), np.tanh(x) * 2.0)

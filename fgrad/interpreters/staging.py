@@ -14,7 +14,8 @@ import os
 
 import traceback
 
-from ..core import ShapedArray, Trace, Tracer, get_aval, missing_rule_message, new_trace
+from ..core import ShapedArray, Trace, Tracer, get_aval, missing_rule_message, \
+    nans_enabled, new_trace
 from ..errors import ConcretizationError, MissingRuleError
 from ..graph import Equation, Graph, Literal, Var
 
@@ -164,13 +165,17 @@ def stage(flat_fun, in_avals):
     Returns ``(graph, captured)``: the graph's inputs are the given avals
     followed by one per captured outer tracer, in ``captured`` order.
     """
-    with new_trace(StagingTrace) as trace:
+    trace_type = StagingTrace
+    if nans_enabled():
+        from .._nans import DebugStagingTrace as trace_type
+    with new_trace(trace_type) as trace:
         inputs = [trace.new_input(a) for a in in_avals]
         outs = flat_fun(*inputs)
         outvars = [trace.operand(o) for o in outs]
     invars = [t.var for t in inputs] + [trace._captured_vars[id(t)]
                                         for t in trace.captured]
-    return Graph(invars, trace.eqns, outvars), trace.captured
+    return Graph(invars, trace.eqns, outvars, getattr(trace, "sources", None)), \
+        trace.captured
 
 
 def eval_graph(graph, args):
@@ -179,6 +184,9 @@ def eval_graph(graph, args):
     Under another transformation this re-evaluates the graph on that trace's
     tracers, which is how a staged call is differentiated or re-staged.
     """
+    if graph.sources is not None:
+        from .._nans import eval_graph_tagged
+        return eval_graph_tagged(graph, args)
     env = dict(zip(graph.invars, args))
 
     def read(v):
