@@ -222,3 +222,37 @@ def test_debug_nans_leaves_finite_programs_alone():
         f = fgrad.jit(lambda x: fnp.tanh(x) * 2.0)
         np.testing.assert_allclose(f(x), np.tanh(x) * 2.0)
     np.testing.assert_allclose(f(x), np.tanh(x) * 2.0)
+
+
+# ---------------------------------------------------------------------------
+# residual reports
+# ---------------------------------------------------------------------------
+
+def _mlp(params, x):
+    w1, w2 = params
+    h = fnp.tanh(x @ w1)                                    # hidden-layer
+    return fnp.sum(fnp.exp(h @ w2) * 0.5)                   # output-layer
+
+
+def test_residual_total_matches_the_arrays_listed():
+    rng = np.random.default_rng(1)
+    params = (rng.normal(size=(40, 64)), rng.normal(size=(64, 8)))
+    x = rng.normal(size=(100, 40))
+    report = fgrad.residuals(_mlp)(params, x)
+    counted = [e for e in report.entries if e.counted]
+    assert report.total_bytes == sum(e.nbytes for e in counted) > 0
+    assert all(e.nbytes == e.aval.size * e.aval.dtype.itemsize for e in report.entries)
+    # x (an input) is read by the first matmul's rule but costs nothing extra
+    assert any(e.primitive == "matmul" and not e.counted and e.aval.shape == (100, 40)
+               for e in report.entries)
+    # tanh keeps only its output, exp only its output, the sum's constant factor
+    # keeps exp's output alive: what a hand-written backward pass would keep
+    kinds = {(e.primitive, e.role, e.aval.shape) for e in counted}
+    assert ("tanh", "ans", (100, 64)) in kinds and ("exp", "ans", (100, 8)) in kinds
+    assert not any(e.primitive == "tanh" and e.role == "arg 0" for e in counted)
+    by_line = report.by_line()
+    assert sum(by_line.values()) == report.total_bytes
+    lines = {f"{f}:{n}" for f, n in by_line}
+    assert _line("hidden-layer") in lines and _line("output-layer") in lines
+    text = str(report)
+    assert f"{len(report.entries)} residual arrays" in text and "tanh" in text
