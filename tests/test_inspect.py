@@ -256,3 +256,34 @@ def test_residual_total_matches_the_arrays_listed():
     assert _line("hidden-layer") in lines and _line("output-layer") in lines
     text = str(report)
     assert f"{len(report.entries)} residual arrays" in text and "tanh" in text
+
+
+# ---------------------------------------------------------------------------
+# graph export
+# ---------------------------------------------------------------------------
+
+def test_to_dot_colours_forward_and_reverse_equations_and_labels_shapes():
+    from fgrad.graph import _FORWARD_COLOUR, _REVERSE_COLOUR
+    f = lambda x: fnp.sum(fnp.sin(x) * x)                            # noqa: E731
+    forward_only = fgrad.make_graph(f)(np.ones(3)).to_dot()
+    assert _REVERSE_COLOUR not in forward_only
+    assert forward_only.count(_FORWARD_COLOUR) == 3
+    g = fgrad.make_graph(fgrad.grad(f))(np.ones(3))
+    dot = g.to_dot()
+    boxes = [line for line in dot.splitlines() if "shape=box" in line]
+    assert len(boxes) == len(g.eqns)
+    reverse = [b for b in boxes if _REVERSE_COLOUR in b]
+    assert any(b.lstrip().startswith("eq") and "cos" in b for b in reverse)
+    assert not any("sin" in b for b in reverse)     # sin is the forward pass
+    assert '-> eq0 [label="f64[3]"]' in dot
+
+
+def test_graph_summary_counts_equations_and_matmul_flops(capsys):
+    a, b, c = np.ones((2, 3)), np.ones((3, 4)), np.ones((4, 5))
+    summary = fgrad.graph_summary(
+        lambda a, b, c: fnp.einsum("ij,jk,kl->il", a, b, c) + fnp.tanh(a @ b) @ c)(a, b, c)
+    assert summary.counts == {"einsum": 1, "matmul": 2, "tanh": 1, "add": 1}
+    # einsum along its path ((ij,jk)->ik, (ik,kl)->il) plus two matmuls
+    assert summary.flops == 2 * (2 * 3 * 4 + 2 * 4 * 5) * 2
+    printed = capsys.readouterr().out
+    assert printed.startswith("5 equations, ~256 FLOPs") and "matmul  2" in printed

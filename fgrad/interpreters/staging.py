@@ -100,11 +100,12 @@ def is_staged(x):
 class StagingTrace(Trace):
     """Records equations from abstract rules instead of evaluating."""
 
-    __slots__ = ("eqns", "captured", "_captured_vars", "_avals")
+    __slots__ = ("eqns", "captured", "_captured_vars", "_avals", "reverse_spans")
 
     def __init__(self, level):
         super().__init__(level)
         self.eqns = []
+        self.reverse_spans = []         # (start, stop) of staged reverse sweeps
         self.captured = []              # outer tracers used here, in order
         self._captured_vars = {}        # id(tracer) -> Var
         # (prim, operand avals, params) -> output aval: a long program repeats
@@ -174,8 +175,11 @@ def stage(flat_fun, in_avals):
         outvars = [trace.operand(o) for o in outs]
     invars = [t.var for t in inputs] + [trace._captured_vars[id(t)]
                                         for t in trace.captured]
-    return Graph(invars, trace.eqns, outvars, getattr(trace, "sources", None)), \
-        trace.captured
+    graph = Graph(invars, trace.eqns, outvars, getattr(trace, "sources", None))
+    if trace.reverse_spans:
+        graph.reverse = frozenset(id(e) for start, stop in trace.reverse_spans
+                                  for e in trace.eqns[start:stop])
+    return graph, trace.captured
 
 
 def eval_graph(graph, args):
