@@ -287,3 +287,60 @@ def test_graph_summary_counts_equations_and_matmul_flops(capsys):
     assert summary.flops == 2 * (2 * 3 * 4 + 2 * 4 * 5) * 2
     printed = capsys.readouterr().out
     assert printed.startswith("5 equations, ~256 FLOPs") and "matmul  2" in printed
+
+
+# ---------------------------------------------------------------------------
+# parallel execution
+# ---------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+
+from fgrad import _parallel  # noqa: E402
+from fgrad.errors import FgradError  # noqa: E402
+from primitive_specs import SPECS  # noqa: E402
+
+
+def _bitwise_equal(a, b):
+    a, b = fgrad.tree.tree_flatten(a)[0], fgrad.tree.tree_flatten(b)[0]
+    return len(a) == len(b) and all(
+        np.asarray(x).dtype == np.asarray(y).dtype
+        and np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
+        for x, y in zip(a, b))
+
+
+@pytest.fixture
+def every_equation_on_the_pool(monkeypatch):
+    monkeypatch.setattr(_parallel, "PARALLEL_MIN_SIZE", 0)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_parallel_agrees_bit_for_bit_with_sequential(name, every_equation_on_the_pool):
+    @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(SPECS[name])
+    def check(case):
+        def value_and_grad(*args):
+            return fgrad.value_and_grad(lambda *a: fnp.sum(fnp.real(case.fun(*a))),
+                                        argnums=tuple(range(len(args))))(*args)
+        for fun in (case.fun, value_and_grad) if case.order else (case.fun,):
+            try:
+                expected = fgrad.jit(fun)(*case.args)
+            except FgradError:               # not stageable (value-dependent code)
+                assume(False)
+            got = fgrad.jit(fun, parallel=True)(*case.args)
+            assert _bitwise_equal(got, expected)
+    check()
+
+
+def test_parallel_scheduler_runs_independent_branches_and_keeps_effects_in_order(
+        every_equation_on_the_pool, capsys):
+    def f(a, b, c, d):
+        fgrad.debug.print("first {}", fnp.sum(a))
+        parts = [fnp.sum(fnp.tanh(x * 1.5 + 0.1) ** 2) for x in (a, b, c, d)]
+        fgrad.debug.print("second {}", parts[3])
+        return parts[0] + parts[1] + parts[2] + parts[3]
+    xs = [np.linspace(-1, 1, 50) * k for k in range(1, 5)]
+    g = fgrad.jit(fgrad.grad(f, argnums=(0, 1, 2, 3)), parallel=True)
+    assert _bitwise_equal(g(*xs), fgrad.jit(fgrad.grad(f, argnums=(0, 1, 2, 3)))(*xs))
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out] == ["first", "second"] * 2
