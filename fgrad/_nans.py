@@ -19,7 +19,7 @@ import contextlib
 import linecache
 import sys
 
-from .core import EagerTracer, Tracer, Zero, _state, get_aval, nans_enabled
+from .core import EagerTracer, Tracer, Zero, _state, get_aval
 from .errors import NonFiniteError
 from .interpreters.reverse import ReverseTrace, _accumulate, _ct_or_zero, _NEEDED_ONE
 from .interpreters.staging import _FGRAD_DIR, _PRIMITIVES_DIR, StagingTrace
