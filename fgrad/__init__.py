@@ -51,6 +51,11 @@ from ._jit import jit as jit
 from ._jit import make_graph as make_graph
 from . import lax as lax
 from . import debug as debug
+from .debug import tap as tap
+from .debug import tap_forward as tap_forward
+from ._nans import debug_nans as debug_nans
+from ._inspect import graph_summary as graph_summary
+from ._inspect import residuals as residuals
 from .backend import device_put as device_put
 from .custom import custom_jvp as custom_jvp
 from .custom import custom_vjp as custom_vjp

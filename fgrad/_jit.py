@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from .backend import array_module, backend_name
-from .core import Primitive, Tracer, Zero, get_aval
+from .core import Primitive, Tracer, Zero, get_aval, nans_enabled
 from .compile import compile_graph, gc_paused, optimize
 from .errors import ArgnumError, InvalidInputError, StaticArgumentError, TraceLimitError
 from .interpreters.staging import eval_graph, shaped, stage
@@ -39,8 +39,18 @@ _log = logging.getLogger("fgrad.jit")
 # ---------------------------------------------------------------------------
 
 
-def compiled_for(graph, xp):
+def compiled_for(graph, xp, parallel=False):
     """The graph's compiled code for backend ``xp`` (compiled once, kept on it)."""
+    if parallel:
+        compiled = graph._compiled.get((xp, "parallel"))
+        if compiled is None:
+            from ._parallel import ParallelCompiled
+            sequential = compiled_for(graph, xp)
+            compiled = ParallelCompiled(sequential.graph, sequential, xp)
+            if not any(compiled.big):       # nothing worth a thread: plain code
+                compiled = sequential
+            graph._compiled[(xp, "parallel")] = compiled
+        return compiled
     compiled = graph._compiled.get(xp)
     if compiled is None:
         compiled = graph._compiled[xp] = compile_graph(graph, xp)
@@ -48,6 +58,9 @@ def compiled_for(graph, xp):
 
 
 def _call_impl(*args, graph, name):
+    if graph.sources is not None and nans_enabled():
+        from ._nans import run_checked
+        return tuple(run_checked(graph, args))
     return compiled_for(graph, array_module(*args))(*args)
 
 
@@ -190,9 +203,10 @@ class JitFunction:
     """
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), max_traces=None,
-                 prim=jit_call_p):
+                 prim=jit_call_p, parallel=False):
         functools.update_wrapper(self, fun)
         self.fun = fun
+        self.parallel = parallel
         self._prim = prim
         nums = (static_argnums,) if isinstance(static_argnums, int) else \
             tuple(static_argnums)
@@ -277,9 +291,11 @@ class JitFunction:
         else:
             dyn_args, dyn_kwargs, statics = args, kwargs, ()
         leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+        debug = nans_enabled()
         try:
             sig = tuple(map(_leaf_signature, leaves))
-            key = (tree, sig, statics)
+            # under debug_nans: a graph staged with source lines, kept apart
+            key = (tree, sig, statics, "debug_nans") if debug else (tree, sig, statics)
             entry = self._cache.get(key)
         except TypeError:
             entry, key = None, None
@@ -298,10 +314,13 @@ class JitFunction:
         if traced:
             outs = self._prim.bind(*leaves, graph=entry.graph, name=self.__name__)
             return tree_unflatten(entry.out_tree, list(outs))
+        if debug:
+            from ._nans import run_checked
+            return tree_unflatten(entry.out_tree, run_checked(entry.graph, leaves))
         run = entry.run
         if run is None:
             xp = array_module(*leaves)
-            run = entry.run = compiled_for(entry.graph, xp)
+            run = entry.run = compiled_for(entry.graph, xp, self.parallel)
         return tree_unflatten(entry.out_tree, list(run(*leaves)))
 
     def _trace(self, args, kwargs, statics, leaves, tree, sig):
@@ -437,7 +456,8 @@ def _describe_change(old, new):
     return "; ".join(sorted(changes)) if changes else "no change in the arguments"
 
 
-def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None):
+def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
+        parallel=False):
     """Stage ``fun`` once per input signature and replay it as compiled code.
 
     The signature is the arguments' pytree structure, every leaf's shape, dtype
@@ -446,6 +466,13 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None):
     `TraceLimitError` naming the argument that forced a retrace past it; set
     the environment variable ``FGRAD_LOG_RETRACE=1`` to log every retrace.
     ``f_jit.cache_info()`` counts hits, misses and traces.
+
+    ``parallel=True`` runs independent equations of the compiled graph (the
+    forward and reverse passes of ``jit(grad(f))`` alike) on a thread pool,
+    with results identical to sequential execution; it pays off where the
+    graph has independent large operations (NumPy releases the GIL in them).
+    It applies to calls with arrays; a parallel jitted function called under
+    another transformation runs its graph sequentially.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) ** 2))
@@ -456,8 +483,10 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None):
     """
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
-                                 static_argnames=static_argnames, max_traces=max_traces)
-    return JitFunction(fun, static_argnums, static_argnames, max_traces)
+                                 static_argnames=static_argnames, max_traces=max_traces,
+                                 parallel=parallel)
+    return JitFunction(fun, static_argnums, static_argnames, max_traces,
+                       parallel=parallel)
 
 
 def make_graph(fun, static_argnums=()):

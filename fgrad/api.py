@@ -10,7 +10,9 @@ import numpy as np
 from . import numpy as fnp
 from .backend import asarray_on, check_same_backend, foreign_backends_active, \
     module_of_leaves
-from .core import Tracer, get_aval, new_trace
+from .core import Tracer, _state, get_aval, nans_enabled, new_trace
+from .interpreters.staging import StagingTrace
+from ._nans import DebugReverseTrace, debug_backward_pass
 from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from .interpreters.forward import JVPTrace, JVPTracer
 from .interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
@@ -145,7 +147,7 @@ def _lower(x, trace):
 
 def _reverse_record(fun, selection, has_aux):
     """Run ``fun`` under a new reverse trace; returns (trace, out, out_leaves, aux)."""
-    with new_trace(ReverseTrace) as trace:
+    with new_trace(DebugReverseTrace if nans_enabled() else ReverseTrace) as trace:
         inputs = [trace.new_input(x) for x in selection.leaves]
         out = selection.call(fun, inputs)
     aux = None
@@ -163,12 +165,19 @@ def _sweep(trace, out_leaves, ct_leaves, selection, consume):
     for leaf, ct in zip(out_leaves, ct_leaves):
         if isinstance(leaf, ReverseTracer) and leaf._trace is trace:
             seeds[leaf.node] = ct if leaf.node not in seeds else seeds[leaf.node] + ct
+    sweep = backward_pass if type(trace) is ReverseTrace else debug_backward_pass
+    # a sweep staged into a graph (jit(grad(f)), make_graph) marks its equations
+    # as the reverse pass, for Graph.to_dot
+    staging = [(t, len(t.eqns)) for t in _state.trace_stack
+               if isinstance(t, StagingTrace)]
     if consume:
-        cts = backward_pass(trace, seeds)
+        cts = sweep(trace, seeds)
     else:
         saved = list(trace.eqns)
-        cts = backward_pass(trace, seeds)
+        cts = sweep(trace, seeds)
         trace.eqns = saved
+    for t, start in staging:
+        t.reverse_spans.append((start, len(t.eqns)))
     # inputs are nodes 0..n-1; an input nothing depended on gets real zeros here,
     # at the boundary, so the user sees arrays of the right shape and dtype.
     return [cts[i] if i in cts else fnp.zeros_like(x)

@@ -12,6 +12,7 @@ trace with the highest level among its arguments. Traces nest by level, so
 one binding on the outer one's tracers.
 """
 import contextlib
+import os
 import sys
 import threading
 
@@ -371,6 +372,11 @@ class _TraceState(threading.local):
     def __init__(self):
         self.trace_stack = []
         self.check_graphs = False
+        # fgrad.debug_nans: None defers to the FGRAD_DEBUG_NANS variable; the
+        # context is what a debugging reverse sweep is differentiating
+        self.debug_nans = None
+        self.nan_context = None
+        self.nan_source = None
 
 
 _state = _TraceState()
@@ -434,6 +440,21 @@ def checking_graphs(enabled=True):
 
 def graph_checking_enabled():
     return _state.check_graphs
+
+
+NANS_ENV = "FGRAD_DEBUG_NANS"
+
+
+def nans_enabled():
+    """Whether `fgrad.debug_nans` (or ``FGRAD_DEBUG_NANS=1``) is on.
+
+    Read once when a transformation starts, which then picks its checking
+    interpreter; the normal interpreters never ask.
+    """
+    enabled = _state.debug_nans
+    if enabled is not None:
+        return enabled
+    return os.environ.get(NANS_ENV, "") not in ("", "0")
 
 
 # ---------------------------------------------------------------------------

@@ -141,3 +141,15 @@ class LinalgDerivativeError(FgradError, NotImplementedError):
 
     Fix: follow the message (pass ``full_matrices=False``, use a real input, ...).
     """
+
+
+class TapError(FgradError, ValueError):
+    """A `fgrad.tap` / `fgrad.tap_forward` callback returned a value of the wrong shape."""
+
+
+class NonFiniteError(FgradError, FloatingPointError):
+    """Under `fgrad.debug_nans`, an equation produced a NaN or an infinity.
+
+    The message names the primitive, the pass (forward or reverse), the line of
+    user code that recorded the equation and the input shapes.
+    """

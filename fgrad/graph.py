@@ -138,13 +138,17 @@ class Graph:
       in (c) }
     """
 
-    __slots__ = ("invars", "eqns", "outvars", "_compiled")
+    __slots__ = ("invars", "eqns", "outvars", "_compiled", "sources", "reverse")
 
-    def __init__(self, invars, eqns, outvars):
+    def __init__(self, invars, eqns, outvars, sources=None):
         self.invars = list(invars)
         self.eqns = list(eqns)
         self.outvars = list(outvars)
         self._compiled = {}        # backend module -> compiled callable (per graph)
+        # under fgrad.debug_nans: first output var -> (pass, prim, source line, where)
+        self.sources = sources
+        # ids of the equations a staged reverse sweep made (for to_dot)
+        self.reverse = frozenset()
 
     @property
     def in_avals(self):
@@ -162,9 +166,20 @@ class Graph:
                 f"{len(self.outvars)} outputs)")
 
     def to_dot(self):
-        """Graphviz source: one node per input, equation and literal operand."""
+        """Graphviz source: one node per input, equation and literal operand.
+
+        Equations of the forward pass are filled blue, those a staged reverse
+        sweep made (``make_graph(grad(f))``, ``jit(grad(f))``) orange; every
+        edge is labelled with the shape of the value it carries.
+
+        >>> import numpy as np, fgrad, fgrad.numpy as fnp
+        >>> dot = fgrad.make_graph(fgrad.grad(lambda x: fnp.sum(fnp.sin(x))))(np.ones(3)).to_dot()
+        >>> dot.count(_REVERSE_COLOUR) > 0 and dot.count(_FORWARD_COLOUR) > 0
+        True
+        """
         names = _Namer()
-        lines = ["digraph fgrad {", "  rankdir=TB;", '  node [fontname="monospace"];']
+        lines = ["digraph fgrad {", "  rankdir=TB;", '  node [fontname="monospace"];',
+                 '  edge [fontname="monospace", fontsize=9];']
         producer = {}
         for v in self.invars:
             n = names(v)
@@ -174,7 +189,9 @@ class Graph:
             node = f"eq{k}"
             outs = ", ".join(f"{names(v)}: {v.aval}" for v in eqn.outvars)
             label = f"{eqn.prim.name}{_params_text(eqn.params)}\\n{outs}"
-            lines.append(f'  {node} [label="{_dot_escape(label)}", shape=box];')
+            colour = _REVERSE_COLOUR if id(eqn) in self.reverse else _FORWARD_COLOUR
+            lines.append(f'  {node} [label="{_dot_escape(label)}", shape=box, '
+                         f'style=filled, fillcolor="{colour}"];')
             for i, v in enumerate(eqn.invars):
                 if isinstance(v, Literal):
                     lit = f"lit{k}_{i}"
@@ -182,7 +199,7 @@ class Graph:
                                  "shape=plaintext];")
                     lines.append(f"  {lit} -> {node};")
                 elif v in producer:
-                    lines.append(f"  {producer[v]} -> {node};")
+                    lines.append(f'  {producer[v]} -> {node} [label="{v.aval}"];')
             for v in eqn.outvars:
                 producer[v] = node
         for i, v in enumerate(self.outvars):
@@ -191,6 +208,10 @@ class Graph:
                 lines.append(f"  {producer[v]} -> out{i};")
         lines.append("}")
         return "\n".join(lines)
+
+
+_FORWARD_COLOUR = "#cfe2f3"
+_REVERSE_COLOUR = "#f9cb9c"
 
 
 def _dot_escape(text):

@@ -436,6 +436,23 @@ def _printing_sign(x):
 
 
 NONDIFF_SPECS["debug_print"] = _nondiff(_printing_sign, np.sign)
+
+
+# -- taps: identities that hand a value to a callback (here one that only looks) -------
+
+def _observe(value):
+    assert value.shape is not None
+
+
+def _tap_spec(fgrad_fn):
+    return shapes(max_dims=2).flatmap(arrays).map(
+        lambda x: Case(lambda x: fgrad_fn(fnp.sin(x)) * x, (x,), lambda x: np.sin(x) * x))
+
+
+SPECS["tap"] = _tap_spec(lambda y: fgrad.tap(y, _observe))
+SPECS["tap_forward"] = _tap_spec(lambda y: fgrad.tap_forward(y, _observe))
+SPECS["tap_cotangent"] = _tap_spec(
+    lambda y: fgrad.debug.tap_cotangent_p.bind(y, fn=_observe))
 # =====================================================================================
 # fgrad.numpy beyond the engine's primitives (issue 3): more ufuncs, reductions and
 # scans, shape and indexing composites. Composites get specs too (keyed by their

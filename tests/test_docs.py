@@ -18,7 +18,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 DOCTEST_MODULES = ["fgrad", "fgrad.api", "fgrad.at", "fgrad.backend", "fgrad.core",
                    "fgrad.custom", "fgrad.extend", "fgrad.numpy", "fgrad.testing",
                    "fgrad.tree", "fgrad.primitives.creation",
-                   "fgrad._jit", "fgrad.lax", "fgrad.debug", "fgrad.graph",
+                   "fgrad._jit", "fgrad.lax", "fgrad.debug", "fgrad.graph", "fgrad._nans", "fgrad._inspect",
                    "fgrad.numpy._elementwise", "fgrad.numpy._reductions",
                    "fgrad.numpy._manipulation", "fgrad.nn", "fgrad.optim"]
 

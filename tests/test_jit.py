@@ -34,7 +34,7 @@ def test_graph_to_dot_is_graphviz_source():
     g = fgrad.make_graph(lambda x: fnp.exp(x) + 1.0)(np.ones(2))
     dot = g.to_dot()
     assert dot.startswith("digraph fgrad {") and dot.rstrip().endswith("}")
-    assert "exp" in dot and "add" in dot and "a -> eq0;" in dot and "eq1 -> out0;" in dot
+    assert "exp" in dot and "add" in dot and 'a -> eq0 [label="f64[2]"];' in dot and "eq1 -> out0;" in dot
 
 
 def test_closed_over_arrays_become_literals():

@@ -14,7 +14,8 @@ import os
 
 import traceback
 
-from ..core import ShapedArray, Trace, Tracer, get_aval, missing_rule_message, new_trace
+from ..core import ShapedArray, Trace, Tracer, get_aval, missing_rule_message, \
+    nans_enabled, new_trace
 from ..errors import ConcretizationError, MissingRuleError
 from ..graph import Equation, Graph, Literal, Var
 
@@ -99,11 +100,12 @@ def is_staged(x):
 class StagingTrace(Trace):
     """Records equations from abstract rules instead of evaluating."""
 
-    __slots__ = ("eqns", "captured", "_captured_vars", "_avals")
+    __slots__ = ("eqns", "captured", "_captured_vars", "_avals", "reverse_spans")
 
     def __init__(self, level):
         super().__init__(level)
         self.eqns = []
+        self.reverse_spans = []         # (start, stop) of staged reverse sweeps
         self.captured = []              # outer tracers used here, in order
         self._captured_vars = {}        # id(tracer) -> Var
         # (prim, operand avals, params) -> output aval: a long program repeats
@@ -164,13 +166,20 @@ def stage(flat_fun, in_avals):
     Returns ``(graph, captured)``: the graph's inputs are the given avals
     followed by one per captured outer tracer, in ``captured`` order.
     """
-    with new_trace(StagingTrace) as trace:
+    trace_type = StagingTrace
+    if nans_enabled():
+        from .._nans import DebugStagingTrace as trace_type
+    with new_trace(trace_type) as trace:
         inputs = [trace.new_input(a) for a in in_avals]
         outs = flat_fun(*inputs)
         outvars = [trace.operand(o) for o in outs]
     invars = [t.var for t in inputs] + [trace._captured_vars[id(t)]
                                         for t in trace.captured]
-    return Graph(invars, trace.eqns, outvars), trace.captured
+    graph = Graph(invars, trace.eqns, outvars, getattr(trace, "sources", None))
+    if trace.reverse_spans:
+        graph.reverse = frozenset(id(e) for start, stop in trace.reverse_spans
+                                  for e in trace.eqns[start:stop])
+    return graph, trace.captured
 
 
 def eval_graph(graph, args):
@@ -179,6 +188,9 @@ def eval_graph(graph, args):
     Under another transformation this re-evaluates the graph on that trace's
     tracers, which is how a staged call is differentiated or re-staged.
     """
+    if graph.sources is not None:
+        from .._nans import eval_graph_tagged
+        return eval_graph_tagged(graph, args)
     env = dict(zip(graph.invars, args))
 
     def read(v):

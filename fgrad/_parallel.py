@@ -1,0 +1,154 @@
+"""Running a compiled graph's independent equations on a thread pool.
+
+``jit(f, parallel=True)`` compiles to a `ParallelCompiled`: the optimised graph
+plus, per equation, its callable, the number of inputs it waits for and the
+equations that read its outputs. A call counts dependencies down as equations
+finish and hands each equation whose inputs all exist to a worker thread. All
+bookkeeping stays on the calling thread, so it needs no locks: workers only
+compute. NumPy and CuPy release the GIL inside large kernels, so independent
+matmuls, reductions and elementwise chains overlap.
+
+Equations on small arrays (under `PARALLEL_MIN_SIZE` elements) run on the
+calling thread, where a thread hop would cost more than the work; a graph with
+no large equation runs the sequential generated code. An elementwise equation
+writes into an operand's buffer (``out=``) only when every other reader of that
+operand has finished and no view of it was ever made, decided when the
+equation is dispatched: a buffer another thread may still read is never
+written. Effectful equations (debug.print, taps) keep their order.
+"""
+import collections
+import concurrent.futures
+import functools
+import os
+import weakref
+
+from .compile import _is_fresh_elementwise
+from .graph import Literal
+
+# Output size (elements) from which an equation is worth a thread. Tests set
+# it to 0 so every equation goes through the pool.
+PARALLEL_MIN_SIZE = 1 << 14
+
+
+def _callable(eqn, xp):
+    ufunc = getattr(eqn.prim, "ufunc_name", None)
+    if ufunc:
+        return getattr(xp, ufunc)
+    return functools.partial(eqn.prim.impl, **eqn.params) if eqn.params else eqn.prim.impl
+
+
+class ParallelCompiled:
+    """A compiled graph run by a dependency-counting scheduler over a thread pool."""
+
+    def __init__(self, graph, sequential, xp, workers=None):
+        self.graph = graph
+        self.sequential = sequential
+        self.source = sequential.source
+        eqns = graph.eqns
+        producer = {}
+        self.fns = [_callable(e, xp) for e in eqns]
+        self.multiple = [e.prim.multiple_results for e in eqns]
+        self.waits = [0] * len(eqns)
+        self.consumers = [[] for _ in eqns]
+        self.readers = collections.Counter()
+        last_effect = None
+        for k, eqn in enumerate(eqns):
+            deps = {producer[v] for v in eqn.invars if type(v) is not Literal
+                    and v in producer}
+            if getattr(eqn.prim, "effectful", False):
+                if last_effect is not None:
+                    deps.add(last_effect)
+                last_effect = k
+            self.waits[k] = len(deps)
+            for d in deps:
+                self.consumers[d].append(k)
+            for v in eqn.invars:
+                if type(v) is not Literal:
+                    self.readers[v] += 1
+            for v in eqn.outvars:
+                producer[v] = k
+        for v in graph.outvars:
+            if type(v) is not Literal:
+                self.readers[v] += 1            # outputs are never released
+        self.big = [max([v.aval.size for v in e.outvars + [i for i in e.invars
+                                                         if type(i) is not Literal]],
+                        default=0) >= PARALLEL_MIN_SIZE for e in eqns]
+        self.roots = [k for k, w in enumerate(self.waits) if w == 0]
+        # buffers an equation may write into: made by an elementwise equation
+        # (so owned by this call), never viewed, not an input or output
+        fresh = {e.outvars[0] for e in eqns if _is_fresh_elementwise(e)}
+        viewed = {v for e in eqns if not _is_fresh_elementwise(e) for v in e.invars}
+        kept = set(graph.invars) | {v for v in graph.outvars if type(v) is not Literal}
+        self.reusable = []
+        for e in eqns:
+            options = []
+            if _is_fresh_elementwise(e):
+                out = e.outvars[0].aval
+                for v in e.invars:
+                    if (type(v) is not Literal and v in fresh and v not in viewed
+                            and v not in kept and v.aval.shape == out.shape
+                            and v.aval.dtype == out.dtype):
+                        options.append((v, e.invars.count(v)))
+            self.reusable.append(options)
+        self.workers = workers or min(8, os.cpu_count() or 1)
+        self._pool = None
+
+    def _executor(self):
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self.workers, thread_name_prefix="fgrad-parallel")
+            weakref.finalize(self, self._pool.shutdown, wait=False)
+        return self._pool
+
+    def __call__(self, *args):
+        graph = self.graph
+        eqns = graph.eqns
+        env = dict(zip(graph.invars, args))
+        readers = dict(self.readers)
+        waits = list(self.waits)
+        ready = collections.deque(self.roots)
+        running = {}
+        pool = self._executor()
+        fns, big, multiple, consumers = self.fns, self.big, self.multiple, self.consumers
+        reusable = self.reusable
+
+        def call(k):
+            """fn and its arguments; out= an operand's buffer if only k still reads it."""
+            ops = [v.value if type(v) is Literal else env[v] for v in eqns[k].invars]
+            for v, uses in reusable[k]:
+                if readers[v] == uses:
+                    return functools.partial(fns[k], out=env[v]), ops
+            return fns[k], ops
+
+        def finish(k, out):
+            eqn = eqns[k]
+            env.update(zip(eqn.outvars, out if multiple[k] else (out,)))
+            for v in eqn.invars:
+                if type(v) is not Literal:
+                    left = readers[v] - 1
+                    readers[v] = left
+                    if left == 0 and v not in graph.invars:
+                        del env[v]               # its last reader has run
+            for c in consumers[k]:
+                waits[c] -= 1
+                if waits[c] == 0:
+                    ready.append(c)
+        while ready or running:
+            while ready:
+                k = ready.popleft()
+                fn, ops = call(k)
+                if big[k] and (ready or running):
+                    running[pool.submit(fn, *ops)] = k
+                else:
+                    finish(k, fn(*ops))
+            if running:
+                done, _ = concurrent.futures.wait(
+                    running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    finish(running.pop(future), future.result())
+        return tuple(env[v] if type(v) is not Literal else
+                     (v.value.copy() if hasattr(v.value, "copy") else v.value)
+                     for v in graph.outvars)
+
+    def __repr__(self):
+        return f"ParallelCompiled({len(self.graph.eqns)} equations)"
