@@ -385,11 +385,25 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
 
     fn_names = {}
 
+    def _hashable_params(params):
+        try:
+            key = tuple(sorted(params.items()))
+            hash(key)
+            return key
+        except TypeError:
+            return id(params)
+
     def callee(eqn):
         ufunc = getattr(eqn.prim, "ufunc_name", None)
+        lowering = eqn.prim.lowering
+        lowered = lowering(xp, **eqn.params) if lowering is not None and not ufunc \
+            else None
         if ufunc:
             key = ("ufunc", ufunc)
             fn = getattr(xp, ufunc)
+        elif lowered is not None:
+            key = ("lowered", eqn.prim, _hashable_params(eqn.params))
+            fn = lowered
         else:
             key = ("impl", id(eqn))
             fn = functools.partial(eqn.prim.impl, **eqn.params) if eqn.params \

@@ -194,6 +194,10 @@ class Primitive:
         self.vjp = None
         self.jvp = None
         self.batch = None
+        # lowering(xp, **params) -> a callable of the operands alone: the
+        # backend's own function, resolved once when jit compiles a graph, so
+        # compiled code skips impl's per-call backend lookup. Optional.
+        self.lowering = None
         self.multiple_results = multiple_results
         self.nondiff = nondiff
         # What the VJP rules read as values (see def_vjp); None = everything.

@@ -8,6 +8,8 @@ are turned into integer arrays (their concrete value fixes the output's shape).
 The VJP of gathering is scatter-adding (`scatter_add`), so repeated indices
 accumulate; the VJP of scatter-adding is gathering again.
 """
+import operator
+
 import numpy as np
 
 from fgrad.backend import array_module, asarray_on
@@ -98,6 +100,8 @@ def _getitem_impl(x, *idx, spec):
 
 
 getitem_p = Primitive("getitem", _getitem_impl, _index_abstract, family=FAMILY)
+getitem_p.lowering = lambda xp, spec: operator.itemgetter(build_index(spec, ())) \
+    if not any(item[0] == "array" for item in spec) else None
 getitem_p.def_vjp(lambda ct, ans, x, *idx, spec:
                   scatter_add(ct, idx, spec, get_aval(x).shape), reads=set())
 getitem_p.def_jvp(lambda t, ans, x, *idx, spec: getitem_p.bind(t, *idx, spec=spec))

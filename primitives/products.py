@@ -55,6 +55,7 @@ def _matmul_vjp_b(ct, ans, a, b):
     return unbroadcast(ct_b, b)
 
 
+matmul_p.lowering = lambda xp: xp.matmul
 matmul_p.def_vjp(_matmul_vjp_a, _matmul_vjp_b, reads=[{1}, {0}])
 matmul_p.def_jvp(lambda t, ans, a, b: matmul(t, b), lambda t, ans, a, b: matmul(a, t))
 

@@ -3,7 +3,9 @@
 ``expand_dims``, ``squeeze`` and ``stack`` are built from these, so they need no
 rules of their own.
 """
+import functools
 import math
+import operator
 
 import numpy as np
 
@@ -27,6 +29,7 @@ def _reshape_abstract(x, shape):
 
 reshape_p = Primitive("reshape", lambda x, shape: array_module(x).reshape(x, shape),
                       _reshape_abstract, family=FAMILY)
+reshape_p.lowering = lambda xp, shape: operator.methodcaller("reshape", shape)
 reshape_p.def_vjp(lambda ct, ans, x, shape: reshape(ct, get_aval(x).shape), reads=[set()])
 reshape_p.def_jvp(lambda t, ans, x, shape: reshape(t, shape))
 
@@ -54,6 +57,7 @@ def _transpose_abstract(x, axes):
 transpose_p = Primitive("transpose",
                         lambda x, axes: array_module(x).transpose(x, axes),
                         _transpose_abstract, family=FAMILY)
+transpose_p.lowering = lambda xp, axes: operator.methodcaller("transpose", axes)
 transpose_p.def_vjp(lambda ct, ans, x, axes: transpose(
     ct, tuple(sorted(range(len(axes)), key=axes.__getitem__))), reads=[set()])
 transpose_p.def_jvp(lambda t, ans, x, axes: transpose(t, axes))
@@ -95,6 +99,7 @@ def _unbroadcast(ct, ans, x, shape):
     return unbroadcast(ct, x)
 
 
+broadcast_to_p.lowering = lambda xp, shape: functools.partial(xp.broadcast_to, shape=shape)
 broadcast_to_p.def_vjp(_unbroadcast, reads=[set()])
 broadcast_to_p.def_jvp(lambda t, ans, x, shape: broadcast_to(t, shape))
 
