@@ -21,22 +21,29 @@ _backends = {}
 
 
 class _Backend:
-    __slots__ = ("array_type", "module", "name", "to_numpy", "from_numpy", "scipy")
+    __slots__ = ("array_type", "module", "name", "to_numpy", "from_numpy", "scipy",
+                 "elementwise_kernel")
 
-    def __init__(self, array_type, module, name, to_numpy, from_numpy, scipy):
+    def __init__(self, array_type, module, name, to_numpy, from_numpy, scipy,
+                 elementwise_kernel=None):
         self.array_type, self.module, self.name = array_type, module, name
         self.to_numpy, self.from_numpy, self.scipy = to_numpy, from_numpy, scipy
+        self.elementwise_kernel = elementwise_kernel
 
 
 def register_backend(array_type, module, name, *, to_numpy=None, from_numpy=None,
-                     scipy=None):
+                     scipy=None, elementwise_kernel=None):
     """Declare that arrays of ``array_type`` are computed with ``module``.
 
     ``to_numpy(x)`` copies one such array to a NumPy array (default
     ``module.asnumpy``) and ``from_numpy(a)`` copies a NumPy array in (default
     ``module.asarray``); `device_put` uses them, under the device name ``name``.
     ``scipy`` names the backend's SciPy counterpart package (``"cupyx.scipy"``),
-    which `scipy_module` imports from.
+    which `scipy_module` imports from. ``elementwise_kernel(in_params,
+    out_params, operation, name)``, given, builds a kernel from CUDA C source
+    (CuPy's ``ElementwiseKernel`` signature) whose call returns a tuple of its
+    outputs; jit then fuses chains of elementwise equations into such kernels
+    (see `fgrad.fusion`).
 
     >>> import numpy as np
     >>> class Stand(np.ndarray): pass
@@ -47,7 +54,28 @@ def register_backend(array_type, module, name, *, to_numpy=None, from_numpy=None
     _backends[array_type] = _Backend(
         array_type, module, name,
         to_numpy or getattr(module, "asnumpy", None) or (lambda x: x.get()),
-        from_numpy or module.asarray, scipy)
+        from_numpy or module.asarray, scipy, elementwise_kernel)
+
+
+def elementwise_kernel_maker(xp):
+    """The ``elementwise_kernel`` hook registered for array module ``xp``, or None.
+
+    >>> import numpy as np
+    >>> elementwise_kernel_maker(np) is None
+    True
+    """
+    if xp is numpy:
+        return None
+    for entry in _backends.values():
+        if entry.module is xp:
+            return entry.elementwise_kernel
+    return None
+
+
+def _cupy_elementwise_kernel(in_params, out_params, operation, name):
+    import cupy
+    return cupy.ElementwiseKernel(in_params, out_params, operation, name,
+                                  return_tuple=True)
 
 
 def unregister_backend(array_type):
@@ -59,7 +87,8 @@ def _register_cupy_if_imported():
     cupy = sys.modules.get("cupy")
     if cupy is not None and getattr(cupy, "ndarray", None) is not None \
             and cupy.ndarray not in _backends:
-        register_backend(cupy.ndarray, cupy, "cupy", scipy="cupyx.scipy")
+        register_backend(cupy.ndarray, cupy, "cupy", scipy="cupyx.scipy",
+                         elementwise_kernel=_cupy_elementwise_kernel)
 
 
 def foreign_backends_active():

@@ -13,7 +13,9 @@ one linear in the number of equations:
 4. ``eliminate_common_subexpressions``: identical equations are computed once;
 5. ``eliminate_dead_code``: equations no output depends on are dropped;
 
-and then ``generate`` writes one Python function with one line per remaining
+then, on a backend that builds elementwise kernels (CuPy), ``fuse_elementwise``
+(`fgrad.fusion`) replaces each chain of elementwise equations by one generated
+kernel; and then ``generate`` writes one Python function with one line per remaining
 equation. Each line calls the backend's function directly (``sin(a)``, not
 ``sin_p.bind(a)``), ``del`` releases every intermediate after its last reader,
 and an elementwise equation whose operand buffer dies at that line writes its
@@ -29,6 +31,7 @@ import math
 
 import numpy as np
 
+from .backend import elementwise_kernel_maker
 from .core import ShapedArray
 from .graph import Equation, Graph, Literal, Var
 
@@ -522,9 +525,18 @@ def gc_paused():
             gc.enable()
 
 
-def compile_graph(graph, xp=np, name="staged", optimize_graph=True):
-    """Optimise ``graph`` and generate its code; returns a `Compiled` callable."""
+def compile_graph(graph, xp=np, name="staged", optimize_graph=True, fuse=True):
+    """Optimise ``graph`` and generate its code; returns a `Compiled` callable.
+
+    On a backend registered with an ``elementwise_kernel`` hook (CuPy), chains
+    of elementwise equations then become one generated kernel each
+    (`fgrad.fusion`); on NumPy the code is the same either way.
+    """
     with gc_paused():
         if optimize_graph:
             graph = optimize(graph, xp)
+            make_kernel = elementwise_kernel_maker(xp) if fuse else None
+            if make_kernel is not None:
+                from .fusion import fuse_elementwise
+                graph = fuse_elementwise(graph, make_kernel)
         return generate(graph, xp, name)

@@ -275,12 +275,16 @@ standin = _Namespace(np, "")
 
 
 @contextlib.contextmanager
-def registered():
-    """Register the stand-in backend as ``"standin"`` for the block's duration."""
+def registered(elementwise_kernel=None):
+    """Register the stand-in backend as ``"standin"`` for the block's duration.
+
+    ``elementwise_kernel`` is passed to `register_backend` (jit's kernel fusion;
+    see tests/fusion_emulator.py).
+    """
     backend.register_backend(StandInArray, standin, "standin",
                              to_numpy=lambda x: x.get(),
                              from_numpy=lambda a: StandInArray(np.array(a)),
-                             scipy=SCIPY_NAME)
+                             scipy=SCIPY_NAME, elementwise_kernel=elementwise_kernel)
     # importable by name, as cupy and cupyx.scipy are, for libraries that
     # dispatch on a module name (opt_einsum's backend=, backend.scipy_module)
     names = {MODULE_NAME: standin}

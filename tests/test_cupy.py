@@ -72,3 +72,29 @@ def test_device_put_round_trip(gpu):
     gpu.assert_on(on, "device_put")
     back = fgrad.device_put(on, "cpu")
     np.testing.assert_array_equal(back["w"], tree["w"])
+
+
+def test_jit_fuses_an_elementwise_chain_into_one_cupy_kernel(gpu):
+    from fgrad.compile import compile_graph
+    from fgrad.fusion import kernels
+    import cupy
+
+    def f(x):
+        for k in range(3):
+            x = fnp.tanh(fnp.sin(x) * (1.0 + 0.1 * k) + x * 0.5)
+        return fnp.sum(x)
+    host = np.linspace(-2, 2, 1000).reshape(10, 100)
+    x = gpu.put(host)
+    graph = fgrad.make_graph(fgrad.grad(f))(x)
+    compiled = compile_graph(graph, cupy)
+    assert [k.size > 10 for k in kernels(compiled)] == [True]   # one kernel, fwd + bwd
+    (g,) = compiled(x)
+    gpu.assert_on(g, "fused gradient")
+    np.testing.assert_allclose(gpu.get(g), fgrad.grad(f)(host), rtol=1e-12)
+    jitted = fgrad.jit(fgrad.grad(f))
+    np.testing.assert_allclose(gpu.get(jitted(x)), fgrad.grad(f)(host), rtol=1e-12)
+    x32 = gpu.put(host.astype(np.float32))
+    g32 = fgrad.jit(lambda x: fnp.where(x > 0, fnp.exp(-x), x * 2.0) + 1)(x32)
+    assert g32.dtype == np.float32
+    np.testing.assert_allclose(gpu.get(g32), np.where(host > 0, np.exp(-host), host * 2.0)
+                               + 1, rtol=1e-6)
