@@ -19,7 +19,7 @@ def axis_size(args, dims):
     """The batch size: the length of any mapped operand's batch axis."""
     for x, d in zip(args, dims):
         if d is not None:
-            return get_aval(x).shape[d]
+            return x.shape[d]           # mapped operands are arrays or tracers
     raise ValueError("a batching rule was called without a mapped operand")
 
 
@@ -62,6 +62,9 @@ def batch_to_front(x, d, size, rank=None):
 # ---------------------------------------------------------------------------
 
 
+_PY_SCALARS = (int, float, complex, bool)
+
+
 def broadcasting_batch_rule(prim):
     """The batching rule of an elementwise (broadcasting) primitive.
 
@@ -76,6 +79,21 @@ def broadcasting_batch_rule(prim):
     def rule(args, dims, **params):
         if len(args) == 1:                  # a unary op maps each element in place
             return bind(*args, **params), dims[0]
+        # common case: mapped operands share their batch axis and rank, and the
+        # others are Python scalars, which broadcast against anything
+        d0, rank0, same = None, None, True
+        for x, d in zip(args, dims):
+            if d is None:
+                if type(x) not in _PY_SCALARS:
+                    same = False
+                    break
+            elif d0 is None:
+                d0, rank0 = d, len(x.shape)
+            elif d != d0 or len(x.shape) != rank0:
+                same = False
+                break
+        if same:
+            return bind(*args, **params), d0
         ranks = [unbatched_ndim(x, d) for x, d in zip(args, dims)]
         out_rank = max(ranks)
         position = None
