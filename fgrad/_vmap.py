@@ -126,27 +126,27 @@ def _normalize_in_axis(x, axis, label, name):
 
 
 def _batch_size(leaves, axes, labels, axis_size, name):
-    sizes = {}
-    for x, ax, label in zip(leaves, axes, labels):
-        if ax is not None:
-            sizes.setdefault(get_aval(x).shape[ax], []).append(f"{label} has size "
-                                                               f"{get_aval(x).shape[ax]}"
-                                                               f" along axis {ax}")
+    found = [(label, x.shape[ax], ax) for x, ax, label in zip(leaves, axes, labels)
+             if ax is not None]
+    sizes = {size for _, size, _ in found}
+
+    def described():        # built only for an error message
+        return "; ".join(f"{label} has size {size} along axis {ax}"
+                         for label, size, ax in found)
     if axis_size is not None:
-        if sizes and set(sizes) != {axis_size}:
-            found = "; ".join(d for ds in sizes.values() for d in ds)
+        if sizes and sizes != {axis_size}:
             raise BatchAxisError(f"vmap({name}) was given axis_size={axis_size}, but "
-                                 f"{found}.")
+                                 f"{described()}.")
         return axis_size
     if not sizes:
         raise BatchAxisError(
             f"vmap({name}) has no mapped argument to take the batch size from (every "
             "in_axes entry is None): pass axis_size=n.")
     if len(sizes) > 1:
-        found = "; ".join(d for ds in sizes.values() for d in ds)
-        raise BatchAxisError(f"vmap({name}) got inconsistent batch sizes: {found}. "
-                             "Every mapped axis must have the same length.")
-    return next(iter(sizes))
+        raise BatchAxisError(f"vmap({name}) got inconsistent batch sizes: "
+                             f"{described()}. Every mapped axis must have the same "
+                             "length.")
+    return sizes.pop()
 
 
 # ---------------------------------------------------------------------------
