@@ -95,8 +95,15 @@ def _cast(x, dtype):
     return convert_element_type(x, dtype)
 
 
-def _elementwise_rules(prim, vjps, jvps, reads=None):
-    """Register per-argument rules wrapped with unbroadcast / rebroadcast."""
+def _elementwise_rules(prim, vjps, jvps=None, reads=None):
+    """Register per-argument rules wrapped with unbroadcast / rebroadcast.
+
+    Each rule is linear in its first argument, so when ``jvps`` is omitted the
+    VJP rules serve as the JVP rules too (``ct * y`` read as ``t * y``), as in
+    `_unary`; give ``jvps`` only where the two differ.
+    """
+    if jvps is None:
+        jvps = vjps
     def wrap_vjp(i, rule):
         if rule is None:
             return None
@@ -125,23 +132,27 @@ def _unary(name, vjp, reads, jvp=None):
 # ---------------------------------------------------------------------------
 
 add_p = _ufunc_primitive("add")
-_elementwise_rules(add_p, [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: ct],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: t], reads=set())
+_elementwise_rules(add_p,
+                   [lambda ct, ans, x, y: ct,
+                    lambda ct, ans, x, y: ct],
+                   reads=set())
 
 subtract_p = _ufunc_primitive("subtract")
-_elementwise_rules(subtract_p, [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t], reads=set())
+_elementwise_rules(subtract_p,
+                   [lambda ct, ans, x, y: ct,
+                    lambda ct, ans, x, y: -ct],
+                   reads=set())
 
 multiply_p = _ufunc_primitive("multiply")
 _elementwise_rules(multiply_p,
-                   [lambda ct, ans, x, y: ct * y, lambda ct, ans, x, y: ct * x],
-                   [lambda t, ans, x, y: t * y, lambda t, ans, x, y: x * t],
+                   [lambda ct, ans, x, y: ct * y,
+                    lambda ct, ans, x, y: ct * x],
                    reads=[{1}, {0}])
 
 divide_p = _ufunc_primitive("divide")
 _elementwise_rules(divide_p,
-                   [lambda ct, ans, x, y: ct / y, lambda ct, ans, x, y: -ct * ans / y],
-                   [lambda t, ans, x, y: t / y, lambda t, ans, x, y: -t * ans / y],
+                   [lambda ct, ans, x, y: ct / y,
+                    lambda ct, ans, x, y: -ct * ans / y],
                    reads=[{1}, {1, "ans"}])
 
 
@@ -153,13 +164,10 @@ def _safe_log(x):
 
 
 power_p = _ufunc_primitive("power")
-_elementwise_rules(
-    power_p,
-    [lambda ct, ans, x, y: ct * y * power(x, y - 1),
-     lambda ct, ans, x, y: ct * ans * _safe_log(x)],
-    [lambda t, ans, x, y: t * y * power(x, y - 1),
-     lambda t, ans, x, y: t * ans * _safe_log(x)],
-    reads=[{0, 1}, {0, "ans"}])
+_elementwise_rules(power_p,
+                   [lambda ct, ans, x, y: ct * y * power(x, y - 1),
+                    lambda ct, ans, x, y: ct * ans * _safe_log(x)],
+                   reads=[{0, 1}, {0, "ans"}])
 
 maximum_p = _ufunc_primitive("maximum")
 minimum_p = _ufunc_primitive("minimum")
@@ -170,20 +178,14 @@ def _select_ties(ct, wins, ties):
     return where(wins, ct, where(ties, ct * 0.5, 0))
 
 
-_elementwise_rules(
-    maximum_p,
-    [lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y)),
-     lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y))],
-    [lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y)),
-     lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y))],
-    reads={0, 1})
-_elementwise_rules(
-    minimum_p,
-    [lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y)),
-     lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y))],
-    [lambda t, ans, x, y: _select_ties(t, less(x, y), equal(x, y)),
-     lambda t, ans, x, y: _select_ties(t, greater(x, y), equal(x, y))],
-    reads={0, 1})
+_elementwise_rules(maximum_p,
+                   [lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y)),
+                    lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y))],
+                   reads={0, 1})
+_elementwise_rules(minimum_p,
+                   [lambda ct, ans, x, y: _select_ties(ct, less(x, y), equal(x, y)),
+                    lambda ct, ans, x, y: _select_ties(ct, greater(x, y), equal(x, y))],
+                   reads={0, 1})
 
 # ---------------------------------------------------------------------------
 # Unary functions: rule(ct, ans, x) -> ct * f'(x)
@@ -254,13 +256,11 @@ def _where_impl(c, x, y):
 where_p = Primitive("where", _where_impl, elementwise_abstract(np.where),
                     family=FAMILY)
 where_p.batch = broadcasting_batch_rule(where_p)
-_elementwise_rules(
-    where_p,
-    [None, lambda ct, ans, c, x, y: where(c, ct, 0),
-     lambda ct, ans, c, x, y: where(c, 0, ct)],
-    [None, lambda t, ans, c, x, y: where(c, t, 0),
-     lambda t, ans, c, x, y: where(c, 0, t)],
-    reads={0})
+_elementwise_rules(where_p,
+                   [None,
+                    lambda ct, ans, c, x, y: where(c, ct, 0),
+                    lambda ct, ans, c, x, y: where(c, 0, ct)],
+                   reads={0})
 
 
 def _convert_impl(x, dtype):
@@ -372,38 +372,32 @@ logaddexp_p = _ufunc_primitive("logaddexp")
 _elementwise_rules(logaddexp_p,
                    [lambda ct, ans, x, y: ct * exp(x - ans),
                     lambda ct, ans, x, y: ct * exp(y - ans)],
-                   [lambda t, ans, x, y: t * exp(x - ans),
-                    lambda t, ans, x, y: t * exp(y - ans)],
                    reads=[{0, "ans"}, {1, "ans"}])
 logaddexp2_p = _ufunc_primitive("logaddexp2")
 _elementwise_rules(logaddexp2_p,
                    [lambda ct, ans, x, y: ct * exp2(x - ans),
                     lambda ct, ans, x, y: ct * exp2(y - ans)],
-                   [lambda t, ans, x, y: t * exp2(x - ans),
-                    lambda t, ans, x, y: t * exp2(y - ans)],
                    reads=[{0, "ans"}, {1, "ans"}])
 arctan2_p = _ufunc_primitive("arctan2")
 _elementwise_rules(arctan2_p,
                    [lambda ct, ans, y, x: ct * x / (x * x + y * y),
                     lambda ct, ans, y, x: -ct * y / (x * x + y * y)],
-                   [lambda t, ans, y, x: t * x / (x * x + y * y),
-                    lambda t, ans, y, x: -t * y / (x * x + y * y)],
                    reads={0, 1})
 hypot_p = _ufunc_primitive("hypot")
 _elementwise_rules(hypot_p,
-                   [lambda ct, ans, x, y: ct * x / ans, lambda ct, ans, x, y: ct * y / ans],
-                   [lambda t, ans, x, y: t * x / ans, lambda t, ans, x, y: t * y / ans],
+                   [lambda ct, ans, x, y: ct * x / ans,
+                    lambda ct, ans, x, y: ct * y / ans],
                    reads=[{0, "ans"}, {1, "ans"}])
 # remainder(x, y) = x - floor(x / y) * y, piecewise linear away from its jumps
 remainder_p = _ufunc_primitive("remainder")
 _elementwise_rules(remainder_p,
-                   [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct * floor(x / y)],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t * floor(x / y)],
+                   [lambda ct, ans, x, y: ct,
+                    lambda ct, ans, x, y: -ct * floor(x / y)],
                    reads=[set(), {0, 1}])
 fmod_p = _ufunc_primitive("fmod")
 _elementwise_rules(fmod_p,
-                   [lambda ct, ans, x, y: ct, lambda ct, ans, x, y: -ct * trunc(x / y)],
-                   [lambda t, ans, x, y: t, lambda t, ans, x, y: -t * trunc(x / y)],
+                   [lambda ct, ans, x, y: ct,
+                    lambda ct, ans, x, y: -ct * trunc(x / y)],
                    reads=[set(), {0, 1}])
 
 # imag(x): the JVP is t -> imag(t) = re(-1j t), so the VJP is ct -> -1j ct.
