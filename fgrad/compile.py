@@ -152,6 +152,48 @@ def _is_zero_literal(v):
         return False
 
 
+def _is_one_literal(v):
+    # exact identities only: 1 * x == x bit for bit for real floats and ints
+    # (not complex: (1+0j) * (inf+0j) has a NaN imaginary part)
+    if type(v) is not Literal or v.aval.dtype.kind not in "fiu":
+        return False
+    value = v.value
+    if isinstance(value, (bool, int, float)):
+        return value == 1
+    try:
+        return getattr(value, "size", 0) > 0 and bool((value == 1).all())
+    except Exception:
+        return False
+
+
+def _unit_rules():
+    # Multiplying or dividing by one returns the other operand unchanged; this is
+    # what a reverse sweep seeded with ones (the cotangent of ``sum``) is full of.
+    from .primitives import elementwise as ew
+
+    def same(v, out):
+        return v.aval.shape == out.aval.shape and v.aval.dtype == out.aval.dtype
+
+    def multiply(invars, ones, out):
+        a, b = invars
+        if ones[0] and type(b) is Var and same(b, out):
+            return b
+        if ones[1] and type(a) is Var and same(a, out):
+            return a
+        return None
+
+    def divide(invars, ones, out):
+        a = invars[0]
+        return a if ones[1] and type(a) is Var and same(a, out) else None
+
+    return {ew.multiply_p: multiply, ew.divide_p: divide}
+
+
+@functools.lru_cache(maxsize=None)
+def _unit_rule_table():
+    return _unit_rules()
+
+
 def _zero_rules():
     # The arithmetic a zero operand makes trivial. Keyed by primitive: this is
     # the compiler's algebra, the one place that knows these primitives' values.
@@ -200,12 +242,14 @@ def _zero_rule_table():
 
 
 def propagate_zeros(graph, xp=np):
-    """Short-circuit arithmetic on known zeros (after `fold_constants`).
+    """Short-circuit arithmetic on known zeros and ones (after `fold_constants`).
+
+    ``x * 0`` is a symbolic zero and ``x * 1`` and ``x / 1`` are ``x``.
 
     A zero that survives into an equation with no rule, or into an output, is
     materialised once, at compile time, as a constant.
     """
-    rules = _zero_rule_table()
+    rules, unit_rules = _zero_rule_table(), _unit_rule_table()
     eqns, subst = [], {}
     read = _substituter(subst)
     zero_of = {}
@@ -227,6 +271,14 @@ def propagate_zeros(graph, xp=np):
                 if result is not None:
                     out = eqn.outvars[0]
                     subst[out] = zero_literal(out.aval) if result == "zero" else result
+                    continue
+        unit_rule = unit_rules.get(eqn.prim)
+        if unit_rule is not None:
+            ones = [_is_one_literal(v) for v in invars]
+            if any(ones):
+                result = unit_rule(invars, ones, eqn.outvars[0])
+                if result is not None:
+                    subst[eqn.outvars[0]] = result
                     continue
         eqns.append(Equation(eqn.prim, invars, eqn.outvars, eqn.params))
     return _rebuild(graph, eqns, subst)

@@ -91,6 +91,19 @@ def test_buffer_reuse_writes_into_dying_intermediates_only():
     np.testing.assert_allclose(f_jit(x), np.exp(np.sin(x) * 2.0) + 1.0)
 
 
+def test_multiplying_by_ones_is_dropped_but_not_for_complex():
+    # grad of a sum seeds the sweep with ones: no equation should multiply by them
+    def f(x):
+        return fnp.sum(fnp.sin(x) * fnp.exp(x))
+    x = np.linspace(-1, 1, 5)
+    opt = C.optimize(fgrad.make_graph(fgrad.grad(f))(x))
+    for eqn in opt.eqns:
+        assert not any(C._is_one_literal(v) for v in eqn.invars), eqn
+    np.testing.assert_allclose(fgrad.jit(fgrad.grad(f))(x), fgrad.grad(f)(x), rtol=1e-15)
+    ones = Literal(np.ones(3, np.complex128), fgrad.core.ShapedArray((3,), np.complex128))
+    assert not C._is_one_literal(ones)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
 def test_python_scalars_become_constants_of_the_ufunc_dtype(dtype):
     # converted once at compile time, they give the bits NumPy's own handling of
