@@ -210,6 +210,10 @@ from ._elementwise import (  # noqa: E402,F401
     allclose, angle, around, array_equal, clip, deg2rad, degrees, fabs, fix,
     float_power, isclose, nan_to_num, positive, rad2deg, radians, reciprocal, round,
     sinc)
+from ._ufuncs import (  # noqa: E402,F401
+    bitwise_and, bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or,
+    bitwise_right_shift, bitwise_xor, copysign, divmod, frexp, heaviside, invert,
+    ldexp, left_shift, modf, right_shift)
 from ._reductions import (  # noqa: E402,F401
     all, any, argmax, argmin, argsort, argwhere, average, count_nonzero, cumprod,
     cumsum, diff, flatnonzero, logsumexp, median, nanmean, nansum, nonzero,

@@ -1,0 +1,74 @@
+"""Property-test specs for the fgrad.numpy functions of issue 3's second round:
+more elementwise functions, nan-aware reductions, signal helpers and quantile
+methods.
+
+Imported at the end of `primitive_specs`, into whose `SPECS` / `NONDIFF_SPECS`
+it registers (keyed by the fgrad.numpy name, so the coverage test finds them).
+References are NumPy's own functions.
+"""
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import fgrad.numpy as fnp
+from primitive_specs import (NONDIFF_SPECS, SPECS, Case, _nondiff, arrays,
+                             away_from_zero, shapes, spaced, values)
+
+
+def _pair(dx, dy, max_dims=3):
+    return hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=max_dims,
+                                             max_side=3).flatmap(
+        lambda bs: st.tuples(arrays(bs.input_shapes[0], dx),
+                             arrays(bs.input_shapes[1], dy)))
+
+
+def _joined(*parts):
+    mod = fnp if any(not isinstance(p, np.ndarray) for p in parts) else np
+    return mod.concatenate([mod.reshape(p, (-1,)) for p in parts])
+
+
+# -- elementwise -------------------------------------------------------------------
+
+SPECS["copysign"] = _pair(away_from_zero(-2, 2), away_from_zero(-2, 2)).map(
+    lambda xy: Case(fnp.copysign, xy, np.copysign))
+# the derivative in x1 is zero away from the step; in x2 it is 1 where x1 == 0
+SPECS["heaviside"] = _pair(away_from_zero(-2, 2), values()).map(
+    lambda xy: Case(fnp.heaviside, xy, np.heaviside))
+SPECS["heaviside_at_zero"] = _pair(st.sampled_from([-1.0, 0.0, 1.5]), values()).map(
+    lambda xy: Case(lambda x2: fnp.heaviside(xy[0].astype(x2.dtype), x2), (xy[1],),
+                    lambda x2: np.heaviside(xy[0].astype(x2.dtype), x2)))
+SPECS["ldexp"] = _pair(values(), st.integers(-3, 3).map(float)).map(
+    lambda xn: Case(lambda x: fnp.ldexp(x, xn[1].astype(np.int64)), (xn[0],),
+                    lambda x: np.ldexp(x, xn[1].astype(np.int64))))
+# spaced values: never a power of two, where the mantissa jumps
+SPECS["frexp"] = shapes().flatmap(lambda s: arrays(s, spaced())).map(
+    lambda x: Case(lambda x: fnp.frexp(x)[0], (x,), lambda x: np.frexp(x)[0]))
+NONDIFF_SPECS["frexp_exponent"] = _nondiff(lambda x: fnp.frexp(x)[1],
+                                           lambda x: np.frexp(x)[1])
+SPECS["modf"] = shapes().flatmap(lambda s: arrays(s, spaced())).map(
+    lambda x: Case(lambda x: fnp.stack(fnp.modf(x)), (x,),
+                   lambda x: np.stack(np.modf(x))))
+# |x| < y keeps x / y off the integers, where floor_divide and remainder jump
+SPECS["divmod"] = _pair(away_from_zero(-2, 2, 0.1), values(2.5, 3.0)).map(
+    lambda xy: Case(lambda x, y: fnp.stack(fnp.broadcast_arrays(*fnp.divmod(x, y))),
+                    xy, lambda x, y: np.stack(np.broadcast_arrays(*np.divmod(x, y)))))
+
+
+def _ints(x, scale=10.0):
+    return fnp.astype(x * scale, np.int64)
+
+
+def _np_ints(x, scale=10.0):
+    return (x * scale).astype(np.int64)
+
+
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    NONDIFF_SPECS[_name] = _nondiff(
+        lambda x, y, f=getattr(fnp, _name): f(_ints(x), _ints(y)),
+        lambda x, y, f=getattr(np, _name): f(_np_ints(x), _np_ints(y)), 2)
+NONDIFF_SPECS["invert"] = _nondiff(lambda x: fnp.invert(_ints(x)),
+                                   lambda x: np.invert(_np_ints(x)))
+for _name in ("left_shift", "right_shift"):
+    NONDIFF_SPECS[_name] = _nondiff(
+        lambda x, y, f=getattr(fnp, _name): f(_ints(x), _ints(fnp.abs(y), 2.0)),
+        lambda x, y, f=getattr(np, _name): f(_np_ints(x), _np_ints(np.abs(y), 2.0)), 2)
