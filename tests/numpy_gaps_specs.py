@@ -72,3 +72,25 @@ for _name in ("left_shift", "right_shift"):
     NONDIFF_SPECS[_name] = _nondiff(
         lambda x, y, f=getattr(fnp, _name): f(_ints(x), _ints(fnp.abs(y), 2.0)),
         lambda x, y, f=getattr(np, _name): f(_np_ints(x), _np_ints(np.abs(y), 2.0)), 2)
+
+
+# -- clip with NumPy 2's keywords -----------------------------------------------------
+
+@st.composite
+def _clip_keywords(draw):
+    bs = draw(hnp.mutually_broadcastable_shapes(num_shapes=3, max_dims=2, max_side=3))
+    x = draw(arrays(bs.input_shapes[0], spaced(-2, 2)))
+    lo = draw(arrays(bs.input_shapes[1], spaced(-1.45, -0.05)))
+    hi = draw(arrays(bs.input_shapes[2], spaced(0.05, 1.45)))
+    which = draw(st.sampled_from(["min", "max", "both"]))
+    if which == "min":
+        return Case(lambda x, lo: fnp.clip(x, min=lo), (x, lo),
+                    lambda x, lo: np.clip(x, min=lo))
+    if which == "max":
+        return Case(lambda x, hi: fnp.clip(x, max=hi), (x, hi),
+                    lambda x, hi: np.clip(x, max=hi))
+    return Case(lambda x, lo, hi: fnp.clip(x, min=lo, max=hi), (x, lo, hi),
+                lambda x, lo, hi: np.clip(x, min=lo, max=hi))
+
+
+SPECS["clip_keywords"] = _clip_keywords()

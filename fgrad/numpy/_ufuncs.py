@@ -27,6 +27,12 @@ def _as_result_dtype(np_fn, out, *args):
         out, _result_dtype(np_fn, [_get_aval(a) for a in args]))
 
 
+def _float_operand(np_fn, x):
+    """``x`` in the floating dtype NumPy's two-output ``np_fn`` computes in."""
+    dtype = _get_aval(x).dtype
+    return _ew.convert_element_type(x, np_fn(_np.ones((), dtype))[0].dtype)
+
+
 def heaviside(x1, x2):
     """The step function: 0 where ``x1 < 0``, ``x2`` where ``x1 == 0``, 1 where
     ``x1 > 0``.
@@ -84,8 +90,7 @@ def frexp(x):
     """
     if not isinstance(x, _Tracer):
         return _xp(x).frexp(x)
-    if _get_aval(x).dtype.kind not in "f":
-        x = _as_result_dtype(_np.frexp, x, x)
+    x = _float_operand(_np.frexp, x)
     exponent = _ew.frexp_exponent(x)
     return _ew.ldexp(x, _ew.negative(exponent)), exponent
 
@@ -102,8 +107,7 @@ def modf(x):
     """
     if not isinstance(x, _Tracer):
         return _xp(x).modf(x)
-    if _get_aval(x).dtype.kind not in "f":
-        x = _as_result_dtype(_np.modf, x, x)
+    x = _float_operand(_np.modf, x)
     integral = _ew.trunc(x)
     # inf - trunc(inf) is nan; NumPy's fractional part of +-inf is +-0
     finite_part = _ew.where(_ew.isinf(x), 0.0, x)

@@ -1,0 +1,80 @@
+"""Behaviour of the fgrad.numpy functions added in issue 3's second round that
+the systematic specs (tests/numpy_gaps_specs.py) do not reach: edge values,
+gradients at special points, options and error messages."""
+import numpy as np
+import pytest
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.errors import NumpyArgumentError
+from fgrad.testing import check_grads
+
+
+# -- elementwise -------------------------------------------------------------------
+
+def test_heaviside_derivative_in_x2_is_the_indicator_of_zero():
+    x1 = np.array([-1.0, 0.0, 2.0, 0.0])
+    g = fgrad.grad(lambda x2: fnp.sum(fnp.heaviside(x1, x2)))(np.full(4, 0.5))
+    np.testing.assert_array_equal(g, [0.0, 1.0, 0.0, 1.0])
+    g1 = fgrad.grad(lambda x1: fnp.sum(fnp.heaviside(x1, 0.5)))(x1)
+    np.testing.assert_array_equal(g1, np.zeros(4))
+    nan_in = np.array([np.nan, 1.0])
+    np.testing.assert_array_equal(fgrad.jit(lambda x: fnp.heaviside(x, 0.5))(nan_in),
+                                  np.heaviside(nan_in, 0.5))
+
+
+def test_copysign_derivative_is_the_sign_agreement():
+    x1 = np.array([2.0, -2.0, 3.0, -0.0])
+    x2 = np.array([-1.0, -1.0, 0.0, -0.0])
+    g1, g2 = fgrad.grad(lambda a, b: fnp.sum(fnp.copysign(a, b)), (0, 1))(x1, x2)
+    np.testing.assert_array_equal(g1, [-1.0, 1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(g2, np.zeros(4))
+    out = fgrad.jit(fnp.copysign)(x1, x2)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(np.copysign(x1, x2)))
+
+
+def test_frexp_and_modf_match_numpy_on_special_values():
+    x = np.array([0.0, -0.0, 1.0, -3.5, np.inf, -np.inf, 1e-310])
+    m, e = fgrad.jit(fnp.frexp)(x)
+    m_ref, e_ref = np.frexp(x)
+    np.testing.assert_array_equal(m, m_ref)
+    np.testing.assert_array_equal(e, e_ref)
+    assert e.dtype == e_ref.dtype
+    frac, whole = fgrad.jit(fnp.modf)(x)
+    np.testing.assert_array_equal(frac, np.modf(x)[0])
+    np.testing.assert_array_equal(whole, np.modf(x)[1])
+    g = fgrad.grad(lambda x: fnp.sum(fnp.frexp(x)[0]))(np.array([3.0, 0.25]))
+    np.testing.assert_array_equal(g, [2.0 ** -2, 2.0 ** 1])
+
+
+def test_integer_inputs_of_the_float_functions_promote_like_numpy():
+    n = np.array([3, -4])
+    for fn in ("frexp", "modf"):
+        want = getattr(np, fn)(n)
+        got = fgrad.jit(getattr(fnp, fn))(n)
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(g, w)
+            assert g.dtype == w.dtype
+    got = fgrad.jit(fnp.copysign)(n, -1)
+    assert got.dtype == np.copysign(n, -1).dtype
+
+
+def test_bit_operations_refuse_floating_point_inputs_as_numpy_does():
+    with pytest.raises(TypeError, match="bitwise_and"):
+        fgrad.jit(lambda x: fnp.bitwise_and(x, 1))(np.ones(2))
+    assert fnp.bitwise_not is fnp.invert
+    np.testing.assert_array_equal(fnp.left_shift(np.arange(3), 2), np.arange(3) << 2)
+
+
+# -- clip ----------------------------------------------------------------------------
+
+def test_clip_without_bounds_returns_the_input_like_numpy_2():
+    x = np.array([-2.0, 0.5])
+    np.testing.assert_array_equal(fnp.clip(x), np.clip(x))
+    np.testing.assert_array_equal(fgrad.grad(lambda x: fnp.sum(fnp.clip(x)))(x),
+                                  np.ones(2))
+
+
+def test_clip_refuses_both_spellings_of_a_bound():
+    with pytest.raises(NumpyArgumentError, match="not both"):
+        fnp.clip(np.ones(2), 0.0, None, min=0.0)
