@@ -94,3 +94,46 @@ def _clip_keywords(draw):
 
 
 SPECS["clip_keywords"] = _clip_keywords()
+
+
+# -- nan-aware reductions -------------------------------------------------------------
+
+def _nan_reduction(fgrad_fn, np_fn, keep=1, **kw):
+    """``fn(x, axis, keepdims, **kw)`` over None or one axis, on distinct values
+    with nan sprinkled in; the first ``keep`` entries of every reduced slice stay
+    numbers, so no result is nan (finite differences need finite outputs)."""
+    @st.composite
+    def case(draw):
+        shape = draw(shapes(min_dims=int(keep > 1), min_side=keep))
+        ndim = len(shape)
+        axis = draw(st.none() | st.integers(-ndim, ndim - 1)) if ndim else None
+        keepdims = draw(st.booleans())
+        extra = draw(st.fixed_dictionaries(kw))
+        x = draw(arrays(shape, spaced(-5, 5), unique=True))
+        nan = draw(hnp.arrays(np.bool_, shape))
+        if axis is None:
+            nan.reshape(-1)[:keep] = False
+        else:
+            index = [slice(None)] * ndim
+            index[axis] = slice(0, keep)
+            nan[tuple(index)] = False
+        x = np.where(nan, np.nan, x)
+        return Case(lambda x: fgrad_fn(x, axis=axis, keepdims=keepdims, **extra), (x,),
+                    lambda x: np_fn(x, axis=axis, keepdims=keepdims, **extra))
+    return case()
+
+
+SPECS["nanmax"] = _nan_reduction(fnp.nanmax, np.nanmax)
+SPECS["nanmin"] = _nan_reduction(fnp.nanmin, np.nanmin)
+SPECS["nanvar"] = _nan_reduction(fnp.nanvar, np.nanvar, keep=2,
+                                 ddof=st.sampled_from([0, 1]))
+SPECS["nanstd"] = _nan_reduction(fnp.nanstd, np.nanstd, keep=2,
+                                 ddof=st.sampled_from([0, 1]))
+SPECS["nanmean_with_nans"] = _nan_reduction(fnp.nanmean, np.nanmean)
+
+
+# equal maxima share the derivative, nan entries get none
+_NAN_TIES = np.array([1.0, np.nan, 3.0, 3.0, np.nan])
+SPECS["nanmax_ties"] = st.just(Case(lambda x: fnp.nanmax(x) * 1.0 + fnp.nanmin(x) * 2.0,
+                                    (_NAN_TIES,),
+                                    lambda x: np.nanmax(x) + np.nanmin(x) * 2.0, order=0))

@@ -78,3 +78,33 @@ def test_clip_without_bounds_returns_the_input_like_numpy_2():
 def test_clip_refuses_both_spellings_of_a_bound():
     with pytest.raises(NumpyArgumentError, match="not both"):
         fnp.clip(np.ones(2), 0.0, None, min=0.0)
+
+
+# -- nan-aware reductions ----------------------------------------------------------------
+
+def test_nanmax_and_nanmin_split_ties_and_skip_nan():
+    x = np.array([1.0, np.nan, 3.0, 3.0, np.nan, 1.0])
+    g = fgrad.grad(lambda x: fnp.nanmax(x) + 2.0 * fnp.nanmin(x))(x)
+    np.testing.assert_array_equal(g, [1.0, 0.0, 0.5, 0.5, 0.0, 1.0])
+
+
+def test_all_nan_slices_give_nan_like_numpy():
+    x = np.array([[np.nan, np.nan], [1.0, np.nan]])
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        for name in ("nanmax", "nanmin", "nanvar", "nanstd"):
+            want = getattr(np, name)(x, axis=1)
+            got = fgrad.jit(lambda x: getattr(fnp, name)(x, axis=1))(x)
+            np.testing.assert_array_equal(got, want)
+    # the slice with one number: its variance is 0 and its gradient finite
+    with np.errstate(all="ignore"):
+        g = fgrad.grad(lambda x: fnp.nanvar(x, axis=1)[1])(x)
+    np.testing.assert_array_equal(g, np.zeros((2, 2)))
+
+
+def test_nan_reductions_of_integers_are_the_plain_ones():
+    n = np.array([[1, 4], [2, 2]])
+    for name in ("nanmax", "nanmin", "nanvar", "nanstd"):
+        want = getattr(np, name)(n, axis=0)
+        got = fgrad.jit(lambda n: getattr(fnp, name)(n, axis=0))(n)
+        np.testing.assert_allclose(got, want)
+        assert got.dtype == want.dtype

@@ -216,7 +216,8 @@ from ._ufuncs import (  # noqa: E402,F401
     ldexp, left_shift, modf, right_shift)
 from ._reductions import (  # noqa: E402,F401
     all, any, argmax, argmin, argsort, argwhere, average, count_nonzero, cumprod,
-    cumsum, diff, flatnonzero, logsumexp, median, nanmean, nansum, nonzero,
+    cumsum, diff, flatnonzero, logsumexp, median, nanmax, nanmean, nanmin, nanstd,
+    nansum, nanvar, nonzero,
     percentile, ptp, quantile, searchsorted, std, unique, var)
 from ._manipulation import (  # noqa: E402,F401
     append, array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays,

@@ -321,6 +321,76 @@ def nanmean(a, axis=None, keepdims=False):
     return nansum(a, axis, keepdims) / count
 
 
+def _nan_extremum(a, axis, keepdims, reduce, fill):
+    if _get_aval(a).dtype.kind not in "fc":
+        return reduce(a, axis, keepdims)        # integers hold no nan
+    nan = _ew.isnan(a)
+    # nan entries become the identity of the reduction, so they never win and
+    # receive no derivative; ties among the rest split it as in max/min
+    out = reduce(_ew.where(nan, fill, a), axis, keepdims)
+    return _ew.where(_red.all_p.bind(nan, axis=_axis_param(axis, _get_aval(a).ndim),
+                                     keepdims=bool(keepdims)), _np.nan, out)
+
+
+def nanmax(a, axis=None, keepdims=False):
+    """Maximum over ``axis`` ignoring nan (nan where a slice is all nan).
+
+    nan entries get a zero derivative; tied maxima share it evenly, as in `max`.
+
+    >>> import fgrad
+    >>> fgrad.grad(nanmax)(_np.array([1.0, _np.nan, 3.0, 3.0]))
+    array([0. , 0. , 0.5, 0.5])
+    """
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanmax(a, axis=axis, keepdims=keepdims)
+    return _nan_extremum(a, axis, keepdims, _red.max_, -_np.inf)
+
+
+def nanmin(a, axis=None, keepdims=False):
+    """Minimum over ``axis`` ignoring nan; see `nanmax`."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanmin(a, axis=axis, keepdims=keepdims)
+    return _nan_extremum(a, axis, keepdims, _red.min_, _np.inf)
+
+
+def nanvar(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """Variance of the entries that are not nan, with ``ddof`` delta degrees
+    of freedom (nan where fewer than ``ddof + 1`` entries remain).
+
+    nan entries get a zero derivative.
+
+    >>> nanvar(_np.array([1.0, _np.nan, 3.0]))
+    np.float64(1.0)
+    """
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanvar(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    if _get_aval(a).dtype.kind not in "fc":
+        return var(a, axis, dtype, ddof, keepdims)
+    present = _ew.logical_not(_ew.isnan(a))
+    real_dtype = _np.finfo(_get_aval(a).dtype).dtype
+    count = _red.sum_(_ew.convert_element_type(present, real_dtype), axis, True)
+    mean_ = nansum(a, axis, keepdims=True) / count
+    centered = _ew.where(present, a - mean_, 0.0)
+    if _get_aval(a).dtype.kind == "c":
+        squared = _ew.real(centered * _ew.conj(centered))
+    else:
+        squared = centered * centered
+    dof = count - ddof
+    # NumPy's nan (not a negative or infinite variance) when no degree of
+    # freedom is left
+    dof = _ew.where(_ew.greater(dof, 0), dof, _np.nan)
+    if not keepdims:
+        dof = _shape.reshape(dof, _get_aval(_red.sum_(squared, axis, False)).shape)
+    return _with_dtype(_red.sum_(squared, axis, keepdims) / dof, dtype)
+
+
+def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """Standard deviation of the entries that are not nan, ``sqrt(nanvar)``."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanstd(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    return _ew.sqrt(nanvar(a, axis, dtype, ddof, keepdims))
+
+
 def diff(a, n=1, axis=-1):
     """The ``n``-th discrete difference along ``axis``."""
     from fgrad.primitives.indexing import slice_axis
