@@ -137,3 +137,96 @@ _NAN_TIES = np.array([1.0, np.nan, 3.0, 3.0, np.nan])
 SPECS["nanmax_ties"] = st.just(Case(lambda x: fnp.nanmax(x) * 1.0 + fnp.nanmin(x) * 2.0,
                                     (_NAN_TIES,),
                                     lambda x: np.nanmax(x) + np.nanmin(x) * 2.0, order=0))
+
+
+# -- sequences: convolution, interpolation, finite differences -------------------------
+
+def _sequences(fgrad_fn, np_fn, transform=None):
+    @st.composite
+    def case(draw):
+        n, m = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+        mode = draw(st.sampled_from(["full", "same", "valid"]))
+        a, v = draw(arrays((n,))), draw(arrays((m,)))
+        return Case(lambda a, v: fgrad_fn(a, v, mode), (a, v),
+                    lambda a, v: np_fn(a, v, mode))
+    return case()
+
+
+SPECS["convolve"] = _sequences(fnp.convolve, np.convolve)
+SPECS["correlate"] = _sequences(fnp.correlate, np.correlate)
+# complex operands: correlate conjugates v, as NumPy does
+SPECS["correlate_complex"] = _sequences(
+    lambda a, v, mode: fnp.real(fnp.correlate(a * (1 + 0.5j), v * (0.3 - 1j), mode))
+    + fnp.imag(fnp.correlate(a * 1j, v + 0.7j, mode)),
+    lambda a, v, mode: np.real(np.correlate(a * (1 + 0.5j), v * (0.3 - 1j), mode))
+    + np.imag(np.correlate(a * 1j, v + 0.7j, mode)))
+
+# knots on a grid the spaced() draws of x never touch, where the slope jumps
+_KNOTS = np.array([-1.5, -0.4, 0.3, 0.6, 1.2])
+
+
+@st.composite
+def _interp(draw):
+    x = draw(arrays(draw(shapes(max_dims=2)), spaced(-2.5, 2.5)))
+    fp = draw(arrays((_KNOTS.size,)))
+    kind = draw(st.sampled_from(["plain", "left_right", "period"]))
+    kw = {"plain": {}, "left_right": {"left": -3.0, "right": 0.25},
+          "period": {"period": 2.2}}[kind]
+    # np.interp computes in float64 whatever it is given
+    return Case(lambda x, fp: fnp.interp(x, _KNOTS, fp, **kw), (x, fp),
+                lambda x, fp: np.interp(x, _KNOTS, fp, **kw), float32=False)
+
+
+SPECS["interp"] = _interp()
+
+
+@st.composite
+def _gradient(draw):
+    shape = draw(shapes(min_dims=1, max_dims=3, min_side=3))
+    f = draw(arrays(shape))
+    ndim = len(shape)
+    edge_order = draw(st.sampled_from([1, 2]))
+    axis = draw(st.none() | st.integers(-ndim, ndim - 1)
+                | st.just(tuple(range(ndim))[::-1]))
+    n_axes = ndim if axis is None else (1 if isinstance(axis, int) else len(axis))
+    axes = range(ndim) if axis is None else (
+        [axis % ndim] if isinstance(axis, int) else axis)
+    spacing = draw(st.sampled_from(["none", "scalar", "each"]))
+    if spacing == "none":
+        varargs = ()
+    elif spacing == "scalar":
+        varargs = (0.5,)
+    else:
+        varargs = tuple(np.cumsum(np.linspace(0.5, 1.5, shape[ax])) if k % 2 == 0
+                        else 2.0 for k, ax in enumerate(axes))
+        assert len(varargs) == n_axes
+
+    def stacked(mod):
+        def fn(f):
+            out = mod.gradient(f, *varargs, axis=axis, edge_order=edge_order)
+            return mod.stack(out) if isinstance(out, (tuple, list)) else out
+        return fn
+    return Case(stacked(fnp), (f,), stacked(np))
+
+
+SPECS["gradient"] = _gradient()
+
+
+@st.composite
+def _ediff1d(draw):
+    x = draw(arrays(draw(shapes(max_dims=2))))
+    begin = draw(st.none() | arrays(draw(shapes(max_dims=1))))
+    end = draw(st.none() | arrays(draw(shapes(max_dims=1))))
+    args = (x,) + tuple(e for e in (begin, end) if e is not None)
+
+    def call(mod):
+        def fn(x, *extra):
+            extra = list(extra)
+            b = extra.pop(0) if begin is not None else None
+            e = extra.pop(0) if end is not None else None
+            return mod.ediff1d(x, to_end=e, to_begin=b)
+        return fn
+    return Case(call(fnp), args, call(np))
+
+
+SPECS["ediff1d"] = _ediff1d()

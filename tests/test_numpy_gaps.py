@@ -108,3 +108,55 @@ def test_nan_reductions_of_integers_are_the_plain_ones():
         got = fgrad.jit(lambda n: getattr(fnp, name)(n, axis=0))(n)
         np.testing.assert_allclose(got, want)
         assert got.dtype == want.dtype
+
+
+# -- sequences ------------------------------------------------------------------------
+
+def test_interp_treats_xp_as_a_constant():
+    xp, fp = np.array([0.0, 1.0, 3.0]), np.array([0.0, 2.0, 0.0])
+    x = np.array([0.5, 2.0])
+    g_x, g_xp, g_fp = fgrad.grad(lambda x, xp, fp: fnp.sum(fnp.interp(x, xp, fp)),
+                                 (0, 1, 2))(x, xp, fp)
+    np.testing.assert_allclose(g_x, [2.0, -1.0])
+    np.testing.assert_array_equal(g_xp, np.zeros(3))
+    np.testing.assert_allclose(g_fp, [0.5, 1.0, 0.5])
+    # a single knot: a constant, like NumPy
+    np.testing.assert_array_equal(fgrad.jit(lambda x: fnp.interp(x, [1.0], [4.0]))(x),
+                                  np.interp(x, [1.0], [4.0]))
+
+
+def test_interp_complex_fp_and_integer_x():
+    xp, fp = np.array([0.0, 2.0]), np.array([1.0 + 1j, 3.0 - 1j])
+    x = np.array([0, 1, 3])
+    got = fgrad.jit(lambda fp: fnp.interp(x, xp, fp))(fp)
+    np.testing.assert_allclose(got, np.interp(x, xp, fp))
+    assert got.dtype == np.complex128
+    check_grads(lambda fp: fnp.interp(x * 0.7, xp, fp), (fp,), order=2)
+
+
+def test_sequence_functions_name_what_is_wrong():
+    x = np.ones(3)
+    cases = [
+        (lambda x: fnp.convolve(fnp.reshape(x, (3, 1)), x), "a must be 1-d"),
+        (lambda x: fnp.correlate(x, x[:0]), "v cannot be empty"),
+        (lambda x: fnp.convolve(x, x, mode="wide"), "mode must be one of"),
+        (lambda x: fnp.interp(x, x[:2], x), "same length"),
+        (lambda x: fnp.interp(x, [0.0, 1.0], x[:2], period=0), "non-zero"),
+        (lambda x: fnp.gradient(x[:2], edge_order=2), "at least edge_order"),
+        (lambda x: fnp.gradient(x, edge_order=3), "edge_order must be 1 or 2"),
+        (lambda x: fnp.gradient(x, 1.0, 2.0), "one per axis"),
+        (lambda x: fnp.gradient(x, np.arange(4.0)), "length 3"),
+    ]
+    for fn, message in cases:
+        with pytest.raises(NumpyArgumentError, match=message):
+            fgrad.grad(lambda x: fnp.sum(fn(x)))(x)
+
+
+def test_gradient_and_ediff1d_of_integers_match_numpy():
+    n = np.array([1, 4, 9, 16])
+    got = fgrad.jit(fnp.gradient)(n)
+    np.testing.assert_array_equal(got, np.gradient(n))
+    assert got.dtype == np.gradient(n).dtype
+    got = fgrad.jit(lambda n: fnp.ediff1d(n, to_end=[7]))(n)
+    np.testing.assert_array_equal(got, np.ediff1d(n, to_end=[7]))
+    assert got.dtype == n.dtype

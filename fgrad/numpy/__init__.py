@@ -214,6 +214,7 @@ from ._ufuncs import (  # noqa: E402,F401
     bitwise_and, bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or,
     bitwise_right_shift, bitwise_xor, copysign, divmod, frexp, heaviside, invert,
     ldexp, left_shift, modf, right_shift)
+from ._signal import convolve, correlate, ediff1d, gradient, interp  # noqa: E402,F401
 from ._reductions import (  # noqa: E402,F401
     all, any, argmax, argmin, argsort, argwhere, average, count_nonzero, cumprod,
     cumsum, diff, flatnonzero, logsumexp, median, nanmax, nanmean, nanmin, nanstd,

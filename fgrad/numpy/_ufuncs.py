@@ -58,7 +58,7 @@ def copysign(x1, x2):
     they differ; ``x2`` only contributes its sign, so its derivative is 0.
 
     >>> import fgrad
-    >>> fgrad.grad(lambda x: copysign(x, -1.0))(2.0)
+    >>> float(fgrad.grad(lambda x: copysign(x, -1.0))(2.0))
     -1.0
     """
     if not _traced(x1, x2):
