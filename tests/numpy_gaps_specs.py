@@ -230,3 +230,23 @@ def _ediff1d(draw):
 
 
 SPECS["ediff1d"] = _ediff1d()
+
+
+# -- quantile methods ---------------------------------------------------------------------
+
+@st.composite
+def _quantile_methods(draw, fgrad_fn, np_fn, scale):
+    from fgrad.numpy._reductions import QUANTILE_METHODS
+    shape = draw(shapes())
+    ndim = len(shape)
+    axis = draw(st.none() | st.integers(-ndim, ndim - 1)) if ndim else None
+    keepdims = draw(st.booleans())
+    method = draw(st.sampled_from(QUANTILE_METHODS))
+    q = draw(st.sampled_from([0.0, 0.1, 0.25, 1 / 3, 0.5, 0.8, 1.0])) * scale
+    x = draw(arrays(shape, spaced(-5, 5), unique=True))
+    return Case(lambda x: fgrad_fn(x, q, axis=axis, keepdims=keepdims, method=method),
+                (x,), lambda x: np_fn(x, q, axis=axis, keepdims=keepdims, method=method))
+
+
+SPECS["quantile_methods"] = _quantile_methods(fnp.quantile, np.quantile, 1.0)
+SPECS["percentile_methods"] = _quantile_methods(fnp.percentile, np.percentile, 100.0)

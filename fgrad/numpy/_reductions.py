@@ -126,25 +126,95 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 
 # -- order statistics through sort ---------------------------------------------
 
-def quantile(a, q, axis=None, keepdims=False, method="linear"):
-    """The ``q``-th quantiles (0 <= q <= 1) with linear interpolation.
+# NumPy 2's quantile methods. Every one picks, per quantile, two neighbouring
+# order statistics and a weight that depend on q and n alone, so the result is
+# a fixed linear combination of sorted entries: differentiable through the
+# sorting permutation. method -> (alpha, beta) of Hyndman & Fan's continuous
+# family (virtual index n q + alpha + q (1 - alpha - beta) - 1).
+_CONTINUOUS = {"interpolated_inverted_cdf": (0.0, 1.0), "hazen": (0.5, 0.5),
+               "weibull": (0.0, 0.0), "median_unbiased": (1 / 3.0, 1 / 3.0),
+               "normal_unbiased": (3 / 8.0, 3 / 8.0)}
+# methods that select one order statistic, keeping the input's dtype
+_DISCRETE = ("inverted_cdf", "closest_observation", "lower", "higher", "nearest")
+QUANTILE_METHODS = ("linear", "averaged_inverted_cdf", "midpoint") \
+    + tuple(_CONTINUOUS) + _DISCRETE
 
+
+def _order_statistics(method, q, n):
+    """``(lo, hi, gamma)``: the quantile ``q`` of ``n`` sorted values is
+    ``lerp(s[lo], s[hi], gamma)``, computed as NumPy computes it."""
+    if method in _DISCRETE:
+        if method == "lower":
+            k = _math.floor((n - 1) * q)
+        elif method == "higher":
+            k = _math.ceil((n - 1) * q)
+        elif method == "nearest":
+            k = int(_np.around((n - 1) * q))       # halves to even, as NumPy
+        else:
+            # the boundaries of the inverted empirical CDF: the lower index
+            # where the virtual index is an integer (and, for
+            # closest_observation, odd), else the upper one
+            index = n * q - 1 - (0.5 if method == "closest_observation" else 0.0)
+            k = _math.floor(index)
+            on_boundary = index - k == 0 and (method == "inverted_cdf" or k % 2 == 1)
+            k = k if on_boundary else k + 1
+        k = min(max(k, 0), n - 1)
+        return k, k, 0.0
+    if method == "linear":
+        virtual = (n - 1) * q
+    elif method == "midpoint":
+        virtual = 0.5 * (_math.floor((n - 1) * q) + _math.ceil((n - 1) * q))
+    elif method == "averaged_inverted_cdf":
+        virtual = n * q - 1
+    else:
+        alpha, beta = _CONTINUOUS[method]
+        virtual = n * q + (alpha + q * (1 - alpha - beta)) - 1
+    if virtual >= n - 1:
+        return n - 1, n - 1, 0.0
+    if virtual < 0:
+        return 0, 0, 0.0
+    lo = _math.floor(virtual)
+    gamma = virtual - lo
+    if method == "averaged_inverted_cdf":
+        gamma = 0.5 if gamma == 0 else 1.0
+    elif method == "midpoint":
+        gamma = 0.0 if virtual % 1 == 0 else 0.5
+    return lo, lo + 1, gamma
+
+
+def _check_method(method, name):
+    if method not in QUANTILE_METHODS:
+        from fgrad.errors import NumpyArgumentError
+        raise NumpyArgumentError(
+            f"{name}: method={method!r} is not one of NumPy's quantile methods "
+            f"supported here: {', '.join(QUANTILE_METHODS)}")
+
+
+def quantile(a, q, axis=None, keepdims=False, method="linear"):
+    """The ``q``-th quantiles (0 <= q <= 1) of ``a`` over ``axis``.
+
+    ``method`` is any of NumPy 2's: ``'linear'`` (default), ``'lower'``,
+    ``'higher'``, ``'nearest'``, ``'midpoint'``, the continuous
+    ``'interpolated_inverted_cdf'``, ``'hazen'``, ``'weibull'``,
+    ``'median_unbiased'``, ``'normal_unbiased'``, and the discrete
+    ``'inverted_cdf'``, ``'averaged_inverted_cdf'``, ``'closest_observation'``.
     Differentiable in ``a`` through the sorting permutation: the derivative
-    goes to the (one or two) elements each quantile interpolates between.
+    goes to the (one or two) order statistics each quantile is made of.
 
     >>> float(quantile(_np.array([3.0, 1.0, 2.0, 4.0]), 0.5))
     2.5
+    >>> float(quantile(_np.array([3.0, 1.0, 2.0, 4.0]), 0.5, method="lower"))
+    2.0
     """
-    if method != "linear":
-        raise NotImplementedError("fgrad.numpy.quantile supports method='linear'")
+    _check_method(method, "quantile")
     if not isinstance(a, _Tracer):
         xp = _xp(a)
         return xp.quantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
-                           axis=axis, keepdims=keepdims)
-    # NumPy keeps a's precision for a Python float q and promotes to q's float64
-    # for anything else; so do we.
-    out = _quantile(a, _static_floats(q), axis, keepdims)
-    if type(q) in (int, float):
+                           axis=axis, keepdims=keepdims, method=method)
+    out = _quantile(a, _static_floats(q), axis, keepdims, method)
+    # NumPy keeps a's precision for a Python float q, and for methods that pick
+    # one order statistic; it promotes to q's float64 otherwise
+    if type(q) in (int, float) or method in _DISCRETE:
         return out
     return _ew.convert_element_type(out, _np.result_type(_get_aval(out).dtype,
                                                          _np.float64))
@@ -156,7 +226,14 @@ def _static_floats(q):
     return _np.asarray(_concrete(q), dtype=_np.float64)
 
 
-def _quantile(a, q_arr, axis, keepdims):
+def _lerp(low, high, gamma):
+    # NumPy's form: from the nearer end, so gamma = 1 gives high exactly
+    if gamma >= 0.5:
+        return high - (high - low) * (1 - gamma)
+    return low + (high - low) * gamma
+
+
+def _quantile(a, q_arr, axis, keepdims, method="linear"):
     if ((q_arr < 0) | (q_arr > 1)).any():
         raise ValueError("quantiles must be in the range [0, 1]")
     ndim = _get_aval(a).ndim
@@ -172,12 +249,9 @@ def _quantile(a, q_arr, axis, keepdims):
     n = _get_aval(s).shape[ax]
     results = []
     for qk in q_arr.ravel():
-        pos = float(qk) * (n - 1)
-        lo = _math.floor(pos)
-        hi = min(lo + 1, n - 1)
-        frac = pos - lo
+        lo, hi, gamma = _order_statistics(method, float(qk), n)
         low = _fshape.take(s, lo, axis=ax)
-        value = low if frac == 0 else low + (_fshape.take(s, hi, axis=ax) - low) * frac
+        value = low if hi == lo else _lerp(low, _fshape.take(s, hi, axis=ax), gamma)
         if keepdims:
             if axis is None:
                 value = _shape.reshape(value, (1,) * ndim)
@@ -191,15 +265,14 @@ def _quantile(a, q_arr, axis, keepdims):
 
 
 def percentile(a, q, axis=None, keepdims=False, method="linear"):
-    """The ``q``-th percentiles (0 <= q <= 100); see `quantile`."""
+    """The ``q``-th percentiles (0 <= q <= 100); see `quantile` for ``method``."""
+    _check_method(method, "percentile")
     if not isinstance(a, _Tracer):
         xp = _xp(a)
         return xp.percentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
                              axis=axis, keepdims=keepdims, method=method)
-    if method != "linear":
-        raise NotImplementedError("fgrad.numpy.percentile supports method='linear'")
     return quantile(a, q / 100 if type(q) in (int, float)
-                    else _static_floats(q) / 100, axis, keepdims)
+                    else _static_floats(q) / 100, axis, keepdims, method)
 
 
 def median(a, axis=None, keepdims=False):
