@@ -250,3 +250,21 @@ def _quantile_methods(draw, fgrad_fn, np_fn, scale):
 
 SPECS["quantile_methods"] = _quantile_methods(fnp.quantile, np.quantile, 1.0)
 SPECS["percentile_methods"] = _quantile_methods(fnp.percentile, np.percentile, 100.0)
+
+
+# -- logsumexp with weights (the primitive carries the unweighted case) --------------------
+
+@st.composite
+def _logsumexp_weighted(draw):
+    import scipy.special as ss
+    shape = draw(shapes(min_dims=1))
+    ndim = len(shape)
+    axis = draw(st.none() | st.integers(-ndim, ndim - 1))
+    keepdims = draw(st.booleans())
+    x = draw(arrays(shape))
+    b = draw(arrays(shape[draw(st.integers(0, ndim)):], values(0.3, 2.0)))
+    return Case(lambda x, b: fnp.logsumexp(x, axis=axis, b=b, keepdims=keepdims), (x, b),
+                lambda x, b: ss.logsumexp(x, axis=axis, b=b, keepdims=keepdims))
+
+
+SPECS["logsumexp_weighted"] = _logsumexp_weighted()

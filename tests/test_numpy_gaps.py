@@ -160,3 +160,34 @@ def test_gradient_and_ediff1d_of_integers_match_numpy():
     got = fgrad.jit(lambda n: fnp.ediff1d(n, to_end=[7]))(n)
     np.testing.assert_array_equal(got, np.ediff1d(n, to_end=[7]))
     assert got.dtype == n.dtype
+
+
+# -- logsumexp: one implementation, three entry points -----------------------------------
+
+def test_every_logsumexp_has_finite_gradients_at_minus_infinity():
+    import fgrad.scipy.special as fs
+    x = np.array([[-np.inf, -np.inf], [0.0, -np.inf]])
+    entry_points = [lambda x: fnp.logsumexp(x, axis=1),
+                    lambda x: fs.logsumexp(x, axis=1),
+                    lambda x: fgrad.nn.logsumexp(x, axis=1),
+                    lambda x: fnp.logsumexp(x, axis=1, b=np.array([2.0, 1.0]))]
+    for f in entry_points:
+        with np.errstate(divide="ignore"):
+            np.testing.assert_array_equal(f(x)[0], -np.inf)
+            g = fgrad.grad(lambda x: f(x)[1])(x)
+            _, t = fgrad.jvp(lambda x: f(x)[1], (x,), (np.ones_like(x),))
+        np.testing.assert_array_equal(g, [[0.0, 0.0], [1.0, 0.0]])
+        assert np.isfinite(t)
+
+
+def test_logsumexp_signs_and_integer_inputs_match_scipy():
+    import scipy.special as ss
+    x = np.array([[0.0, 1.0], [-np.inf, -np.inf]])
+    with np.errstate(divide="ignore"):
+        for b in (None, np.array([1.0, -3.0])):
+            got = fgrad.jit(lambda x: fnp.logsumexp(x, axis=1, b=b, return_sign=True))(x)
+            want = ss.logsumexp(x, axis=1, b=b, return_sign=True)
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w)
+    n = np.array([1, 2, 3])
+    np.testing.assert_allclose(fgrad.jit(fnp.logsumexp)(n), ss.logsumexp(n))

@@ -104,24 +104,40 @@ def cumprod(a, axis=None, dtype=None):
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """``log(sum(b * exp(a)))`` over ``axis``, computed stably.
 
-    The maximum is subtracted before ``exp`` and held constant
-    (``stop_gradient``), so the gradient is exactly the softmax and stays
-    finite when every entry is ``-inf`` in all but one place. This is also
-    ``fgrad.scipy.special.logsumexp``.
+    This is the one implementation behind ``fgrad.numpy.logsumexp``,
+    ``fgrad.scipy.special.logsumexp`` and (without ``b`` and ``return_sign``)
+    ``fgrad.nn.logsumexp``: the ``logsumexp`` primitive, whose gradient is the
+    softmax, and which stays finite (0) at ``-inf`` entries, also when a whole
+    slice is ``-inf``. Weights ``b`` (possibly negative, then see
+    ``return_sign``) scale the exponentials around the primitive's value, so
+    they cannot overflow either.
 
     >>> float(logsumexp(_np.array([1000.0, 1000.0])))
     1000.6931471805599
+    >>> logsumexp(_np.array([0.0, 0.0]), b=_np.array([1.0, -2.0]), return_sign=True)
+    (np.float64(0.0), np.float64(-1.0))
     """
-    m = _creation.stop_gradient(_red.max_(a, axis, keepdims=True))
-    m = _ew.where(_ew.isfinite(m), m, 0.0)
-    e = _ew.exp(a - m)
-    if b is not None:
-        e = e * b
-    s = _red.sum_(e, axis, keepdims)
-    m_out = m if keepdims else _shape.reshape(m, _get_aval(s).shape)
-    if return_sign:
-        return _ew.log(_ew.absolute(s)) + m_out, _ew.sign(s)
-    return _ew.log(s) + m_out
+    from fgrad.primitives import nn as _nn
+    if _get_aval(a).dtype.kind not in "fc":
+        a = _ew.convert_element_type(a, _np.float64)
+    if b is None:
+        out = _nn.logsumexp(a, axis, keepdims)
+        if not return_sign:
+            return out
+        return out, _ew.convert_element_type(_ew.not_equal(out, -_np.inf),
+                                             _get_aval(out).dtype)
+    # the unweighted value bounds every exponent (a - shift <= 0); held
+    # constant, it only keeps exp in range
+    shift = _creation.stop_gradient(_nn.logsumexp(a, axis, keepdims=True))
+    shift = _ew.where(_ew.isfinite(shift), shift, 0.0)
+    total = _red.sum_(_ew.exp(a - shift) * b, axis, keepdims)
+    shift_out = shift if keepdims else _shape.reshape(shift, _get_aval(total).shape)
+    # a zero total (a slice all -inf, or weights that cancel) is -inf with
+    # derivative 0, not 0 * inf = nan: the double where
+    empty = _ew.equal(total, 0)
+    magnitude = _ew.absolute(_ew.where(empty, 1.0, total))
+    out = _ew.where(empty, -_np.inf, _ew.log(magnitude) + shift_out)
+    return (out, _ew.sign(total)) if return_sign else out
 
 
 # -- order statistics through sort ---------------------------------------------
