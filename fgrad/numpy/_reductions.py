@@ -136,8 +136,13 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     # derivative 0, not 0 * inf = nan: the double where
     empty = _ew.equal(total, 0)
     magnitude = _ew.absolute(_ew.where(empty, 1.0, total))
-    out = _ew.where(empty, -_np.inf, _ew.log(magnitude) + shift_out)
-    return (out, _ew.sign(total)) if return_sign else out
+    out = _unpack_0d(_ew.where(empty, -_np.inf, _ew.log(magnitude) + shift_out))
+    return (out, _unpack_0d(_ew.sign(total))) if return_sign else out
+
+
+def _unpack_0d(x):
+    # NumPy (and scipy) hand back scalars, not 0-d arrays, from full reductions
+    return x[()] if not isinstance(x, _Tracer) and getattr(x, "ndim", None) == 0 else x
 
 
 # -- order statistics through sort ---------------------------------------------
