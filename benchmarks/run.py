@@ -76,7 +76,7 @@ def fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-COLUMNS = (("workload", 12), ("library", 9), ("time/call", 10), ("spread", 7),
+COLUMNS = (("workload", 12), ("library", 11), ("time/call", 10), ("spread", 7),
            ("vs floor", 9), ("peak mem", 9), ("mem/input", 9), ("note", 0))
 
 
@@ -123,6 +123,14 @@ def measure(workload, lib: str, fn, floor_result, floor_time: Timing | None, pee
                 ratio, mem, mem_ratio, note), timing)
 
 
+def _rows(builders):
+    """(row label, builder) in library order; variants follow their library's row."""
+    def rank(label):
+        lib = label.split("-")[0]
+        return (ORDER.index(lib) if lib in ORDER else len(ORDER), label != lib)
+    return sorted(builders.items(), key=lambda item: rank(item[0]))
+
+
 def run_workload(workload, peers, settings: Settings, warnings: list[str]) -> None:
     floor_result = workload.floor()
     line, floor_time = measure(workload, "numpy", workload.floor, None, None,
@@ -130,10 +138,10 @@ def run_workload(workload, peers, settings: Settings, warnings: list[str]) -> No
     print(line, flush=True)
     if floor_time is None:
         return  # the floor itself failed: there is nothing to take ratios against
-    for lib in ORDER[1:]:
-        peer = peers.get(lib)
-        builder = workload.builders.get(lib)
-        if peer is None or not peer.available or builder is None:
+    for lib, builder in _rows(workload.builders):
+        # "fgrad-eager" is a second fgrad row: the part before '-' names the library
+        peer = peers.get(lib.split("-")[0])
+        if peer is None or not peer.available:
             continue
         try:
             fn = builder(peer)

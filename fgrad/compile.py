@@ -386,6 +386,38 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
             namespace[n] = value
         return n
 
+    def ufunc_operands(eqn, ufunc):
+        # A Python float in a ufunc call costs NumPy a scalar conversion per call
+        # (about 400 ns, as much as the arithmetic on a small array).  Where the
+        # ufunc computes in the output dtype D anyway (every operand of dtype D,
+        # a D loop exists), the literal is the same number as a 0-d D array, so
+        # it is converted once here.
+        dtype = np.dtype(eqn.outvars[0].aval.dtype)
+        np_ufunc = getattr(np, ufunc, None)
+        if (dtype.kind not in "fc" or not isinstance(np_ufunc, np.ufunc)
+                or f"{dtype.char * np_ufunc.nin}->{dtype.char}" not in np_ufunc.types
+                or any(type(v) is Var and np.dtype(v.aval.dtype) != dtype
+                       for v in eqn.invars)):
+            return ", ".join(operand(v) for v in eqn.invars)
+        parts = []
+        for v in eqn.invars:
+            if type(v) is not Var and type(v.value) in (int, float) \
+                    and math.isfinite(v.value):
+                key = ("literal", v.value, dtype.str)
+                n = const_names.get(key)
+                if n is None:
+                    with np.errstate(over="ignore"):
+                        value = np.asarray(v.value, dtype=dtype)
+                    if not np.isfinite(value):      # too large for float32: keep
+                        parts.append(operand(v))    # NumPy's own handling
+                        continue
+                    n = const_names[key] = fresh_name("c")
+                    namespace[n] = xp.asarray(value)
+                parts.append(n)
+            else:
+                parts.append(operand(v))
+        return ", ".join(parts)
+
     fn_names = {}
 
     def _hashable_params(params):
@@ -458,7 +490,9 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
     reused = 0
     for k, eqn in enumerate(graph.eqns):
         fn = callee(eqn)
-        args = ", ".join(operand(v) for v in eqn.invars)
+        ufunc = getattr(eqn.prim, "ufunc_name", None)
+        args = ufunc_operands(eqn, ufunc) if ufunc and eqn.outvars \
+            else ", ".join(operand(v) for v in eqn.invars)
         out_kw = ""
         if reuse_buffers and _is_fresh_elementwise(eqn):
             out_aval = eqn.outvars[0].aval
@@ -468,7 +502,7 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
                     if (group_last[root] == k and root not in foreign
                             and v.aval.shape == out_aval.shape
                             and v.aval.dtype == out_aval.dtype):
-                        out_kw = f", out={names[v]}"
+                        out_kw = names[v]
                         reused += 1
                         break
         outs = [var_name(v) for v in eqn.outvars]
@@ -477,7 +511,12 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
         else:
             target = ", ".join(outs) + ("," if eqn.prim.multiple_results and
                                         len(outs) == 1 else "")
-            lines.append(f"    {target} = {fn}({args}{out_kw})")
+            if out_kw and xp is np:
+                # NumPy parses a positional output faster than out=; the comment
+                # keeps the listing readable
+                lines.append(f"    {target} = {fn}({args}, {out_kw})  # out={out_kw}")
+            else:
+                lines.append(f"    {target} = {fn}({args}{', out=' + out_kw if out_kw else ''})")
         dead = [names[v] for v in dying.get(k, ()) if v in names]
         if dead:
             lines.append(f"    del {', '.join(dead)}")
