@@ -35,10 +35,13 @@ SPECS["copysign"] = _pair(away_from_zero(-2, 2), away_from_zero(-2, 2)).map(
 SPECS["heaviside"] = _pair(away_from_zero(-2, 2), values()).map(
     lambda xy: Case(fnp.heaviside, xy, np.heaviside))
 SPECS["heaviside_at_zero"] = _pair(st.sampled_from([-1.0, 0.0, 1.5]), values()).map(
-    lambda xy: Case(lambda x2: fnp.heaviside(xy[0].astype(x2.dtype), x2), (xy[1],),
+    # asarray(like=): the constant goes where x2 is (the device, under the
+    # stand-in and CuPy runs), as a user's constant must
+    lambda xy: Case(lambda x2: fnp.heaviside(fnp.asarray(xy[0], x2.dtype, like=x2), x2),
+                    (xy[1],),
                     lambda x2: np.heaviside(xy[0].astype(x2.dtype), x2)))
 SPECS["ldexp"] = _pair(values(), st.integers(-3, 3).map(float)).map(
-    lambda xn: Case(lambda x: fnp.ldexp(x, xn[1].astype(np.int64)), (xn[0],),
+    lambda xn: Case(lambda x: fnp.ldexp(x, fnp.asarray(xn[1], np.int64, like=x)), (xn[0],),
                     lambda x: np.ldexp(x, xn[1].astype(np.int64))))
 # spaced values: never a power of two, where the mantissa jumps
 SPECS["frexp"] = shapes().flatmap(lambda s: arrays(s, spaced())).map(
@@ -173,7 +176,7 @@ def _interp(draw):
     kw = {"plain": {}, "left_right": {"left": -3.0, "right": 0.25},
           "period": {"period": 2.2}}[kind]
     # np.interp computes in float64 whatever it is given
-    return Case(lambda x, fp: fnp.interp(x, _KNOTS, fp, **kw), (x, fp),
+    return Case(lambda x, fp: fnp.interp(x, fnp.asarray(_KNOTS, like=x), fp, **kw), (x, fp),
                 lambda x, fp: np.interp(x, _KNOTS, fp, **kw), float32=False)
 
 

@@ -170,7 +170,7 @@ def _order_statistics(method, q, n):
         elif method == "higher":
             k = _math.ceil((n - 1) * q)
         elif method == "nearest":
-            k = int(_np.around((n - 1) * q))       # halves to even, as NumPy
+            k = int(round((n - 1) * q))        # halves to even, as NumPy's around
         else:
             # the boundaries of the inverted empirical CDF: the lower index
             # where the virtual index is an integer (and, for

@@ -9,6 +9,9 @@ differentiable in both operands, ``interp`` in ``x`` and ``fp``.
 import numpy as _np
 
 from fgrad.backend import array_module as _xp
+from fgrad.backend import asarray_on as _asarray_on
+from fgrad.backend import device_put as _device_put
+from fgrad.backend import module_of_leaves as _module_of_leaves
 from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
 from fgrad.errors import NumpyArgumentError as _ArgumentError
 from fgrad.primitives import creation as _creation
@@ -25,8 +28,7 @@ def _traced(*args):
     return any(isinstance(a, _Tracer) for a in args)
 
 
-def _array(x):
-    return x if isinstance(x, _Tracer) or hasattr(x, "dtype") else _np.asarray(x)
+_array = _fshape._as_array
 
 
 # -- convolution and correlation -----------------------------------------------------
@@ -192,22 +194,20 @@ def _spacings(varargs, axes, shape):
 
 
 def _concrete(x):
+    """The host value of a spacing: a static parameter, like an axis."""
     while isinstance(x, _Tracer):
         x = x.concrete()
-    return x
+    return _device_put(x, "cpu") if hasattr(x, "dtype") else x
 
 
-def _along(coefficients, ax, ndim):
-    """Host coefficients laid along axis ``ax`` (a Python float stays one)."""
-    if isinstance(coefficients, float):
-        return coefficients
-    shape = [1] * ndim
+def _along(coefficients, ax, f):
+    """Host coefficients laid along axis ``ax`` and put on ``f``'s backend."""
+    shape = [1] * _get_aval(f).ndim
     shape[ax] = -1
-    return _np.reshape(coefficients, shape)
+    return _asarray_on(_module_of_leaves([f]), _np.reshape(coefficients, shape))
 
 
 def _gradient_axis(f, ax, dx, edge_order):
-    ndim = _get_aval(f).ndim
     n = _get_aval(f).shape[ax]
 
     def part(start, stop):
@@ -217,9 +217,9 @@ def _gradient_axis(f, ax, dx, edge_order):
         interior = (part(2, n) - part(0, n - 2)) / (2.0 * dx)
     else:
         dx1, dx2 = dx[:-1], dx[1:]
-        a = _along(-dx2 / (dx1 * (dx1 + dx2)), ax, ndim)
-        b = _along((dx2 - dx1) / (dx1 * dx2), ax, ndim)
-        c = _along(dx1 / (dx2 * (dx1 + dx2)), ax, ndim)
+        a = _along(-dx2 / (dx1 * (dx1 + dx2)), ax, f)
+        b = _along((dx2 - dx1) / (dx1 * dx2), ax, f)
+        c = _along(dx1 / (dx2 * (dx1 + dx2)), ax, f)
         interior = a * part(0, n - 2) + b * part(1, n - 1) + c * part(2, n)
     if edge_order == 1:
         first = (part(1, 2) - part(0, 1)) / (dx if uniform else float(dx[0]))
@@ -257,7 +257,9 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     array([1. , 1.5, 2.5, 3. ])
     """
     if not isinstance(f, _Tracer):
-        return _xp(f).gradient(f, *varargs, axis=axis, edge_order=edge_order)
+        xp = _xp(f)
+        varargs = [v if _np.ndim(v) == 0 else _asarray_on(xp, v) for v in varargs]
+        return xp.gradient(f, *varargs, axis=axis, edge_order=edge_order)
     aval = _get_aval(f)
     if edge_order not in (1, 2):
         raise _ArgumentError(f"gradient: edge_order must be 1 or 2, got {edge_order!r}")

@@ -27,10 +27,11 @@ def _as_result_dtype(np_fn, out, *args):
         out, _result_dtype(np_fn, [_get_aval(a) for a in args]))
 
 
-def _float_operand(np_fn, x):
-    """``x`` in the floating dtype NumPy's two-output ``np_fn`` computes in."""
-    dtype = _get_aval(x).dtype
-    return _ew.convert_element_type(x, np_fn(_np.ones((), dtype))[0].dtype)
+def _float_operand(x):
+    """``x`` in the floating dtype NumPy's ``frexp`` and ``modf`` compute in."""
+    # NumPy's loops: float16 for 8-bit integers and bool, float32 for 16-bit,
+    # float64 for wider integers; floating dtypes stay
+    return _ew.convert_element_type(x, _np.result_type(_get_aval(x).dtype, _np.float16))
 
 
 def heaviside(x1, x2):
@@ -90,7 +91,7 @@ def frexp(x):
     """
     if not isinstance(x, _Tracer):
         return _xp(x).frexp(x)
-    x = _float_operand(_np.frexp, x)
+    x = _float_operand(x)
     exponent = _ew.frexp_exponent(x)
     return _ew.ldexp(x, _ew.negative(exponent)), exponent
 
@@ -107,7 +108,7 @@ def modf(x):
     """
     if not isinstance(x, _Tracer):
         return _xp(x).modf(x)
-    x = _float_operand(_np.modf, x)
+    x = _float_operand(x)
     integral = _ew.trunc(x)
     # inf - trunc(inf) is nan; NumPy's fractional part of +-inf is +-0
     finite_part = _ew.where(_ew.isinf(x), 0.0, x)
