@@ -153,3 +153,14 @@ class NonFiniteError(FgradError, FloatingPointError):
     The message names the primitive, the pass (forward or reverse), the line of
     user code that recorded the equation and the input shapes.
     """
+
+
+class NumpyArgumentError(FgradError, ValueError):
+    """An `fgrad.numpy` function got arguments it cannot use together, or an
+    option that NumPy has and fgrad does not implement.
+
+    >>> fnp.clip(x, 0.0, 1.0, min=0.0)                  # doctest: +SKIP
+    NumpyArgumentError: clip: pass the bounds either as a_min/a_max or as min/max ...
+
+    Fix: follow the message; it names the argument and the values it accepts.
+    """

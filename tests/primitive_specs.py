@@ -831,3 +831,4 @@ SPECS["nanmean"] = axis_reduction(fnp.nanmean, np.nanmean)
 # -- fgrad.nn: its primitives and composites, in their own module ------------------------------
 import nn_specs  # noqa: E402,F401  (registers into SPECS)
 import linalg_specs  # noqa: E402,F401  (einsum, products, linalg, fft: fills SPECS)
+import numpy_gaps_specs  # noqa: E402,F401  (issue 3, second round: fills SPECS)
