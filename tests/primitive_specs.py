@@ -288,6 +288,32 @@ def _np_add_at(b, idx, v):
     return out
 
 
+@spec("scatter_min", "scatter_max")
+def _scatter_extremum(name):
+    # indices that may repeat a position; x's entries and the values all
+    # distinct, so no position has a tie (a kink finite differences cannot see)
+    which = "min" if name == "scatter_min" else "max"
+    ufunc = np.minimum if which == "min" else np.maximum
+
+    def build(d):
+        shape, idx = d
+        n = int(np.prod(shape))
+        v_shape = np.zeros(shape)[idx].shape
+        size = n + int(np.prod(v_shape))
+
+        def split(flat):
+            return flat[:n].reshape(shape), flat[n:].reshape(v_shape)
+
+        def ref(x, v):
+            out = x.copy()
+            ufunc.at(out, idx, v)
+            return out
+        return arrays((size,), spaced(-5, 5), unique=True).map(split).map(
+            lambda xv: Case(lambda x, v: getattr(fgrad.at(x)[idx], which)(v), xv, ref))
+    return shapes(min_dims=1, max_dims=2).flatmap(
+        lambda s: st.tuples(st.just(s), _index(s))).flatmap(build)
+
+
 @spec("set")
 def _set(name):
     def build(d):

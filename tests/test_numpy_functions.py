@@ -5,7 +5,7 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.errors import ImmutableArrayError, IndexUpdateError
+from fgrad.errors import ImmutableArrayError
 from fgrad.numpy._elementwise import safe_sqrt, xlogy
 from fgrad.numpy._reductions import vector_norm
 from fgrad.testing import check_grads
@@ -118,11 +118,46 @@ def test_nondifferentiable_functions_give_zero_derivative():
     assert fnp.allclose(x, x) and fnp.array_equal(x, x)
 
 
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_at_min_max_with_repeated_indices_split_ties_like_the_reductions(which):
+    # position 1 gets three values, two of them tied with each other, position 2
+    # one value tied with x; position 0 is untouched. The reference takes each
+    # position's extremum over x's entry and its values with fnp.min/fnp.max,
+    # whose derivative splits ties evenly.
+    idx = np.array([1, 1, 2, 1])
+    x = np.array([1.0, 5.0, 3.0])
+    v = np.array([4.0, 3.0, 3.0, 3.0]) if which == "min" else np.array(
+        [6.0, 7.0, 3.0, 7.0])
+    weights = np.array([1.0, 2.0, 3.0])
+    reduce = fnp.min if which == "min" else fnp.max
+
+    def at_update(x, v):
+        return getattr(fgrad.at(x)[idx], which)(v)
+
+    def per_position(x, v):
+        return fnp.stack([x[0], reduce(fnp.stack([x[1], v[0], v[1], v[3]])),
+                          reduce(fnp.stack([x[2], v[2]]))])
+
+    expected = x.copy()
+    (np.minimum if which == "min" else np.maximum).at(expected, idx, v)
+    np.testing.assert_array_equal(at_update(x, v), expected)
+    np.testing.assert_array_equal(per_position(x, v), expected)
+    loss = [lambda x, v, f=f: fnp.sum(f(x, v) * weights) for f in (at_update,
+                                                                    per_position)]
+    got, want = (fgrad.grad(f, argnums=(0, 1))(x, v) for f in loss)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    t = (np.array([0.3, -1.0, 2.0]), np.array([0.5, 1.5, -2.0, 0.25]))
+    np.testing.assert_allclose(fgrad.jvp(at_update, (x, v), t)[1],
+                               fgrad.jvp(per_position, (x, v), t)[1], rtol=1e-12)
+    batched = fgrad.vmap(fgrad.grad(loss[0], argnums=(0, 1)))(
+        np.stack([x, x]), np.stack([v, v]))
+    for g, w in zip(batched, want):
+        np.testing.assert_allclose(g, np.stack([w, w]), rtol=1e-12)
+
+
 # -- errors ----------------------------------------------------------------------------
 
-def test_at_min_refuses_repeated_indices():
-    with pytest.raises(IndexUpdateError, match="repeats a position"):
-        fgrad.at(np.zeros(3))[np.array([0, 0])].min(1.0)
 
 
 def test_in_place_assignment_names_at():
