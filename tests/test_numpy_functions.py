@@ -13,6 +13,25 @@ from fgrad.testing import check_grads
 
 # -- singular points ---------------------------------------------------------------
 
+@pytest.mark.parametrize("x", [
+    np.array([1.1, 0.0, 0.9, 1.2]),                    # one zero
+    np.array([0.0, 1.1, 0.0, 0.9]),                    # two
+    np.array([[0.0, 0.0, 1.1], [0.9, 0.0, 0.0]]),      # several, per row
+], ids=["one_zero", "two_zeros", "rows"])
+def test_prod_and_cumprod_derivatives_at_zeros_are_exact(x):
+    # to second order: with two zeros the gradient of prod is 0 but the Hessian
+    # is not (d2/dx_i dx_j of x_i x_j ... is the product of the others)
+    check_grads(lambda x: fnp.cumprod(x, axis=-1), (x,), order=2)
+    check_grads(lambda x: fnp.prod(x, axis=-1), (x,), order=2)
+    flat = np.ravel(x)
+    hess = fgrad.hessian(lambda x: fnp.prod(x))(flat)
+    for i in range(flat.size):
+        for j in range(flat.size):
+            others = np.delete(flat, [i, j]) if i != j else None
+            expected = np.prod(others) if i != j else 0.0
+            np.testing.assert_allclose(hess[i, j], expected, atol=1e-12)
+
+
 def test_sinc_derivatives_at_zero_are_exact():
     assert fgrad.grad(fnp.sinc)(0.0) == 0.0
     d2 = fgrad.grad(fgrad.grad(fnp.sinc))(0.0)
