@@ -136,10 +136,10 @@ class NNArgumentError(FgradError, ValueError):
 class LinalgDerivativeError(FgradError, NotImplementedError):
     """A linear-algebra derivative that is undefined or not implemented here.
 
-    >>> fgrad.grad(lambda a: fnp.linalg.svd(a)[1].sum())(np.ones((3, 2)))  # doctest: +SKIP
-    LinalgDerivativeError: svd with full_matrices=True has no derivative ...
-
-    Fix: follow the message (pass ``full_matrices=False``, use a real input, ...).
+    No built-in rule raises it today (the decompositions differentiate complex
+    and rectangular inputs); it is kept for user-defined linear-algebra
+    primitives, which should raise it with a message that says what to do
+    instead.
     """
 
 
