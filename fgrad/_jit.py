@@ -218,9 +218,10 @@ def _split_vjp_rule(ct, ans, needed, *args, split, residuals, name):
     return tuple(out)
 
 
-# recorded by reverse mode only; never bound, so it has no impl or abstract rule
+# recorded by reverse mode only, never bound: no impl, no abstract rule, and no
+# row in the dispatch table
 jit_forward_p = Primitive("jit_forward", None, None, multiple_results=True,
-                          family="fgrad/_jit.py")
+                          family="fgrad/_jit.py", register=False)
 jit_forward_p.def_vjp_joint(_split_vjp_rule)
 
 
