@@ -150,10 +150,39 @@ checkpoint_p = _call_primitive("checkpoint")
 
 
 class _VJPSplit:
-    __slots__ = ("forward", "backward", "positions")
+    __slots__ = ("forward", "backward", "positions", "_seeded")
 
     def __init__(self, forward, backward, positions):
         self.forward, self.backward, self.positions = forward, backward, positions
+        self._seeded = {}
+
+    def seeded_backward(self, unit):
+        """The backward graph with the cotangents marked in ``unit`` fixed to 1.
+
+        ``grad`` seeds its sweep with a scalar one; as a literal the compiler
+        folds it through ``sum``'s broadcast and drops the multiplications by
+        it, as it does for ``jit(grad(f))``.
+        """
+        graph = self._seeded.get(unit)
+        if graph is None:
+            from .compile import _substituter
+            from .graph import Equation, Graph, Literal
+            n_res = len(self.backward.invars) - len(unit)
+            cts = self.backward.invars[n_res:]
+            subst = {v: Literal(np.ones((), v.aval.dtype)[()].item(), v.aval)
+                     for v, one in zip(cts, unit) if one}
+            read = _substituter(subst)
+            graph = Graph(self.backward.invars[:n_res] + [v for v in cts if v not in subst],
+                          [Equation(e.prim, [read(v) for v in e.invars], e.outvars, e.params)
+                           for e in self.backward.eqns],
+                          [read(v) for v in self.backward.outvars])
+            self._seeded[unit] = graph
+        return graph
+
+
+def _is_scalar_one(ct):
+    # grad's seed: a concrete 0-d one (checking costs nothing at that size)
+    return not isinstance(ct, Tracer) and getattr(ct, "shape", None) == () and ct == 1
 
 
 def _vjp_split(graph, needed):
@@ -184,18 +213,31 @@ def _vjp_split(graph, needed):
         # compiled for the backend of the arrays it runs on
         staged = eliminate_dead_code(inline_calls(staged))
     ct_vars = staged.invars[n_args:]
-    dependent = set(ct_vars)
-    forward_eqns, backward_eqns = [], []
+    # The forward half is what the outputs (and effects) need; everything else,
+    # including values that do not depend on the cotangents but only feed the
+    # backward half (cos(x) for sin's rule), waits for the sweep, so it is not
+    # kept alive in between.
+    from .compile import _effectful
+    on_cts = set(ct_vars)              # what depends on the cotangents (a tap's callback)
     for eqn in staged.eqns:
-        if any(type(v) is Var and v in dependent for v in eqn.invars):
-            dependent.update(eqn.outvars)
-            backward_eqns.append(eqn)
-        else:
-            forward_eqns.append(eqn)
+        if any(type(v) is Var and v in on_cts for v in eqn.invars):
+            on_cts.update(eqn.outvars)
+    needed_vars = {v for v in staged.outvars[:n_out] if type(v) is Var}
+    in_forward = set()
+    for eqn in reversed(staged.eqns):
+        if eqn.outvars and eqn.outvars[0] in on_cts or \
+                any(type(v) is Var and v in on_cts for v in eqn.invars):
+            continue
+        if _effectful(eqn.prim) or any(v in needed_vars for v in eqn.outvars):
+            in_forward.add(id(eqn))
+            needed_vars.update(v for v in eqn.invars if type(v) is Var)
+    forward_eqns = [e for e in staged.eqns if id(e) in in_forward]
+    backward_eqns = [e for e in staged.eqns if id(e) not in in_forward]
+    computed_later = {v for e in backward_eqns for v in e.outvars} | set(ct_vars)
     ct_outs = staged.outvars[n_out:]
     residuals = {}
     for v in [v for e in backward_eqns for v in e.invars] + list(ct_outs):
-        if type(v) is Var and v not in dependent:
+        if type(v) is Var and v not in computed_later:
             residuals[v] = None
     residuals = list(residuals)
     split = _VJPSplit(Graph(staged.invars[:n_args], forward_eqns,
@@ -211,7 +253,13 @@ def _split_vjp_rule(ct, ans, needed, *args, split, residuals, name):
     # a Python number given as a cotangent becomes the array the graph expects
     cts = [array_module(a).asarray(c, dtype=a.dtype) if type(c) in _PY_SCALARS else c
            for c, a in zip(cts, ans)]
-    arg_cts = jit_call_p.bind(*residuals, *cts, graph=split.backward, name=name)
+    unit = tuple(_is_scalar_one(c) for c in cts)
+    graph = split.seeded_backward(unit) if any(unit) else split.backward
+    inputs = list(residuals) + [c for c, one in zip(cts, unit) if not one]
+    if inputs:
+        arg_cts = jit_call_p.bind(*inputs, graph=graph, name=name)
+    else:       # a constant gradient: on the backend of the outputs
+        arg_cts = compiled_for(graph, array_module(*ans))()
     out = [None] * len(args)
     for i, c in zip(split.positions, arg_cts):
         out[i] = c

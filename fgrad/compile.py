@@ -123,10 +123,18 @@ def fold_constants(graph, xp=np):
             else:
                 outs = out if prim.multiple_results else (out,)
                 for var, value in zip(eqn.outvars, outs):
-                    subst[var] = Literal(value, var.aval)
+                    subst[var] = Literal(_on_backend(xp, value), var.aval)
                 continue
         eqns.append(Equation(prim, invars, eqn.outvars, eqn.params))
     return _rebuild(graph, eqns, subst)
+
+
+def _on_backend(xp, value):
+    # a constant computed from Python numbers comes out of NumPy; the compiled
+    # code of a device backend needs it on the device
+    if xp is not np and isinstance(value, np.ndarray):
+        return xp.asarray(value)
+    return value
 
 
 def _dummy(xp, aval):
@@ -435,7 +443,9 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
         n = const_names.get(key)
         if n is None:
             n = const_names[key] = fresh_name("c")
-            namespace[n] = value
+            # a host array the function closed over goes to the device once,
+            # here, as JAX moves NumPy constants (eagerly, mixing is an error)
+            namespace[n] = _on_backend(xp, value)
         return n
 
     def ufunc_operands(eqn, ufunc):

@@ -193,3 +193,21 @@ def test_scipy_module_without_a_counterpart_says_what_to_do():
     with pytest.raises(NotImplementedError, match=r"no SciPy counterpart registered.*"
                                                   r"device_put\(x, 'cpu'\)"):
         scipy_module(types.SimpleNamespace(__name__="fakexp"), "special")
+
+
+def test_jit_moves_a_host_constant_to_the_device(device):
+    # eagerly, mixing a NumPy mask with device data is an error (CuPy's rule);
+    # under jit the constant is part of the program and goes to the device once
+    x = to_standin(np.linspace(-1, 1, 6))
+    mask = np.array([True, False, True, False, True, False])
+
+    def f(x):
+        return fnp.sum(fnp.where(mask, x, 0.0) * 2)
+    with pytest.raises(BackendMismatchError):
+        f(x)
+    want = 2.0 * mask
+    for g in (fgrad.jit(fgrad.grad(f)), fgrad.grad(fgrad.jit(f))):
+        out = g(x)
+        assert type(out) is StandInArray
+        np.testing.assert_array_equal(to_numpy(out), want)
+    assert type(fgrad.jit(f)(x)) is StandInArray
