@@ -1,4 +1,4 @@
-"""debug_nans in forward mode (jvp, linearize, jacfwd, hessian).
+"""debug_nans in forward mode and inside ``fgrad.lax`` control flow.
 
 Each test reads the message: the primitive, the pass, the line of this file
 that recorded the equation (found by a ``# marker`` comment) and the input
@@ -138,3 +138,155 @@ def test_forward_mode_leaves_finite_programs_alone():
                fgrad.hessian(f)(x), fgrad.linearize(f, x)[1](x)]
     for a, b in zip(got, expected):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b))
+
+
+# ---------------------------------------------------------------------------
+# Inside lax.cond / switch / scan / fori_loop / while_loop
+# ---------------------------------------------------------------------------
+
+from fgrad import lax  # noqa: E402
+
+
+def _scan_log(x):
+    def body(carry, xi):
+        return carry + fnp.log(xi - 1.0), None           # scan-log
+    return lax.scan(body, 0.0, x)[0]
+
+
+def _fori_log(x):
+    return fnp.sum(lax.fori_loop(0, 2, lambda i, v: v * fnp.log(x), x))  # fori-log
+
+
+def _while_sqrt(x):
+    def body(state):
+        i, v = state
+        return i + 1, fnp.sqrt(v - 2.0)                  # while-sqrt
+    return fnp.sum(lax.while_loop(lambda s: s[0] < 2, body, (0, x))[1])
+
+
+def _cond_log(x):
+    def yes(x):
+        return fnp.sum(fnp.log(x - 1.0))                 # cond-log
+    return lax.cond(fnp.sum(x) > 0, yes, fnp.sum, x)
+
+
+def _switch_log(x):
+    def second(x):
+        return fnp.sum(fnp.log(x - 1.0))                 # switch-log
+    return lax.switch(fnp.argmax(x), [fnp.sum, fnp.sum, second], x)
+
+
+def _scan_sqrt(x):
+    def body(carry, xi):
+        return carry + fnp.sqrt(xi * 1.0), None          # scan-sqrt
+    return lax.scan(body, 0.0, x)[0]
+
+
+def _cond_sqrt(x):
+    def yes(x):
+        return fnp.sum(fnp.sqrt(x))                      # cond-sqrt
+    return lax.cond(fnp.sum(x) > 0, yes, fnp.sum, x)
+
+
+def _scan_where(x):
+    def body(carry, xi):
+        return carry + fnp.where(xi > 0, fnp.sqrt(xi), 0.0), None   # scan-where
+    return lax.scan(body, 0.0, x)[0]
+
+
+def _jvp_of(f):
+    return lambda x: fgrad.jvp(f, (x,), (np.ones_like(x),))
+
+
+# eager lax under grad and jvp; staged lax under jit, inside and outside grad
+CONTROL = {
+    "grad": fgrad.grad,
+    "jvp": _jvp_of,
+    "jit": fgrad.jit,
+    "jit(grad)": lambda f: fgrad.jit(fgrad.grad(f)),
+    "grad(jit)": lambda f: fgrad.grad(fgrad.jit(f)),
+    "jit(jvp)": lambda f: fgrad.jit(_jvp_of(f)),
+}
+FORWARD_NANS = {"scan": (_scan_log, "log", "scan-log"),
+                "fori_loop": (_fori_log, "log", "fori-log"),
+                "while_loop": (_while_sqrt, "sqrt", "while-sqrt"),
+                "cond": (_cond_log, "log", "cond-log"),
+                "switch": (_switch_log, "log", "switch-log")}
+XC = np.array([0.0, 1.0, 4.0])
+
+
+@pytest.mark.parametrize("transform", sorted(CONTROL))
+@pytest.mark.parametrize("construct", sorted(FORWARD_NANS))
+def test_a_nan_inside_a_body_is_blamed_on_the_line_inside_it(construct, transform):
+    if construct == "while_loop" and transform == "jit(grad)":
+        pytest.skip("a staged while_loop has no reverse mode")
+    f, prim, marker = FORWARD_NANS[construct]
+    message = _raises(CONTROL[transform](f), XC)
+    assert f"the forward pass of '{prim}' produced" in message
+    assert _line(marker) in message
+    assert "input shapes: f64[" in message
+
+
+REVERSE_NANS = {"scan": (_scan_sqrt, "scan-sqrt"), "cond": (_cond_sqrt, "cond-sqrt")}
+
+
+@pytest.mark.parametrize("transform", ["grad", "jit(grad)", "grad(jit)", "jacrev(jit)"])
+@pytest.mark.parametrize("construct", sorted(REVERSE_NANS))
+def test_a_reverse_nan_inside_a_body_is_blamed_on_the_line_inside_it(construct,
+                                                                       transform):
+    f, marker = REVERSE_NANS[construct]
+    assert np.isfinite(f(XC))
+    transforms = dict(CONTROL, **{"jacrev(jit)": lambda f: fgrad.jacrev(fgrad.jit(f))})
+    message = _raises(transforms[transform](f), XC)
+    assert "the reverse pass of 'sqrt' produced inf" in message
+    assert _line(marker) in message
+
+
+@pytest.mark.parametrize("transform", ["jvp", "jit(jvp)"])
+@pytest.mark.parametrize("construct", sorted(REVERSE_NANS))
+def test_a_tangent_nan_inside_a_body_is_blamed_on_the_line_inside_it(construct,
+                                                                       transform):
+    f, marker = REVERSE_NANS[construct]
+    message = _raises(CONTROL[transform](f), XC)
+    assert "the tangent pass of 'sqrt' produced inf" in message
+    assert _line(marker) in message
+
+
+@pytest.mark.parametrize("transform", ["grad", "jit(grad)", "grad(jit)"])
+def test_the_where_trap_is_recognised_inside_a_scan_body(transform):
+    message = _raises(CONTROL[transform](_scan_where), XC)
+    assert "the reverse pass of 'sqrt' produced nan" in message
+    assert _line("scan-where") in message and "`where` trap" in message
+
+
+@pytest.mark.parametrize("transform", sorted(CONTROL))
+def test_control_flow_lets_nans_through_when_off(transform):
+    for construct, (f, _, _) in sorted(FORWARD_NANS.items()):
+        if construct == "while_loop" and transform in ("jit(grad)", "grad(jit)"):
+            continue                # a staged while_loop has no reverse mode
+        result = CONTROL[transform](f)(XC)
+        leaves = fgrad.tree.tree_flatten(result)[0]
+        assert not all(np.isfinite(leaf).all() for leaf in leaves), construct
+
+
+def test_control_flow_under_debug_nans_computes_what_it_computes_off():
+    x = np.array([0.5, 2.0, 3.0])
+
+    def f(x):
+        def body(carry, xi):
+            return carry * fnp.cos(xi) + fnp.sin(carry), carry * xi
+        carry, ys = lax.scan(body, 1.0, x)
+        y = lax.cond(carry > 0, fnp.exp, fnp.tanh, carry)
+        return y + fnp.sum(ys) + _fori_log(x + 1.0)
+
+    def g(x):
+        return f(x) + _while_sqrt(x + 20.0)
+    cases = [(fgrad.jit, g), (lambda f: fgrad.jit(_jvp_of(f)), g),
+             (lambda f: fgrad.jit(fgrad.grad(f)), f),
+             (lambda f: fgrad.grad(fgrad.jit(f)), f)]
+    expected = [t(fun)(x) for t, fun in cases]
+    with fgrad.debug_nans():
+        got = [t(fun)(x) for t, fun in cases]
+    for a, b in zip(got, expected):
+        for u, v in zip(fgrad.tree.tree_flatten(a)[0], fgrad.tree.tree_flatten(b)[0]):
+            np.testing.assert_allclose(u, v)
