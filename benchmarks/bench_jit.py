@@ -50,6 +50,11 @@ def jit_chain_workload() -> Workload:
         g = _jit_grad(p, chain_function(p.np))
         return lambda: g(x)
 
+    def fgrad_eager(p):
+        # the same gradient without jit, timed in the same run: the speed-up of jit
+        g = p.module.grad(chain_function(p.np))
+        return lambda: g(x)
+
     def autograd_(p):
         g = p.module.grad(chain_function(p.np))
         return lambda: g(x)
@@ -67,7 +72,8 @@ def jit_chain_workload() -> Workload:
         "jit-chain",
         f"jit(grad) of the {CHAIN_OPS}-op elementwise chain on {CHAIN_SIZE} elements "
         "(autograd, torch: eager)",
-        floor, {"fgrad": fgrad_, "autograd": autograd_, "jax": jax_, "torch": torch_})
+        floor, {"fgrad": fgrad_, "fgrad-eager": fgrad_eager, "autograd": autograd_,
+                "jax": jax_, "torch": torch_})
 
 
 # --- MLP at batch 8 -------------------------------------------------------------------
@@ -196,6 +202,11 @@ def jit_elementwise_workload() -> Workload:
         g = _jit_grad(p, elementwise_function(p.np))
         return lambda: g(x)
 
+    def fgrad_eager(p):
+        # eager grad in the same run: jit's buffer reuse is measured against it
+        g = p.module.grad(elementwise_function(p.np))
+        return lambda: g(x)
+
     def autograd_(p):
         g = p.module.grad(elementwise_function(p.np))
         return lambda: g(x)
@@ -213,7 +224,8 @@ def jit_elementwise_workload() -> Workload:
         "jit-elem",
         f"jit(grad) of sum(sin(x)*exp(-x*x/4) + x**2) on {ELEMENTWISE_SIZE:.0e} elements; "
         "memory = tracemalloc peak / x.nbytes",
-        floor, {"fgrad": fgrad_, "autograd": autograd_, "jax": jax_, "torch": torch_},
+        floor, {"fgrad": fgrad_, "fgrad-eager": fgrad_eager, "autograd": autograd_,
+                "jax": jax_, "torch": torch_},
         input_nbytes=x.nbytes)
 
 

@@ -111,14 +111,16 @@ def time_call(fn: Callable[[], Any], settings: Settings) -> Timing:
     return Timing(median, spread, n, settings.repeats)
 
 
-def peak_memory(fn: Callable[[], Any]) -> int:
-    """Peak bytes allocated (as tracemalloc sees them) during one call of `fn`.
+def peak_memory(fn: Callable[[], Any]) -> tuple[int, int]:
+    """``(peak, result)``: peak bytes allocated during one call of `fn` (as
+    tracemalloc sees them) and the bytes of the arrays it returned.
 
     NumPy reports its array buffers to tracemalloc, so for NumPy-based libraries
     this covers the arrays (forward values kept for the backward pass, cotangents,
     temporaries) plus the Python objects of the tape.  JAX and torch allocate
     outside it; the runner does not call this for them.  The returned result is
-    still alive at the peak, so a gradient counts its own output (1x the input).
+    alive at the peak, so the peak counts it; ``peak - result`` is the working
+    memory the computation needed besides its answer.
     One untraced call first, so one-off caches are not charged to the workload.
     """
     fn()
@@ -131,8 +133,9 @@ def peak_memory(fn: Callable[[], Any]) -> int:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    result_bytes = sum(leaf.nbytes for leaf in to_leaves(result))
     del result
-    return max(peak - base, 0)
+    return max(peak - base, 0), result_bytes
 
 
 # --- comparing results across libraries ------------------------------------------

@@ -76,8 +76,9 @@ def fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-COLUMNS = (("workload", 12), ("library", 9), ("time/call", 10), ("spread", 7),
-           ("vs floor", 9), ("peak mem", 9), ("mem/input", 9), ("note", 0))
+COLUMNS = (("workload", 12), ("library", 11), ("time/call", 10), ("spread", 7),
+           ("vs floor", 9), ("peak mem", 9), ("mem/input", 9),
+           ("work/input", 10), ("note", 0))
 
 
 def row(*cells) -> str:
@@ -101,7 +102,7 @@ def measure(workload, lib: str, fn, floor_result, floor_time: Timing | None, pee
     except Exception as exc:  # noqa: BLE001 - one library failing must not stop the table
         warnings.append(f"{workload.name} / {lib}: {type(exc).__name__}: {exc}\n"
                         + "".join(traceback.format_exception(exc)[-3:]).rstrip())
-        return row(workload.name, lib, "-", "", "", "", "", f"error: {type(exc).__name__}"), None
+        return row(workload.name, lib, "-", "", "", "", "", "", f"error: {type(exc).__name__}"), None
     if floor_result is not None:
         mismatch = compare(result, floor_result)
         if mismatch:
@@ -112,15 +113,25 @@ def measure(workload, lib: str, fn, floor_result, floor_time: Timing | None, pee
     timing = time_call(fn, settings)
     # The floor row passes floor_time=None and is 1.00x by definition.
     ratio = fmt_ratio(timing.seconds / floor_time.seconds) if floor_time else "1.00x"
-    mem = mem_ratio = ""
+    mem = mem_ratio = work_ratio = ""
     if workload.input_nbytes:
         if peer.numpy_based:
-            peak = peak_memory(fn)
-            mem, mem_ratio = fmt_bytes(peak), f"{peak / workload.input_nbytes:.2f}x"
+            peak, result_bytes = peak_memory(fn)
+            mem = fmt_bytes(peak)
+            mem_ratio = f"{peak / workload.input_nbytes:.2f}x"
+            work_ratio = f"{(peak - result_bytes) / workload.input_nbytes:.2f}x"
         else:
             mem = "n/a"  # allocates outside NumPy; tracemalloc cannot see it
     return (row(workload.name, lib, fmt_time(timing.seconds), f"±{timing.spread * 50:.0f}%",
-                ratio, mem, mem_ratio, note), timing)
+                ratio, mem, mem_ratio, work_ratio, note), timing)
+
+
+def _rows(builders):
+    """(row label, builder) in library order; variants follow their library's row."""
+    def rank(label):
+        lib = label.split("-")[0]
+        return (ORDER.index(lib) if lib in ORDER else len(ORDER), label != lib)
+    return sorted(builders.items(), key=lambda item: rank(item[0]))
 
 
 def run_workload(workload, peers, settings: Settings, warnings: list[str]) -> None:
@@ -130,17 +141,17 @@ def run_workload(workload, peers, settings: Settings, warnings: list[str]) -> No
     print(line, flush=True)
     if floor_time is None:
         return  # the floor itself failed: there is nothing to take ratios against
-    for lib in ORDER[1:]:
-        peer = peers.get(lib)
-        builder = workload.builders.get(lib)
-        if peer is None or not peer.available or builder is None:
+    for lib, builder in _rows(workload.builders):
+        # "fgrad-eager" is a second fgrad row: the part before '-' names the library
+        peer = peers.get(lib.split("-")[0])
+        if peer is None or not peer.available:
             continue
         try:
             fn = builder(peer)
         except Exception as exc:  # noqa: BLE001
             warnings.append(f"{workload.name} / {lib}: building the callable failed: "
                             f"{type(exc).__name__}: {exc}")
-            print(row(workload.name, lib, "-", "", "", "", "", f"error: {type(exc).__name__}"),
+            print(row(workload.name, lib, "-", "", "", "", "", "", f"error: {type(exc).__name__}"),
                   flush=True)
             continue
         line, _ = measure(workload, lib, fn, floor_result, floor_time, peer, settings, warnings)

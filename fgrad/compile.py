@@ -152,6 +152,48 @@ def _is_zero_literal(v):
         return False
 
 
+def _is_one_literal(v):
+    # exact identities only: 1 * x == x bit for bit for real floats and ints
+    # (not complex: (1+0j) * (inf+0j) has a NaN imaginary part)
+    if type(v) is not Literal or v.aval.dtype.kind not in "fiu":
+        return False
+    value = v.value
+    if isinstance(value, (bool, int, float)):
+        return value == 1
+    try:
+        return getattr(value, "size", 0) > 0 and bool((value == 1).all())
+    except Exception:
+        return False
+
+
+def _unit_rules():
+    # Multiplying or dividing by one returns the other operand unchanged; this is
+    # what a reverse sweep seeded with ones (the cotangent of ``sum``) is full of.
+    from .primitives import elementwise as ew
+
+    def same(v, out):
+        return v.aval.shape == out.aval.shape and v.aval.dtype == out.aval.dtype
+
+    def multiply(invars, ones, out):
+        a, b = invars
+        if ones[0] and type(b) is Var and same(b, out):
+            return b
+        if ones[1] and type(a) is Var and same(a, out):
+            return a
+        return None
+
+    def divide(invars, ones, out):
+        a = invars[0]
+        return a if ones[1] and type(a) is Var and same(a, out) else None
+
+    return {ew.multiply_p: multiply, ew.divide_p: divide}
+
+
+@functools.lru_cache(maxsize=None)
+def _unit_rule_table():
+    return _unit_rules()
+
+
 def _zero_rules():
     # The arithmetic a zero operand makes trivial. Keyed by primitive: this is
     # the compiler's algebra, the one place that knows these primitives' values.
@@ -200,12 +242,14 @@ def _zero_rule_table():
 
 
 def propagate_zeros(graph, xp=np):
-    """Short-circuit arithmetic on known zeros (after `fold_constants`).
+    """Short-circuit arithmetic on known zeros and ones (after `fold_constants`).
+
+    ``x * 0`` is a symbolic zero and ``x * 1`` and ``x / 1`` are ``x``.
 
     A zero that survives into an equation with no rule, or into an output, is
     materialised once, at compile time, as a constant.
     """
-    rules = _zero_rule_table()
+    rules, unit_rules = _zero_rule_table(), _unit_rule_table()
     eqns, subst = [], {}
     read = _substituter(subst)
     zero_of = {}
@@ -227,6 +271,14 @@ def propagate_zeros(graph, xp=np):
                 if result is not None:
                     out = eqn.outvars[0]
                     subst[out] = zero_literal(out.aval) if result == "zero" else result
+                    continue
+        unit_rule = unit_rules.get(eqn.prim)
+        if unit_rule is not None:
+            ones = [_is_one_literal(v) for v in invars]
+            if any(ones):
+                result = unit_rule(invars, ones, eqn.outvars[0])
+                if result is not None:
+                    subst[eqn.outvars[0]] = result
                     continue
         eqns.append(Equation(eqn.prim, invars, eqn.outvars, eqn.params))
     return _rebuild(graph, eqns, subst)
@@ -386,6 +438,38 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
             namespace[n] = value
         return n
 
+    def ufunc_operands(eqn, ufunc):
+        # A Python float in a ufunc call costs NumPy a scalar conversion per call
+        # (about 400 ns, as much as the arithmetic on a small array).  Where the
+        # ufunc computes in the output dtype D anyway (every operand of dtype D,
+        # a D loop exists), the literal is the same number as a 0-d D array, so
+        # it is converted once here.
+        dtype = np.dtype(eqn.outvars[0].aval.dtype)
+        np_ufunc = getattr(np, ufunc, None)
+        if (dtype.kind not in "fc" or not isinstance(np_ufunc, np.ufunc)
+                or f"{dtype.char * np_ufunc.nin}->{dtype.char}" not in np_ufunc.types
+                or any(type(v) is Var and np.dtype(v.aval.dtype) != dtype
+                       for v in eqn.invars)):
+            return ", ".join(operand(v) for v in eqn.invars)
+        parts = []
+        for v in eqn.invars:
+            if type(v) is not Var and type(v.value) in (int, float) \
+                    and math.isfinite(v.value):
+                key = ("literal", v.value, dtype.str)
+                n = const_names.get(key)
+                if n is None:
+                    with np.errstate(over="ignore"):
+                        value = np.asarray(v.value, dtype=dtype)
+                    if not np.isfinite(value):      # too large for float32: keep
+                        parts.append(operand(v))    # NumPy's own handling
+                        continue
+                    n = const_names[key] = fresh_name("c")
+                    namespace[n] = xp.asarray(value)
+                parts.append(n)
+            else:
+                parts.append(operand(v))
+        return ", ".join(parts)
+
     fn_names = {}
 
     def _hashable_params(params):
@@ -458,7 +542,9 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
     reused = 0
     for k, eqn in enumerate(graph.eqns):
         fn = callee(eqn)
-        args = ", ".join(operand(v) for v in eqn.invars)
+        ufunc = getattr(eqn.prim, "ufunc_name", None)
+        args = ufunc_operands(eqn, ufunc) if ufunc and eqn.outvars \
+            else ", ".join(operand(v) for v in eqn.invars)
         out_kw = ""
         if reuse_buffers and _is_fresh_elementwise(eqn):
             out_aval = eqn.outvars[0].aval
@@ -468,7 +554,7 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
                     if (group_last[root] == k and root not in foreign
                             and v.aval.shape == out_aval.shape
                             and v.aval.dtype == out_aval.dtype):
-                        out_kw = f", out={names[v]}"
+                        out_kw = names[v]
                         reused += 1
                         break
         outs = [var_name(v) for v in eqn.outvars]
@@ -477,7 +563,12 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
         else:
             target = ", ".join(outs) + ("," if eqn.prim.multiple_results and
                                         len(outs) == 1 else "")
-            lines.append(f"    {target} = {fn}({args}{out_kw})")
+            if out_kw and xp is np:
+                # NumPy parses a positional output faster than out=; the comment
+                # keeps the listing readable
+                lines.append(f"    {target} = {fn}({args}, {out_kw})  # out={out_kw}")
+            else:
+                lines.append(f"    {target} = {fn}({args}{', out=' + out_kw if out_kw else ''})")
         dead = [names[v] for v in dying.get(k, ()) if v in names]
         if dead:
             lines.append(f"    del {', '.join(dead)}")

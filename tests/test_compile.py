@@ -1,5 +1,6 @@
 """The compiler passes: what each one removes or rewrites, and buffer reuse."""
 import numpy as np
+import pytest
 
 import fgrad
 import fgrad.numpy as fnp
@@ -88,6 +89,44 @@ def test_buffer_reuse_writes_into_dying_intermediates_only():
     assert "out=a0" not in source
     assert source.count("out=") == 3        # multiply, exp and add reuse sin's buffer
     np.testing.assert_allclose(f_jit(x), np.exp(np.sin(x) * 2.0) + 1.0)
+
+
+def test_multiplying_by_ones_is_dropped_but_not_for_complex():
+    # grad of a sum seeds the sweep with ones: no equation should multiply by them
+    def f(x):
+        return fnp.sum(fnp.sin(x) * fnp.exp(x))
+    x = np.linspace(-1, 1, 5)
+    opt = C.optimize(fgrad.make_graph(fgrad.grad(f))(x))
+    for eqn in opt.eqns:
+        assert not any(C._is_one_literal(v) for v in eqn.invars), eqn
+    np.testing.assert_allclose(fgrad.jit(fgrad.grad(f))(x), fgrad.grad(f)(x), rtol=1e-15)
+    ones = Literal(np.ones(3, np.complex128), fgrad.core.ShapedArray((3,), np.complex128))
+    assert not C._is_one_literal(ones)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
+def test_python_scalars_become_constants_of_the_ufunc_dtype(dtype):
+    # converted once at compile time, they give the bits NumPy's own handling of
+    # a Python scalar gives (NEP 50: the scalar takes the array's dtype)
+    def f(x):
+        return (x * 1.01 + 0.1) / 3 - 2 ** 0.5
+    x = (np.linspace(-1, 1, 7) + (0.5j if dtype is np.complex64 else 0)).astype(dtype)
+    f_jit = fgrad.jit(f)
+    source = f_jit.lower(x).source
+    assert "1.01" not in source and "0.1" not in source, source
+    out = f_jit(x)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out, f(x))
+
+
+def test_python_scalars_stay_literals_where_the_dtype_would_change():
+    def f(i, x):
+        return i * 1.5 + x * 1e300     # int input promotes; 1e300 overflows float32
+    i, x = np.arange(3), np.ones(3, np.float32)
+    f_jit = fgrad.jit(f)
+    assert "1.5" in f_jit.lower(i, x).source and "1e+300" in f_jit.lower(i, x).source
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(f_jit(i, x), f(i, x))
 
 
 def test_buffer_reuse_never_writes_into_a_live_value_or_a_view():
