@@ -209,10 +209,11 @@ def test_a_constant_array_is_an_input_unless_it_holds_one_value():
     c = np.linspace(0, 1, 6)
     kernel = only_kernel(fused(lambda x: fnp.sin(x) * c + 1.0, X))
     assert kernel.in_params == "float64 in0, float64 in1"
-    ones = np.ones(6)
-    kernel = only_kernel(fused(lambda x: fnp.sin(x) * ones + 1.0, X))
+    # not ones: the compiler drops a multiplication by one altogether
+    twos = np.full(6, 2.0)
+    kernel = only_kernel(fused(lambda x: fnp.sin(x) * twos + 1.0, X))
     assert kernel.in_params == "float64 in0"
-    assert "((double)1.0) * " in kernel.operation or " * ((double)1.0)" in kernel.operation
+    assert "((double)2.0) * " in kernel.operation or " * ((double)2.0)" in kernel.operation
 
 
 def test_the_kernel_name_is_a_digest_of_its_source():
