@@ -26,7 +26,7 @@ import numpy as np
 
 from .backend import array_module, backend_name
 from .core import Primitive, Tracer, Zero, get_aval, nans_enabled
-from .compile import compile_graph, gc_paused, optimize
+from .compile import compile_graph, eliminate_dead_code, gc_paused, inline_calls, optimize
 from .errors import ArgnumError, InvalidInputError, StaticArgumentError, TraceLimitError
 from .interpreters.staging import eval_graph, shaped, stage
 from .tree import tree_flatten, tree_unflatten
@@ -132,6 +132,128 @@ def _call_primitive(name):
 
 jit_call_p = _call_primitive("jit_call")
 checkpoint_p = _call_primitive("checkpoint")
+
+# ---------------------------------------------------------------------------
+# grad of a jitted function: compiled forward with residuals, compiled backward
+# ---------------------------------------------------------------------------
+#
+# Under a first-order grad (a ReverseTrace over concrete arrays) a jitted call
+# is not recorded as `jit_call`, whose VJP would evaluate the graph again,
+# eagerly. Its VJP is staged once, as one graph of (inputs, output cotangents),
+# and cut in two by dependence on the cotangents: a forward graph that
+# computes the outputs and the residuals the other half reads, and a backward
+# graph from (residuals, cotangents) to input cotangents. The forward runs
+# now, compiled, exactly once (so its effects, debug.print included, happen
+# once); the sweep binds `jit_call` on the backward graph, which is compiled
+# for concrete cotangents and, being a call primitive, still batches and
+# differentiates when an outer transformation reaches it.
+
+
+class _VJPSplit:
+    __slots__ = ("forward", "backward", "positions")
+
+    def __init__(self, forward, backward, positions):
+        self.forward, self.backward, self.positions = forward, backward, positions
+
+
+def _vjp_split(graph, needed):
+    """The `_VJPSplit` of ``graph`` for this pattern of differentiated inputs."""
+    key = ("vjp split", needed)
+    split = graph._compiled.get(key)
+    if split is not None:
+        return split
+    from .api import vjp
+    from .graph import Graph, Var
+    positions = [i for i, n in enumerate(needed) if n]
+    n_args, n_out = len(graph.invars), len(graph.outvars)
+
+    def joint(*flat):
+        args, cts = flat[:n_args], flat[n_args:]
+
+        def partial_graph(*xs):
+            full = list(args)
+            for i, x in zip(positions, xs):
+                full[i] = x
+            return tuple(eval_graph(graph, full))
+        outs, pullback = vjp(partial_graph, *[args[i] for i in positions])
+        return list(outs) + list(pullback(tuple(cts)))
+
+    with gc_paused():
+        staged, _ = stage(joint, list(graph.in_avals) + list(graph.out_avals))
+        # only backend-free passes here: each half is optimised again when it is
+        # compiled for the backend of the arrays it runs on
+        staged = eliminate_dead_code(inline_calls(staged))
+    ct_vars = staged.invars[n_args:]
+    dependent = set(ct_vars)
+    forward_eqns, backward_eqns = [], []
+    for eqn in staged.eqns:
+        if any(type(v) is Var and v in dependent for v in eqn.invars):
+            dependent.update(eqn.outvars)
+            backward_eqns.append(eqn)
+        else:
+            forward_eqns.append(eqn)
+    ct_outs = staged.outvars[n_out:]
+    residuals = {}
+    for v in [v for e in backward_eqns for v in e.invars] + list(ct_outs):
+        if type(v) is Var and v not in dependent:
+            residuals[v] = None
+    residuals = list(residuals)
+    split = _VJPSplit(Graph(staged.invars[:n_args], forward_eqns,
+                            list(staged.outvars[:n_out]) + residuals),
+                      Graph(residuals + list(ct_vars), backward_eqns, ct_outs),
+                      positions)
+    graph._compiled[key] = split
+    return split
+
+
+def _split_vjp_rule(ct, ans, needed, *args, split, residuals, name):
+    cts = [_instantiate(c, a) for c, a in zip(ct, ans)]
+    # a Python number given as a cotangent becomes the array the graph expects
+    cts = [array_module(a).asarray(c, dtype=a.dtype) if type(c) in _PY_SCALARS else c
+           for c, a in zip(cts, ans)]
+    arg_cts = jit_call_p.bind(*residuals, *cts, graph=split.backward, name=name)
+    out = [None] * len(args)
+    for i, c in zip(split.positions, arg_cts):
+        out[i] = c
+    return tuple(out)
+
+
+# recorded by reverse mode only, never bound: no impl, no abstract rule, and no
+# row in the dispatch table
+jit_forward_p = Primitive("jit_forward", None, None, multiple_results=True,
+                          family="fgrad/_jit.py", register=False)
+jit_forward_p.def_vjp_joint(_split_vjp_rule)
+
+
+def _first_order_reverse_trace(leaves):
+    """The plain `ReverseTrace` all tracers among ``leaves`` belong to, if each
+    wraps a concrete array (no transformation beneath it); else None."""
+    from .interpreters.reverse import ReverseTrace, ReverseTracer
+    trace = None
+    for x in leaves:
+        if isinstance(x, Tracer):
+            if type(x) is not ReverseTracer or isinstance(x.primal, Tracer) \
+                    or (trace is not None and x._trace is not trace):
+                return None
+            trace = x._trace
+    if trace is None or type(trace) is not ReverseTrace or not trace.active:
+        return None
+    return trace
+
+
+def _bind_call(prim, leaves, graph, name, parallel):
+    """Bind ``prim`` (a jit call) on ``leaves``, some of them tracers."""
+    trace = _first_order_reverse_trace(leaves) if prim is jit_call_p else None
+    if trace is None:
+        return prim.bind(*leaves, graph=graph, name=name)
+    primals, in_nodes = trace._unwrap(leaves)
+    split = _vjp_split(graph, tuple(n is not None for n in in_nodes))
+    results = compiled_for(split.forward, array_module(*primals), parallel)(*primals)
+    n_out = len(graph.outvars)
+    outs, residuals = tuple(results[:n_out]), tuple(results[n_out:])
+    # the inputs are not kept: the backward graph reads only the residuals
+    return trace.record(jit_forward_p, in_nodes, [get_aval(p) for p in primals], outs,
+                        {"split": split, "residuals": residuals, "name": f"{name}_vjp"})
 
 # ---------------------------------------------------------------------------
 # Signatures
@@ -306,13 +428,14 @@ class JitFunction:
             if not captured and key is not None:
                 self._cache[key] = entry
             if captured or traced:
-                outs = self._prim.bind(*leaves, *captured, graph=entry.graph,
-                                       name=self.__name__)
+                outs = _bind_call(self._prim, leaves + list(captured), entry.graph,
+                                  self.__name__, self.parallel)
                 return tree_unflatten(entry.out_tree, list(outs))
         else:
             self._hits += 1
         if traced:
-            outs = self._prim.bind(*leaves, graph=entry.graph, name=self.__name__)
+            outs = _bind_call(self._prim, leaves, entry.graph, self.__name__,
+                              self.parallel)
             return tree_unflatten(entry.out_tree, list(outs))
         if debug:
             from ._nans import run_checked

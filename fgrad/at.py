@@ -46,45 +46,25 @@ class _IndexedUpdate:
     def min(self, value):
         """A copy of ``x`` with ``x[idx]`` replaced by ``minimum(x[idx], value)``.
 
-        Differentiable in ``x`` and ``value`` (ties split the derivative evenly).
-        Indices must not repeat.
+        A position the index repeats takes the minimum of all its values, as
+        ``numpy.minimum.at`` does. Differentiable in ``x`` and ``value``: the
+        derivative at a position is split evenly among ``x``'s entry and the
+        values that equal the result there (ties share, as in `fgrad.numpy.min`).
 
         >>> import numpy as np, fgrad
         >>> fgrad.at(np.array([1.0, 5.0]))[1].min(2.0)
         array([1., 2.])
+        >>> fgrad.at(np.array([1.0, 5.0]))[[1, 1]].min(np.array([4.0, 3.0]))
+        array([1., 3.])
         """
-        return self._extremum(value, "min")
+        return indexing.extremum_at(self._x, self._index, value, "min")
 
     def max(self, value):
-        """A copy of ``x`` with ``x[idx]`` replaced by ``maximum(x[idx], value)``.
+        """A copy of ``x`` with ``x[idx]`` replaced by ``maximum(x[idx], value)``
+        (repeated positions and derivatives as in `min`).
 
         >>> import numpy as np, fgrad
         >>> fgrad.at(np.array([1.0, 5.0]))[0].max(2.0)
         array([2., 5.])
         """
-        return self._extremum(value, "max")
-
-    def _extremum(self, value, which):
-        from .primitives import elementwise
-        _check_unique(self._index, which)
-        current = indexing.getitem(self._x, self._index)
-        combine = elementwise.minimum if which == "min" else elementwise.maximum
-        return indexing.set_at(self._x, self._index, combine(current, value))
-
-
-def _check_unique(index, which):
-    import numpy as np
-    from .core import full_lower
-    from .errors import IndexUpdateError
-    _, arrays = indexing.parse_index(index)
-    if not arrays:
-        return
-    columns = [np.ravel(c) for c in np.broadcast_arrays(*(np.asarray(full_lower(a))
-                                                          for a in arrays))]
-    keys = np.stack(columns, axis=1)
-    if len(np.unique(keys, axis=0)) < len(keys):
-        raise IndexUpdateError(
-            f"fgrad.at(x)[idx].{which}(v) got an index that repeats a position; "
-            f"repeated positions are not supported by .{which}. Remove the "
-            "duplicates (e.g. with numpy.unique), or combine the values for one "
-            f"position first with fgrad.numpy.{which}.")
+        return indexing.extremum_at(self._x, self._index, value, "max")

@@ -136,10 +136,10 @@ class NNArgumentError(FgradError, ValueError):
 class LinalgDerivativeError(FgradError, NotImplementedError):
     """A linear-algebra derivative that is undefined or not implemented here.
 
-    >>> fgrad.grad(lambda a: fnp.linalg.svd(a)[1].sum())(np.ones((3, 2)))  # doctest: +SKIP
-    LinalgDerivativeError: svd with full_matrices=True has no derivative ...
-
-    Fix: follow the message (pass ``full_matrices=False``, use a real input, ...).
+    No built-in rule raises it today (the decompositions differentiate complex
+    and rectangular inputs); it is kept for user-defined linear-algebra
+    primitives, which should raise it with a message that says what to do
+    instead.
     """
 
 
@@ -152,4 +152,15 @@ class NonFiniteError(FgradError, FloatingPointError):
 
     The message names the primitive, the pass (forward, tangent or reverse),
     the line of user code that recorded the equation and the input shapes.
+    """
+
+
+class NumpyArgumentError(FgradError, ValueError):
+    """An `fgrad.numpy` function got arguments it cannot use together, or an
+    option that NumPy has and fgrad does not implement.
+
+    >>> fnp.clip(x, 0.0, 1.0, min=0.0)                  # doctest: +SKIP
+    NumpyArgumentError: clip: pass the bounds either as a_min/a_max or as min/max ...
+
+    Fix: follow the message; it names the argument and the values it accepts.
     """

@@ -400,6 +400,25 @@ _elementwise_rules(fmod_p,
                     lambda ct, ans, x, y: -ct * trunc(x / y)],
                    reads=[set(), {0, 1}])
 
+# ldexp(x, n) = x * 2**n with integer n: linear in x, and exact, so the rule
+# is ldexp itself (scaling by a power of two never rounds)
+ldexp_p = _ufunc_primitive("ldexp")
+_elementwise_rules(ldexp_p,
+                   [lambda ct, ans, x, n: ldexp(ct, n), None],
+                   reads=[{1}, set()])
+
+
+def _frexp_exponent_impl(x):
+    return array_module(x).frexp(x)[1]
+
+
+# frexp's integer exponent, on its own: the mantissa is then ldexp(x, -exponent)
+frexp_exponent_p = Primitive(
+    "frexp_exponent", _frexp_exponent_impl,
+    lambda x: ShapedArray(x.shape, np.dtype(np.intc)),     # NumPy's, whatever x is
+    nondiff=True, family=FAMILY)
+frexp_exponent_p.batch = unary_batch_rule(frexp_exponent_p)
+
 # imag(x): the JVP is t -> imag(t) = re(-1j t), so the VJP is ct -> -1j ct.
 imag_p = _ufunc_primitive("imag")
 imag_p.def_vjp(lambda ct, ans, x: cast_like(ct * -1j, get_aval(x)), reads=[set()])
@@ -415,7 +434,9 @@ angle_p.def_jvp(lambda t, ans, x: imag(t / x))
 
 _NONDIFF_UFUNCS = (
     "floor", "ceil", "rint", "trunc", "signbit", "isnan", "isinf", "isfinite",
-    "logical_and", "logical_or", "logical_xor", "logical_not", "floor_divide")
+    "logical_and", "logical_or", "logical_xor", "logical_not", "floor_divide",
+    # integer-only bit operations (NumPy refuses floating-point operands)
+    "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift")
 for _name in _NONDIFF_UFUNCS:
     globals()[f"{_name}_p"] = _ufunc_primitive(_name, nondiff=True)
 
@@ -440,7 +461,8 @@ arcsin, arccos, arcsinh, arccosh, arctanh = map(
 exp2, log2, log10, cbrt = map(_binder, (exp2_p, log2_p, log10_p, cbrt_p))
 logaddexp, logaddexp2, arctan2, hypot, remainder, fmod = map(
     _binder, (logaddexp_p, logaddexp2_p, arctan2_p, hypot_p, remainder_p, fmod_p))
-imag, angle = map(_binder, (imag_p, angle_p))
+imag, angle, ldexp = map(_binder, (imag_p, angle_p, ldexp_p))
+frexp_exponent = _binder(frexp_exponent_p)
 for _name in _NONDIFF_UFUNCS:
     globals()[_name] = _binder(globals()[f"{_name}_p"])
 del _name

@@ -199,6 +199,73 @@ def add_at(x, index, v):
                            get_aval(x).shape)
 
 
+# -- scatter_min / scatter_max: x[idx] = minimum(x[idx], v), repeats combined ----
+#
+# Each position's derivative is split evenly among everything that attains its
+# extremum: x's own entry and every value sent there, as the max/min reductions
+# and maximum/minimum split ties.
+
+def _scatter_extremum_impl(name):
+    def impl(x, v, *idx, spec):
+        xp = array_module(x, v)
+        out = xp.array(x, copy=True)
+        # ufunc.at applies every repeated position in turn (cupy's too)
+        getattr(xp, name).at(out, _device_index(xp, spec, idx), v)
+        return out
+    return impl
+
+
+def _extremum_shares(ans, x, v, idx, spec):
+    """The shares of x's entries and of the values in each position's derivative."""
+    dtype = get_aval(ans).dtype
+    x_wins = convert_element_type(equal(x, ans), dtype)
+    v_wins = convert_element_type(equal(v, getitem_p.bind(ans, *idx, spec=spec)), dtype)
+    count = x_wins + scatter_add(v_wins, idx, spec, get_aval(x).shape)
+    return x_wins / count, v_wins / getitem_p.bind(count, *idx, spec=spec)
+
+
+def _scatter_extremum_vjp(ct, ans, needed, x, v, *idx, spec):
+    x_share, v_share = _extremum_shares(ans, x, v, idx, spec)
+    return ((ct * x_share if needed[0] else None),
+            # v may broadcast against x[idx] (batching pads it), as in set
+            (unbroadcast(getitem_p.bind(ct, *idx, spec=spec) * v_share, v)
+             if needed[1] else None)) + (None,) * len(idx)
+
+
+def _scatter_extremum_jvp(tangents, ans, x, v, *idx, spec):
+    tx, tv = tangents[0], tangents[1]
+    x_share, v_share = _extremum_shares(ans, x, v, idx, spec)
+    out = None if type(tx) is Zero else tx * x_share
+    if type(tv) is not Zero:
+        term = scatter_add(tv * v_share, idx, spec, get_aval(x).shape)
+        out = term if out is None else out + term
+    return out
+
+
+def _scatter_extremum(name):
+    prim = Primitive(f"scatter_{name[:3]}", _scatter_extremum_impl(name),
+                     _set_abstract, family=FAMILY)
+    prim.def_vjp_joint(_scatter_extremum_vjp)
+    prim.def_jvp_joint(_scatter_extremum_jvp)
+    return prim
+
+
+scatter_min_p = _scatter_extremum("minimum")
+scatter_max_p = _scatter_extremum("maximum")
+
+
+def extremum_at(x, index, v, which):
+    """A copy of ``x`` with ``x[index]`` replaced by its ``which`` ("min" or
+    "max") with ``v``; values sent to one position repeatedly all take part."""
+    from .base import result_dtype
+    prim = scatter_min_p if which == "min" else scatter_max_p
+    spec, arrays = parse_index(index)
+    dtype = result_dtype(np.minimum, [get_aval(x), get_aval(v)])
+    x, v = convert_element_type(x, dtype), convert_element_type(v, dtype)
+    target = _index_abstract(get_aval(x), *map(get_aval, arrays), spec=spec)
+    return prim.bind(x, broadcast_to(v, target.shape), *arrays, spec=spec)
+
+
 # -- batching rules ------------------------------------------------------------
 #
 # Unbatched indices: a full slice is prepended for the batch axis (moved to the
@@ -327,30 +394,36 @@ def _scatter_add_batch(args, dims, spec, shape):
     return scatter_add_p.bind(ct, *arrays, spec=new_spec, shape=(size,) + shape), 0
 
 
-def _set_batch(args, dims, spec):
-    from .batching import axis_size, batch_to_front
-    x, v, idx = args[0], args[1], args[2:]
-    dx, dv, idims = dims[0], dims[1], dims[2:]
-    size = axis_size(args, dims)
-    x_ndim = _unbatched(x, dx).ndim
-    g = _gathered_ndim(x, dx, idx, idims, spec)
-    x = batch_to_front(x, dx, size)
-    if all(d is None for d in idims):
-        position = _unbatched_index_position(spec, x_ndim, idx)
-        v = _to_gathered(v, dv, size, g, position)
-        return set_p.bind(x, v, *idx, spec=(_FULL,) + spec), 0
-    arrays, new_spec, perm = _batched_index(x, x_ndim, idx, idims, spec, size, g)
-    v = _to_gathered(v, dv, size, g, 0, perm)
-    return set_p.bind(x, v, *arrays, spec=new_spec), 0
+def _update_batch_rule(prim):
+    """Batching for a primitive ``prim(x, v, *idx, spec)`` writing ``v`` into
+    a copy of ``x`` at the index (set, scatter_min, scatter_max)."""
+    def rule(args, dims, spec):
+        from .batching import axis_size, batch_to_front
+        x, v, idx = args[0], args[1], args[2:]
+        dx, dv, idims = dims[0], dims[1], dims[2:]
+        size = axis_size(args, dims)
+        x_ndim = _unbatched(x, dx).ndim
+        g = _gathered_ndim(x, dx, idx, idims, spec)
+        x = batch_to_front(x, dx, size)
+        if all(d is None for d in idims):
+            position = _unbatched_index_position(spec, x_ndim, idx)
+            v = _to_gathered(v, dv, size, g, position)
+            return prim.bind(x, v, *idx, spec=(_FULL,) + spec), 0
+        arrays, new_spec, perm = _batched_index(x, x_ndim, idx, idims, spec, size, g)
+        v = _to_gathered(v, dv, size, g, 0, perm)
+        return prim.bind(x, v, *arrays, spec=new_spec), 0
+    return rule
 
 
 getitem_p.batch = _getitem_batch
 scatter_add_p.batch = _scatter_add_batch
-set_p.batch = _set_batch
+set_p.batch = _update_batch_rule(set_p)
+scatter_min_p.batch = _update_batch_rule(scatter_min_p)
+scatter_max_p.batch = _update_batch_rule(scatter_max_p)
 
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
 from .creation import zeros_like  # noqa: E402
-from .elementwise import convert_element_type, unbroadcast  # noqa: E402
+from .elementwise import convert_element_type, equal, unbroadcast  # noqa: E402
 from .shape import broadcast_to  # noqa: E402

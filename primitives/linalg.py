@@ -3,31 +3,41 @@
 Every rule is written with fgrad primitives (``solve``'s VJP solves again), so
 second derivatives work. Conventions:
 
-- Complex inputs follow JAX and autograd (the VJP is the transpose of the JVP,
-  no conjugation); ``solve``, ``inv``, ``det`` and ``pinv`` are holomorphic and
-  differentiate for complex inputs. The decompositions (``slogdet``,
-  ``cholesky``, ``qr``, ``eigh``, ``svd``) differentiate real inputs only and
-  raise `LinalgDerivativeError` for complex ones.
-- ``cholesky`` and ``eigh`` assume a symmetric input; the public wrappers in
-  `fgrad.numpy.linalg` symmetrize it first (as JAX does), so derivatives are
-  those of the function of ``(a + a.T) / 2``.
+- Complex inputs follow JAX and autograd (the VJP is the transpose of the JVP
+  under ``re(sum(a * b))``, no conjugation). ``solve``, ``inv``, ``det`` and
+  ``pinv`` are holomorphic; the decompositions are not, and their VJPs are the
+  transposes of JVPs written with conjugate transposes.
+- ``cholesky`` and ``eigh`` assume a Hermitian (real: symmetric) input; the
+  public wrappers in `fgrad.numpy.linalg` take ``(a + a^H) / 2`` first (as JAX
+  does), so derivatives are those of the function of that.
+- Complex eigenvectors and singular vectors are unique only up to a phase per
+  vector (real ones: a sign). The derivatives fix it as JAX does: ``v^H dv``
+  has a zero (eigh) or purely imaginary ``u^H du`` (svd) diagonal. LAPACK picks
+  its phase differently, so only phase-invariant functions (``|v|^2``,
+  ``v v^H``, ``u diag(s) vh``) have derivatives that match finite differences.
 - ``eigh`` and ``svd`` derivatives divide by differences of eigenvalues
   (squared singular values): they are infinite for degenerate spectra, where
   the eigenvectors themselves are not unique.
-- ``qr`` differentiates the reduced decomposition of tall or square matrices.
+- ``svd(full_matrices=True)`` of an m x n matrix, m != n: the extra columns of
+  ``u`` (rows of ``vh``) span the orthogonal complement but are otherwise
+  arbitrary. Their derivative is the minimal rotation that keeps them
+  orthogonal to the moving thin part (no rotation within the complement), so
+  the complement's projector ``u2 u2^H`` differentiates exactly.
+- ``qr`` of a wide matrix (m < n) differentiates through its first m columns:
+  ``a = [x | y]``, ``q r_x = x``, ``r = [r_x | q^H y]``.
 """
 import numpy as np
 from opt_einsum import get_symbol
 
 from fgrad.backend import array_module
 from fgrad.core import Primitive, ShapedArray, Zero, get_aval
-from fgrad.errors import LinalgDerivativeError
 
 from .base import dummy
 from .einsum import einsum, identity_like
-from .elementwise import cast_like, unbroadcast
+from .elementwise import cast_like, conj, imag, real, unbroadcast
+from .indexing import slice_axis
 from .products import matmul
-from .shape import expand_dims, swap_last_axes
+from .shape import concatenate, expand_dims, swap_last_axes
 
 FAMILY = "primitives/linalg.py"
 
@@ -38,6 +48,19 @@ FAMILY = "primitives/linalg.py"
 
 def _T(x):
     return swap_last_axes(x)
+
+
+def _is_complex(x):
+    return get_aval(x).dtype.kind == "c"
+
+
+def _conj(x):
+    return conj(x) if _is_complex(x) else x
+
+
+def _H(x):
+    """The conjugate transpose of the last two axes (the transpose for real x)."""
+    return _conj(_T(x))
 
 
 def _batch_letters(x, core):
@@ -78,15 +101,6 @@ def _real_dtype(dtype):
 
 def _is_zero(ct):
     return ct is None or type(ct) is Zero
-
-
-def _require_real(name, x):
-    if get_aval(x).dtype.kind == "c":
-        raise LinalgDerivativeError(
-            f"the derivative of {name} is implemented for real inputs only, got "
-            f"{get_aval(x)}: split the computation into real and imaginary parts, "
-            "or use a real-valued formulation (e.g. eigh of the real 2n x 2n "
-            "embedding of a Hermitian matrix).")
 
 
 def _square_abstract(name):
@@ -227,17 +241,26 @@ slogdet_p = Primitive("slogdet", _slogdet_impl, _slogdet_abstract,
                       multiple_results=True, family=FAMILY)
 
 
+# d log|det| = re(tr(a^-1 da)); for complex a the sign turns too:
+# d sign = sign * 1j * im(tr(a^-1 da)). Both are re-linear in tr, whose
+# transpose is ct -> ct * a^-T.
 def _slogdet_vjp(ct, ans, needed, a):
-    _require_real("slogdet", a)
-    ct_logdet = ct[1]
-    if _is_zero(ct_logdet):                  # the sign is locally constant
+    sign = ans[0]
+    ct_sign, ct_logdet = ct
+    scale = None if _is_zero(ct_logdet) else ct_logdet
+    if _is_complex(a) and not _is_zero(ct_sign):
+        term = 1j * imag(ct_sign * sign)
+        scale = term if scale is None else scale + term
+    if scale is None:                         # a real sign is locally constant
         return (None,)
-    return (cast_like(expand_dims(ct_logdet, (-2, -1)) * _T(inv(a)), get_aval(a)),)
+    return (cast_like(expand_dims(scale, (-2, -1)) * _T(inv(a)), get_aval(a)),)
 
 
 def _slogdet_jvp(tangents, ans, a):
-    _require_real("slogdet", a)
-    return Zero(get_aval(ans[0])), _trace(solve(a, tangents[0]))
+    tr = _trace(solve(a, tangents[0]))
+    if not _is_complex(a):
+        return Zero(get_aval(ans[0])), tr
+    return ans[0] * (1j * imag(tr)), real(tr)
 
 
 slogdet_p.def_vjp_joint(_slogdet_vjp)
@@ -269,17 +292,16 @@ def _phi(x):
 
 
 def _cholesky_vjp(ct, ans, a):
-    # Murray (2016), "Differentiation of the Cholesky decomposition":
-    # S = L^-T phi(L^T ct) L^-1, symmetrized since a is symmetric.
-    _require_real("cholesky", a)
-    lt = _T(ans)
-    s = _T(solve(lt, _T(solve(lt, _phi(matmul(lt, ct))))))
-    return cast_like(0.5 * (s + _T(s)), get_aval(a))
+    # Murray (2016), "Differentiation of the Cholesky decomposition", as the
+    # transpose of the JVP below: S = L^-T phi(L^T ct) conj(L)^-1, then
+    # projected onto Hermitian matrices (the input is assumed Hermitian).
+    y = solve(_T(ans), _phi(matmul(_T(ans), ct)))
+    s = _T(solve(_H(ans), _T(y)))
+    return cast_like(0.5 * (s + _H(s)), get_aval(a))
 
 
 def _cholesky_jvp(t, ans, a):
-    _require_real("cholesky", a)
-    inner = _T(solve(ans, _T(solve(ans, t))))        # L^-1 da L^-T
+    inner = _H(solve(ans, _H(solve(ans, t))))        # L^-1 da L^-H
     return matmul(ans, _phi(inner))
 
 
@@ -315,44 +337,80 @@ def _qr_impl(a):
 qr_p = Primitive("qr", _qr_impl, _qr_abstract, multiple_results=True, family=FAMILY)
 
 
-def _qr_check(a):
-    _require_real("qr", a)
+# For square or tall a: with C = q^H da r^-1 (C = omega + upper triangular,
+# omega = q^H dq skew-Hermitian), omega's strict lower triangle is C's and its
+# diagonal is i im(diag C), which keeps r's diagonal real as LAPACK returns it.
+# The VJP is this JVP transposed, step by step.
+
+def _qr_square_jvp(q, r, da):
+    dx_rinv = _T(solve(_T(r), _T(da)))               # da r^-1
+    c = matmul(_H(q), dx_rinv)
+    low = _tril(c, -1)
+    omega = low - _H(low)
+    if _is_complex(c):
+        omega = omega + (c - real(c)) * _eye(c)
+    return matmul(q, omega - c) + dx_rinv, matmul(c - omega, r)
+
+
+def _qr_square_vjp(q, r, ct_q, ct_r):
+    ct_omega = None
+    if not _is_zero(ct_q):
+        ct_omega = matmul(_T(q), ct_q)
+    if not _is_zero(ct_r):
+        term = -matmul(ct_r, _T(r))
+        ct_omega = term if ct_omega is None else ct_omega + term
+    ct_c = _tril(ct_omega - _H(ct_omega), -1) - ct_omega
+    if _is_complex(ct_c):
+        ct_c = ct_c + (ct_omega - real(ct_omega)) * _eye(ct_c)
+    ct_x = matmul(_conj(q), ct_c)
+    if not _is_zero(ct_q):
+        ct_x = ct_x + ct_q
+    return _T(solve(r, _T(ct_x)))                    # ct_x r^-T
+
+
+def _qr_split(a, r):
+    """``(x, y, r_x)``: the first m columns of the m x n ``a``, the rest, and
+    the first m columns of ``r``."""
     m, n = get_aval(a).shape[-2:]
-    if m < n:
-        raise LinalgDerivativeError(
-            f"the derivative of qr is implemented for tall or square matrices "
-            f"(m >= n), got {m} x {n}: differentiate qr of the transpose, or "
-            "split off the first m columns.")
+    last = get_aval(a).ndim - 1
+    return (slice_axis(a, last, 0, m), slice_axis(a, last, m, n),
+            slice_axis(r, last, 0, m))
 
 
 def _qr_vjp(ct, ans, needed, a):
-    _qr_check(a)
+    from .creation import zeros_like
     q, r = ans
     ct_q, ct_r = ct
-    m = None
-    if not _is_zero(ct_r):
-        m = matmul(r, _T(ct_r))
-    if not _is_zero(ct_q):
-        term = -matmul(_T(ct_q), q)
-        m = term if m is None else m + term
-    lower = _tril(m, -1)
-    b = matmul(q, lower + _T(lower) + m * _eye(m))
-    if not _is_zero(ct_q):
-        b = b + ct_q
-    return (cast_like(_T(solve(r, _T(b))), get_aval(a)),)
+    m, n = get_aval(a).shape[-2:]
+    if m >= n:
+        return (cast_like(_qr_square_vjp(q, r, ct_q, ct_r), get_aval(a)),)
+    # r = [r_x | q^H y]: y's cotangent is conj(q) ct_ry, and q's gains
+    # conj(y) ct_ry^H; x's is then that of the square qr of x
+    last = get_aval(a).ndim - 1
+    _, y, r_x = _qr_split(a, r)
+    if _is_zero(ct_r):
+        ct_rx, ct_y = None, zeros_like(y)        # a block of the one cotangent
+    else:
+        ct_rx = slice_axis(ct_r, last, 0, m)
+        ct_ry = slice_axis(ct_r, last, m, n)
+        extra = matmul(_conj(y), _H(ct_ry))
+        ct_q = extra if _is_zero(ct_q) else ct_q + extra
+        ct_y = matmul(_conj(q), ct_ry)
+    ct_x = _qr_square_vjp(q, r_x, ct_q, ct_rx)
+    return (cast_like(concatenate([ct_x, ct_y], last), get_aval(a)),)
 
 
 def _qr_jvp(tangents, ans, a):
-    _qr_check(a)
     q, r = ans
     da = tangents[0]
-    dx_rinv = _T(solve(_T(r), _T(da)))
-    qt_dx_rinv = matmul(_T(q), dx_rinv)
-    low = _tril(qt_dx_rinv, -1)
-    do = low - _T(low)
-    dq = matmul(q, do - qt_dx_rinv) + dx_rinv
-    dr = matmul(qt_dx_rinv - do, r)
-    return dq, dr
+    m, n = get_aval(a).shape[-2:]
+    if m >= n:
+        return _qr_square_jvp(q, r, da)
+    last = get_aval(a).ndim - 1
+    _, y, r_x = _qr_split(a, r)
+    dq, dr_x = _qr_square_jvp(q, r_x, slice_axis(da, last, 0, m))
+    dr_y = matmul(_H(dq), y) + matmul(_H(q), slice_axis(da, last, m, n))
+    return dq, concatenate([dr_x, dr_y], last)
 
 
 qr_p.def_vjp_joint(_qr_vjp)
@@ -361,7 +419,12 @@ _leading_batch_rule(qr_p)
 
 
 def qr(a):
-    """Reduced QR decomposition ``(q, r)`` of each matrix in ``a``."""
+    """Reduced QR decomposition ``(q, r)`` of each matrix in ``a``.
+
+    >>> import numpy as np
+    >>> qr(np.eye(2))[1].shape
+    (2, 2)
+    """
     return qr_p.bind(a)
 
 
@@ -392,8 +455,9 @@ def _inverse_gaps(w):
     return (1 - eye) / (gaps + eye)
 
 
+# With X = v^H da v: dw = re(diag X), dv = v (F * X) (so v^H dv has a zero
+# diagonal: the phase convention). The VJP is its transpose.
 def _eigh_vjp(ct, ans, needed, a):
-    _require_real("eigh", a)
     w, v = ans
     ct_w, ct_v = ct
     inner = None
@@ -402,14 +466,14 @@ def _eigh_vjp(ct, ans, needed, a):
     if not _is_zero(ct_v):
         term = _inverse_gaps(w) * matmul(_T(v), ct_v)
         inner = term if inner is None else inner + term
-    return (cast_like(matmul(v, matmul(inner, _T(v))), get_aval(a)),)
+    return (cast_like(matmul(_conj(v), matmul(inner, _T(v))), get_aval(a)),)
 
 
 def _eigh_jvp(tangents, ans, a):
-    _require_real("eigh", a)
     w, v = ans
-    vt_da_v = matmul(_T(v), matmul(tangents[0], v))
-    return _diagonal(vt_da_v), matmul(v, _inverse_gaps(w) * vt_da_v)
+    vh_da_v = matmul(_H(v), matmul(tangents[0], v))
+    dw = _diagonal(vh_da_v)
+    return (real(dw) if _is_complex(dw) else dw), matmul(v, _inverse_gaps(w) * vh_da_v)
 
 
 eigh_p.def_vjp_joint(_eigh_vjp)
@@ -418,7 +482,12 @@ _leading_batch_rule(eigh_p)
 
 
 def eigh(a):
-    """Eigenvalues (ascending) and eigenvectors of symmetric matrices."""
+    """Eigenvalues (ascending) and eigenvectors of Hermitian (symmetric) matrices.
+
+    >>> import numpy as np
+    >>> eigh(np.diag([2.0, 1.0]))[0]
+    array([1., 2.])
+    """
     return eigh_p.bind(a)
 
 
@@ -448,16 +517,6 @@ svd_p = Primitive("svd", _svd_impl, _svd_abstract, multiple_results=True,
                   family=FAMILY)
 
 
-def _svd_check(a, full_matrices):
-    _require_real("svd", a)
-    m, n = get_aval(a).shape[-2:]
-    if full_matrices and m != n:
-        raise LinalgDerivativeError(
-            f"svd with full_matrices=True has no derivative for a {m} x {n} "
-            "matrix: the extra singular vectors are not unique. Pass "
-            "full_matrices=False.")
-
-
 def _svd_parts(s):
     s_row = expand_dims(s, -2)                 # s[j] along columns
     s_col = expand_dims(s, -1)                 # s[i] along rows
@@ -467,12 +526,42 @@ def _svd_parts(s):
     return s_row, s_col, f
 
 
+def _svd_thin(u, vh, a, full_matrices):
+    """``(u1, u2, vh1, vh2)``: the thin factors and the extra columns of ``u``
+    (rows of ``vh``) that ``full_matrices=True`` adds to a rectangular ``a``
+    (None when there are none)."""
+    m, n = get_aval(a).shape[-2:]
+    k = min(m, n)
+    last = get_aval(a).ndim - 1
+    u2 = vh2 = None
+    if full_matrices and m > n:
+        u, u2 = slice_axis(u, last, 0, k), slice_axis(u, last, k, m)
+    if full_matrices and n > m:
+        vh, vh2 = slice_axis(vh, last - 1, 0, k), slice_axis(vh, last - 1, k, n)
+    return u, u2, vh, vh2
+
+
+# The thin JVP (as JAX's): with dS = u^H da v, ds = re(diag dS),
+#   du = u (F * (dS s + (dS s)^H) + i im(diag dS) / s) + (I - u u^H) da v / s
+#   dv = v (F * (s dS + (s dS)^H)) + (I - v v^H) da^H u / s
+# the last terms only when m > n (resp. n > m). The complement u2 of
+# full_matrices=True turns with the thin part and no further:
+#   du2 = -u du^H u2 = -u s^-1 vh da^H u2,   dvh2 = -vh2 da^H u s^-1 vh.
+# The VJP transposes each term.
+
 def _svd_vjp(ct, ans, needed, a, full_matrices):
-    _svd_check(a, full_matrices)
     u, s, vh = ans
     ct_u, ct_s, ct_vh = ct
-    v = _T(vh)
     m, n = get_aval(a).shape[-2:]
+    k = min(m, n)
+    last = get_aval(a).ndim - 1
+    u, u2, vh, vh2 = _svd_thin(u, vh, a, full_matrices)
+    ct_u2 = ct_vh2 = None
+    if u2 is not None and not _is_zero(ct_u):
+        ct_u, ct_u2 = slice_axis(ct_u, last, 0, k), slice_axis(ct_u, last, k, m)
+    if vh2 is not None and not _is_zero(ct_vh):
+        ct_vh, ct_vh2 = (slice_axis(ct_vh, last - 1, 0, k),
+                         slice_axis(ct_vh, last - 1, k, n))
     s_row, s_col, f = _svd_parts(s)
     ct_ds = _diag_embed(ct_s) if not _is_zero(ct_s) else None
     extra = None
@@ -481,44 +570,67 @@ def _svd_vjp(ct, ans, needed, a, full_matrices):
         return term if total is None else total + term
 
     if not _is_zero(ct_u):
-        x = f * matmul(_T(u), ct_u)
-        ct_ds = add(ct_ds, (x + _T(x)) * s_row)
+        ut_ct = matmul(_T(u), ct_u)
+        x = f * ut_ct
+        ct_ds = add(ct_ds, (x + _H(x)) * s_row)
+        if _is_complex(ut_ct):
+            ct_ds = add(ct_ds, _diag_embed(1j * imag(_diagonal(ut_ct)) / s))
         if m > n:
             z = ct_u / s_row
-            extra = add(extra, matmul(z - matmul(u, matmul(_T(u), z)), vh))
+            extra = add(extra, matmul(z - matmul(_conj(u), matmul(_T(u), z)),
+                                      _conj(vh)))
     if not _is_zero(ct_vh):
-        ct_v = _T(ct_vh)
-        y = f * matmul(vh, ct_v)
-        ct_ds = add(ct_ds, s_col * (y + _T(y)))
+        ct_v = _H(ct_vh)
+        y = f * matmul(_conj(vh), ct_v)
+        ct_ds = add(ct_ds, s_col * (y + _H(y)))
         if n > m:
             w = ct_v / s_row
-            extra = add(extra, matmul(u, _T(w - matmul(v, matmul(vh, w)))))
-    ct_a = matmul(u, matmul(ct_ds, vh)) if ct_ds is not None else None
+            extra = add(extra, matmul(_conj(u), _H(
+                w - matmul(_T(vh), matmul(_conj(vh), w)))))
+    if ct_u2 is not None:
+        term = matmul(_conj(u2), matmul(_H(ct_u2), _conj(u)))
+        extra = add(extra, -matmul(term / s_row, _conj(vh)))
+    if ct_vh2 is not None:
+        term = matmul(_conj(vh), matmul(_H(ct_vh2), _conj(vh2)))
+        extra = add(extra, -matmul(_conj(u) / s_row, term))
+    ct_a = matmul(_conj(u), matmul(ct_ds, _conj(vh))) if ct_ds is not None else None
     if extra is not None:
         ct_a = extra if ct_a is None else ct_a + extra
     return (cast_like(ct_a, get_aval(a)),)
 
 
 def _svd_jvp(tangents, ans, a, full_matrices):
-    _svd_check(a, full_matrices)
     u, s, vh = ans
     da = tangents[0]
-    v = _T(vh)
     m, n = get_aval(a).shape[-2:]
+    last = get_aval(a).ndim - 1
+    u, u2, vh, vh2 = _svd_thin(u, vh, a, full_matrices)
+    v = _H(vh)
     s_row, s_col, f = _svd_parts(s)
-    ds_mat = matmul(_T(u), matmul(da, v))
+    ds_mat = matmul(_H(u), matmul(da, v))
     ds = _diagonal(ds_mat)
     dss = ds_mat * s_row
     sds = s_col * ds_mat
-    du = matmul(u, f * (dss + _T(dss)))
-    dv = matmul(v, f * (sds + _T(sds)))
+    inner_u = f * (dss + _H(dss))
+    if _is_complex(ds_mat):
+        inner_u = inner_u + _diag_embed(1j * imag(ds) / s)
+        ds = real(ds)
+    du = matmul(u, inner_u)
+    dv = matmul(v, f * (sds + _H(sds)))
     if m > n:
         dav = matmul(da, v)
-        du = du + (dav - matmul(u, matmul(_T(u), dav))) / s_row
+        du = du + (dav - matmul(u, matmul(_H(u), dav))) / s_row
     if n > m:
-        dahu = matmul(_T(da), u)
+        dahu = matmul(_H(da), u)
         dv = dv + (dahu - matmul(v, matmul(vh, dahu))) / s_row
-    return du, ds, _T(dv)
+    dvh = _H(dv)
+    if u2 is not None:
+        du2 = -matmul(u / s_row, matmul(vh, matmul(_H(da), u2)))
+        du = concatenate([du, du2], last)
+    if vh2 is not None:
+        dvh2 = -matmul(matmul(vh2, matmul(_H(da), u)) / s_row, vh)
+        dvh = concatenate([dvh, dvh2], last - 1)
+    return du, ds, dvh
 
 
 svd_p.def_vjp_joint(_svd_vjp)
@@ -527,7 +639,12 @@ _leading_batch_rule(svd_p)
 
 
 def svd(a, full_matrices=False):
-    """``(u, s, vh)`` of each matrix in ``a``."""
+    """``(u, s, vh)`` of each matrix in ``a``.
+
+    >>> import numpy as np
+    >>> svd(np.diag([1.0, 3.0]))[1]
+    array([3., 1.])
+    """
     return svd_p.bind(a, full_matrices=bool(full_matrices))
 
 

@@ -21,7 +21,7 @@ from fgrad.backend import array_module, scipy_module
 from fgrad.core import Primitive, ShapedArray, get_aval
 
 from .base import normalize_axis
-from .elementwise import convert_element_type, exp, greater, where
+from .elementwise import convert_element_type, equal, exp, greater, where
 from .reductions import keepdims_like, sum_
 
 FAMILY = "primitives/nn.py"
@@ -124,8 +124,11 @@ logsumexp_p = Primitive("logsumexp", _logsumexp_impl, _axis_abstract, family=FAM
 
 
 def _softmax_weights(ans, x, axis, keepdims):
-    # exp(x - logsumexp(x)) <= 1: the gradient cannot overflow however large x is
-    return exp(x - keepdims_like(ans, x, axis, keepdims))
+    # exp(x - logsumexp(x)) <= 1: the gradient cannot overflow however large x is.
+    # A slice that is all -inf has ans = -inf; shifting it by 0 instead gives
+    # weights exp(-inf) = 0 rather than exp(-inf + inf) = nan.
+    shift = keepdims_like(ans, x, axis, keepdims)
+    return exp(x - where(equal(shift, -np.inf), 0.0, shift))
 
 
 logsumexp_p.def_vjp(lambda ct, ans, x, axis, keepdims:

@@ -154,11 +154,55 @@ cumsum_p.def_vjp(lambda ct, ans, x, axis: _reverse_cumsum(ct, axis), reads=[set(
 cumsum_p.def_jvp(lambda t, ans, x, axis: cumsum(t, axis))
 
 cumprod_p = _scan("cumprod")
-# d ans_i / d x_j = ans_i / x_j for j <= i: exact for nonzero x. A zero in x
-# makes this nan; prod's rule avoids the division (see _prod_of_others).
-cumprod_p.def_vjp(lambda ct, ans, x, axis: _reverse_cumsum(ct * ans, axis) / x,
-                  reads=[{0, "ans"}])
-cumprod_p.def_jvp(lambda t, ans, x, axis: cumsum(t / x, axis) * ans)
+
+
+def _shift(y, axis, steps, fill, reverse):
+    """``y`` moved ``steps`` places along ``axis`` (towards the end, or towards
+    the start when ``reverse``), the vacated places holding ``fill``."""
+    from .creation import full_like
+    from .indexing import slice_axis
+    from .shape import concatenate
+    n = get_aval(y).shape[axis]
+    pad = full_like(slice_axis(y, axis, 0, steps), fill)
+    if reverse:
+        return concatenate([slice_axis(y, axis, steps, n), pad], axis)
+    return concatenate([pad, slice_axis(y, axis, 0, n - steps)], axis)
+
+
+def _linear_scan(a, b, axis, reverse=False):
+    """``y`` with ``y_i = a_i * y_(i-1) + b_i`` along ``axis`` (``y_(i+1)`` when
+    ``reverse``), starting from 0.
+
+    Recursive doubling composes the affine maps ``y -> a y + b`` pairwise in
+    log2(n) rounds of products and shifts. There is no division, so the result
+    is exact where ``a`` has zeros, and it differentiates again.
+    """
+    n = get_aval(b).shape[axis]
+    steps = 1
+    while steps < n:
+        b = b + a * _shift(b, axis, steps, 0, reverse)
+        if 2 * steps < n:
+            a = a * _shift(a, axis, steps, 1, reverse)
+        steps *= 2
+    return b
+
+
+# ans_i = ans_(i-1) * x_i, so by the product rule the tangent follows the linear
+# recurrence dans_i = x_i dans_(i-1) + ans_(i-1) dx_i, and the cotangent its
+# transpose, run backwards. Unlike ans / x (the textbook rule), this is exact
+# when x holds zeros, to any order.
+def _cumprod_vjp(ct, ans, x, axis):
+    later = _shift(x, axis, 1, 0, reverse=True)            # x_(i+1)
+    return _exclusive_cumprod(x, axis, reverse=False) * _linear_scan(
+        later, ct, axis, reverse=True)
+
+
+def _cumprod_jvp(t, ans, x, axis):
+    return _linear_scan(x, _exclusive_cumprod(x, axis, reverse=False) * t, axis)
+
+
+cumprod_p.def_vjp(_cumprod_vjp, reads=[{0}])
+cumprod_p.def_jvp(_cumprod_jvp)
 
 
 def _scanner(prim):

@@ -193,10 +193,10 @@ def _qr(name):
         q, r = mod(a)
         # the same sign convention for q's columns and r's rows
         flip = _flip(q)
-        return fnp.concatenate([q * flip, r * _mT(flip)], axis=-2) \
-            if not isinstance(q, np.ndarray) else \
-            np.concatenate([q * flip, r * np.swapaxes(flip, -1, -2)], axis=-2)
-    shapes_ = st.sampled_from([(2, 2), (3, 2), (3, 3), (3, 1)])
+        cat = np.concatenate if isinstance(q, np.ndarray) else fnp.concatenate
+        return cat([_ravel(q * flip), _ravel(r * _mT(flip))])
+    # wide matrices too: q r_x = a[:, :m] and r's other columns are q^T a[:, m:]
+    shapes_ = st.sampled_from([(2, 2), (3, 2), (3, 3), (3, 1), (2, 3), (1, 3)])
     return shapes_.flatmap(lambda nm: well_conditioned(n=nm[0], m=nm[1]).map(
         lambda a: Case(lambda a: fixed(a, L.qr), (a,),
                        lambda a: fixed(a, np.linalg.qr), tol=LINALG_TOL)))
@@ -220,6 +220,24 @@ def _svd(name):
         cat = np.concatenate if isinstance(u, np.ndarray) else fnp.concatenate
         return cat([_ravel(u * flip), _ravel(s), _ravel(vh * _mT(flip))])
     shapes_ = st.sampled_from([(2, 2), (3, 2), (2, 3), (3, 3), (1, 3)])
+    return shapes_.flatmap(lambda nm: well_conditioned(n=nm[0], m=nm[1]).map(
+        lambda a: Case(lambda a: f(a, L.svd), (a,), lambda a: f(a, np.linalg.svd),
+                       tol=LINALG_TOL)))
+
+
+@spec("svd_full_matrices")
+def _svd_full(name):
+    # the thin part (signs fixed) and the projectors onto the orthogonal
+    # complements, which the extra columns of u / rows of vh span arbitrarily
+    def f(a, mod):
+        u, s, vh = mod(a, full_matrices=True)
+        k = s.shape[-1]
+        cat = np.concatenate if isinstance(u, np.ndarray) else fnp.concatenate
+        u1, u2, vh1, vh2 = u[..., :, :k], u[..., :, k:], vh[..., :k, :], vh[..., k:, :]
+        flip = _flip(u1)
+        return cat([_ravel(u1 * flip), _ravel(s), _ravel(vh1 * _mT(flip)),
+                    _ravel(u2 @ _mT(u2)), _ravel(_mT(vh2) @ vh2)])
+    shapes_ = st.sampled_from([(3, 2), (2, 3), (3, 1), (1, 3), (3, 3)])
     return shapes_.flatmap(lambda nm: well_conditioned(n=nm[0], m=nm[1]).map(
         lambda a: Case(lambda a: f(a, L.svd), (a,), lambda a: f(a, np.linalg.svd),
                        tol=LINALG_TOL)))

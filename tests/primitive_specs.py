@@ -288,6 +288,32 @@ def _np_add_at(b, idx, v):
     return out
 
 
+@spec("scatter_min", "scatter_max")
+def _scatter_extremum(name):
+    # indices that may repeat a position; x's entries and the values all
+    # distinct, so no position has a tie (a kink finite differences cannot see)
+    which = "min" if name == "scatter_min" else "max"
+    ufunc = np.minimum if which == "min" else np.maximum
+
+    def build(d):
+        shape, idx = d
+        n = int(np.prod(shape))
+        v_shape = np.zeros(shape)[idx].shape
+        size = n + int(np.prod(v_shape))
+
+        def split(flat):
+            return flat[:n].reshape(shape), flat[n:].reshape(v_shape)
+
+        def ref(x, v):
+            out = x.copy()
+            ufunc.at(out, idx, v)
+            return out
+        return arrays((size,), spaced(-5, 5), unique=True).map(split).map(
+            lambda xv: Case(lambda x, v: getattr(fgrad.at(x)[idx], which)(v), xv, ref))
+    return shapes(min_dims=1, max_dims=2).flatmap(
+        lambda s: st.tuples(st.just(s), _index(s))).flatmap(build)
+
+
 @spec("set")
 def _set(name):
     def build(d):
@@ -570,15 +596,15 @@ SPECS["percentile"] = axis_reduction(
 
 @spec("prod_with_zeros")
 def _prod_zeros(name):
-    # the product of the other elements, not prod / x: exact where x has zeros.
-    # Second order is not claimed (cumprod's own rule divides by x).
+    # the product of the other elements, not prod / x: exact where x has zeros,
+    # to second order (the Hessian of a product with two zeros is not zero)
     def build(d):
         shape, axis, keepdims = d
         # magnitudes near 1: with several zeros, finite differences of a long
         # product are only accurate when the other factors are not large
         return arrays(shape, st.sampled_from([0.0, 0.0, 0.5, -1.2, 0.9, 1.1])).map(
             lambda x: Case(lambda x: fnp.prod(x, axis=axis, keepdims=keepdims), (x,),
-                           lambda x: np.prod(x, axis=axis, keepdims=keepdims), order=1))
+                           lambda x: np.prod(x, axis=axis, keepdims=keepdims)))
     return shapes(max_dims=2, max_side=3).flatmap(
         lambda s: st.tuples(st.just(s), _axes(len(s)), st.booleans())).flatmap(build)
 
@@ -606,6 +632,10 @@ def _scan_spec(fgrad_fn, np_fn, elements):
 
 SPECS["cumsum"] = _scan_spec(fnp.cumsum, np.cumsum, None)
 SPECS["cumprod"] = _scan_spec(fnp.cumprod, np.cumprod, away_from_zero(-1.5, 1.5, 0.4))
+# no zeros, one or several: the derivative is a product of the other entries,
+# never ans / x (magnitudes near 1 keep finite differences of products accurate)
+SPECS["cumprod_with_zeros"] = _scan_spec(fnp.cumprod, np.cumprod, st.sampled_from(
+    [0.0, 0.0, 0.5, -1.2, 0.9, 1.1]))
 
 
 # -- shape and indexing composites ---------------------------------------------------
@@ -831,3 +861,4 @@ SPECS["nanmean"] = axis_reduction(fnp.nanmean, np.nanmean)
 # -- fgrad.nn: its primitives and composites, in their own module ------------------------------
 import nn_specs  # noqa: E402,F401  (registers into SPECS)
 import linalg_specs  # noqa: E402,F401  (einsum, products, linalg, fft: fills SPECS)
+import numpy_gaps_specs  # noqa: E402,F401  (issue 3, second round: fills SPECS)

@@ -20,7 +20,9 @@ DOCTEST_MODULES = ["fgrad", "fgrad.api", "fgrad.at", "fgrad.backend", "fgrad.cor
                    "fgrad.tree", "fgrad.primitives.creation",
                    "fgrad._jit", "fgrad.lax", "fgrad.debug", "fgrad.graph", "fgrad._nans", "fgrad._inspect",
                    "fgrad.numpy._elementwise", "fgrad.numpy._reductions",
-                   "fgrad.numpy._manipulation", "fgrad.nn", "fgrad.optim"]
+                   "fgrad.numpy._manipulation", "fgrad.nn", "fgrad.optim",
+                   "fgrad.numpy._ufuncs", "fgrad.numpy._signal",
+                   "fgrad.numpy.linalg", "fgrad.primitives.linalg"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -209,7 +209,7 @@ def test_a_constant_array_is_an_input_unless_it_holds_one_value():
     c = np.linspace(0, 1, 6)
     kernel = only_kernel(fused(lambda x: fnp.sin(x) * c + 1.0, X))
     assert kernel.in_params == "float64 in0, float64 in1"
-    # not ones: the compiler drops a multiplication by one altogether
+    # twos, not ones: compile now drops a multiplication by one altogether
     twos = np.full(6, 2.0)
     kernel = only_kernel(fused(lambda x: fnp.sin(x) * twos + 1.0, X))
     assert kernel.in_params == "float64 in0"

@@ -213,6 +213,10 @@ def test_jit_equals_eager_and_jit_grad_equals_grad(name):
         got = fgrad.jit(fgrad.grad(scalar, argnums))(*case.args)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+        # grad of a jitted function: compiled forward and backward halves
+        got = fgrad.grad(fgrad.jit(scalar), argnums)(*case.args)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
     check()
 
 
@@ -231,6 +235,52 @@ def test_grad_of_jit_equals_grad():
     want = fgrad.grad(_f, (0, 1))(_X, _W)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_grad_of_jit_runs_the_forward_once_and_compiles_both_halves(capsys):
+    f_jit = fgrad.jit(lambda x, w: (fgrad.debug.print("forward") or _f(x, w)))
+    got = fgrad.grad(f_jit, (0, 1))(_X, _W)
+    assert capsys.readouterr().out.count("forward") == 1
+    want = fgrad.grad(_f, (0, 1))(_X, _W)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    (entry,) = f_jit._cache.values()          # traced once, under grad
+    split = entry.graph._compiled[("vjp split", (True, True))]
+    assert split.backward._compiled, "the backward half ran as compiled code"
+    # the forward half keeps what the backward half reads, not the whole inputs
+    assert len(split.forward.outvars) > 1
+
+
+@pytest.mark.parametrize("outer", ["jacrev", "grad of grad", "vmap", "hessian", "jvp"])
+def test_grad_of_jit_under_other_transformations(outer):
+    # the pullback batched (jacrev), differentiated again, or the whole grad
+    # under vmap/jvp: the call's general rules take over where needed
+    def make(f):
+        g = fgrad.grad(f, 1)
+        return {"jacrev": lambda: fgrad.jacrev(g, 0)(_X, _W),
+                "grad of grad": lambda: fgrad.grad(lambda w: fnp.sum(g(_X, w) ** 2))(_W),
+                "vmap": lambda: fgrad.vmap(g, in_axes=(0, None))(np.stack([_X, 2 * _X]), _W),
+                "hessian": lambda: fgrad.hessian(f, 1)(_X, _W),
+                "jvp": lambda: fgrad.jvp(lambda w: g(_X, w), (_W,), (np.ones_like(_W),))[1],
+                }[outer]()
+    np.testing.assert_allclose(make(fgrad.jit(_f)), make(_f), rtol=1e-10, atol=1e-12)
+
+
+def test_grad_of_jit_with_several_and_integer_outputs():
+    def f(x):
+        return fnp.sin(x) * 2, fnp.argmax(x), fnp.sum(x ** 2)
+    x = np.linspace(-1, 1, 5)
+
+    def loss(g):
+        return lambda x: fnp.sum(g(x)[0]) + g(x)[2]
+    np.testing.assert_allclose(fgrad.grad(loss(fgrad.jit(f)))(x), fgrad.grad(loss(f))(x),
+                               rtol=1e-12)
+    out, pullback = fgrad.vjp(fgrad.jit(f), x)
+    want_out, want_pullback = fgrad.vjp(f, x)
+    np.testing.assert_allclose(out[0], want_out[0])
+    assert out[1] == want_out[1]
+    cts = (np.ones(5), np.zeros((), np.int64), 2.0)
+    np.testing.assert_allclose(pullback(cts)[0], want_pullback(cts)[0], rtol=1e-12)
 
 
 def test_jit_of_grad_equals_grad_and_caches():

@@ -64,6 +64,15 @@ ALLOWED = {
     ("fgrad/numpy/_arrays.py", "size"): "metadata: NumPy reads .size/.shape only",
     ("fgrad/numpy/_arrays.py", "isscalar"): "metadata: a type check",
     ("fgrad/numpy/_arrays.py", "iscomplexobj"): "metadata: NumPy reads .dtype only",
+    ("fgrad/numpy/_signal.py", "_correlate_rows"):
+        "the sliding-window index array, from static lengths (copied to the "
+        "device by the gather, like a user's index)",
+    ("fgrad/numpy/_signal.py", "_spacings"):
+        "gradient's spacings and coordinates: static parameters, on the host",
+    ("fgrad/numpy/_signal.py", "_along"):
+        "reshapes gradient's host coefficients (from the static coordinates)",
+    ("fgrad/numpy/_signal.py", "gradient"):
+        "np.ndim on a spacing argument: metadata",
 }
 
 

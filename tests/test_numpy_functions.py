@@ -5,13 +5,32 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.errors import ImmutableArrayError, IndexUpdateError
+from fgrad.errors import ImmutableArrayError, NumpyArgumentError
 from fgrad.numpy._elementwise import safe_sqrt, xlogy
 from fgrad.numpy._reductions import vector_norm
 from fgrad.testing import check_grads
 
 
 # -- singular points ---------------------------------------------------------------
+
+@pytest.mark.parametrize("x", [
+    np.array([1.1, 0.0, 0.9, 1.2]),                    # one zero
+    np.array([0.0, 1.1, 0.0, 0.9]),                    # two
+    np.array([[0.0, 0.0, 1.1], [0.9, 0.0, 0.0]]),      # several, per row
+], ids=["one_zero", "two_zeros", "rows"])
+def test_prod_and_cumprod_derivatives_at_zeros_are_exact(x):
+    # to second order: with two zeros the gradient of prod is 0 but the Hessian
+    # is not (d2/dx_i dx_j of x_i x_j ... is the product of the others)
+    check_grads(lambda x: fnp.cumprod(x, axis=-1), (x,), order=2)
+    check_grads(lambda x: fnp.prod(x, axis=-1), (x,), order=2)
+    flat = np.ravel(x)
+    hess = fgrad.hessian(lambda x: fnp.prod(x))(flat)
+    for i in range(flat.size):
+        for j in range(flat.size):
+            others = np.delete(flat, [i, j]) if i != j else None
+            expected = np.prod(others) if i != j else 0.0
+            np.testing.assert_allclose(hess[i, j], expected, atol=1e-12)
+
 
 def test_sinc_derivatives_at_zero_are_exact():
     assert fgrad.grad(fnp.sinc)(0.0) == 0.0
@@ -118,11 +137,46 @@ def test_nondifferentiable_functions_give_zero_derivative():
     assert fnp.allclose(x, x) and fnp.array_equal(x, x)
 
 
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_at_min_max_with_repeated_indices_split_ties_like_the_reductions(which):
+    # position 1 gets three values, two of them tied with each other, position 2
+    # one value tied with x; position 0 is untouched. The reference takes each
+    # position's extremum over x's entry and its values with fnp.min/fnp.max,
+    # whose derivative splits ties evenly.
+    idx = np.array([1, 1, 2, 1])
+    x = np.array([1.0, 5.0, 3.0])
+    v = np.array([4.0, 3.0, 3.0, 3.0]) if which == "min" else np.array(
+        [6.0, 7.0, 3.0, 7.0])
+    weights = np.array([1.0, 2.0, 3.0])
+    reduce = fnp.min if which == "min" else fnp.max
+
+    def at_update(x, v):
+        return getattr(fgrad.at(x)[idx], which)(v)
+
+    def per_position(x, v):
+        return fnp.stack([x[0], reduce(fnp.stack([x[1], v[0], v[1], v[3]])),
+                          reduce(fnp.stack([x[2], v[2]]))])
+
+    expected = x.copy()
+    (np.minimum if which == "min" else np.maximum).at(expected, idx, v)
+    np.testing.assert_array_equal(at_update(x, v), expected)
+    np.testing.assert_array_equal(per_position(x, v), expected)
+    loss = [lambda x, v, f=f: fnp.sum(f(x, v) * weights) for f in (at_update,
+                                                                    per_position)]
+    got, want = (fgrad.grad(f, argnums=(0, 1))(x, v) for f in loss)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    t = (np.array([0.3, -1.0, 2.0]), np.array([0.5, 1.5, -2.0, 0.25]))
+    np.testing.assert_allclose(fgrad.jvp(at_update, (x, v), t)[1],
+                               fgrad.jvp(per_position, (x, v), t)[1], rtol=1e-12)
+    batched = fgrad.vmap(fgrad.grad(loss[0], argnums=(0, 1)))(
+        np.stack([x, x]), np.stack([v, v]))
+    for g, w in zip(batched, want):
+        np.testing.assert_allclose(g, np.stack([w, w]), rtol=1e-12)
+
+
 # -- errors ----------------------------------------------------------------------------
 
-def test_at_min_refuses_repeated_indices():
-    with pytest.raises(IndexUpdateError, match="repeats a position"):
-        fgrad.at(np.zeros(3))[np.array([0, 0])].min(1.0)
 
 
 def test_in_place_assignment_names_at():
@@ -137,10 +191,11 @@ def test_misuse_messages():
     x = np.ones(3)
     cases = [
         (lambda x: fnp.fabs(x * 1j), TypeError, "not defined for complex"),
-        (lambda x: fnp.clip(x), ValueError, "at least one of a_min and a_max"),
+        (lambda x: fnp.clip(x, 0.0, 1.0, max=2.0), NumpyArgumentError,
+         "a_min/a_max or as the keywords min/max"),
         (lambda x: fnp.quantile(x, 1.5), ValueError, r"range \[0, 1\]"),
-        (lambda x: fnp.quantile(x, 0.5, method="nearest"), NotImplementedError,
-         "method='linear'"),
+        (lambda x: fnp.quantile(x, 0.5, method="closest"), NumpyArgumentError,
+         "method='closest' is not one of"),
         (lambda x: fnp.pad(x, 1, mode="wrap"), NotImplementedError, "'reflect'"),
         (lambda x: fnp.pad(x, 3, mode="reflect"), NotImplementedError, "wider"),
         (lambda x: fnp.split(x, 2), ValueError, "array_split"),

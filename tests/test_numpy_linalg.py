@@ -6,7 +6,6 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.errors import LinalgDerivativeError
 from fgrad.interpreters.reverse import ReverseTrace
 from fgrad.core import new_trace
 from fgrad.primitives import einsum as _einsum
@@ -213,22 +212,146 @@ def test_eigh_and_svd_values_match_numpy():
     assert u.shape == (4, 4) and vh.shape == (3, 3)      # NumPy's full default
 
 
-def test_svd_full_matrices_on_rectangular_input_is_not_differentiable():
-    with pytest.raises(LinalgDerivativeError, match="full_matrices=False"):
-        fgrad.grad(lambda a: fnp.sum(fnp.linalg.svd(a)[0]))(_r(3, 2))
-    # singular values alone are fine (compute_uv=False uses the reduced form)
-    check_grads(lambda a: fnp.linalg.svd(a, compute_uv=False), (_r(3, 2),))
+def _c(*shape):
+    return _r(*shape) + 1j * _r(*shape)
 
 
-def test_decompositions_refuse_complex_derivatives():
-    a = _wc(2) + 0j
-    with pytest.raises(LinalgDerivativeError, match="real inputs only"):
-        fgrad.vjp(lambda a: fnp.linalg.eigh(a)[0], a)[1](np.ones(2))
+def _wc_rect(m, n, batch=(), complex_=False):
+    """A well-conditioned (batch of) m x n matrices, singular values 1, 1.7, 2.4."""
+    a = _c(*batch, m, n) if complex_ else _r(*batch, m, n)
+    u, _, vh = np.linalg.svd(a, full_matrices=False)
+    return (u * (1.0 + 0.7 * np.arange(min(m, n)))[..., None, :]) @ vh
 
 
-def test_qr_of_wide_matrix_says_how_to_fix_it():
-    with pytest.raises(LinalgDerivativeError, match=r"m >= n\), got 2 x 3"):
-        fgrad.grad(lambda a: fnp.sum(fnp.linalg.qr(a).R))(_r(2, 3))
+def _H(x):
+    return fnp.conj(fnp.swapaxes(x, -1, -2))
+
+
+def _re_im(*parts):
+    """Real and imaginary parts of every part, raveled into one real vector."""
+    flat = [fnp.reshape(p, (-1,)) for p in parts]
+    return fnp.concatenate([fnp.real(f) for f in flat] + [fnp.imag(f) for f in flat])
+
+
+# Gauge-invariant functions of each decomposition (the phase of a complex
+# eigen- or singular vector is arbitrary, so only these are differentiable).
+
+def _slogdet_all(a):
+    sign, logabsdet = fnp.linalg.slogdet(a)
+    return _re_im(sign, logabsdet)
+
+
+def _cholesky_of_gram(b):
+    n = b.shape[-1]
+    return _re_im(fnp.linalg.cholesky(b @ _H(b) + n * np.eye(n)))
+
+
+def _qr_all(a):
+    q, r = fnp.linalg.qr(a)             # LAPACK's r has a real diagonal: unique
+    return _re_im(q, r)
+
+
+def _eigh_invariants(a):
+    w, v = fnp.linalg.eigh(a)
+    return _re_im(w, fnp.real(v * fnp.conj(v)), v[..., :, :1] @ _H(v[..., :, :1]))
+
+
+def _svd_invariants(a, full_matrices=False):
+    u, s, vh = fnp.linalg.svd(a, full_matrices=full_matrices)
+    k = s.shape[-1]
+    u1, vh1 = u[..., :, :k], vh[..., :k, :]
+    parts = [s, (u1 * s[..., None, :]) @ vh1, fnp.abs(u1), u1[..., :, :1] @ _H(u1[..., :, :1])]
+    if full_matrices:                    # the complements' projectors
+        parts += [u[..., :, k:] @ _H(u[..., :, k:]), _H(vh[..., k:, :]) @ vh[..., k:, :]]
+    return _re_im(*parts)
+
+
+COMPLEX_DECOMPOSITIONS = {
+    "slogdet": (_slogdet_all, lambda: _wc_rect(3, 3, (2,), True)),
+    "cholesky": (_cholesky_of_gram, lambda: _c(2, 3, 3)),
+    "qr_square": (_qr_all, lambda: _wc_rect(3, 3, (2,), True)),
+    "qr_tall": (_qr_all, lambda: _wc_rect(3, 2, (2,), True)),
+    "qr_wide": (_qr_all, lambda: _wc_rect(2, 3, (2,), True)),
+    "eigh": (_eigh_invariants, lambda: _wc_rect(3, 3, (2,), True)),
+    "svd_square": (_svd_invariants, lambda: _wc_rect(3, 3, (2,), True)),
+    "svd_tall": (_svd_invariants, lambda: _wc_rect(3, 2, (2,), True)),
+    "svd_wide": (_svd_invariants, lambda: _wc_rect(2, 3, (2,), True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPLEX_DECOMPOSITIONS))
+def test_complex_decompositions_match_finite_differences(name):
+    # batched over a leading axis; both real directions of every entry, forward
+    # and reverse, to second order (check_grads)
+    f, make = COMPLEX_DECOMPOSITIONS[name]
+    a = make()
+    if name == "eigh":                       # eigh reads the Hermitian part
+        a = a + np.conj(np.swapaxes(a, -1, -2))
+    check_grads(f, (a,), order=2)
+
+
+def test_complex_slogdet_rule_is_the_conjugate_free_transpose():
+    # d log|det| = re(tr(a^-1 da)) and d sign = sign * 1j * im(tr(a^-1 da)): the
+    # VJP of a real cotangent on logabsdet is ct * a^-T, with no conjugation
+    a = _wc_rect(3, 3, (), True)
+    _, vjp_fn = fgrad.vjp(lambda a: fnp.linalg.slogdet(a).logabsdet, a)
+    np.testing.assert_allclose(vjp_fn(np.float64(2.0))[0], 2.0 * np.linalg.inv(a).T,
+                               rtol=1e-10)
+
+
+def test_complex_hermitian_wrappers_read_the_hermitian_part():
+    a = _c(3, 3)
+    h = (a + a.conj().T) / 2
+    np.testing.assert_allclose(fnp.linalg.eigvalsh(a), np.linalg.eigvalsh(h),
+                               rtol=1e-12)
+    spd = h + 4 * np.eye(3)
+    # a non-Hermitian input: its anti-Hermitian part is ignored
+    np.testing.assert_allclose(fnp.linalg.cholesky(spd + (a - a.conj().T) / 2,
+                                                   upper=True),
+                               np.linalg.cholesky(spd, upper=True), rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(3, 2), (2, 3), (4, 1), (3, 3)])
+@pytest.mark.parametrize("complex_", [False, True])
+def test_svd_full_matrices_differentiates_its_gauge_invariant_parts(shape, complex_):
+    # the extra columns of u (rows of vh) are arbitrary within the orthogonal
+    # complement; their projector is not, nor is anything of the thin part
+    a = _wc_rect(*shape, batch=(2,), complex_=complex_)
+    u, s, vh = fnp.linalg.svd(a)             # NumPy's default: full_matrices=True
+    assert u.shape == (2, shape[0], shape[0]) and vh.shape == (2, shape[1], shape[1])
+    check_grads(lambda a: _svd_invariants(a, full_matrices=True), (a,), order=2)
+
+
+def test_svd_full_matrices_complement_turns_minimally():
+    # u2^H du2 = 0 (no rotation within the complement), and u^H du stays
+    # skew-Hermitian, so u remains unitary to first order
+    a = _wc_rect(4, 2, (), True)
+    t = _c(4, 2)
+    (u, _, _), (du, _, _) = fgrad.jvp(lambda a: fnp.linalg.svd(a), (a,), (t,))
+    np.testing.assert_allclose(u[:, 2:].conj().T @ du[:, 2:], 0, atol=1e-12)
+    omega = u.conj().T @ du
+    np.testing.assert_allclose(omega + omega.conj().T, 0, atol=1e-12)
+
+
+def test_svd_full_matrices_single_extra_vector_is_unique_up_to_sign():
+    # a real 3 x 2 matrix has one extra column of u, unique up to its sign: its
+    # derivative (sign fixed) must match finite differences entry by entry
+    a = _wc_rect(3, 2)
+
+    def extra_column(a):
+        u = fnp.linalg.svd(a)[0][:, 2]
+        return u * fnp.sign(fnp.sum(u * np.array([1.0, 1.3, 1.7])))
+    check_grads(extra_column, (a,), order=2)
+
+
+def test_qr_of_wide_matrices_matches_finite_differences():
+    a = _r(2, 2, 4)
+    q, r = fnp.linalg.qr(a)
+    np.testing.assert_allclose(q @ r, a, atol=1e-12)
+    check_grads(lambda a: fnp.concatenate([fnp.ravel(x) for x in fnp.linalg.qr(a)]),
+                (a,), order=2)
+    check_grads(lambda a: fnp.linalg.qr(a).R, (a,), order=2)     # R alone
+    check_grads(lambda a: fnp.linalg.qr(a).Q, (a,), order=2)     # Q alone
 
 
 def test_numpy_linalg_functions_dispatch_on_tracers():

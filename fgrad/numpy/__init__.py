@@ -210,9 +210,15 @@ from ._elementwise import (  # noqa: E402,F401
     allclose, angle, around, array_equal, clip, deg2rad, degrees, fabs, fix,
     float_power, isclose, nan_to_num, positive, rad2deg, radians, reciprocal, round,
     sinc)
+from ._ufuncs import (  # noqa: E402,F401
+    bitwise_and, bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or,
+    bitwise_right_shift, bitwise_xor, copysign, divmod, frexp, heaviside, invert,
+    ldexp, left_shift, modf, right_shift)
+from ._signal import convolve, correlate, ediff1d, gradient, interp  # noqa: E402,F401
 from ._reductions import (  # noqa: E402,F401
     all, any, argmax, argmin, argsort, argwhere, average, count_nonzero, cumprod,
-    cumsum, diff, flatnonzero, logsumexp, median, nanmean, nansum, nonzero,
+    cumsum, diff, flatnonzero, logsumexp, median, nanmax, nanmean, nanmin, nanstd,
+    nansum, nanvar, nonzero,
     percentile, ptp, quantile, searchsorted, std, unique, var)
 from ._manipulation import (  # noqa: E402,F401
     append, array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays,

@@ -87,18 +87,29 @@ def sinc(x):
     return _ew.where(small, taylor, quotient)
 
 
-def clip(a, a_min=None, a_max=None):
+def clip(a, a_min=None, a_max=None, *, min=None, max=None):
     """``a`` limited to ``[a_min, a_max]``; differentiable in all three.
 
-    The derivative goes to ``a`` strictly inside the interval (and at its ends),
-    and to the bound that is active outside it.
+    The bounds may also be given as NumPy 2's ``min=`` / ``max=`` keywords
+    (not both spellings at once); with no bound at all ``a`` is returned
+    unchanged, as in NumPy 2. The derivative goes to ``a`` strictly inside the
+    interval (and at its ends), and to the bound that is active outside it.
 
     >>> clip(_np.array([-2.0, 0.5, 3.0]), 0.0, 1.0)
     array([0. , 0.5, 1. ])
+    >>> clip(_np.array([-2.0, 0.5, 3.0]), max=1.0)
+    array([-2. ,  0.5,  1. ])
     """
-    if a_min is None and a_max is None:
-        raise ValueError("clip: at least one of a_min and a_max must be given")
+    if min is not None or max is not None:
+        if a_min is not None or a_max is not None:
+            from fgrad.errors import NumpyArgumentError
+            raise NumpyArgumentError(
+                "clip: pass the bounds either as a_min/a_max or as the keywords "
+                "min/max, not both (min=/max= are NumPy 2's names for a_min/a_max)")
+        a_min, a_max = min, max
     if not any(isinstance(v, _Tracer) for v in (a, a_min, a_max)):
+        if a_min is None and a_max is None:
+            return _xp(a).asarray(a).copy()
         return _xp(a, a_min, a_max).clip(a, a_min, a_max)
     out = a
     if a_min is not None:

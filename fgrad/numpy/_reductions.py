@@ -104,47 +104,138 @@ def cumprod(a, axis=None, dtype=None):
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """``log(sum(b * exp(a)))`` over ``axis``, computed stably.
 
-    The maximum is subtracted before ``exp`` and held constant
-    (``stop_gradient``), so the gradient is exactly the softmax and stays
-    finite when every entry is ``-inf`` in all but one place. This is also
-    ``fgrad.scipy.special.logsumexp``.
+    This is the one implementation behind ``fgrad.numpy.logsumexp``,
+    ``fgrad.scipy.special.logsumexp`` and (without ``b`` and ``return_sign``)
+    ``fgrad.nn.logsumexp``: the ``logsumexp`` primitive, whose gradient is the
+    softmax, and which stays finite (0) at ``-inf`` entries, also when a whole
+    slice is ``-inf``. Weights ``b`` (possibly negative, then see
+    ``return_sign``) scale the exponentials around the primitive's value, so
+    they cannot overflow either.
 
     >>> float(logsumexp(_np.array([1000.0, 1000.0])))
     1000.6931471805599
+    >>> logsumexp(_np.array([0.0, 0.0]), b=_np.array([1.0, -2.0]), return_sign=True)
+    (np.float64(0.0), np.float64(-1.0))
     """
-    m = _creation.stop_gradient(_red.max_(a, axis, keepdims=True))
-    m = _ew.where(_ew.isfinite(m), m, 0.0)
-    e = _ew.exp(a - m)
-    if b is not None:
-        e = e * b
-    s = _red.sum_(e, axis, keepdims)
-    m_out = m if keepdims else _shape.reshape(m, _get_aval(s).shape)
-    if return_sign:
-        return _ew.log(_ew.absolute(s)) + m_out, _ew.sign(s)
-    return _ew.log(s) + m_out
+    from fgrad.primitives import nn as _nn
+    if _get_aval(a).dtype.kind not in "fc":
+        a = _ew.convert_element_type(a, _np.float64)
+    if b is None:
+        out = _nn.logsumexp(a, axis, keepdims)
+        if not return_sign:
+            return out
+        return out, _ew.convert_element_type(_ew.not_equal(out, -_np.inf),
+                                             _get_aval(out).dtype)
+    # the unweighted value bounds every exponent (a - shift <= 0); held
+    # constant, it only keeps exp in range
+    shift = _creation.stop_gradient(_nn.logsumexp(a, axis, keepdims=True))
+    shift = _ew.where(_ew.isfinite(shift), shift, 0.0)
+    total = _red.sum_(_ew.exp(a - shift) * b, axis, keepdims)
+    shift_out = shift if keepdims else _shape.reshape(shift, _get_aval(total).shape)
+    # a zero total (a slice all -inf, or weights that cancel) is -inf with
+    # derivative 0, not 0 * inf = nan: the double where
+    empty = _ew.equal(total, 0)
+    magnitude = _ew.absolute(_ew.where(empty, 1.0, total))
+    out = _unpack_0d(_ew.where(empty, -_np.inf, _ew.log(magnitude) + shift_out))
+    return (out, _unpack_0d(_ew.sign(total))) if return_sign else out
+
+
+def _unpack_0d(x):
+    # NumPy (and scipy) hand back scalars, not 0-d arrays, from full reductions
+    return x[()] if not isinstance(x, _Tracer) and getattr(x, "ndim", None) == 0 else x
 
 
 # -- order statistics through sort ---------------------------------------------
 
-def quantile(a, q, axis=None, keepdims=False, method="linear"):
-    """The ``q``-th quantiles (0 <= q <= 1) with linear interpolation.
+# NumPy 2's quantile methods. Every one picks, per quantile, two neighbouring
+# order statistics and a weight that depend on q and n alone, so the result is
+# a fixed linear combination of sorted entries: differentiable through the
+# sorting permutation. method -> (alpha, beta) of Hyndman & Fan's continuous
+# family (virtual index n q + alpha + q (1 - alpha - beta) - 1).
+_CONTINUOUS = {"interpolated_inverted_cdf": (0.0, 1.0), "hazen": (0.5, 0.5),
+               "weibull": (0.0, 0.0), "median_unbiased": (1 / 3.0, 1 / 3.0),
+               "normal_unbiased": (3 / 8.0, 3 / 8.0)}
+# methods that select one order statistic, keeping the input's dtype
+_DISCRETE = ("inverted_cdf", "closest_observation", "lower", "higher", "nearest")
+QUANTILE_METHODS = ("linear", "averaged_inverted_cdf", "midpoint") \
+    + tuple(_CONTINUOUS) + _DISCRETE
 
+
+def _order_statistics(method, q, n):
+    """``(lo, hi, gamma)``: the quantile ``q`` of ``n`` sorted values is
+    ``lerp(s[lo], s[hi], gamma)``, computed as NumPy computes it."""
+    if method in _DISCRETE:
+        if method == "lower":
+            k = _math.floor((n - 1) * q)
+        elif method == "higher":
+            k = _math.ceil((n - 1) * q)
+        elif method == "nearest":
+            k = int(round((n - 1) * q))        # halves to even, as NumPy's around
+        else:
+            # the boundaries of the inverted empirical CDF: the lower index
+            # where the virtual index is an integer (and, for
+            # closest_observation, odd), else the upper one
+            index = n * q - 1 - (0.5 if method == "closest_observation" else 0.0)
+            k = _math.floor(index)
+            on_boundary = index - k == 0 and (method == "inverted_cdf" or k % 2 == 1)
+            k = k if on_boundary else k + 1
+        k = min(max(k, 0), n - 1)
+        return k, k, 0.0
+    if method == "linear":
+        virtual = (n - 1) * q
+    elif method == "midpoint":
+        virtual = 0.5 * (_math.floor((n - 1) * q) + _math.ceil((n - 1) * q))
+    elif method == "averaged_inverted_cdf":
+        virtual = n * q - 1
+    else:
+        alpha, beta = _CONTINUOUS[method]
+        virtual = n * q + (alpha + q * (1 - alpha - beta)) - 1
+    if virtual >= n - 1:
+        return n - 1, n - 1, 0.0
+    if virtual < 0:
+        return 0, 0, 0.0
+    lo = _math.floor(virtual)
+    gamma = virtual - lo
+    if method == "averaged_inverted_cdf":
+        gamma = 0.5 if gamma == 0 else 1.0
+    elif method == "midpoint":
+        gamma = 0.0 if virtual % 1 == 0 else 0.5
+    return lo, lo + 1, gamma
+
+
+def _check_method(method, name):
+    if method not in QUANTILE_METHODS:
+        from fgrad.errors import NumpyArgumentError
+        raise NumpyArgumentError(
+            f"{name}: method={method!r} is not one of NumPy's quantile methods "
+            f"supported here: {', '.join(QUANTILE_METHODS)}")
+
+
+def quantile(a, q, axis=None, keepdims=False, method="linear"):
+    """The ``q``-th quantiles (0 <= q <= 1) of ``a`` over ``axis``.
+
+    ``method`` is any of NumPy 2's: ``'linear'`` (default), ``'lower'``,
+    ``'higher'``, ``'nearest'``, ``'midpoint'``, the continuous
+    ``'interpolated_inverted_cdf'``, ``'hazen'``, ``'weibull'``,
+    ``'median_unbiased'``, ``'normal_unbiased'``, and the discrete
+    ``'inverted_cdf'``, ``'averaged_inverted_cdf'``, ``'closest_observation'``.
     Differentiable in ``a`` through the sorting permutation: the derivative
-    goes to the (one or two) elements each quantile interpolates between.
+    goes to the (one or two) order statistics each quantile is made of.
 
     >>> float(quantile(_np.array([3.0, 1.0, 2.0, 4.0]), 0.5))
     2.5
+    >>> float(quantile(_np.array([3.0, 1.0, 2.0, 4.0]), 0.5, method="lower"))
+    2.0
     """
-    if method != "linear":
-        raise NotImplementedError("fgrad.numpy.quantile supports method='linear'")
+    _check_method(method, "quantile")
     if not isinstance(a, _Tracer):
         xp = _xp(a)
         return xp.quantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
-                           axis=axis, keepdims=keepdims)
-    # NumPy keeps a's precision for a Python float q and promotes to q's float64
-    # for anything else; so do we.
-    out = _quantile(a, _static_floats(q), axis, keepdims)
-    if type(q) in (int, float):
+                           axis=axis, keepdims=keepdims, method=method)
+    out = _quantile(a, _static_floats(q), axis, keepdims, method)
+    # NumPy keeps a's precision for a Python float q, and for methods that pick
+    # one order statistic; it promotes to q's float64 otherwise
+    if type(q) in (int, float) or method in _DISCRETE:
         return out
     return _ew.convert_element_type(out, _np.result_type(_get_aval(out).dtype,
                                                          _np.float64))
@@ -156,7 +247,14 @@ def _static_floats(q):
     return _np.asarray(_concrete(q), dtype=_np.float64)
 
 
-def _quantile(a, q_arr, axis, keepdims):
+def _lerp(low, high, gamma):
+    # NumPy's form: from the nearer end, so gamma = 1 gives high exactly
+    if gamma >= 0.5:
+        return high - (high - low) * (1 - gamma)
+    return low + (high - low) * gamma
+
+
+def _quantile(a, q_arr, axis, keepdims, method="linear"):
     if ((q_arr < 0) | (q_arr > 1)).any():
         raise ValueError("quantiles must be in the range [0, 1]")
     ndim = _get_aval(a).ndim
@@ -172,12 +270,9 @@ def _quantile(a, q_arr, axis, keepdims):
     n = _get_aval(s).shape[ax]
     results = []
     for qk in q_arr.ravel():
-        pos = float(qk) * (n - 1)
-        lo = _math.floor(pos)
-        hi = min(lo + 1, n - 1)
-        frac = pos - lo
+        lo, hi, gamma = _order_statistics(method, float(qk), n)
         low = _fshape.take(s, lo, axis=ax)
-        value = low if frac == 0 else low + (_fshape.take(s, hi, axis=ax) - low) * frac
+        value = low if hi == lo else _lerp(low, _fshape.take(s, hi, axis=ax), gamma)
         if keepdims:
             if axis is None:
                 value = _shape.reshape(value, (1,) * ndim)
@@ -191,15 +286,14 @@ def _quantile(a, q_arr, axis, keepdims):
 
 
 def percentile(a, q, axis=None, keepdims=False, method="linear"):
-    """The ``q``-th percentiles (0 <= q <= 100); see `quantile`."""
+    """The ``q``-th percentiles (0 <= q <= 100); see `quantile` for ``method``."""
+    _check_method(method, "percentile")
     if not isinstance(a, _Tracer):
         xp = _xp(a)
         return xp.percentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
                              axis=axis, keepdims=keepdims, method=method)
-    if method != "linear":
-        raise NotImplementedError("fgrad.numpy.percentile supports method='linear'")
     return quantile(a, q / 100 if type(q) in (int, float)
-                    else _static_floats(q) / 100, axis, keepdims)
+                    else _static_floats(q) / 100, axis, keepdims, method)
 
 
 def median(a, axis=None, keepdims=False):
@@ -319,6 +413,76 @@ def nanmean(a, axis=None, keepdims=False):
     count = _red.sum_(_ew.convert_element_type(present, _get_aval(a).dtype), axis,
                       keepdims)
     return nansum(a, axis, keepdims) / count
+
+
+def _nan_extremum(a, axis, keepdims, reduce, fill):
+    if _get_aval(a).dtype.kind not in "fc":
+        return reduce(a, axis, keepdims)        # integers hold no nan
+    nan = _ew.isnan(a)
+    # nan entries become the identity of the reduction, so they never win and
+    # receive no derivative; ties among the rest split it as in max/min
+    out = reduce(_ew.where(nan, fill, a), axis, keepdims)
+    return _ew.where(_red.all_p.bind(nan, axis=_axis_param(axis, _get_aval(a).ndim),
+                                     keepdims=bool(keepdims)), _np.nan, out)
+
+
+def nanmax(a, axis=None, keepdims=False):
+    """Maximum over ``axis`` ignoring nan (nan where a slice is all nan).
+
+    nan entries get a zero derivative; tied maxima share it evenly, as in `max`.
+
+    >>> import fgrad
+    >>> fgrad.grad(nanmax)(_np.array([1.0, _np.nan, 3.0, 3.0]))
+    array([0. , 0. , 0.5, 0.5])
+    """
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanmax(a, axis=axis, keepdims=keepdims)
+    return _nan_extremum(a, axis, keepdims, _red.max_, -_np.inf)
+
+
+def nanmin(a, axis=None, keepdims=False):
+    """Minimum over ``axis`` ignoring nan; see `nanmax`."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanmin(a, axis=axis, keepdims=keepdims)
+    return _nan_extremum(a, axis, keepdims, _red.min_, _np.inf)
+
+
+def nanvar(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """Variance of the entries that are not nan, with ``ddof`` delta degrees
+    of freedom (nan where fewer than ``ddof + 1`` entries remain).
+
+    nan entries get a zero derivative.
+
+    >>> nanvar(_np.array([1.0, _np.nan, 3.0]))
+    np.float64(1.0)
+    """
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanvar(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    if _get_aval(a).dtype.kind not in "fc":
+        return var(a, axis, dtype, ddof, keepdims)
+    present = _ew.logical_not(_ew.isnan(a))
+    real_dtype = _np.finfo(_get_aval(a).dtype).dtype
+    count = _red.sum_(_ew.convert_element_type(present, real_dtype), axis, True)
+    mean_ = nansum(a, axis, keepdims=True) / count
+    centered = _ew.where(present, a - mean_, 0.0)
+    if _get_aval(a).dtype.kind == "c":
+        squared = _ew.real(centered * _ew.conj(centered))
+    else:
+        squared = centered * centered
+    dof = count - ddof
+    # NumPy's nan (not a negative or infinite variance) when no degree of
+    # freedom is left
+    dof = _ew.where(_ew.greater(dof, 0), dof, _np.nan)
+    if not keepdims:
+        dof = _shape.reshape(dof, _get_aval(_red.sum_(squared, axis, False)).shape)
+    return _with_dtype(_red.sum_(squared, axis, keepdims) / dof, dtype)
+
+
+def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """Standard deviation of the entries that are not nan, ``sqrt(nanvar)``."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanstd(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    return _ew.sqrt(nanvar(a, axis, dtype, ddof, keepdims))
 
 
 def diff(a, n=1, axis=-1):

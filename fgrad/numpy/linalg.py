@@ -1,20 +1,30 @@
 """``numpy.linalg`` over fgrad primitives: ``fnp.linalg.solve``, ``svd``, ``norm``, ...
 
 Every function is batched over leading axes like NumPy's, and differentiable in
-forward and reverse mode to any order. Limitations (see `fgrad.primitives.linalg`):
+forward and reverse mode to any order, for real and complex inputs (complex
+derivatives follow JAX's convention: see the complex numbers page). Notes (see
+`fgrad.primitives.linalg`):
 
-- ``eigh`` and ``cholesky`` symmetrize their input, ``(a + a.T) / 2``, as JAX
-  does (NumPy reads one triangle). For symmetric input the values are NumPy's.
+- ``eigh`` and ``cholesky`` read the Hermitian part of their input,
+  ``(a + a^H) / 2`` (``(a + a.T) / 2`` for real ``a``), as JAX does (NumPy reads
+  one triangle). For Hermitian input the values are NumPy's.
 - ``eigh`` derivatives are infinite for repeated eigenvalues and ``svd``'s for
   repeated (or, with ``m != n``, zero) singular values: the eigen/singular
   vectors are not unique there. Functions of the spectrum alone that are
   symmetric in it (``norm(a, 'nuc')``, ``sum(eigvalsh(a))``) are fine when
   values are distinct.
-- ``svd`` differentiates with ``full_matrices=False`` (or square matrices);
-  NumPy's default ``full_matrices=True`` on a rectangular matrix evaluates but
-  raises `LinalgDerivativeError` when differentiated.
-- The decompositions differentiate real inputs only; ``solve``, ``inv``,
-  ``det`` and ``pinv`` also complex ones.
+- Complex eigenvectors and singular vectors carry an arbitrary phase each
+  (real ones a sign). Derivatives fix it by JAX's convention, not LAPACK's, so
+  differentiate phase-invariant functions of them: ``abs(v) ** 2``, projectors
+  ``v @ v.conj().T``, reconstructions ``u * s @ vh``.
+- ``svd(full_matrices=True)`` (NumPy's default) of a rectangular matrix
+  differentiates too: the extra columns of ``U`` (rows of ``Vh``) are only
+  determined as a basis of the orthogonal complement, and their derivative is
+  the smallest rotation keeping them orthogonal to the rest, so functions of
+  the complement's projector (and a single real extra vector up to its sign)
+  are exact. JAX raises NotImplementedError here.
+- ``qr`` differentiates tall, square and wide matrices (for ``m < n`` through
+  the first ``m`` columns, as ``r = [r_x | q^H y]``).
 - ``lstsq`` (2-D, like NumPy's) computes ``pinv(a) @ b``; its ``rank`` needs a
   concrete value, so it does not work under ``jit``.
 """
@@ -45,7 +55,8 @@ def _as_array(x):
 
 
 def _symmetrize(a):
-    return (a + _shape.swap_last_axes(a)) * 0.5
+    # the Hermitian part (a + a^H) / 2; the symmetric part for real a
+    return (a + _la._H(a)) * 0.5
 
 
 def solve(a, b):
@@ -94,7 +105,8 @@ def slogdet(a):
 
 
 def cholesky(a, upper=False):
-    """Cholesky factor of each symmetric positive-definite matrix (lower by default).
+    """Cholesky factor of each Hermitian positive-definite matrix (lower by
+    default; ``upper=True`` gives its conjugate transpose).
 
     >>> import numpy as np
     >>> cholesky(np.diag([4.0, 9.0]))
@@ -102,11 +114,11 @@ def cholesky(a, upper=False):
            [0., 3.]])
     """
     low = _la.cholesky(_symmetrize(_as_array(a)))
-    return _shape.swap_last_axes(low) if upper else low
+    return _la._H(low) if upper else low
 
 
 def qr(a, mode="reduced"):
-    """Reduced QR decomposition (``mode='reduced'`` or ``'r'``).
+    """Reduced QR decomposition (``mode='reduced'`` or ``'r'``), of any shape.
 
     >>> import numpy as np
     >>> qr(np.eye(2)).R.shape
@@ -120,10 +132,10 @@ def qr(a, mode="reduced"):
 
 
 def eigh(a, UPLO="L"):
-    """Eigenvalues (ascending) and eigenvectors of symmetric matrices.
+    """Eigenvalues (ascending) and eigenvectors of Hermitian (symmetric) matrices.
 
-    The input is symmetrized (``UPLO`` has no effect); derivatives assume
-    distinct eigenvalues.
+    The input's Hermitian part is used (``UPLO`` has no effect); derivatives
+    assume distinct eigenvalues.
 
     >>> import numpy as np
     >>> eigh(np.diag([2.0, 1.0])).eigenvalues
@@ -140,8 +152,9 @@ def eigvalsh(a, UPLO="L"):
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """Singular value decomposition ``(U, S, Vh)`` (or ``S`` alone).
 
-    Derivatives need ``full_matrices=False`` for rectangular matrices and
-    distinct singular values.
+    Derivatives need distinct singular values. With ``full_matrices=True`` on a
+    rectangular matrix, the extra vectors are differentiated as a basis of the
+    orthogonal complement (see the module notes).
 
     >>> import numpy as np
     >>> svd(np.diag([1.0, 3.0]), compute_uv=False)
