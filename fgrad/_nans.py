@@ -6,9 +6,20 @@ instead of the normal ones, so the normal path carries no per-equation check:
 - reverse mode records with `DebugReverseTrace`, which checks every output of
   the forward pass and remembers the user's source line per equation, and
   sweeps with `debug_backward_pass`, which checks every cotangent;
-- staging (jit, make_graph) records with `DebugStagingTrace`, which tags each
-  equation with its source line and pass, and jit runs the staged graph one
-  equation at a time (`run_checked`) instead of its compiled code.
+- forward mode (jvp, linearize, jacfwd, hessian) runs `DebugJVPTrace`, which
+  checks every primal output and every tangent;
+- staging (jit, make_graph, and the bodies of ``fgrad.lax`` control flow)
+  records with `DebugStagingTrace`, which tags each equation with its source
+  line and pass; jit runs the staged graph one equation at a time
+  (`run_checked`) instead of its compiled code, and so do the control-flow
+  primitives for their branches and loop bodies.
+
+Every equation is blamed on a *tag* ``(pass, primitive, source, where_origin)``.
+``_state.nan_context`` holds the tag of whatever is being evaluated right now:
+set by a reverse sweep around each VJP rule, by forward mode around each JVP
+rule, and by `eval_graph_tagged` around each equation of a tagged graph it
+re-evaluates. The innermost setting wins, which is how a line inside a
+``lax.scan`` body survives being re-staged into the scan's JVP or VJP.
 
 The first non-finite value raises `NonFiniteError` naming the primitive, the
 pass, the line and the input shapes. A NaN cotangent that comes out of the
@@ -19,24 +30,27 @@ import contextlib
 import linecache
 import sys
 
-from .core import EagerTracer, Tracer, Zero, _state, get_aval
-from .errors import NonFiniteError
+from .core import EagerTracer, Tracer, Zero, _state, get_aval, missing_rule_message
+from .errors import MissingRuleError, NonFiniteError
+from .interpreters.batching import BatchTracer
+from .interpreters.forward import JVPTrace
 from .interpreters.reverse import ReverseTrace, _accumulate, _ct_or_zero, _NEEDED_ONE
 from .interpreters.staging import _FGRAD_DIR, _PRIMITIVES_DIR, StagingTrace
-
 
 
 @contextlib.contextmanager
 def debug_nans(enabled=True):
     """Check every value of the transformations started inside for NaN and infinity.
 
-    Inside the block, ``grad``/``vjp`` check each equation's outputs in the
-    forward pass and each cotangent in the reverse sweep, and ``jit`` checks
-    each equation of its graph; the first NaN or infinity raises
-    `fgrad.errors.NonFiniteError` with the primitive, the pass (forward or
-    reverse), the line of your code that recorded the equation and the input
-    shapes. The environment variable ``FGRAD_DEBUG_NANS=1`` turns it on
-    everywhere. Off, it costs nothing.
+    Inside the block, ``grad``/``vjp``/``jacrev`` check each equation's
+    outputs in the forward pass and each cotangent in the reverse sweep,
+    ``jvp``/``linearize``/``jacfwd``/``hessian`` check each equation's outputs
+    and tangents, and ``jit`` checks each equation of its graph, including
+    those inside ``fgrad.lax`` branches and loop bodies; the first NaN or
+    infinity raises `fgrad.errors.NonFiniteError` with the primitive, the pass
+    (forward, tangent or reverse), the line of your code that recorded the
+    equation and the input shapes. The environment variable
+    ``FGRAD_DEBUG_NANS=1`` turns it on everywhere. Off, it costs nothing.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> with fgrad.debug_nans():
@@ -83,10 +97,19 @@ def describe_source(source):
 
 
 def _concrete(x):
-    """The array behind ``x``, or None where it has no value yet (staged, batched)."""
-    while isinstance(x, EagerTracer):
-        x = x.primal
-    if isinstance(x, Tracer) or x is None or type(x) is Zero:
+    """The array behind ``x``, or None where it has no value yet (staged).
+
+    A value batched by vmap (jacfwd's tangents, jacrev's cotangents) is
+    checked whole: each of its non-finite elements belongs to some example.
+    """
+    while isinstance(x, Tracer):
+        if isinstance(x, EagerTracer):
+            x = x.primal
+        elif isinstance(x, BatchTracer):
+            x = x.val
+        else:
+            return None
+    if x is None or type(x) is Zero:
         return None
     return x
 
@@ -126,6 +149,38 @@ def _raise(pass_, prim, what, bad, source, args, extra=""):
         f"  input shapes: {_shapes(args)}{extra}")
 
 
+def _blame(context, prim):
+    """``(pass, owner, what)``: how to name the equation of ``prim`` in a message.
+
+    ``context`` is the tag of what is being evaluated (None: user code called
+    ``prim`` directly, in a forward pass). When ``prim`` runs inside the rule
+    of another primitive (``owner``), the message names both.
+    """
+    if context is None:
+        return "forward", prim, ""
+    pass_, owner = context[0], context[1]
+    if owner is prim:
+        return pass_, owner, ""
+    rule = "cotangent rule" if "reverse" in pass_ else \
+        "tangent rule" if "tangent" in pass_ else "evaluation"
+    return pass_, owner, f"in its {rule}'s '{prim.name}' "
+
+
+def _tangent_context(context, prim, source):
+    """The tag of the equations a JVP rule of ``prim`` runs under ``context``."""
+    if context is None or context[0] == "forward":
+        return ("tangent", prim, source, None)
+    return (f"tangent of the {context[0]}", context[1], source, context[3])
+
+
+def _check_outputs(values, prim, context, source, args):
+    for value in values:
+        bad = non_finite(value)
+        if bad is not None:
+            pass_, owner, what = _blame(context, prim)
+            _raise(pass_, owner, what, bad, source, args)
+
+
 def where_trap_message(where_source, prim):
     return (
         f"\n  This is the `where` trap: the cotangent reaching '{prim.name}' is zero "
@@ -159,12 +214,11 @@ class DebugReverseTrace(ReverseTrace):
 
     def record(self, prim, in_nodes, primals, ans, params):
         # a staged graph re-evaluated here (grad of a jitted function) knows
-        # the lines that staged its equations
-        source = _state.nan_source or user_source()
-        for a in (ans if prim.multiple_results else (ans,)):
-            bad = non_finite(a)
-            if bad is not None:
-                _raise("forward", prim, "", bad, source, primals)
+        # the lines that staged its equations, and so does a rule being run
+        context = _state.nan_context
+        source = user_source() if context is None else context[2]
+        _check_outputs(ans if prim.multiple_results else (ans,), prim, context, source,
+                       primals)
         n = len(self.eqns)
         out = super().record(prim, in_nodes, primals, ans, params)
         if len(self.eqns) > n:
@@ -239,6 +293,76 @@ def _zero_where_bad(ct, arg_ct):
 
 
 # ---------------------------------------------------------------------------
+# Forward mode
+# ---------------------------------------------------------------------------
+
+
+class _Named:
+    """Stands in for a primitive in messages about a custom_jvp function."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+class DebugJVPTrace(JVPTrace):
+    """A `JVPTrace` that checks every primal output and every tangent.
+
+    `JVPTrace.process` is repeated here rather than given hooks, so the
+    normal interpreter pays nothing for debugging.
+    """
+
+    __slots__ = ()
+
+    def process(self, prim, args, params):
+        primals, tangents = self._unwrap(args)
+        for p in primals:
+            if isinstance(p, Tracer):           # an outer transformation's value
+                ans = prim.bind(*primals, **params)
+                break
+        else:
+            ans = prim.impl(*primals, **params)
+        context = _state.nan_context
+        source = user_source() if context is None else context[2]
+        outs = ans if prim.multiple_results else (ans,)
+        _check_outputs(outs, prim, context, source, primals)
+        if prim.nondiff:
+            return ans
+        if prim.jvp is None:
+            raise MissingRuleError(missing_rule_message(prim, "jvp"))
+        if not any(get_aval(a).dtype.kind in "fc" for a in outs):
+            return ans
+        # the rule's own equations (staged under jit) belong to this one
+        rule_context = _tangent_context(context, prim, source)
+        _state.nan_context = rule_context
+        try:
+            out_tangents = prim.jvp(tangents, ans, *primals, **params)
+        finally:
+            _state.nan_context = context
+        if not prim.multiple_results:
+            _check_outputs((out_tangents,), prim, rule_context, source, primals)
+            return self._wrap(ans, out_tangents)
+        _check_outputs(out_tangents, prim, rule_context, source, primals)
+        return tuple(self._wrap(a, t) for a, t in zip(ans, out_tangents))
+
+    def process_custom_jvp(self, fun, rule, args):
+        from .custom import call_jvp_rule
+        primals, tangents = self._unwrap(args)
+        context = _state.nan_context
+        source = user_source() if context is None else context[2]
+        prim = _Named(f"custom_jvp[{getattr(fun, '__name__', fun)}]")
+        out, out_tangent = call_jvp_rule(fun, rule, primals, tangents)
+        several = isinstance(out, tuple)
+        _check_outputs(out if several else (out,), prim, context, source, primals)
+        _check_outputs(out_tangent if several else (out_tangent,), prim,
+                       _tangent_context(context, prim, source), source, primals)
+        if several:
+            return tuple(self._wrap(o, t) for o, t in zip(out, out_tangent))
+        return self._wrap(out, out_tangent)
+
+
+# ---------------------------------------------------------------------------
 # Staging and jit
 # ---------------------------------------------------------------------------
 
@@ -299,7 +423,7 @@ def run_checked(graph, args):
             bad = non_finite(value)
             if bad is None:
                 continue
-            what = "" if prim is eqn.prim else f"in its cotangent rule's '{eqn.prim.name}' "
+            pass_, prim, what = _blame(tag, eqn.prim)
             extra = ""
             if pass_ == "reverse" and origin is not None and not _is_where(prim):
                 extra = where_trap_message(origin, prim)
@@ -312,19 +436,19 @@ def eval_graph_tagged(graph, args):
     from .graph import Literal
     sources = graph.sources
     env = dict(zip(graph.invars, args))
-    previous = _state.nan_source
+    previous = _state.nan_context
 
     def read(v):
         return v.value if type(v) is Literal else env[v]
     try:
         for eqn in graph.eqns:
             tag = sources.get(eqn.outvars[0]) if eqn.outvars else None
-            _state.nan_source = tag[2] if tag is not None else previous
+            _state.nan_context = tag if tag is not None else previous
             out = eqn.prim.bind(*[read(v) for v in eqn.invars], **eqn.params)
             if eqn.prim.multiple_results:
                 env.update(zip(eqn.outvars, out))
             else:
                 env[eqn.outvars[0]] = out
     finally:
-        _state.nan_source = previous
+        _state.nan_context = previous
     return [read(v) for v in graph.outvars]

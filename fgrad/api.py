@@ -12,7 +12,7 @@ from .backend import asarray_on, check_same_backend, foreign_backends_active, \
     module_of_leaves
 from .core import Tracer, _state, get_aval, nans_enabled, new_trace
 from .interpreters.staging import StagingTrace
-from ._nans import DebugReverseTrace, debug_backward_pass
+from ._nans import DebugJVPTrace, DebugReverseTrace, debug_backward_pass
 from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from .interpreters.forward import JVPTrace, JVPTracer
 from .interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
@@ -356,7 +356,7 @@ def jvp(fun, primals, tangents):
                 for x in p_leaves]
     for i, (p, t) in enumerate(zip(p_leaves, t_leaves)):
         _check_like(t, get_aval(p), f"tangent leaf {i}", "primal", name)
-    with new_trace(JVPTrace) as trace:
+    with new_trace(DebugJVPTrace if nans_enabled() else JVPTrace) as trace:
         inputs = [JVPTracer(trace, p, t) if get_aval(p).dtype.kind in "fc" else p
                   for p, t in zip(p_leaves, t_leaves)]
         out = fun(*tree_unflatten(p_tree, inputs))
@@ -392,7 +392,11 @@ def linearize(fun, *primals):
     >>> float(f_jvp(3.0))
     3.0
     """
-    out = fun(*primals)
+    if nans_enabled():
+        # checked as forward mode checks, not as an untransformed call
+        out = jvp(fun, primals, tree_map(fnp.zeros_like, primals))[0]
+    else:
+        out = fun(*primals)
 
     def jvp_fn(*tangents):
         return jvp(fun, primals, tangents)[1]

@@ -377,10 +377,9 @@ class _TraceState(threading.local):
         self.trace_stack = []
         self.check_graphs = False
         # fgrad.debug_nans: None defers to the FGRAD_DEBUG_NANS variable; the
-        # context is what a debugging reverse sweep is differentiating
+        # context is the tag (pass, primitive, line) of what is being evaluated
         self.debug_nans = None
         self.nan_context = None
-        self.nan_source = None
 
 
 _state = _TraceState()

@@ -150,8 +150,8 @@ class TapError(FgradError, ValueError):
 class NonFiniteError(FgradError, FloatingPointError):
     """Under `fgrad.debug_nans`, an equation produced a NaN or an infinity.
 
-    The message names the primitive, the pass (forward or reverse), the line of
-    user code that recorded the equation and the input shapes.
+    The message names the primitive, the pass (forward, tangent or reverse),
+    the line of user code that recorded the equation and the input shapes.
     """
 
 

@@ -75,7 +75,8 @@ def _merge_captures(staged):
         n_own = len(graph.invars) - len(captured)
         mine = {id(t): v for t, v in zip(captured, graph.invars[n_own:])}
         extra = [mine.get(id(t)) or Var(t.aval.strip_weak()) for t in union]
-        graphs.append(Graph(graph.invars[:n_own] + extra, graph.eqns, graph.outvars))
+        graphs.append(Graph(graph.invars[:n_own] + extra, graph.eqns, graph.outvars,
+                            graph.sources))
     return graphs, union
 
 
@@ -169,8 +170,10 @@ def while_loop(cond_fun, body_fun, init_val):
     from .graph import Graph
     # constants first, then the carry: the primitive's operand order
     n = len(leaves)
-    c_graph = Graph(c_graph.invars[n:] + c_graph.invars[:n], c_graph.eqns, c_graph.outvars)
-    b_graph = Graph(b_graph.invars[n:] + b_graph.invars[:n], b_graph.eqns, b_graph.outvars)
+    c_graph = Graph(c_graph.invars[n:] + c_graph.invars[:n], c_graph.eqns, c_graph.outvars,
+                    c_graph.sources)
+    b_graph = Graph(b_graph.invars[n:] + b_graph.invars[:n], b_graph.eqns, b_graph.outvars,
+                    b_graph.sources)
     outs = while_p.bind(*c_cap, *b_cap, *leaves, cond=c_graph, body=b_graph,
                         n_cc=len(c_cap), n_bc=len(b_cap))
     return tree_unflatten(tree, list(outs))
@@ -261,7 +264,9 @@ def scan(f, init, xs=None, length=None, reverse=False):
                 "scan's f changes the carry's shapes or dtypes")
     from .graph import Graph
     m = n_c + len(x_leaves)
-    body = Graph(graph.invars[m:] + graph.invars[:m], graph.eqns, graph.outvars)
+    # sources: under debug_nans, the lines of the body's equations
+    body = Graph(graph.invars[m:] + graph.invars[:m], graph.eqns, graph.outvars,
+                 graph.sources)
     outs = scan_p.bind(*captured, *c_leaves, *x_leaves, body=body,
                        n_consts=len(captured), n_carry=n_c, length=n, reverse=reverse)
     return (tree_unflatten(c_tree, list(outs[:n_c])),

@@ -19,7 +19,7 @@ import functools
 import numpy as np
 
 from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.core import Primitive, ShapedArray, Zero, get_aval, nans_enabled
 from fgrad.errors import ControlFlowError
 
 FAMILY = "primitives/control.py"
@@ -33,6 +33,11 @@ def _stage(fun, avals):
 
 
 def _run(graph, args):
+    if graph.sources is not None and nans_enabled():
+        # staged under debug_nans: checked equation by equation, so a NaN is
+        # blamed on the line inside the branch or loop body that made it
+        from fgrad._nans import run_checked
+        return tuple(run_checked(graph, args))
     from fgrad._jit import compiled_for
     return compiled_for(graph, array_module(*args))(*args)
 
