@@ -169,7 +169,9 @@ class _VJPSplit:
             from .graph import Equation, Graph, Literal
             n_res = len(self.backward.invars) - len(unit)
             cts = self.backward.invars[n_res:]
-            subst = {v: Literal(np.ones((), v.aval.dtype)[()].item(), v.aval)
+            # a 0-d array, not a Python number: control-flow primitives hand
+            # their operands to graphs that expect arrays
+            subst = {v: Literal(np.ones((), v.aval.dtype), v.aval)
                      for v, one in zip(cts, unit) if one}
             read = _substituter(subst)
             graph = Graph(self.backward.invars[:n_res] + [v for v in cts if v not in subst],

@@ -8,13 +8,14 @@ import functools
 import numpy as np
 
 from . import numpy as fnp
-from .backend import asarray_on, check_same_backend, foreign_backends_active, \
+from .backend import array_module, asarray_on, check_same_backend, foreign_backends_active, \
     module_of_leaves
 from .core import Tracer, _state, get_aval, nans_enabled, new_trace
 from .interpreters.staging import StagingTrace
 from ._nans import DebugJVPTrace, DebugReverseTrace, debug_backward_pass
 from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from .interpreters.forward import JVPTrace, JVPTracer
+from .interpreters.compiled_sweep import compiled_sweep, large_enough
 from .interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
 from ._vmap import vmap as vmap
 from .tree import tree_flatten, tree_map, tree_structure, tree_unflatten
@@ -222,6 +223,10 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
     >>> float(value), float(g)
     (0.0, 1.0)
     """
+    # compiled reverse sweeps of large gradients, per recorded structure
+    # (fgrad.interpreters.compiled_sweep)
+    sweep_cache = {}
+
     @functools.wraps(fun)
     def value_and_grad_f(*args, **kwargs):
         name = _fname(fun)
@@ -236,7 +241,16 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
         leaves, _ = tree_flatten(out)
         _check_scalar_output(out, leaves, name, holomorphic)
         ans = _lower(leaves[0], trace)
-        g = _sweep(trace, leaves, [fnp.ones_like(ans)], selection, consume=True)
+        g = None
+        if isinstance(leaves[0], ReverseTracer) and leaves[0]._trace is trace \
+                and large_enough(selection.leaves):
+            cts = compiled_sweep(trace, leaves[0].node, get_aval(ans).dtype,
+                                 len(selection.leaves), array_module(ans), sweep_cache)
+            if cts is not None:
+                g = [cts[i] if i in cts else fnp.zeros_like(x)
+                     for i, x in enumerate(selection.leaves)]
+        if g is None:
+            g = _sweep(trace, leaves, [fnp.ones_like(ans)], selection, consume=True)
         value = (ans, aux) if has_aux else ans
         return value, selection.shape_result(g)
     return value_and_grad_f

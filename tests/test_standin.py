@@ -211,3 +211,17 @@ def test_jit_moves_a_host_constant_to_the_device(device):
         assert type(out) is StandInArray
         np.testing.assert_array_equal(to_numpy(out), want)
     assert type(fgrad.jit(f)(x)) is StandInArray
+
+
+def test_compiled_sweep_stays_on_the_device(device, monkeypatch):
+    from fgrad.interpreters import compiled_sweep
+    monkeypatch.setattr(compiled_sweep, "MIN_BYTES", 0)
+    x = np.linspace(-1, 1, 6)
+
+    def f(x):
+        return fnp.sum(fnp.sin(x) * fnp.exp(-(x * x) / 4.0) + x ** 2)
+    g = fgrad.grad(f)
+    out = g(to_standin(x))
+    assert type(out) is StandInArray
+    monkeypatch.setattr(compiled_sweep, "MIN_BYTES", 1 << 62)
+    np.testing.assert_allclose(to_numpy(out), fgrad.grad(f)(x), rtol=1e-13)

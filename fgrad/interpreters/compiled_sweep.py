@@ -1,0 +1,171 @@
+"""The reverse sweep of a large eager ``grad``, staged once and run as compiled code.
+
+Eager ``grad(f)(x)`` records a linear graph whose residuals are real arrays and
+sweeps it with the VJP rules, one NumPy call per rule operation. On large
+arrays that sweep is memory-bound, and what costs is every temporary it
+allocates and every multiplication by the ones that ``grad`` seeds it with. The
+rules do not change between calls that record the same graph, so for a
+``grad`` whose differentiated inputs are large (`MIN_BYTES`), the sweep is
+staged (the rules run once on staging tracers standing for the residuals),
+optimised by the jit compiler (the seed folded, multiplications by one
+dropped, intermediates written into dead buffers) and kept, per recorded
+structure, on the ``grad`` function. Later calls that record the same
+structure run the compiled sweep. Anything the compiler cannot stage (a rule
+that branches on a value, a one-off custom rule) keeps the eager sweep.
+"""
+from ..core import ShapedArray, Tracer, primitive_table
+from .reverse import ReverseTrace, backward_pass
+
+# Differentiated inputs at least this large (in bytes, all together) get a
+# compiled sweep; below it the eager sweep is as fast and staging would cost more
+# than it saves. Tests set it to 0.
+MIN_BYTES = 1 << 20
+
+# compiled sweeps kept per grad function (one per recorded structure)
+CACHE_SIZE = 8
+
+_NOT_STAGEABLE = object()
+_PY_SCALARS = (bool, int, float, complex)
+
+
+class _Replay:
+    """What `backward_pass` needs of a trace: its equations."""
+
+    __slots__ = ("eqns",)
+
+    def __init__(self, eqns):
+        self.eqns = eqns
+
+
+def _describe(value, arrays, index):
+    """The part of the cache key for one recorded value; arrays are collected.
+
+    An array recorded several times (``x`` in ``x * x``) is one input of the
+    staged sweep, so the compiler sees that the products are the same. Returns
+    None for a value the sweep cannot be staged over (a tracer of an enclosing
+    transformation, an object the compiler does not know).
+    """
+    if isinstance(value, Tracer):
+        return None
+    if type(value) is ShapedArray:
+        return ("aval", value.shape, value.dtype, value.weak_type)
+    if type(value) in _PY_SCALARS:
+        return ("py", type(value), value)
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        i = index.get(id(value))
+        if i is None:
+            i = index[id(value)] = len(arrays)
+            arrays.append(value)
+        return ("array", value.shape, value.dtype, i)
+    return None
+
+
+def _structure(eqns):
+    """``(key, arrays)`` of a recorded graph, or ``(None, None)`` if it cannot be staged."""
+    arrays, index = [], {}
+    key = []
+    for prim, in_nodes, out, args, ans, params in eqns:
+        if primitive_table.get(prim.name) is not prim:
+            return None, None               # a one-off rule (custom_vjp, ...)
+        try:
+            described_params = tuple(sorted(params.items()))
+            hash(described_params)
+        except TypeError:
+            return None, None
+        described = []
+        for value in list(args) + (list(ans) if type(out) is tuple else [ans]):
+            d = _describe(value, arrays, index)
+            if d is None:
+                return None, None
+            described.append(d)
+        key.append((prim, tuple(in_nodes), out, described_params, tuple(described)))
+    return tuple(key), arrays
+
+
+def _stage_sweep(eqns, seed_node, seed_dtype, num_inputs, arrays, xp):
+    """Stage the sweep of ``eqns`` seeded with a scalar one at ``seed_node``.
+
+    The staged graph takes the recorded arrays (in `_structure`'s order) and
+    returns the cotangent of every input node, or None where nothing reached it.
+    """
+    from ..compile import gc_paused
+    from .staging import shaped, stage
+    reached = []
+
+    index = {id(a): i for i, a in enumerate(arrays)}
+
+    def sweep(*staged_arrays):
+        def swap(value):
+            if type(value) in _PY_SCALARS or type(value) is ShapedArray:
+                return value
+            return staged_arrays[index[id(value)]]
+        replay = []
+        for prim, in_nodes, out, args, ans, params in eqns:
+            new_args = [swap(a) for a in args]
+            new_ans = tuple(swap(a) for a in ans) if type(out) is tuple else swap(ans)
+            replay.append((prim, in_nodes, out, new_args, new_ans, params))
+        # the seed is a constant, so the compiler folds it and the ones it
+        # broadcasts to away
+        cts = backward_pass(_Replay(replay), {seed_node: xp.ones((), seed_dtype)})
+        outs = []
+        for node in range(num_inputs):
+            ct = cts.get(node)
+            reached.append(ct is not None)
+            if ct is not None:
+                outs.append(ct)
+        return outs
+    with gc_paused():
+        graph, captured = stage(sweep, [shaped(a) for a in arrays])
+    if captured:
+        raise ValueError("the sweep closed over a tracer")
+    return graph, tuple(reached)
+
+
+def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache):
+    """The input cotangents ``{node: ct}`` of ``trace``'s sweep, run compiled.
+
+    Returns None (and leaves the trace untouched) when the sweep cannot be
+    staged; the caller then sweeps eagerly. ``cache`` is the dict the grad
+    function keeps its compiled sweeps in.
+    """
+    if type(trace) is not ReverseTrace:
+        return None
+    key, arrays = _structure(trace.eqns)
+    if key is None:
+        return None
+    key = (key, seed_node, seed_dtype, num_inputs, xp)
+    entry = cache.get(key)
+    if entry is None:
+        from ..compile import compile_graph
+        try:
+            graph, reached = _stage_sweep(trace.eqns, seed_node, seed_dtype,
+                                          num_inputs, arrays, xp)
+            entry = (compile_graph(graph, xp), reached)
+        except Exception:                   # a rule that needs values: sweep eagerly
+            entry = _NOT_STAGEABLE
+        if len(cache) >= CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+        cache[key] = entry
+    if entry is _NOT_STAGEABLE:
+        return None
+    compiled, reached = entry
+    trace.eqns.clear()                      # the residuals now live in ``arrays`` only
+    recorded = {id(a) for a in arrays}
+    outs = iter(compiled(*arrays))
+    cts = {}
+    for node in range(num_inputs):
+        if reached[node]:
+            ct = next(outs)
+            # a cotangent that is a recorded array (grad of sum(x * y) in x is y)
+            # is copied: the caller owns what grad returns
+            cts[node] = ct.copy() if id(ct) in recorded else ct
+    return cts
+
+
+def large_enough(leaves):
+    """Whether differentiated inputs ``leaves`` are worth a compiled sweep."""
+    total = 0
+    for x in leaves:
+        total += getattr(x, "nbytes", 0)
+    return total >= MIN_BYTES and total > 0
+

@@ -1,0 +1,108 @@
+"""The compiled reverse sweep of large eager gradients (fgrad.interpreters.compiled_sweep)."""
+import numpy as np
+import pytest
+from hypothesis import given
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.interpreters import compiled_sweep
+from primitive_specs import SPECS
+
+
+@pytest.fixture
+def every_size(monkeypatch):
+    """Compile the sweep of every gradient, whatever its size."""
+    monkeypatch.setattr(compiled_sweep, "MIN_BYTES", 0)
+
+
+def _sweep_cache(grad_fn):
+    value_and_grad_f = next(c.cell_contents for c in grad_fn.__closure__
+                            if callable(c.cell_contents))
+    return next(c.cell_contents for c in value_and_grad_f.__closure__
+                if isinstance(c.cell_contents, dict))
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_compiled_sweep_equals_the_eager_sweep(name, every_size, monkeypatch):
+    @given(SPECS[name])
+    def check(case):
+        if not case.order:
+            return
+
+        def scalar(*xs):
+            return fnp.sum(fnp.real(case.fun(*xs)) * 1.5)
+        argnums = tuple(range(len(case.args)))
+        compiled = fgrad.grad(scalar, argnums)
+        got = compiled(*case.args)
+        again = compiled(*case.args)                  # from the cache
+        monkeypatch.setattr(compiled_sweep, "MIN_BYTES", 1 << 62)
+        try:
+            want = fgrad.grad(scalar, argnums)(*case.args)
+        finally:
+            monkeypatch.setattr(compiled_sweep, "MIN_BYTES", 0)
+        for g, a, w in zip(got, again, want):
+            assert np.shape(g) == np.shape(w) and np.result_type(g) == np.result_type(w)
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+            np.testing.assert_array_equal(a, g)
+        assert len(_sweep_cache(compiled)) <= 1        # staged once
+    check()
+
+
+def test_the_sweep_is_staged_once_and_seeded_with_a_folded_one(every_size):
+    def f(x):
+        return fnp.sum(fnp.sin(x) * fnp.exp(-(x * x) / 4.0) + x ** 2)
+    g = fgrad.grad(f)
+    x = np.linspace(-2, 2, 7)
+    want = (np.cos(x) - 0.5 * x * np.sin(x)) * np.exp(-x * x / 4) + 2 * x
+    np.testing.assert_allclose(g(x), want, rtol=1e-13)
+    np.testing.assert_allclose(g(x + 1), fgrad.grad(f)(x + 1), rtol=1e-13)
+    (entry,) = _sweep_cache(g).values()
+    compiled, reached = entry
+    assert reached == (True,)
+    # x is recorded by four equations and is one input; the seed is no input
+    assert len(compiled.graph.invars) == 3
+    assert "multiply" in compiled.source and "c1" in compiled.source
+
+
+def test_a_gradient_that_is_a_recorded_array_is_a_copy(every_size):
+    x, y = np.linspace(0, 1, 4), np.linspace(1, 2, 4)
+    gx = fgrad.grad(lambda x, y: fnp.sum(x * y))(x, y)
+    np.testing.assert_array_equal(gx, y)
+    assert gx is not y and not np.shares_memory(gx, y)
+    gx[0] = 100.0
+    assert y[0] == 1.0
+
+
+def test_what_cannot_be_staged_is_swept_eagerly(every_size):
+    @fgrad.custom_vjp
+    def clip_gradient(x):
+        return x
+
+    def fwd(x):
+        return x, None
+
+    def bwd(_, ct):
+        return (fnp.clip(ct, -1.0, 1.0),)
+    clip_gradient.defvjp(fwd, bwd)
+    g = fgrad.grad(lambda x: fnp.sum(clip_gradient(x) * 5.0))
+    np.testing.assert_array_equal(g(np.ones(3)), np.ones(3))
+    assert not _sweep_cache(g)                 # a one-off rule: never staged
+
+
+def test_small_gradients_keep_the_eager_sweep():
+    g = fgrad.grad(lambda x: fnp.sum(fnp.sin(x)))
+    g(np.ones(10))
+    assert not _sweep_cache(g)
+    big = np.ones(compiled_sweep.MIN_BYTES // 8)
+    np.testing.assert_allclose(g(big), np.cos(big))
+    assert len(_sweep_cache(g)) == 1
+
+
+def test_taps_run_in_the_compiled_sweep(every_size):
+    seen = []
+
+    def f(x):
+        return fnp.sum(fgrad.tap(fnp.sin(x), lambda ct: seen.append(ct) or ct * 2))
+    x = np.linspace(0, 1, 5)
+    np.testing.assert_allclose(fgrad.grad(f)(x), 2 * np.cos(x))
+    assert len(seen) == 1 and np.allclose(seen[0], 1.0)
