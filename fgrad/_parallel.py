@@ -90,8 +90,57 @@ class ParallelCompiled:
                             and v.aval.dtype == out.dtype):
                         options.append((v, e.invars.count(v)))
             self.reusable.append(options)
+        self._find_chains(graph, kept, viewed, fresh)
         self.workers = workers or min(8, os.cpu_count() or 1)
         self._pool = None
+
+    def _find_chains(self, graph, kept, viewed, fresh):
+        """Group equations into chains a worker runs in one go.
+
+        A chain is a run of large single-output equations in which each link
+        after the first depends on no equation but the one before it. One task
+        per chain instead of per equation saves the scheduler's round trip
+        between dependent equations. A link's value that other equations also
+        read (a residual of the reverse sweep) is published when the chain
+        ends; one that only the next link reads (``inner``) never leaves the
+        worker. ``chain_of[k]`` is the chain (equation numbers) starting at ``k``.
+        """
+        eqns = graph.eqns
+        effectful = [getattr(e.prim, "effectful", False) for e in eqns]
+
+        def linkable(k):
+            return self.big[k] and not self.multiple[k] and not effectful[k]
+        follows, followed = {}, set()
+        for k in range(len(eqns)):
+            if not linkable(k):
+                continue
+            for c in self.consumers[k]:
+                if linkable(c) and self.waits[c] == 1 and c not in followed:
+                    follows[k] = c
+                    followed.add(c)
+                    break
+        self.chain_of = {}
+        self.inner = set()
+        for head in set(follows) - followed:
+            chain = [head]
+            while chain[-1] in follows:
+                chain.append(follows[chain[-1]])
+            self.chain_of[head] = chain
+            for prev, k in zip(chain, chain[1:]):
+                v = eqns[prev].outvars[0]
+                if self.readers[v] == eqns[k].invars.count(v):
+                    self.inner.add(v)
+        # inside a chain, an elementwise equation writes into the buffer of the
+        # inner value it reads (made by the previous link, so owned by the call)
+        self.chain_reuse = {}
+        for chain in self.chain_of.values():
+            for prev, k in zip(chain, chain[1:]):
+                v = eqns[prev].outvars[0]
+                out = eqns[k].outvars[0].aval
+                if (_is_fresh_elementwise(eqns[k]) and v in self.inner and v in fresh
+                        and v not in viewed and v not in kept
+                        and v.aval.shape == out.shape and v.aval.dtype == out.dtype):
+                    self.chain_reuse[k] = v
 
     def _executor(self):
         if self._pool is None:
@@ -120,22 +169,68 @@ class ParallelCompiled:
                     return functools.partial(fns[k], out=env[v]), ops
             return fns[k], ops
 
-        def finish(k, out):
+        chain_of, inner, chain_reuse = self.chain_of, self.inner, self.chain_reuse
+
+        def chain_task(chain):
+            """The chain's work, for a worker: the value of every link."""
+            first_fn, first_ops = call(chain[0])
+            rest = []
+            for prev, k in zip(chain, chain[1:]):
+                link = eqns[prev].outvars[0]
+                # None marks the previous link's value; the other operands are
+                # inputs or constants, there already
+                rest.append((k, [None if v is link else
+                                 (v.value if type(v) is Literal else env[v])
+                                 for v in eqns[k].invars]))
+
+            # inner values are dropped as soon as the next link has read them
+            kept = [eqns[k].outvars[0] not in inner for k in chain]
+
+            def run():
+                value = first_fn(*first_ops)
+                values = [value if kept[0] else None]
+                for (k, ops), keep in zip(rest, kept[1:]):
+                    ops = [value if o is None else o for o in ops]
+                    if k in chain_reuse:
+                        value = fns[k](*ops, out=value)
+                    else:
+                        value = fns[k](*ops)
+                    values.append(value if keep else None)
+                return values
+            return run
+
+        def finish_chain(chain, values):
+            for i, k in enumerate(chain):
+                following = chain[i + 1] if i + 1 < len(chain) else None
+                finish(k, values[i], skip=following)
+
+        def finish(k, out, skip=None):
             eqn = eqns[k]
-            env.update(zip(eqn.outvars, out if multiple[k] else (out,)))
+            if skip is None or eqn.outvars[0] not in inner:
+                env.update(zip(eqn.outvars, out if multiple[k] else (out,)))
             for v in eqn.invars:
-                if type(v) is not Literal:
+                if type(v) is not Literal and v not in inner:
                     left = readers[v] - 1
                     readers[v] = left
                     if left == 0 and v not in graph.invars:
                         del env[v]               # its last reader has run
             for c in consumers[k]:
+                if c == skip:
+                    continue                     # the next link: it ran in the chain
                 waits[c] -= 1
                 if waits[c] == 0:
                     ready.append(c)
         while ready or running:
             while ready:
                 k = ready.popleft()
+                chain = chain_of.get(k)
+                if chain is not None:
+                    task = chain_task(chain)
+                    if ready or running:
+                        running[pool.submit(task)] = chain
+                    else:
+                        finish_chain(chain, task())
+                    continue
                 fn, ops = call(k)
                 if big[k] and (ready or running):
                     running[pool.submit(fn, *ops)] = k
@@ -145,7 +240,11 @@ class ParallelCompiled:
                 done, _ = concurrent.futures.wait(
                     running, return_when=concurrent.futures.FIRST_COMPLETED)
                 for future in done:
-                    finish(running.pop(future), future.result())
+                    what = running.pop(future)
+                    if type(what) is list:
+                        finish_chain(what, future.result())
+                    else:
+                        finish(what, future.result())
         return tuple(env[v] if type(v) is not Literal else
                      (v.value.copy() if hasattr(v.value, "copy") else v.value)
                      for v in graph.outvars)

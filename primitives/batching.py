@@ -94,6 +94,10 @@ def broadcasting_batch_rule(prim):
                 break
         if same:
             return bind(*args, **params), d0
+        if d0 == 0:
+            out = _leading_batch(args, dims, bind, params)
+            if out is not None:
+                return out, 0
         ranks = [unbatched_ndim(x, d) for x, d in zip(args, dims)]
         out_rank = max(ranks)
         position = None
@@ -114,6 +118,31 @@ def broadcasting_batch_rule(prim):
                  for x, d in zip(args, dims)]
         return bind(*moved, **params), 0
     return rule
+
+
+def _leading_batch(args, dims, bind, params):
+    # Every mapped operand has its batch axis first (the usual case inside
+    # vmap(grad)): pad the lower-rank ones with length-1 axes after the batch
+    # axis, so right-aligned broadcasting keeps it first (an unmapped operand is
+    # at most out_rank deep, so it never reaches that axis). None if some
+    # operand is batched elsewhere.
+    ranks = []
+    out_rank = 0
+    for x, d in zip(args, dims):
+        r = 0 if type(x) in _PY_SCALARS else len(x.shape) - (d is not None)
+        if d is not None and d != 0:
+            return None
+        ranks.append(r)
+        if r > out_rank:
+            out_rank = r
+    moved = []
+    for x, d, r in zip(args, dims, ranks):
+        if d is not None and r < out_rank:
+            shape = x.shape
+            moved.append(reshape(x, shape[:1] + (1,) * (out_rank - r) + shape[1:]))
+        else:
+            moved.append(x)
+    return bind(*moved, **params)
 
 
 def reduction_batch_rule(prim):
