@@ -43,10 +43,15 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
     def batched(*args, **kwargs):
         name = getattr(fun, "__name__", type(fun).__name__)
         leaves, in_tree = tree_flatten((args, kwargs))
-        labels, axes = _in_axes(in_axes, args, kwargs, name)
-        axes = [_normalize_in_axis(x, ax, label, name)
-                for x, ax, label in zip(leaves, axes, labels)]
-        size = _batch_size(leaves, axes, labels, axis_size, name)
+        fast = None if kwargs or axis_size is not None else _plain_axes(in_axes, args,
+                                                                       leaves)
+        if fast is not None:
+            axes, size = fast
+        else:
+            labels, axes = _in_axes(in_axes, args, kwargs, name)
+            axes = [_normalize_in_axis(x, ax, label, name)
+                    for x, ax, label in zip(leaves, axes, labels)]
+            size = _batch_size(leaves, axes, labels, axis_size, name)
         if chunk_size is None or size <= chunk_size:
             return _apply(fun, leaves, axes, in_tree, out_axes, size, name)
         return _apply_chunked(fun, leaves, axes, in_tree, out_axes, size, chunk_size,
@@ -103,6 +108,34 @@ def _in_axes(in_axes, args, kwargs, name):
                       for j in range(n))
         axes.extend([0] * n)
     return labels, axes
+
+
+def _plain_axes(in_axes, args, leaves):
+    """``(axes, size)`` when every argument is one array with an in-range int or
+    None axis and the mapped sizes agree; None otherwise, and the full checks
+    (which name the offending argument) run instead."""
+    if len(leaves) != len(args):
+        return None                              # some argument is a pytree
+    per_arg = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+    if len(per_arg) != len(args):
+        return None
+    axes, size = [], None
+    for x, axis in zip(leaves, per_arg):
+        if axis is None:
+            axes.append(None)
+            continue
+        if type(axis) is not int:
+            return None
+        shape = getattr(x, "shape", None)
+        if shape is None or not -len(shape) <= axis < len(shape):
+            return None
+        axis %= len(shape)
+        if size is None:
+            size = shape[axis]
+        elif shape[axis] != size:
+            return None
+        axes.append(axis)
+    return (axes, size) if size is not None else None
 
 
 def _normalize_in_axis(x, axis, label, name):

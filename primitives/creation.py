@@ -7,7 +7,7 @@ as a constant.
 import numpy as np
 
 from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, get_aval
+from fgrad.core import Primitive, ShapedArray, Tracer, get_aval
 
 FAMILY = "primitives/creation.py"
 
@@ -60,8 +60,11 @@ def _full_like_batch(args, dims, fill_value, dtype):
     # unbatched until something batched meets it.
     from .indexing import getitem_p
     (x,), (d,) = args, dims
-    if get_aval(x).shape[d] == 0:
+    shape = get_aval(x).shape
+    if shape[d] == 0:
         return full_like_p.bind(x, fill_value=fill_value, dtype=dtype), d
+    if not isinstance(x, Tracer):       # one example's shape is all it takes
+        return array_module(x).full(shape[:d] + shape[d + 1:], fill_value, dtype), None
     one = getitem_p.bind(x, spec=(("slice", None, None, None),) * d + (("int", 0),))
     return full_like_p.bind(one, fill_value=fill_value, dtype=dtype), None
 
