@@ -42,8 +42,8 @@ def _reduction(name):
 
 def keepdims_like(ct, x, axis, keepdims):
     """Re-insert the reduced axes of ``ct`` so it broadcasts against ``x``."""
-    if keepdims:
-        return ct
+    if keepdims or not get_aval(ct).shape:
+        return ct        # a 0-d cotangent (a full reduction) broadcasts as it is
     return reshape(ct, _reduced_shape(get_aval(x).shape, axis, True))
 
 

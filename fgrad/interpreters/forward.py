@@ -51,7 +51,11 @@ class JVPTrace(Trace):
                 return ans
             out_tangents = prim.jvp(tangents, ans, *primals, **params)
             return tuple(self._wrap(a, t) for a, t in zip(ans, out_tangents))
-        if get_aval(ans).dtype.kind not in "fc":
+        try:
+            kind = ans.dtype.kind
+        except AttributeError:                  # a Python scalar
+            kind = get_aval(ans).dtype.kind
+        if kind not in "fc":
             return ans
         return self._wrap(ans, prim.jvp(tangents, ans, *primals, **params))
 
