@@ -168,6 +168,9 @@ def main(argv=None) -> None:
     parser.add_argument("--libs", metavar="LIB",
                         help=f"comma-separated libraries to run besides the floor ({', '.join(ORDER[1:])})")
     parser.add_argument("--list", action="store_true", help="list workloads and exit")
+    parser.add_argument("--best", action="store_true",
+                        help="report each row's fastest repeat instead of the median "
+                             "(steadier on a shared machine)")
     args = parser.parse_args(argv)
 
     factories = discover_workloads()
@@ -178,11 +181,13 @@ def main(argv=None) -> None:
     names = select(list(factories), args.only, "only")
     libs = ["numpy"] + select(list(ORDER[1:]), args.libs, "libs")
     settings = Settings.quick() if args.quick else Settings()
+    settings.best = args.best
 
     started = time.perf_counter()
     peers = load_peers(libs)
     print(f"fgrad benchmarks ({'quick' if args.quick else 'full'}): "
-          f"loops of ~{settings.target * 1e3:.0f} ms, median of {settings.repeats}, "
+          f"loops of ~{settings.target * 1e3:.0f} ms, "
+          f"{'best' if settings.best else 'median'} of {settings.repeats}, "
           f"float64, one thread")
     print(f"python {platform.python_version()} on {platform.machine()}, {thread_report(peers)}")
     for peer in peers.values():
