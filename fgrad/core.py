@@ -539,7 +539,10 @@ class Tracer:
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         fnp = sys.modules["fgrad.numpy"]      # imported with fgrad; no import cost here
-        name = ufunc.__name__
+        # a ufunc's __name__ is a new string on every access, and attribute
+        # lookups keep their name in CPython's type cache: the interned copy
+        # keeps that cache from filling with copies
+        name = sys.intern(ufunc.__name__)
         fn = getattr(fnp, name, None)
         if method != "__call__" or fn is None or kwargs.get("out") is not None:
             what = f"numpy.{name}" + ("" if method == "__call__" else f".{method}")
