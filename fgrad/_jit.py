@@ -75,16 +75,21 @@ def _instantiate(ct, like):
     return ct
 
 
-def _call_vjp(ct, ans, needed, *args, graph, name):
-    from .api import vjp
-    positions = [i for i, n in enumerate(needed) if n]
-
+def _partial_graph(graph, args, positions):
+    """``graph`` as a function of the arguments at ``positions``, the rest fixed."""
     def partial_graph(*xs):
         full = list(args)
         for i, x in zip(positions, xs):
             full[i] = x
         return tuple(eval_graph(graph, full))
-    _, pullback = vjp(partial_graph, *[args[i] for i in positions])
+    return partial_graph
+
+
+def _call_vjp(ct, ans, needed, *args, graph, name):
+    from .api import vjp
+    positions = [i for i, n in enumerate(needed) if n]
+    _, pullback = vjp(_partial_graph(graph, args, positions),
+                      *[args[i] for i in positions])
     cts = pullback(tuple(_instantiate(c, a) for c, a in zip(ct, ans)))
     out = [None] * len(args)
     for i, c in zip(positions, cts):
@@ -95,13 +100,7 @@ def _call_vjp(ct, ans, needed, *args, graph, name):
 def _call_jvp(tangents, ans, *args, graph, name):
     from .api import jvp
     positions = [i for i, t in enumerate(tangents) if type(t) is not Zero]
-
-    def partial_graph(*xs):
-        full = list(args)
-        for i, x in zip(positions, xs):
-            full[i] = x
-        return tuple(eval_graph(graph, full))
-    _, t_out = jvp(partial_graph, tuple(args[i] for i in positions),
+    _, t_out = jvp(_partial_graph(graph, args, positions), tuple(args[i] for i in positions),
                    tuple(tangents[i] for i in positions))
     return tuple(t_out)
 
@@ -200,13 +199,8 @@ def _vjp_split(graph, needed):
 
     def joint(*flat):
         args, cts = flat[:n_args], flat[n_args:]
-
-        def partial_graph(*xs):
-            full = list(args)
-            for i, x in zip(positions, xs):
-                full[i] = x
-            return tuple(eval_graph(graph, full))
-        outs, pullback = vjp(partial_graph, *[args[i] for i in positions])
+        outs, pullback = vjp(_partial_graph(graph, args, positions),
+                             *[args[i] for i in positions])
         return list(outs) + list(pullback(tuple(cts)))
 
     with gc_paused():
