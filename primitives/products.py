@@ -33,6 +33,8 @@ def _matmul_vjp_a(ct, ans, a, b):
         ct_a = ct * b
     elif b_nd == 1:                          # (..., n, k) @ (k,) -> (..., n)
         ct_a = expand_dims(ct, -1) * b
+    elif a_nd == 1 and b_nd == 2:            # (k,) @ (k, m) -> (m,): b @ ct
+        ct_a = matmul(b, ct)
     elif a_nd == 1:                          # (k,) @ (..., k, m) -> (..., m)
         ct_a = reshape(matmul(b, expand_dims(ct, -1)), get_aval(ct).shape[:-1]
                        + (get_aval(b).shape[-2],))
@@ -47,6 +49,8 @@ def _matmul_vjp_b(ct, ans, a, b):
         ct_b = ct * a
     elif a_nd == 1:                          # (k,) @ (..., k, m) -> (..., m)
         ct_b = expand_dims(a, -1) * expand_dims(ct, -2)
+    elif b_nd == 1 and a_nd == 2:            # (n, k) @ (k,) -> (n,): ct @ a
+        ct_b = matmul(ct, a)
     elif b_nd == 1:                          # (..., n, k) @ (k,) -> (..., n)
         a_t = swap_last_axes(a)
         ct_b = reshape(matmul(a_t, expand_dims(ct, -1)), get_aval(a_t).shape[:-1])
