@@ -106,3 +106,16 @@ def test_taps_run_in_the_compiled_sweep(every_size):
     x = np.linspace(0, 1, 5)
     np.testing.assert_allclose(fgrad.grad(f)(x), 2 * np.cos(x))
     assert len(seen) == 1 and np.allclose(seen[0], 1.0)
+
+
+def test_threads_share_a_grad_function(every_size):
+    # each call records its own graph; the compiled sweeps are shared safely
+    import concurrent.futures
+    g = fgrad.grad(lambda x: fnp.sum(fnp.sin(x) * x))
+    xs = [np.linspace(0, 1, n) for n in range(3, 19)]      # 16 structures > cache
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(g, xs * 4))
+    for x, r in zip(xs * 4, results):
+        np.testing.assert_allclose(r, np.sin(x) + x * np.cos(x), rtol=1e-13)
+    # bounded: racing threads may each add one before the oldest is dropped
+    assert len(_sweep_cache(g)) <= compiled_sweep.CACHE_SIZE + 3

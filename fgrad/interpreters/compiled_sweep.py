@@ -144,7 +144,10 @@ def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache):
         except Exception:                   # a rule that needs values: sweep eagerly
             entry = _NOT_STAGEABLE
         if len(cache) >= CACHE_SIZE:
-            cache.pop(next(iter(cache)))
+            try:                            # the oldest; another thread may race us
+                cache.pop(next(iter(cache)), None)
+            except (RuntimeError, StopIteration):
+                pass
         cache[key] = entry
     if entry is _NOT_STAGEABLE:
         return None
