@@ -179,6 +179,10 @@ def _sweep(trace, out_leaves, ct_leaves, selection, consume):
         trace.eqns = saved
     for t, start in staging:
         t.reverse_spans.append((start, len(t.eqns)))
+    return _input_cotangents(cts, selection)
+
+
+def _input_cotangents(cts, selection):
     # inputs are nodes 0..n-1; an input nothing depended on gets real zeros here,
     # at the boundary, so the user sees arrays of the right shape and dtype.
     return [cts[i] if i in cts else fnp.zeros_like(x)
@@ -247,8 +251,7 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
             cts = compiled_sweep(trace, leaves[0].node, get_aval(ans).dtype,
                                  len(selection.leaves), array_module(ans), sweep_cache)
             if cts is not None:
-                g = [cts[i] if i in cts else fnp.zeros_like(x)
-                     for i, x in enumerate(selection.leaves)]
+                g = _input_cotangents(cts, selection)
         if g is None:
             g = _sweep(trace, leaves, [fnp.ones_like(ans)], selection, consume=True)
         value = (ans, aux) if has_aux else ans
