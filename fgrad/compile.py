@@ -413,6 +413,10 @@ _INF = math.inf
 _LINECACHE_LIMIT = 1 << 20
 
 
+# ufuncs whose positional output NumPy 2.4 deprecates (it reads as a third operand)
+_KEYWORD_OUT_ONLY = frozenset({"maximum", "minimum"})
+
+
 def generate(graph, xp=np, name="staged", reuse_buffers=True):
     """Write ``graph`` as one Python function over the backend module ``xp``."""
     names = {}
@@ -573,7 +577,8 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
         else:
             target = ", ".join(outs) + ("," if eqn.prim.multiple_results and
                                         len(outs) == 1 else "")
-            if out_kw and xp is np:
+            if out_kw and xp is np and getattr(eqn.prim, "ufunc_name", None) \
+                    not in _KEYWORD_OUT_ONLY:
                 # NumPy parses a positional output faster than out=; the comment
                 # keeps the listing readable
                 lines.append(f"    {target} = {fn}({args}, {out_kw})  # out={out_kw}")
