@@ -16,6 +16,8 @@ from ._nans import DebugJVPTrace, DebugReverseTrace, debug_backward_pass
 from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from .interpreters.forward import JVPTrace, JVPTracer
 from .interpreters.compiled_sweep import compiled_sweep, large_enough
+from .interpreters.forward_over_reverse import ForwardOverReverse, Unsupported, \
+    outer_jvp_trace, record, tangent_pass
 from .interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
 from ._vmap import vmap as vmap
 from .tree import tree_flatten, tree_map, tree_structure, tree_unflatten
@@ -153,10 +155,7 @@ def _reverse_record(fun, selection, has_aux):
         out = selection.call(fun, inputs)
     aux = None
     if has_aux:
-        if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise TypeError(f"has_aux=True requires {_fname(fun)} to return a pair "
-                            f"(output, aux), got {type(out).__name__}")
-        out, aux = out
+        out, aux = _aux_pair(out, fun)
         aux = tree_map(lambda x: _lower(x, trace), aux)
     return trace, out, aux
 
@@ -201,12 +200,12 @@ def grad(fun, argnums=None, has_aux=False, *, argnames=None, holomorphic=False):
     >>> fgrad.grad(lambda x: fnp.sum(x ** 2))(np.array([1.0, 2.0]))
     array([2., 4.])
     """
-    value_and_grad_f = value_and_grad(fun, argnums, has_aux, argnames=argnames,
-                                      holomorphic=holomorphic)
+    value_and_grad_f = _value_and_grad(fun, argnums, has_aux, argnames, holomorphic)
 
     @functools.wraps(fun)
     def grad_f(*args, **kwargs):
-        (value, aux), g = _split(value_and_grad_f(*args, **kwargs), has_aux)
+        # the value is dropped, so under jvp its tangent need not be computed
+        (value, aux), g = _split(value_and_grad_f(args, kwargs, False), has_aux)
         return (g, aux) if has_aux else g
     return grad_f
 
@@ -227,12 +226,25 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
     >>> float(value), float(g)
     (0.0, 1.0)
     """
+    value_and_grad_f = _value_and_grad(fun, argnums, has_aux, argnames, holomorphic)
+
+    @functools.wraps(fun)
+    def value_and_grad_wrapper(*args, **kwargs):
+        return value_and_grad_f(args, kwargs, True)
+    return value_and_grad_wrapper
+
+
+def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
+    """``value_and_grad_f(args, kwargs, value_tangent)``, shared by grad and
+    value_and_grad; ``value_tangent=False`` when the caller drops the value."""
     # compiled reverse sweeps of large gradients, per recorded structure
     # (fgrad.interpreters.compiled_sweep)
     sweep_cache = {}
+    # jvp of this gradient: compiled sweeps by structure
+    # (fgrad.interpreters.forward_over_reverse)
+    under_jvp = ForwardOverReverse()
 
-    @functools.wraps(fun)
-    def value_and_grad_f(*args, **kwargs):
+    def value_and_grad_f(args, kwargs, value_tangent):
         name = _fname(fun)
         # Complex inputs are fine when the output is real (JAX's convention: the
         # result is the conjugate of the steepest-ascent direction); a complex
@@ -241,6 +253,14 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
                                allow_complex=True)
         if holomorphic:
             _check_holomorphic_inputs(selection, name)
+        outer = None if under_jvp.unsupported else outer_jvp_trace(selection.leaves)
+        if outer is not None:
+            try:
+                return _value_and_grad_under_jvp(fun, selection, has_aux, holomorphic,
+                                                 outer, under_jvp, value_tangent)
+            except Unsupported:
+                # a custom rule: run fun again the standard way, from now on
+                under_jvp.unsupported = True
         trace, out, aux = _reverse_record(fun, selection, has_aux)
         leaves, _ = tree_flatten(out)
         _check_scalar_output(out, leaves, name, holomorphic)
@@ -257,6 +277,60 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
         value = (ans, aux) if has_aux else ans
         return value, selection.shape_result(g)
     return value_and_grad_f
+
+
+def _value_and_grad_under_jvp(fun, selection, has_aux, holomorphic, outer, cache,
+                              value_tangent):
+    """`value_and_grad` whose inputs carry ``outer``'s tangents: the gradient
+    and its tangent (a Hessian-vector product) from one recording on the
+    primals (fgrad.interpreters.forward_over_reverse)."""
+    name = _fname(fun)
+    primals, in_tangents = [], []
+    for x in selection.leaves:
+        if type(x) is JVPTracer and x._trace is outer:
+            primals.append(x.primal)
+            in_tangents.append(x.tangent)
+        else:
+            primals.append(x)
+            in_tangents.append(None)
+    trace, out = record(lambda inputs: selection.call(fun, inputs), primals, outer)
+    aux_leaves, aux_tree = [], None
+    if has_aux:
+        out, aux = _aux_pair(out, fun)
+        aux_leaves, aux_tree = tree_flatten(aux)
+    leaves, _ = tree_flatten(out)
+    _check_scalar_output(out, leaves, name, holomorphic)
+    result = leaves[0]
+
+    def recorded(v):
+        return isinstance(v, ReverseTracer) and v._trace is trace
+    wanted = [result.node] if value_tangent and recorded(result) else []
+    wanted += [v.node for v in aux_leaves if recorded(v) and v.node not in wanted]
+    if recorded(result):
+        pairs, tangents = cache.run(trace, result.node, result.primal,
+                                    in_tangents, wanted, array_module(result.primal))
+    else:                                   # the output does not depend on the inputs
+        pairs = [(None, None)] * len(primals)
+        tangents = tangent_pass(trace.eqns, in_tangents, wanted, outer)
+
+    def lift(value, tangent):
+        return value if tangent is None else JVPTracer(outer, value, tangent)
+
+    def lower(v):
+        return lift(v.primal, tangents.get(v.node)) if recorded(v) else v
+    g = [lift(fnp.zeros_like(p) if ct is None else ct, t)
+         for p, (ct, t) in zip(primals, pairs)]
+    value = lower(result)
+    if has_aux:
+        value = (value, tree_unflatten(aux_tree, [lower(v) for v in aux_leaves]))
+    return value, selection.shape_result(g)
+
+
+def _aux_pair(out, fun):
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TypeError(f"has_aux=True requires {_fname(fun)} to return a pair "
+                        f"(output, aux), got {type(out).__name__}")
+    return out
 
 
 def _check_holomorphic_inputs(selection, name):

@@ -41,45 +41,52 @@ def _describe(value, arrays, index):
     """The part of the cache key for one recorded value; arrays are collected.
 
     An array recorded several times (``x`` in ``x * x``) is one input of the
-    staged sweep, so the compiler sees that the products are the same. Returns
-    None for a value the sweep cannot be staged over (a tracer of an enclosing
+    staged sweep, so the compiler sees that the products are the same; after
+    its first description it is described by its position alone. Returns None
+    for a value the sweep cannot be staged over (a tracer of an enclosing
     transformation, an object the compiler does not know).
     """
-    if isinstance(value, Tracer):
-        return None
-    if type(value) is ShapedArray:
+    i = index.get(id(value))
+    if i is not None:
+        return i
+    kind = type(value)
+    if kind in _PY_SCALARS:
+        return ("py", kind, value)
+    if kind is ShapedArray:
         return ("aval", value.shape, value.dtype, value.weak_type)
-    if type(value) in _PY_SCALARS:
-        return ("py", type(value), value)
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
-        i = index.get(id(value))
-        if i is None:
-            i = index[id(value)] = len(arrays)
-            arrays.append(value)
-        return ("array", value.shape, value.dtype, i)
-    return None
+    if isinstance(value, Tracer) or not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        return None
+    i = index[id(value)] = len(arrays)
+    arrays.append(value)
+    return ("array", value.shape, value.dtype, i)
 
 
 def _structure(eqns):
-    """``(key, arrays)`` of a recorded graph, or ``(None, None)`` if it cannot be staged."""
+    """``(key, arrays)`` of a recorded graph, or ``(None, None)`` if it cannot be staged.
+
+    This runs on every call that may use a compiled sweep, so it is kept lean.
+    """
     arrays, index = [], {}
     key = []
+    table = primitive_table
     for prim, in_nodes, out, args, ans, params in eqns:
-        if primitive_table.get(prim.name) is not prim:
+        if table.get(prim.name) is not prim:
             return None, None               # a one-off rule (custom_vjp, ...)
-        try:
-            described_params = tuple(sorted(params.items()))
-            hash(described_params)
-        except TypeError:
+        described = [_describe(a, arrays, index) for a in args]
+        if type(out) is tuple:
+            described += [_describe(a, arrays, index) for a in ans]
+        else:
+            described.append(_describe(ans, arrays, index))
+        if None in described:
             return None, None
-        described = []
-        for value in list(args) + (list(ans) if type(out) is tuple else [ans]):
-            d = _describe(value, arrays, index)
-            if d is None:
-                return None, None
-            described.append(d)
-        key.append((prim, tuple(in_nodes), out, described_params, tuple(described)))
-    return tuple(key), arrays
+        key.append((prim, tuple(in_nodes), out,
+                    tuple(sorted(params.items())) if params else (), tuple(described)))
+    key = tuple(key)
+    try:
+        hash(key)
+    except TypeError:                       # a parameter the key cannot hold
+        return None, None
+    return key, arrays
 
 
 def _stage_sweep(eqns, seed_node, seed_dtype, num_inputs, arrays, xp):

@@ -70,6 +70,8 @@ class ReverseTrace(Trace):
     """Evaluates primitives and records the equations the reverse sweep needs."""
 
     __slots__ = ("eqns", "num_nodes")
+    # whether to drop the residuals the VJP rules do not read (see `_prune`)
+    prune_residuals = True
 
     def __init__(self, level):
         super().__init__(level)
@@ -100,13 +102,17 @@ class ReverseTrace(Trace):
             primals, in_nodes = self._unwrap(args)
         for p in primals:
             if isinstance(p, Tracer):           # an outer transformation's value
-                ans = prim.bind(*primals, **params)
+                ans = self.evaluate_traced(prim, primals, params)
                 break
         else:
             ans = prim.impl(*primals, **params)
         if prim.nondiff:
             return ans
         return self.record(prim, in_nodes, primals, ans, params)
+
+    def evaluate_traced(self, prim, primals, params):
+        """Evaluate ``prim`` on primals some of which are outer tracers."""
+        return prim.bind(*primals, **params)
 
     def record(self, prim, in_nodes, primals, ans, params):
         """Append one equation and return the tracer(s) of its output(s)."""
@@ -126,7 +132,7 @@ class ReverseTrace(Trace):
         node = self.num_nodes
         self.num_nodes = node + 1
         saved_args, saved_ans = primals, ans
-        if prim.vjp_reads is not None:
+        if prim.vjp_reads is not None and self.prune_residuals:
             saved_args, saved_ans = _prune(prim, in_nodes, primals, ans)
         self.eqns.append((prim, in_nodes, node, saved_args, saved_ans, params))
         return ReverseTracer(self, ans, node)
