@@ -15,7 +15,7 @@ from .interpreters.staging import StagingTrace
 from ._nans import DebugJVPTrace, DebugReverseTrace, debug_backward_pass
 from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from .interpreters.forward import JVPTrace, JVPTracer
-from .interpreters.compiled_sweep import compiled_sweep, large_enough
+from .interpreters.compiled_sweep import SweepCache, compiled_sweep, large_enough
 from .interpreters.forward_over_reverse import ForwardOverReverse, Unsupported, \
     outer_jvp_trace, record, tangent_pass
 from .interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
@@ -237,9 +237,9 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
 def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
     """``value_and_grad_f(args, kwargs, value_tangent)``, shared by grad and
     value_and_grad; ``value_tangent=False`` when the caller drops the value."""
-    # compiled reverse sweeps of large gradients, per recorded structure
+    # compiled reverse sweeps, per recorded structure
     # (fgrad.interpreters.compiled_sweep)
-    sweep_cache = {}
+    sweep_cache = SweepCache()
     # jvp of this gradient: compiled sweeps by structure
     # (fgrad.interpreters.forward_over_reverse)
     under_jvp = ForwardOverReverse()
@@ -266,12 +266,15 @@ def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
         _check_scalar_output(out, leaves, name, holomorphic)
         ans = _lower(leaves[0], trace)
         g = None
-        if isinstance(leaves[0], ReverseTracer) and leaves[0]._trace is trace \
-                and large_enough(selection.leaves):
-            cts = compiled_sweep(trace, leaves[0].node, get_aval(ans).dtype,
-                                 len(selection.leaves), array_module(ans), sweep_cache)
-            if cts is not None:
-                g = _input_cotangents(cts, selection)
+        if isinstance(leaves[0], ReverseTracer) and leaves[0]._trace is trace:
+            large = large_enough(selection.leaves)
+            if large or sweep_cache.called:
+                cts = compiled_sweep(trace, leaves[0].node, get_aval(ans).dtype,
+                                     len(selection.leaves), array_module(ans),
+                                     sweep_cache, compile_now=large)
+                if cts is not None:
+                    g = _input_cotangents(cts, selection)
+            sweep_cache.called = True
         if g is None:
             g = _sweep(trace, leaves, [fnp.ones_like(ans)], selection, consume=True)
         value = (ans, aux) if has_aux else ans

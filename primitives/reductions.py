@@ -24,7 +24,11 @@ def _reduction(name):
     np_fn = getattr(np, name)
 
     def impl(x, axis, keepdims):
-        return getattr(array_module(x), name)(x, axis=axis, keepdims=keepdims)
+        # the array's own method is NumPy's C entry point; np.sum adds a Python layer
+        method = getattr(x, name, None)
+        if method is None:                  # a Python scalar
+            return getattr(array_module(x), name)(x, axis=axis, keepdims=keepdims)
+        return method(axis=axis, keepdims=keepdims)
 
     def abstract(x, axis, keepdims):
         if name in ("max", "min") and any(x.shape[a] == 0 for a in axis):

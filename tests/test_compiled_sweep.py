@@ -89,13 +89,22 @@ def test_what_cannot_be_staged_is_swept_eagerly(every_size):
     assert not _sweep_cache(g)                 # a one-off rule: never staged
 
 
-def test_small_gradients_keep_the_eager_sweep():
-    g = fgrad.grad(lambda x: fnp.sum(fnp.sin(x)))
-    g(np.ones(10))
-    assert not _sweep_cache(g)
-    big = np.ones(compiled_sweep.MIN_BYTES // 8)
-    np.testing.assert_allclose(g(big), np.cos(big))
-    assert len(_sweep_cache(g)) == 1
+def test_a_small_gradient_is_compiled_when_its_structure_comes_back():
+    g = fgrad.grad(lambda x: fnp.sum(fnp.sin(x) * x))
+    x = np.linspace(0, 1, 10)
+    want = np.sin(x) + x * np.cos(x)
+    np.testing.assert_allclose(g(x), want, rtol=1e-13)
+    assert not _sweep_cache(g)                 # a first call is not even looked up
+    np.testing.assert_allclose(g(x), want, rtol=1e-13)
+    assert list(_sweep_cache(g).values()) == [compiled_sweep.SEEN_ONCE]
+    for _ in range(2):
+        np.testing.assert_allclose(g(x), want, rtol=1e-13)
+        (entry,) = _sweep_cache(g).values()
+        assert type(entry) is tuple            # compiled
+    big = np.linspace(0, 1, compiled_sweep.MIN_BYTES // 8)
+    np.testing.assert_allclose(g(big), np.sin(big) + big * np.cos(big), rtol=1e-13)
+    assert len(_sweep_cache(g)) == 2           # a large one: compiled at once
+    assert all(type(e) is tuple for e in _sweep_cache(g).values())
 
 
 def test_taps_run_in_the_compiled_sweep(every_size):

@@ -1,30 +1,34 @@
-"""The reverse sweep of a large eager ``grad``, staged once and run as compiled code.
+"""The reverse sweep of an eager ``grad``, staged once and run as compiled code.
 
 Eager ``grad(f)(x)`` records a linear graph whose residuals are real arrays and
 sweeps it with the VJP rules, one NumPy call per rule operation. On large
 arrays that sweep is memory-bound, and what costs is every temporary it
-allocates and every multiplication by the ones that ``grad`` seeds it with. The
-rules do not change between calls that record the same graph, so for a
-``grad`` whose differentiated inputs are large (`MIN_BYTES`), the sweep is
-staged (the rules run once on staging tracers standing for the residuals),
-optimised by the jit compiler (the seed folded, multiplications by one
-dropped, intermediates written into dead buffers) and kept, per recorded
-structure, on the ``grad`` function. Later calls that record the same
-structure run the compiled sweep. Anything the compiler cannot stage (a rule
-that branches on a value, a one-off custom rule) keeps the eager sweep.
+allocates and every multiplication by the ones that ``grad`` seeds it with; on
+small ones, what costs is dispatching each rule. The rules do not change
+between calls that record the same graph, so the sweep is staged (the rules
+run once on staging tracers standing for the residuals), optimised by the jit
+compiler (the seed folded, multiplications by one dropped, intermediates
+written into dead buffers) and kept, per recorded structure, on the ``grad``
+function (`SweepCache`). Later calls that record the same structure run the
+compiled sweep. Large gradients (`MIN_BYTES`) are compiled on their first
+call; smaller ones when a structure comes back, so a one-off call never pays
+for staging. Anything the compiler cannot stage (a rule that branches on a
+value, a one-off custom rule) keeps the eager sweep.
 """
 from ..core import ShapedArray, Tracer, primitive_table
 from .reverse import ReverseTrace, backward_pass
 
 # Differentiated inputs at least this large (in bytes, all together) get a
-# compiled sweep; below it the eager sweep is as fast and staging would cost more
-# than it saves. Tests set it to 0.
+# compiled sweep on the first call; smaller ones on the second sighting of a
+# structure. Tests set it to 0.
 MIN_BYTES = 1 << 20
 
 # compiled sweeps kept per grad function (one per recorded structure)
 CACHE_SIZE = 8
 
 _NOT_STAGEABLE = object()
+# a structure recorded once, to be compiled if it comes back
+SEEN_ONCE = object()
 _PY_SCALARS = (bool, int, float, complex)
 
 
@@ -128,12 +132,38 @@ def _stage_sweep(eqns, seed_node, seed_dtype, num_inputs, arrays, xp):
     return graph, tuple(reached)
 
 
-def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache):
+class SweepCache(dict):
+    """A grad function's compiled sweeps, by recorded structure.
+
+    ``called`` turns on once the function has run: a small gradient's structure
+    is looked up only from the second call on, and compiled when it comes back,
+    so one-off calls (``grad(f)(x)`` written inline) pay nothing for it.
+    """
+
+    __slots__ = ("called",)
+
+    def __init__(self):
+        super().__init__()
+        self.called = False
+
+
+def remember(cache, key, entry):
+    """``cache[key] = entry``, dropping the oldest entry beyond `CACHE_SIZE`."""
+    if key not in cache and len(cache) >= CACHE_SIZE:
+        try:                                # the oldest; another thread may race us
+            cache.pop(next(iter(cache)), None)
+        except (RuntimeError, StopIteration):
+            pass
+    cache[key] = entry
+
+
+def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache, compile_now=True):
     """The input cotangents ``{node: ct}`` of ``trace``'s sweep, run compiled.
 
     Returns None (and leaves the trace untouched) when the sweep cannot be
-    staged; the caller then sweeps eagerly. ``cache`` is the dict the grad
-    function keeps its compiled sweeps in.
+    staged, or is not compiled yet; the caller then sweeps eagerly. ``cache`` is
+    the `SweepCache` the grad function keeps. A structure is compiled the first
+    time it is seen with ``compile_now``, else the second time.
     """
     if type(trace) is not ReverseTrace:
         return None
@@ -142,7 +172,10 @@ def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache):
         return None
     key = (key, seed_node, seed_dtype, num_inputs, xp)
     entry = cache.get(key)
-    if entry is None:
+    if entry is None and not compile_now:
+        remember(cache, key, SEEN_ONCE)
+        return None
+    if entry is None or entry is SEEN_ONCE:
         from ..compile import compile_graph
         try:
             graph, reached = _stage_sweep(trace.eqns, seed_node, seed_dtype,
@@ -150,12 +183,7 @@ def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache):
             entry = (compile_graph(graph, xp), reached)
         except Exception:                   # a rule that needs values: sweep eagerly
             entry = _NOT_STAGEABLE
-        if len(cache) >= CACHE_SIZE:
-            try:                            # the oldest; another thread may race us
-                cache.pop(next(iter(cache)), None)
-            except (RuntimeError, StopIteration):
-                pass
-        cache[key] = entry
+        remember(cache, key, entry)
     if entry is _NOT_STAGEABLE:
         return None
     compiled, reached = entry

@@ -27,12 +27,10 @@ meeting one raises `Unsupported`, and ``grad`` runs ``f`` again the standard way
 """
 from ..core import Tracer, Zero, _state, get_aval, missing_rule_message, new_trace
 from ..errors import MissingRuleError
-from .compiled_sweep import CACHE_SIZE, _NOT_STAGEABLE, _PY_SCALARS, _Replay, _structure
+from .compiled_sweep import SEEN_ONCE, _NOT_STAGEABLE, _PY_SCALARS, _Replay, _structure, \
+    remember
 from .forward import JVPTrace, JVPTracer
 from .reverse import ReverseTrace, backward_pass
-
-_SEEN_ONCE = object()
-
 
 class Unsupported(Exception):
     """Raised while recording: this function needs the standard interpreters."""
@@ -228,25 +226,16 @@ class ForwardOverReverse:
                 None if t is None else (t.shape, t.dtype) for t in in_tangents))
             entry = self.entries.get(key)
             if entry is None:
-                self._remember(key, _SEEN_ONCE)
-            elif entry is _SEEN_ONCE:
+                remember(self.entries, key, SEEN_ONCE)
+            elif entry is SEEN_ONCE:
                 entry = _compile(eqns, out_node, dtype, in_tangents, wanted, arrays, xp)
-                self._remember(key, entry)
-            if entry is not None and entry is not _SEEN_ONCE and entry is not _NOT_STAGEABLE:
+                remember(self.entries, key, entry)
+            if entry is not None and entry is not SEEN_ONCE and entry is not _NOT_STAGEABLE:
                 trace.eqns = []                 # the residuals now live in ``arrays`` only
                 return _run_compiled(entry, arrays, in_tangents, wanted)
         from .. import numpy as fnp
         return evaluate(eqns, out_node, fnp.ones_like(out_value), in_tangents, wanted,
                         trace.outer)
-
-    def _remember(self, key, entry):
-        entries = self.entries
-        if key not in entries and len(entries) >= CACHE_SIZE:
-            try:                            # the oldest; another thread may race us
-                entries.pop(next(iter(entries)), None)
-            except (RuntimeError, StopIteration):
-                pass
-        entries[key] = entry
 
 
 def _compile(eqns, out_node, dtype, in_tangents, wanted, arrays, xp):
