@@ -268,7 +268,9 @@ def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
         g = None
         if isinstance(leaves[0], ReverseTracer) and leaves[0]._trace is trace:
             large = large_enough(selection.leaves)
-            if large or sweep_cache.called:
+            # a small gradient inside another transformation records that
+            # transformation's tracers, which no compiled sweep takes
+            if large or sweep_cache.called and trace.level == 1:
                 cts = compiled_sweep(trace, leaves[0].node, get_aval(ans).dtype,
                                      len(selection.leaves), array_module(ans),
                                      sweep_cache, compile_now=large)
