@@ -216,6 +216,25 @@ def test_a_custom_rule_sends_the_grad_function_the_standard_way_once():
     assert _state(g).unsupported
 
 
+def test_the_restart_is_not_swallowed_by_except_exception():
+    @fgrad.custom_jvp
+    def double(x):
+        return 2 * x
+
+    @double.defjvp
+    def double_jvp(primals, tangents):
+        return 2 * primals[0], 2 * tangents[0]
+
+    def f(x):
+        try:
+            y = double(x)
+        except Exception:               # a user's fallback must not run
+            y = x
+        return fnp.sum(y * y)
+    _, hvp = fgrad.jvp(fgrad.grad(f), (np.ones(2),), (np.ones(2),))
+    np.testing.assert_allclose(hvp, 8 * np.ones(2))
+
+
 def test_debug_print_prints_once_per_call(capsys):
     def f(x):
         fgrad.debug.print("x0 = {}", x[0])

@@ -32,8 +32,13 @@ from .compiled_sweep import SEEN_ONCE, _NOT_STAGEABLE, _PY_SCALARS, _Replay, _st
 from .forward import JVPTrace, JVPTracer
 from .reverse import ReverseTrace, backward_pass
 
-class Unsupported(Exception):
-    """Raised while recording: this function needs the standard interpreters."""
+
+class Unsupported(BaseException):
+    """Raised while recording: this function needs the standard interpreters.
+
+    A BaseException, like GeneratorExit, so that ``except Exception`` in the
+    user's function does not swallow it.
+    """
 
 
 def outer_jvp_trace(leaves):
