@@ -30,9 +30,9 @@ import contextlib
 import linecache
 import sys
 
-from .core import EagerTracer, Tracer, Zero, _state, get_aval, missing_rule_message
+from .core import Tracer, Zero, _state, get_aval, missing_rule_message
 from .errors import MissingRuleError, NonFiniteError
-from .interpreters.batching import BatchTracer
+from .interpreters.batching import innermost_value
 from .interpreters.forward import JVPTrace
 from .interpreters.reverse import ReverseTrace, _accumulate, _ct_or_zero, _NEEDED_ONE
 from .interpreters.staging import _FGRAD_DIR, _PRIMITIVES_DIR, StagingTrace
@@ -102,14 +102,8 @@ def _concrete(x):
     A value batched by vmap (jacfwd's tangents, jacrev's cotangents) is
     checked whole: each of its non-finite elements belongs to some example.
     """
-    while isinstance(x, Tracer):
-        if isinstance(x, EagerTracer):
-            x = x.primal
-        elif isinstance(x, BatchTracer):
-            x = x.val
-        else:
-            return None
-    if x is None or type(x) is Zero:
+    x = innermost_value(x)
+    if x is None or type(x) is Zero or isinstance(x, Tracer):
         return None
     return x
 

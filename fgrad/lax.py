@@ -32,16 +32,9 @@ def _deferred(x):
 
 def _staged(x):
     """True if ``x`` is staged (under jit), looking through vmap's batching."""
-    from .core import EagerTracer
-    from .interpreters.batching import BatchTracer
-    while isinstance(x, Tracer):
-        if isinstance(x, EagerTracer):
-            x = x.primal
-        elif isinstance(x, BatchTracer):
-            x = x.val
-        else:
-            return _deferred(x)
-    return False
+    from .interpreters.batching import innermost_value
+    x = innermost_value(x)
+    return isinstance(x, Tracer) and _deferred(x)
 
 
 def _avals(leaves):

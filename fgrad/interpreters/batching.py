@@ -12,7 +12,7 @@ a loop over examples, with a one-time warning naming it.
 import functools
 import warnings
 
-from ..core import ShapedArray, Trace, Tracer, get_aval, new_trace
+from ..core import EagerTracer, ShapedArray, Trace, Tracer, get_aval, new_trace
 from ..errors import BatchedConversionError, LoopBatchingWarning
 from ..primitives.batching import axis_size, not_mapped
 
@@ -151,6 +151,21 @@ class BatchTrace(Trace):
 # ---------------------------------------------------------------------------
 # Staged graphs under vmap
 # ---------------------------------------------------------------------------
+
+
+def innermost_value(x):
+    """``x`` with every eager layer (reverse and forward mode's primal) and
+    every batching layer (vmap's whole batched value) taken off: an array, or
+    the first tracer that is neither (staged under jit).
+    """
+    while isinstance(x, Tracer):
+        if isinstance(x, EagerTracer):
+            x = x.primal
+        elif isinstance(x, BatchTracer):
+            x = x.val
+        else:
+            break
+    return x
 
 
 def batched_aval(aval, dim, size):
