@@ -16,8 +16,9 @@ called directly under ``jvp``, it instead
    with its tangent: the gradient and the Hessian-vector product.
 
 Steps 2 and 3 depend only on the recorded structure, so when a ``grad`` function
-records the same structure a second time they are staged, compiled by the jit
-compiler and kept (`ForwardOverReverse`); later calls run the compiled code.
+records the same structure again they are staged, compiled by the jit compiler
+and kept (`ForwardOverReverse`): the first call builds no structure key, the
+second notes it, and from the third the compiled code runs.
 
 Closed-over values with tangents (``jvp`` of a function that calls ``grad`` of a
 closure) are constants of the recording that carry their tangent into step 2.
@@ -214,17 +215,21 @@ class ForwardOverReverse:
     """What one ``grad`` function keeps: compiled sweeps by recorded structure,
     and whether its function needs the standard interpreters."""
 
-    __slots__ = ("entries", "unsupported")
+    __slots__ = ("entries", "unsupported", "called")
 
     def __init__(self):
         self.entries = {}
         self.unsupported = False
+        # as for `SweepCache`: a first call (``jvp(grad(f))`` written inline)
+        # does not build a structure key
+        self.called = False
 
     def run(self, trace, out_node, out_value, in_tangents, wanted, xp):
         """`evaluate` for ``trace``, whose output ``out_value`` is node ``out_node``;
-        compiled once the structure has been seen twice."""
+        compiled once the structure comes back after a first call."""
         eqns = trace.eqns
-        key, arrays = _structure(eqns)
+        key, arrays = _structure(eqns) if self.called else (None, None)
+        self.called = True
         if key is not None and all(t is None or hasattr(t, "dtype") for t in in_tangents):
             dtype = get_aval(out_value).dtype
             key = (key, out_node, dtype, tuple(wanted), xp, tuple(
