@@ -80,7 +80,7 @@ def _torch():
 def bench_chain(cupy, dtype, repeat, rows):
     import fgrad
     import fgrad.numpy as fnp
-    from fgrad.fusion import fused_elementwise_p
+    from fgrad.compiler.fusion import fused_elementwise_p
 
     host = np.random.default_rng(SEED).standard_normal(CHAIN_SIZE).astype(dtype)
     x = cupy.asarray(host)

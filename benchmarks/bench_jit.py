@@ -251,7 +251,7 @@ def jit_compile_workload() -> Workload:
 
     def fgrad_(p):
         fgrad = p.module
-        from fgrad.compile import compile_graph
+        from fgrad.compiler.codegen import compile_graph
         f = program(p.np)
 
         def stage_and_compile():

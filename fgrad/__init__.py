@@ -4,6 +4,11 @@
 >>> fgrad.grad(lambda w: fnp.sum(fnp.tanh(w) ** 2))(np.zeros(3))
 array([0., 0., 0.])
 """
+import importlib.util as _importlib_util
+import os as _os
+import sys as _sys
+
+
 def _primitives_of_a_source_checkout():
     """Make ``fgrad.primitives`` importable from a source checkout.
 
@@ -13,57 +18,59 @@ def _primitives_of_a_source_checkout():
     (``python -m fgrad.demo``, ``python -m pytest``). Load it from there under
     its package name.
     """
-    import importlib.util
-    import os
-    import sys
-    here = os.path.dirname(os.path.abspath(__file__))
-    source = os.path.join(os.path.dirname(here), "primitives")
-    if "fgrad.primitives" in sys.modules or os.path.isdir(os.path.join(here, "primitives")) \
-            or not os.path.isfile(os.path.join(source, "__init__.py")):
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    source = _os.path.join(_os.path.dirname(here), "primitives")
+    if "fgrad.primitives" in _sys.modules or _os.path.isdir(_os.path.join(here, "primitives")) \
+            or not _os.path.isfile(_os.path.join(source, "__init__.py")):
         return
-    spec = importlib.util.spec_from_file_location(
-        "fgrad.primitives", os.path.join(source, "__init__.py"),
+    spec = _importlib_util.spec_from_file_location(
+        "fgrad.primitives", _os.path.join(source, "__init__.py"),
         submodule_search_locations=[source])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fgrad.primitives"] = module
+    module = _importlib_util.module_from_spec(spec)
+    _sys.modules["fgrad.primitives"] = module
     globals()["primitives"] = module         # what a regular import would bind
     spec.loader.exec_module(module)
 
 
 _primitives_of_a_source_checkout()
-from . import primitives as _primitives  # noqa: E402,F401  (fills the dispatch table)
-from . import numpy as numpy
-from . import tree as tree
-from . import nn as nn
-from . import optim as optim
-from .api import grad as grad
-from .api import hessian as hessian
-from .api import jacfwd as jacfwd
-from .api import jacrev as jacrev
-from .api import jvp as jvp
-from .api import linearize as linearize
-from .api import value_and_grad as value_and_grad
-from .api import vjp as vjp
-from .api import vmap as vmap
-from .at import at as at
-from ._jit import checkpoint as checkpoint
-from ._jit import jit as jit
-from ._jit import make_graph as make_graph
-from . import lax as lax
-from . import debug as debug
-from .debug import tap as tap
-from .debug import tap_forward as tap_forward
-from ._nans import debug_nans as debug_nans
-from ._inspect import graph_summary as graph_summary
-from ._inspect import residuals as residuals
-from .backend import device_put as device_put
-from .custom import custom_jvp as custom_jvp
-from .custom import custom_vjp as custom_vjp
-from .extend import defbatch as defbatch
-from .extend import defjvp as defjvp
-from .extend import defvjp as defvjp
-from .extend import primitive as primitive
-from .primitives.creation import stop_gradient as stop_gradient
-from . import errors as errors
+# The layers, bottom to top (docs/architecture.md): importing each fills in the
+# dispatch table and the callbacks the layers below it need.
+from fgrad import primitives as _primitives  # noqa: E402,F401
+from fgrad import transforms as _transforms  # noqa: E402,F401
+
+from fgrad import errors as errors  # noqa: E402
+from fgrad import tree as tree  # noqa: E402
+from fgrad import backend as backend  # noqa: E402
+from fgrad import numpy as numpy  # noqa: E402
+from fgrad import nn as nn  # noqa: E402
+from fgrad import optim as optim  # noqa: E402
+from fgrad import lax as lax  # noqa: E402
+from fgrad import debug as debug  # noqa: E402
+from fgrad.at import at as at  # noqa: E402
+from fgrad.backend import device_put as device_put  # noqa: E402
+from fgrad.debug import debug_nans as debug_nans  # noqa: E402
+from fgrad.debug import tap as tap  # noqa: E402
+from fgrad.debug import tap_forward as tap_forward  # noqa: E402
+from fgrad.inspection import graph_summary as graph_summary  # noqa: E402
+from fgrad.inspection import residuals as residuals  # noqa: E402
+from fgrad.primitives.creation import stop_gradient as stop_gradient  # noqa: E402
+from fgrad.transforms.custom import custom_jvp as custom_jvp  # noqa: E402
+from fgrad.transforms.custom import custom_vjp as custom_vjp  # noqa: E402
+from fgrad.transforms.differentiation import grad as grad  # noqa: E402
+from fgrad.transforms.differentiation import hessian as hessian  # noqa: E402
+from fgrad.transforms.differentiation import jacfwd as jacfwd  # noqa: E402
+from fgrad.transforms.differentiation import jacrev as jacrev  # noqa: E402
+from fgrad.transforms.differentiation import jvp as jvp  # noqa: E402
+from fgrad.transforms.differentiation import linearize as linearize  # noqa: E402
+from fgrad.transforms.differentiation import value_and_grad as value_and_grad  # noqa: E402
+from fgrad.transforms.differentiation import vjp as vjp  # noqa: E402
+from fgrad.transforms.extend import defbatch as defbatch  # noqa: E402
+from fgrad.transforms.extend import defjvp as defjvp  # noqa: E402
+from fgrad.transforms.extend import defvjp as defvjp  # noqa: E402
+from fgrad.transforms.extend import primitive as primitive  # noqa: E402
+from fgrad.transforms.jit import checkpoint as checkpoint  # noqa: E402
+from fgrad.transforms.jit import jit as jit  # noqa: E402
+from fgrad.transforms.jit import make_graph as make_graph  # noqa: E402
+from fgrad.transforms.vmap import vmap as vmap  # noqa: E402
 
 __version__ = "0.1.0"

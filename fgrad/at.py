@@ -1,5 +1,6 @@
 """Functional indexed updates: ``fgrad.at(x)[idx].set(v)`` returns a new array."""
-from .primitives import indexing
+from fgrad.primitives import indexing
+from fgrad.primitives.creation import ones_like
 
 
 class at:
@@ -40,7 +41,6 @@ class _IndexedUpdate:
 
     def multiply(self, value):
         """A copy of ``x`` with ``x[idx]`` multiplied by ``value``."""
-        from .primitives.creation import ones_like
         return self._x * indexing.set_at(ones_like(self._x), self._index, value)
 
     def min(self, value):

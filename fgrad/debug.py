@@ -11,14 +11,19 @@ axis first (one row per example), and shared arguments as they are.
 `tap` and `tap_forward` are identity primitives that hand a value to a user's
 callback: the cotangent in the reverse sweep (gradient hooks: clipping, scaling,
 logging) or the primal value in the forward pass.
+
+`debug_nans` (also ``fgrad.debug_nans``) turns on NaN hunting: the checking
+interpreters of `fgrad.interpreters.nan_checking`.
 """
 import builtins
 
-from .core import EagerTracer, Primitive, ShapedArray, Tracer, get_aval
-from .errors import TapError
-from .tree import tree_flatten, tree_unflatten
+from fgrad.core.errors import TapError
+from fgrad.core.trace import EagerTracer, Primitive, ShapedArray, Tracer, get_aval
+from fgrad.core.tree import tree_flatten, tree_unflatten
+from fgrad.interpreters.nan_checking import debug_nans
+from fgrad.primitives.batching import move_axis
 
-__all__ = ["print", "tap", "tap_forward"]
+__all__ = ["print", "tap", "tap_forward", "debug_nans"]
 FAMILY = "fgrad/debug.py"
 
 
@@ -34,7 +39,6 @@ debug_print_p.effectful = True          # the compiler keeps it and keeps it uni
 
 
 def _print_batch(args, dims, *, fmt, tree):
-    from .primitives.batching import move_axis
     leaves = [x if d is None else move_axis(x, d, 0) for x, d in zip(args, dims)]
     return debug_print_p.bind(*leaves, fmt=fmt, tree=tree), ()
 
@@ -88,7 +92,6 @@ def _batch_callback(prim):
     # the callback sees the whole batch, batch axis first, as a user would
     # write it for the batched program
     def rule(args, dims, fn):
-        from .primitives.batching import move_axis
         (x,), (d,) = args, dims
         return prim.bind(move_axis(x, d, 0), fn=fn), 0
     return rule

@@ -11,6 +11,7 @@ the time per training step of eager ``grad`` and of ``jit(grad)`` (where
 ``--quick`` (or ``--steps N``) makes a short run for CI.
 """
 import argparse
+import contextlib
 import time
 
 import numpy as np
@@ -91,9 +92,8 @@ def _one_blas_thread():
     """A context limiting BLAS to one thread: these matrices are small, and a
     multi-threaded BLAS on a busy 2-core machine spends its time spinning."""
     try:
-        from threadpoolctl import threadpool_limits    # installed with scikit-learn
+        from threadpoolctl import threadpool_limits  # installed with scikit-learn
     except ImportError:
-        import contextlib
         return contextlib.nullcontext()
     return threadpool_limits(1, user_api="blas")
 
@@ -117,9 +117,9 @@ def _run(argv):
     steps = min(args.steps, 60) if args.quick else args.steps
 
     try:
-        from tqdm import tqdm
         import matplotlib  # noqa: F401
         import sklearn  # noqa: F401
+        from tqdm import tqdm
     except ImportError as err:
         raise SystemExit(f"the demo needs its extra dependencies ({err.name} is "
                          "missing): pip install 'fgrad[demo]' (from a checkout: "

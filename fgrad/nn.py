@@ -16,18 +16,27 @@ import math
 
 import numpy as np
 
-from . import numpy as _fnp
-from .core import get_aval
-from .errors import NNArgumentError
-from .primitives import nn as _p
-from .primitives.base import normalize_axis
-from .primitives.creation import stop_gradient
-from .primitives.elementwise import convert_element_type, equal, expm1, greater, \
-    greater_equal, minimum, sqrt, tanh, where
-from .primitives.indexing import getitem
-from .primitives.products import matmul
-from .primitives.reductions import max_, mean, sum_
-from .primitives.shape import expand_dims, reshape, transpose
+from fgrad import numpy as _fnp
+from fgrad.core.errors import NNArgumentError
+from fgrad.core.trace import get_aval
+from fgrad.primitives import nn as _p
+from fgrad.primitives.base import normalize_axis
+from fgrad.primitives.creation import stop_gradient
+from fgrad.primitives.elementwise import (
+    convert_element_type,
+    equal,
+    expm1,
+    greater,
+    greater_equal,
+    minimum,
+    sqrt,
+    tanh,
+    where,
+)
+from fgrad.primitives.indexing import getitem
+from fgrad.primitives.products import matmul
+from fgrad.primitives.reductions import max_, mean, sum_
+from fgrad.primitives.shape import expand_dims, reshape, transpose
 
 __all__ = [
     "relu", "leaky_relu", "elu", "gelu", "silu", "swish", "sigmoid", "softplus",

@@ -20,9 +20,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from . import numpy as fnp
-from .errors import NNArgumentError
-from .tree import tree_leaves, tree_map
+from fgrad import numpy as fnp
+from fgrad.core.errors import NNArgumentError
+from fgrad.core.tree import tree_leaves, tree_map
 
 __all__ = [
     "Optimizer", "sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop",

@@ -6,10 +6,11 @@ themselves, so ``order=2`` also checks the rules' own derivatives.
 """
 import numpy as np
 
-from .backend import asarray_on, device_put, module_of_leaves
-from .core import get_aval
-from .errors import FgradError
-from .tree import tree_flatten, tree_unflatten
+from fgrad.core.backend import asarray_on, device_put, module_of_leaves
+from fgrad.core.errors import FgradError
+from fgrad.core.trace import get_aval
+from fgrad.core.tree import tree_flatten, tree_unflatten
+from fgrad.transforms.differentiation import jvp, vjp
 
 
 class GradientCheckError(FgradError, AssertionError):
@@ -100,7 +101,6 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None,
     >>> import numpy as np, fgrad.numpy as fnp
     >>> check_grads(fnp.sin, (np.array([0.5, 1.0]),), order=2)
     """
-    from .api import jvp, vjp
     args = tuple(args)
     rng = np.random.default_rng(seed)
     leaves, tree = tree_flatten(args)
@@ -130,7 +130,6 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None,
 
 
 def _check_first_order(f, f_flat, leaves, v, u, out_tree, modes, atol, rtol, eps):
-    from .api import jvp, vjp
     def central(h):
         plus = tree_flatten(f_flat(*_axpy(h, v, leaves)))[0]
         minus = tree_flatten(f_flat(*_axpy(-h, v, leaves)))[0]

@@ -1,10 +1,19 @@
 """Every primitive fgrad knows, one module per family, all rules beside each one.
 
-Importing this package fills `fgrad.core.primitive_table`. Each module defines
-``<name>_p`` primitives and, right under each, its impl, abstract, vjp and jvp
-rules; the plain function of the same name (``sin(x)``) binds the primitive.
+Importing this package fills `fgrad.core.trace.primitive_table`. Each module
+defines ``<name>_p`` primitives and, right under each, its impl, abstract, vjp,
+jvp and batch rules; the plain function of the same name (``sin(x)``) binds the
+primitive.
+
+The families depend on each other: a rule of one is written with another's
+primitives (the VJP of ``reshape`` reshapes, the VJP of ``sum`` broadcasts, the
+VJP of ``broadcast_to`` sums). Those cycles are inherent to rules written with
+primitives, so they are allowed inside this package only, and resolved by each
+module importing the others at its end, after its own primitives exist. Nothing
+here imports from a layer above the core; control-flow primitives, whose rules
+stage and transform whole graphs, live with the transformations
+(`fgrad.transforms.control_flow`).
 """
-from . import elementwise, reductions, shape, indexing, products, creation  # noqa: F401
-from . import control  # noqa: F401
-from . import nn  # noqa: F401
-from . import einsum, fft, linalg, special  # noqa: F401,E402
+from fgrad.primitives import creation, elementwise, indexing, products, reductions, shape  # noqa: F401
+from fgrad.primitives import nn  # noqa: F401
+from fgrad.primitives import einsum, fft, linalg, special  # noqa: F401

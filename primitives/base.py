@@ -1,7 +1,7 @@
 """Helpers the primitive families share: shape rules and broadcasting."""
 import numpy as np
 
-from fgrad.core import ShapedArray, get_aval
+from fgrad.core.trace import ShapedArray, get_aval
 
 
 def broadcast_shapes(*avals):

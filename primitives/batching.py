@@ -10,7 +10,7 @@ place, reductions shift their axes around it.
 """
 import sys
 
-from fgrad.core import get_aval
+from fgrad.core.trace import get_aval
 
 not_mapped = None
 

@@ -6,8 +6,8 @@ as a constant.
 """
 import numpy as np
 
-from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Tracer, get_aval
+from fgrad.core.backend import array_module
+from fgrad.core.trace import Primitive, ShapedArray, Tracer, get_aval
 
 FAMILY = "primitives/creation.py"
 
@@ -58,7 +58,6 @@ def _full_like_batch(args, dims, fill_value, dtype):
     # The result does not depend on x's values, so every example gets the same
     # array: one example's shape (a view of x) is enough, and the output stays
     # unbatched until something batched meets it.
-    from .indexing import getitem_p
     (x,), (d,) = args, dims
     shape = get_aval(x).shape
     if shape[d] == 0:
@@ -71,3 +70,8 @@ def _full_like_batch(args, dims, fill_value, dtype):
 
 full_like_p.batch = _full_like_batch
 stop_gradient_p.batch = lambda args, dims: (stop_gradient_p.bind(args[0]), dims[0])
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from fgrad.primitives.indexing import getitem_p  # noqa: E402

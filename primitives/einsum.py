@@ -23,10 +23,11 @@ import functools
 import numpy as np
 import opt_einsum
 
-from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.core.backend import array_module
+from fgrad.primitives.batching import move_axis
+from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
 
-from .base import dummy
+from fgrad.primitives.base import dummy
 
 FAMILY = "primitives/einsum.py"
 
@@ -128,8 +129,6 @@ def _fresh_letters(used):
 
 
 def _operand_cotangent(k, ct, operands, subscripts):
-    from .elementwise import cast_like
-    from .shape import broadcast_to, reshape
     inputs, output = split_subscripts(subscripts)
     sizes = _letter_sizes(subscripts, [get_aval(o) for o in operands])
     target = inputs[k]
@@ -165,7 +164,6 @@ def _einsum_vjp(ct, ans, needed, *operands, subscripts, path):
 
 
 def _einsum_jvp(tangents, ans, *operands, subscripts, path):
-    from .elementwise import cast_like
     total = None
     for k, t in enumerate(tangents):
         if type(t) is Zero:
@@ -184,7 +182,6 @@ einsum_p.def_jvp_joint(_einsum_jvp)
 def _einsum_batch(args, dims, subscripts, path):
     # the batch axis becomes one more label, shared by the mapped operands and
     # leading the output
-    from .batching import move_axis
     inputs, output = split_subscripts(subscripts)
     label = next(_fresh_letters(set(subscripts)))
     terms, operands = [], []
@@ -222,3 +219,9 @@ def identity_like(like, n, dtype=None):
     """
     dtype = get_aval(like).dtype if dtype is None else np.dtype(dtype)
     return identity_like_p.bind(like, n=int(n), dtype=dtype)
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from fgrad.primitives.elementwise import cast_like  # noqa: E402
+from fgrad.primitives.shape import broadcast_to, reshape  # noqa: E402

@@ -10,11 +10,11 @@ import math
 
 import numpy as np
 
-from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Tracer, Zero, get_aval
+from fgrad.core.backend import array_module
+from fgrad.core.trace import Primitive, ShapedArray, Tracer, Zero, get_aval
 
-from .base import elementwise_abstract
-from .batching import broadcasting_batch_rule, unary_batch_rule
+from fgrad.primitives.base import elementwise_abstract
+from fgrad.primitives.batching import broadcasting_batch_rule, unary_batch_rule
 
 FAMILY = "primitives/elementwise.py"
 
@@ -473,5 +473,5 @@ __all__ = ["unbroadcast", "rebroadcast", "cast_like", "Zero"]
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from .reductions import sum_  # noqa: E402
-from .shape import broadcast_to, reshape  # noqa: E402
+from fgrad.primitives.reductions import sum_  # noqa: E402
+from fgrad.primitives.shape import broadcast_to, reshape  # noqa: E402

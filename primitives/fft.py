@@ -18,8 +18,8 @@ Derivatives (JAX's convention: the VJP is the transpose, no conjugation):
 """
 import numpy as np
 
-from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, get_aval
+from fgrad.core.backend import array_module
+from fgrad.core.trace import Primitive, ShapedArray, get_aval
 
 FAMILY = "primitives/fft.py"
 
@@ -59,9 +59,6 @@ fft_p = Primitive("fft", _fft_impl, _fft_abstract, family=FAMILY)
 
 def pad_or_truncate(x, axis, n):
     """``x`` cut or zero-padded to length ``n`` along ``axis`` (differentiable)."""
-    from .creation import zeros_like
-    from .indexing import slice_axis
-    from .shape import broadcast_to, concatenate
     shape = get_aval(x).shape
     size = shape[axis]
     if n == size:
@@ -77,8 +74,6 @@ def pad_or_truncate(x, axis, n):
 def _hermitian_weights(x, axis, n):
     # 1 for the zero-frequency entry (and the Nyquist one when n is even), 2 for
     # the others, which stand for a pair of conjugate frequencies.
-    from .indexing import slice_axis
-    from .shape import concatenate
     m = get_aval(x).shape[axis]
     last = m if n % 2 else m - 1
     parts = [slice_axis(x, axis, 0, 1)]
@@ -90,7 +85,6 @@ def _hermitian_weights(x, axis, n):
 
 
 def _fft_vjp(ct, ans, x, kind, axes, s, norm):
-    from .elementwise import cast_like, conj, real
     if kind in ("fft", "ifft"):
         return cast_like(fft(ct, kind, axes, s, norm), get_aval(x))
     if kind == "rfft":
@@ -101,7 +95,6 @@ def _fft_vjp(ct, ans, x, kind, axes, s, norm):
 
 
 def _fft_jvp(t, ans, x, kind, axes, s, norm):
-    from .elementwise import cast_like
     return cast_like(fft(t, kind, axes, s, norm), get_aval(ans))
 
 
@@ -122,3 +115,10 @@ def fft(x, kind, axes, s, norm="backward"):
     """Bind ``fft_p``: ``kind`` in fft/ifft/rfft/irfft over ``axes`` with lengths ``s``."""
     return fft_p.bind(x, kind=kind, axes=tuple(axes), s=tuple(s), norm=norm)
 
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from fgrad.primitives.creation import zeros_like  # noqa: E402
+from fgrad.primitives.elementwise import cast_like, conj, real  # noqa: E402
+from fgrad.primitives.indexing import slice_axis  # noqa: E402
+from fgrad.primitives.shape import broadcast_to, concatenate  # noqa: E402

@@ -12,8 +12,10 @@ import operator
 
 import numpy as np
 
-from fgrad.backend import array_module, asarray_on
-from fgrad.core import Primitive, Tracer, Zero, get_aval
+from fgrad.core.backend import array_module, asarray_on, module_of_leaves
+from fgrad.primitives.batching import axis_size, batch_to_front, move_axis
+from fgrad.primitives.base import result_dtype
+from fgrad.core.trace import Primitive, Tracer, Zero, get_aval
 
 FAMILY = "primitives/indexing.py"
 
@@ -257,7 +259,6 @@ scatter_max_p = _scatter_extremum("maximum")
 def extremum_at(x, index, v, which):
     """A copy of ``x`` with ``x[index]`` replaced by its ``which`` ("min" or
     "max") with ``v``; values sent to one position repeatedly all take part."""
-    from .base import result_dtype
     prim = scatter_min_p if which == "min" else scatter_max_p
     spec, arrays = parse_index(index)
     dtype = result_dtype(np.minimum, [get_aval(x), get_aval(v)])
@@ -280,7 +281,6 @@ _FULL = ("slice", None, None, None)
 def _iota(size, rank, like):
     # a constant index, not data: it depends only on the batch size; made on
     # the backend of the array it indexes
-    from fgrad.backend import asarray_on, module_of_leaves
     iota = asarray_on(module_of_leaves([like]), list(range(size)))
     return iota.reshape((size,) + (1,) * rank)
 
@@ -315,7 +315,6 @@ def _batched_index(x, x_ndim, idx, idims, spec, size, g):
     index axes first) into the batch-first per-example layout, or None when the
     two agree: they differ when the index axes follow ``pre`` sliced axes.
     """
-    from .batching import batch_to_front
     rank = max((_unbatched(i, d).ndim for i, d in zip(idx, idims)), default=0)
     arrays = [i if d is None else batch_to_front(i, d, size, rank)
               for i, d in zip(idx, idims)]
@@ -345,8 +344,6 @@ def _gathered_ndim(x, dx, idx, idims, spec):
 
 
 def _getitem_batch(args, dims, spec):
-    from .batching import axis_size, batch_to_front, move_axis
-    from .shape import transpose
     x, idx = args[0], args[1:]
     dx, idims = dims[0], dims[1:]
     x_ndim = _unbatched(x, dx).ndim
@@ -364,8 +361,6 @@ def _to_gathered(v, dv, size, g, position, perm=None):
     """A value (or cotangent) for the indexed positions, per example shaped to
     broadcast against the gathered result, laid out like the batched gathered
     result: batch axis at ``position``, then ``perm`` undone."""
-    from .batching import batch_to_front, move_axis
-    from .shape import reshape, transpose
     shape = get_aval(v).shape
     if dv is None and perm is None and len(shape) <= g - position:
         return v                     # right-aligned, it never reaches the batch axis
@@ -379,7 +374,6 @@ def _to_gathered(v, dv, size, g, position, perm=None):
 
 
 def _scatter_add_batch(args, dims, spec, shape):
-    from .batching import axis_size
     ct, idx = args[0], args[1:]
     dct, idims = dims[0], dims[1:]
     size = axis_size(args, dims)
@@ -398,7 +392,6 @@ def _update_batch_rule(prim):
     """Batching for a primitive ``prim(x, v, *idx, spec)`` writing ``v`` into
     a copy of ``x`` at the index (set, scatter_min, scatter_max)."""
     def rule(args, dims, spec):
-        from .batching import axis_size, batch_to_front
         x, v, idx = args[0], args[1], args[2:]
         dx, dv, idims = dims[0], dims[1], dims[2:]
         size = axis_size(args, dims)
@@ -424,6 +417,7 @@ scatter_max_p.batch = _update_batch_rule(scatter_max_p)
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from .creation import zeros_like  # noqa: E402
-from .elementwise import convert_element_type, equal, unbroadcast  # noqa: E402
-from .shape import broadcast_to  # noqa: E402
+from fgrad.primitives.creation import zeros_like  # noqa: E402
+from fgrad.primitives.elementwise import convert_element_type, equal, unbroadcast  # noqa: E402
+from fgrad.primitives.shape import broadcast_to  # noqa: E402
+from fgrad.primitives.shape import reshape, transpose  # noqa: E402

@@ -29,15 +29,16 @@ second derivatives work. Conventions:
 import numpy as np
 from opt_einsum import get_symbol
 
-from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.core.backend import array_module
+from fgrad.primitives.batching import batch_to_front, unbatched_ndim
+from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
 
-from .base import dummy
-from .einsum import einsum, identity_like
-from .elementwise import cast_like, conj, imag, real, unbroadcast
-from .indexing import slice_axis
-from .products import matmul
-from .shape import concatenate, expand_dims, swap_last_axes
+from fgrad.primitives.base import dummy
+from fgrad.primitives.einsum import einsum, identity_like
+from fgrad.primitives.elementwise import cast_like, conj, imag, real, unbroadcast
+from fgrad.primitives.indexing import slice_axis
+from fgrad.primitives.products import matmul
+from fgrad.primitives.shape import concatenate, expand_dims, swap_last_axes
 
 FAMILY = "primitives/linalg.py"
 
@@ -58,7 +59,7 @@ def _conj(x):
     return conj(x) if _is_complex(x) else x
 
 
-def _H(x):
+def conj_transpose(x):
     """The conjugate transpose of the last two axes (the transpose for real x)."""
     return _conj(_T(x))
 
@@ -88,14 +89,15 @@ def _diag_embed(v):
 
 def _tril_mask(x, k=0):
     n, m = get_aval(x).shape[-2:]
-    return tri_like_p.bind(x, n=n, m=m, k=k, dtype=_real_dtype(get_aval(x).dtype))
+    return tri_like_p.bind(x, n=n, m=m, k=k, dtype=real_dtype(get_aval(x).dtype))
 
 
 def _tril(x, k=0):
     return x * _tril_mask(x, k)
 
 
-def _real_dtype(dtype):
+def real_dtype(dtype):
+    """The real dtype of the same precision as ``dtype`` (float64 for complex128)."""
     return np.finfo(dtype).dtype if dtype.kind == "c" else dtype
 
 
@@ -130,7 +132,6 @@ def _leading_batch_rule(prim):
     each mapped operand's batch axis goes first, padded with length-1 axes so it
     lines up across operands with different numbers of batch dimensions; every
     output then has it first."""
-    from .batching import batch_to_front, unbatched_ndim
 
     def rule(args, dims, **params):
         rank = max(unbatched_ndim(x, d) for x, d in zip(args, dims))
@@ -229,7 +230,7 @@ def _slogdet_abstract(a):
     _square_abstract("slogdet")(a)
     dtype = _float_dtype(a)
     return (ShapedArray(a.shape[:-2], dtype),
-            ShapedArray(a.shape[:-2], _real_dtype(dtype)))
+            ShapedArray(a.shape[:-2], real_dtype(dtype)))
 
 
 def _slogdet_impl(a):
@@ -296,12 +297,12 @@ def _cholesky_vjp(ct, ans, a):
     # transpose of the JVP below: S = L^-T phi(L^T ct) conj(L)^-1, then
     # projected onto Hermitian matrices (the input is assumed Hermitian).
     y = solve(_T(ans), _phi(matmul(_T(ans), ct)))
-    s = _T(solve(_H(ans), _T(y)))
-    return cast_like(0.5 * (s + _H(s)), get_aval(a))
+    s = _T(solve(conj_transpose(ans), _T(y)))
+    return cast_like(0.5 * (s + conj_transpose(s)), get_aval(a))
 
 
 def _cholesky_jvp(t, ans, a):
-    inner = _H(solve(ans, _H(solve(ans, t))))        # L^-1 da L^-H
+    inner = conj_transpose(solve(ans, conj_transpose(solve(ans, t))))        # L^-1 da L^-H
     return matmul(ans, _phi(inner))
 
 
@@ -344,9 +345,9 @@ qr_p = Primitive("qr", _qr_impl, _qr_abstract, multiple_results=True, family=FAM
 
 def _qr_square_jvp(q, r, da):
     dx_rinv = _T(solve(_T(r), _T(da)))               # da r^-1
-    c = matmul(_H(q), dx_rinv)
+    c = matmul(conj_transpose(q), dx_rinv)
     low = _tril(c, -1)
-    omega = low - _H(low)
+    omega = low - conj_transpose(low)
     if _is_complex(c):
         omega = omega + (c - real(c)) * _eye(c)
     return matmul(q, omega - c) + dx_rinv, matmul(c - omega, r)
@@ -359,7 +360,7 @@ def _qr_square_vjp(q, r, ct_q, ct_r):
     if not _is_zero(ct_r):
         term = -matmul(ct_r, _T(r))
         ct_omega = term if ct_omega is None else ct_omega + term
-    ct_c = _tril(ct_omega - _H(ct_omega), -1) - ct_omega
+    ct_c = _tril(ct_omega - conj_transpose(ct_omega), -1) - ct_omega
     if _is_complex(ct_c):
         ct_c = ct_c + (ct_omega - real(ct_omega)) * _eye(ct_c)
     ct_x = matmul(_conj(q), ct_c)
@@ -378,7 +379,6 @@ def _qr_split(a, r):
 
 
 def _qr_vjp(ct, ans, needed, a):
-    from .creation import zeros_like
     q, r = ans
     ct_q, ct_r = ct
     m, n = get_aval(a).shape[-2:]
@@ -393,7 +393,7 @@ def _qr_vjp(ct, ans, needed, a):
     else:
         ct_rx = slice_axis(ct_r, last, 0, m)
         ct_ry = slice_axis(ct_r, last, m, n)
-        extra = matmul(_conj(y), _H(ct_ry))
+        extra = matmul(_conj(y), conj_transpose(ct_ry))
         ct_q = extra if _is_zero(ct_q) else ct_q + extra
         ct_y = matmul(_conj(q), ct_ry)
     ct_x = _qr_square_vjp(q, r_x, ct_q, ct_rx)
@@ -409,7 +409,7 @@ def _qr_jvp(tangents, ans, a):
     last = get_aval(a).ndim - 1
     _, y, r_x = _qr_split(a, r)
     dq, dr_x = _qr_square_jvp(q, r_x, slice_axis(da, last, 0, m))
-    dr_y = matmul(_H(dq), y) + matmul(_H(q), slice_axis(da, last, m, n))
+    dr_y = matmul(conj_transpose(dq), y) + matmul(conj_transpose(q), slice_axis(da, last, m, n))
     return dq, concatenate([dr_x, dr_y], last)
 
 
@@ -435,7 +435,7 @@ def qr(a):
 def _eigh_abstract(a):
     _square_abstract("eigh")(a)
     dtype = _float_dtype(a)
-    return ShapedArray(a.shape[:-1], _real_dtype(dtype)), ShapedArray(a.shape, dtype)
+    return ShapedArray(a.shape[:-1], real_dtype(dtype)), ShapedArray(a.shape, dtype)
 
 
 def _eigh_impl(a):
@@ -471,7 +471,7 @@ def _eigh_vjp(ct, ans, needed, a):
 
 def _eigh_jvp(tangents, ans, a):
     w, v = ans
-    vh_da_v = matmul(_H(v), matmul(tangents[0], v))
+    vh_da_v = matmul(conj_transpose(v), matmul(tangents[0], v))
     dw = _diagonal(vh_da_v)
     return (real(dw) if _is_complex(dw) else dw), matmul(v, _inverse_gaps(w) * vh_da_v)
 
@@ -504,7 +504,7 @@ def _svd_abstract(a, full_matrices):
     batch = a.shape[:-2]
     mu, nv = (m, n) if full_matrices else (k, k)
     return (ShapedArray(batch + (m, mu), dtype),
-            ShapedArray(batch + (k,), _real_dtype(dtype)),
+            ShapedArray(batch + (k,), real_dtype(dtype)),
             ShapedArray(batch + (nv, n), dtype))
 
 
@@ -572,7 +572,7 @@ def _svd_vjp(ct, ans, needed, a, full_matrices):
     if not _is_zero(ct_u):
         ut_ct = matmul(_T(u), ct_u)
         x = f * ut_ct
-        ct_ds = add(ct_ds, (x + _H(x)) * s_row)
+        ct_ds = add(ct_ds, (x + conj_transpose(x)) * s_row)
         if _is_complex(ut_ct):
             ct_ds = add(ct_ds, _diag_embed(1j * imag(_diagonal(ut_ct)) / s))
         if m > n:
@@ -580,18 +580,18 @@ def _svd_vjp(ct, ans, needed, a, full_matrices):
             extra = add(extra, matmul(z - matmul(_conj(u), matmul(_T(u), z)),
                                       _conj(vh)))
     if not _is_zero(ct_vh):
-        ct_v = _H(ct_vh)
+        ct_v = conj_transpose(ct_vh)
         y = f * matmul(_conj(vh), ct_v)
-        ct_ds = add(ct_ds, s_col * (y + _H(y)))
+        ct_ds = add(ct_ds, s_col * (y + conj_transpose(y)))
         if n > m:
             w = ct_v / s_row
-            extra = add(extra, matmul(_conj(u), _H(
+            extra = add(extra, matmul(_conj(u), conj_transpose(
                 w - matmul(_T(vh), matmul(_conj(vh), w)))))
     if ct_u2 is not None:
-        term = matmul(_conj(u2), matmul(_H(ct_u2), _conj(u)))
+        term = matmul(_conj(u2), matmul(conj_transpose(ct_u2), _conj(u)))
         extra = add(extra, -matmul(term / s_row, _conj(vh)))
     if ct_vh2 is not None:
-        term = matmul(_conj(vh), matmul(_H(ct_vh2), _conj(vh2)))
+        term = matmul(_conj(vh), matmul(conj_transpose(ct_vh2), _conj(vh2)))
         extra = add(extra, -matmul(_conj(u) / s_row, term))
     ct_a = matmul(_conj(u), matmul(ct_ds, _conj(vh))) if ct_ds is not None else None
     if extra is not None:
@@ -605,30 +605,30 @@ def _svd_jvp(tangents, ans, a, full_matrices):
     m, n = get_aval(a).shape[-2:]
     last = get_aval(a).ndim - 1
     u, u2, vh, vh2 = _svd_thin(u, vh, a, full_matrices)
-    v = _H(vh)
+    v = conj_transpose(vh)
     s_row, s_col, f = _svd_parts(s)
-    ds_mat = matmul(_H(u), matmul(da, v))
+    ds_mat = matmul(conj_transpose(u), matmul(da, v))
     ds = _diagonal(ds_mat)
     dss = ds_mat * s_row
     sds = s_col * ds_mat
-    inner_u = f * (dss + _H(dss))
+    inner_u = f * (dss + conj_transpose(dss))
     if _is_complex(ds_mat):
         inner_u = inner_u + _diag_embed(1j * imag(ds) / s)
         ds = real(ds)
     du = matmul(u, inner_u)
-    dv = matmul(v, f * (sds + _H(sds)))
+    dv = matmul(v, f * (sds + conj_transpose(sds)))
     if m > n:
         dav = matmul(da, v)
-        du = du + (dav - matmul(u, matmul(_H(u), dav))) / s_row
+        du = du + (dav - matmul(u, matmul(conj_transpose(u), dav))) / s_row
     if n > m:
-        dahu = matmul(_H(da), u)
+        dahu = matmul(conj_transpose(da), u)
         dv = dv + (dahu - matmul(v, matmul(vh, dahu))) / s_row
-    dvh = _H(dv)
+    dvh = conj_transpose(dv)
     if u2 is not None:
-        du2 = -matmul(u / s_row, matmul(vh, matmul(_H(da), u2)))
+        du2 = -matmul(u / s_row, matmul(vh, matmul(conj_transpose(da), u2)))
         du = concatenate([du, du2], last)
     if vh2 is not None:
-        dvh2 = -matmul(matmul(vh2, matmul(_H(da), u)) / s_row, vh)
+        dvh2 = -matmul(matmul(vh2, matmul(conj_transpose(da), u)) / s_row, vh)
         dvh = concatenate([dvh, dvh2], last - 1)
     return du, ds, dvh
 
@@ -701,3 +701,8 @@ def pinv(a, rcond=None, hermitian=False):
     """Moore-Penrose pseudo-inverse of each matrix in ``a``."""
     return pinv_p.bind(a, rcond=None if rcond is None else float(rcond),
                        hermitian=bool(hermitian))
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from fgrad.primitives.creation import zeros_like  # noqa: E402

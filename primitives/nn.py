@@ -17,12 +17,15 @@ import math
 
 import numpy as np
 
-from fgrad.backend import array_module, scipy_module
-from fgrad.core import Primitive, ShapedArray, get_aval
+from fgrad.core.backend import array_module, scipy_module
+from fgrad.primitives.batching import move_axis, reduction_batch_rule, unary_batch_rule
+from fgrad.core.trace import Primitive, ShapedArray, get_aval
 
-from .base import normalize_axis
-from .elementwise import convert_element_type, equal, exp, greater, where
-from .reductions import keepdims_like, sum_
+from fgrad.primitives.base import normalize_axis
+from fgrad.primitives.elementwise import (
+    convert_element_type, equal, exp, greater, where,
+)
+from fgrad.primitives.reductions import keepdims_like, sum_
 
 FAMILY = "primitives/nn.py"
 
@@ -291,8 +294,6 @@ def _softmax_batch(args, dims, *, axis):
 def _merge_into(x, d, target):
     """Fold batch axis ``d`` of ``x`` into axis ``target`` (of the unbatched
     array), batch-major: ``(..., B, N, ...) -> (..., B*N, ...)``."""
-    from .batching import move_axis
-    from .shape import reshape
     x = move_axis(x, d, target)
     shape = get_aval(x).shape
     return reshape(x, shape[:target] + (shape[target] * shape[target + 1],)
@@ -300,7 +301,6 @@ def _merge_into(x, d, target):
 
 
 def _split_axis(x, axis, size):
-    from .shape import reshape
     shape = get_aval(x).shape
     return reshape(x, shape[:axis] + (size, shape[axis] // size) + shape[axis + 1:])
 
@@ -320,7 +320,6 @@ def _col2im_batch(args, dims, *, shape, **params):
 
 
 def _install_batch_rules():
-    from .batching import reduction_batch_rule, unary_batch_rule
     for prim in (relu_p, sigmoid_p, softplus_p, normal_cdf_p):
         prim.batch = unary_batch_rule(prim)
     logsumexp_p.batch = reduction_batch_rule(logsumexp_p)
@@ -330,3 +329,8 @@ def _install_batch_rules():
 
 
 _install_batch_rules()
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from fgrad.primitives.shape import reshape  # noqa: E402

@@ -1,10 +1,11 @@
 """Matrix products: matmul (with NumPy's 1-d and batch broadcasting), and dot."""
 import numpy as np
 
-from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, get_aval
+from fgrad.core.backend import array_module
+from fgrad.primitives.batching import axis_size, batch_to_front, move_axis, unbatched_ndim
+from fgrad.core.trace import Primitive, ShapedArray, get_aval
 
-from .base import dummy
+from fgrad.primitives.base import dummy
 
 FAMILY = "primitives/products.py"
 
@@ -87,8 +88,6 @@ def dot(a, b):
 def _matmul_batch(args, dims):
     """Fold the batch axis into matmul's own batch dimensions (or its rows and
     columns), moving it only when it sits inside the multiplied matrices."""
-    from .batching import axis_size, batch_to_front, move_axis, unbatched_ndim
-    from .shape import reshape
     (a, b), (da, db) = args, dims
     ra, rb = unbatched_ndim(a, da), unbatched_ndim(b, db)
     if db is None:
@@ -131,5 +130,7 @@ matmul_p.batch = _matmul_batch
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from .elementwise import unbroadcast  # noqa: E402
-from .shape import expand_dims, moveaxis_to_front, reshape, swap_last_axes  # noqa: E402
+from fgrad.primitives.elementwise import unbroadcast  # noqa: E402
+from fgrad.primitives.shape import (  # noqa: E402
+    expand_dims, moveaxis_to_front, reshape, swap_last_axes,
+)

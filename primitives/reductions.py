@@ -5,11 +5,11 @@ import operator
 
 import numpy as np
 
-from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, get_aval
+from fgrad.core.backend import array_module
+from fgrad.core.trace import Primitive, ShapedArray, get_aval
 
-from .base import normalize_axis, result_dtype
-from .batching import reduction_batch_rule, single_axis_batch_rule
+from fgrad.primitives.base import normalize_axis, result_dtype
+from fgrad.primitives.batching import reduction_batch_rule, single_axis_batch_rule
 
 FAMILY = "primitives/reductions.py"
 
@@ -91,7 +91,6 @@ def _prod_of_others(x, axis):
     Built from exclusive cumulative products from both ends, so it is exact when
     ``x`` holds zeros (where ``prod / x`` would give nan).
     """
-    from .shape import reshape, transpose
     aval = get_aval(x)
     rest = tuple(i for i in range(aval.ndim) if i not in axis)
     perm = rest + axis
@@ -106,9 +105,6 @@ def _prod_of_others(x, axis):
 
 
 def _exclusive_cumprod(x, axis, reverse):
-    from .creation import ones_like
-    from .indexing import slice_axis
-    from .shape import concatenate
     n = get_aval(x).shape[axis]
     one = ones_like(slice_axis(x, axis, 0, 1))
     if n <= 1:
@@ -120,7 +116,6 @@ def _exclusive_cumprod(x, axis, reverse):
 
 
 def flip_axis(x, axis):
-    from .indexing import getitem_p
     spec = (("slice", None, None, None),) * axis + (("slice", None, None, -1),)
     return getitem_p.bind(x, spec=spec)
 
@@ -163,9 +158,6 @@ cumprod_p = _scan("cumprod")
 def _shift(y, axis, steps, fill, reverse):
     """``y`` moved ``steps`` places along ``axis`` (towards the end, or towards
     the start when ``reverse``), the vacated places holding ``fill``."""
-    from .creation import full_like
-    from .indexing import slice_axis
-    from .shape import concatenate
     n = get_aval(y).shape[axis]
     pad = full_like(slice_axis(y, axis, 0, steps), fill)
     if reverse:
@@ -211,7 +203,6 @@ cumprod_p.def_jvp(_cumprod_jvp)
 
 def _scanner(prim):
     def scan(x, axis=None):
-        from .shape import reshape
         if axis is None:
             x = reshape(x, (-1,))
             axis = 0
@@ -279,5 +270,8 @@ def mean(x, axis=None, keepdims=False):
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from .elementwise import convert_element_type, equal  # noqa: E402
-from .shape import broadcast_to, reshape  # noqa: E402
+from fgrad.primitives.elementwise import convert_element_type, equal  # noqa: E402
+from fgrad.primitives.shape import broadcast_to, reshape  # noqa: E402
+from fgrad.primitives.creation import full_like, ones_like  # noqa: E402
+from fgrad.primitives.indexing import getitem_p, slice_axis  # noqa: E402
+from fgrad.primitives.shape import concatenate, transpose  # noqa: E402

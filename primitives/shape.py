@@ -9,11 +9,11 @@ import operator
 
 import numpy as np
 
-from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.core.backend import array_module
+from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
 
-from .base import normalize_axis
-from .batching import axis_size, move_axis
+from fgrad.primitives.base import normalize_axis
+from fgrad.primitives.batching import axis_size, move_axis
 
 FAMILY = "primitives/shape.py"
 
@@ -257,6 +257,6 @@ concatenate_p.batch = _concatenate_batch
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from .creation import zeros_like  # noqa: E402
-from .elementwise import cast_like, unbroadcast  # noqa: E402
-from .indexing import slice_axis  # noqa: E402
+from fgrad.primitives.creation import zeros_like  # noqa: E402
+from fgrad.primitives.elementwise import cast_like, unbroadcast  # noqa: E402
+from fgrad.primitives.indexing import slice_axis  # noqa: E402

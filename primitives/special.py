@@ -10,14 +10,14 @@ import math
 
 import numpy as np
 
-from fgrad.backend import array_module, scipy_module as backend_scipy_module
-from fgrad.core import Primitive, ShapedArray, Zero, get_aval
+from fgrad.core.backend import array_module, scipy_module as backend_scipy_module
+from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
 
-from .base import broadcast_shapes
-from .batching import broadcasting_batch_rule, unary_batch_rule
-from .elementwise import cast_like, exp, log, log1p, unbroadcast
-from .products import matmul
-from .shape import transpose
+from fgrad.primitives.base import broadcast_shapes
+from fgrad.primitives.batching import axis_size, broadcasting_batch_rule, move_axis, unary_batch_rule
+from fgrad.primitives.elementwise import cast_like, exp, log, log1p, unbroadcast
+from fgrad.primitives.products import matmul
+from fgrad.primitives.shape import transpose
 
 FAMILY = "primitives/special.py"
 
@@ -109,7 +109,6 @@ def log_ndtr(x):
 # ---------------------------------------------------------------------------
 
 def _tri_mask(x, lower):
-    from .linalg import tri_like_p
     n = get_aval(x).shape[-1]
     dtype = get_aval(x).dtype
     dtype = np.finfo(dtype).dtype if dtype.kind == "c" else dtype
@@ -221,8 +220,6 @@ def _per_example_rule(prim):
     # scipy's solve_triangular, solve_sylvester and sqrtm take single matrices,
     # so a batch is solved one example at a time, each a bound primitive (so
     # the result differentiates), then stacked.
-    from .batching import axis_size, move_axis
-    from .shape import stack
 
     def rule(args, dims, **params):
         size = axis_size(args, dims)
@@ -294,3 +291,9 @@ def betainc(a, b, x):
     """The regularized incomplete beta function I_x(a, b) (0 < x < 1);
     differentiable in ``x``."""
     return betainc_p.bind(a, b, x)
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from fgrad.primitives.linalg import tri_like_p  # noqa: E402
+from fgrad.primitives.shape import stack  # noqa: E402

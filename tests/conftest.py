@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 sys.path.insert(0, os.path.dirname(__file__))   # test helper modules (primitive_specs)
 
 import fgrad  # noqa: E402
-from fgrad.core import checking_graphs  # noqa: E402
+from fgrad.core.trace import checking_graphs  # noqa: E402
 
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                      HealthCheck.data_too_large,

@@ -5,7 +5,7 @@ out_params, operation, name) and returns a callable that evaluates the kernel's
 *C source* with NumPy: a small recursive-descent parser reads each statement
 (``double t0 = sin(in0);``) and evaluates it over whole arrays with C's meaning
 (casts, ``?:``, ``||``, the math library), so a wrong template in
-`fgrad.fusion` gives wrong numbers here, not a silently corrected result.
+`fgrad.compiler.fusion` gives wrong numbers here, not a silently corrected result.
 
 Like CuPy, a call broadcasts its inputs, refuses an array whose dtype is not the
 declared one, and returns a tuple of freshly allocated outputs. ``unwrap`` and

@@ -3,7 +3,7 @@
 A strategy draws a `Case`: a function written with fgrad.numpy, float64 inputs in
 the primitive's domain (shapes 0-d to 3-d, broadcasting where the primitive
 broadcasts), and a NumPy reference for the forward values. `test_primitives.py`
-walks `fgrad.core.primitive_table` and fails for any primitive without a spec
+walks `fgrad.core.trace.primitive_table` and fails for any primitive without a spec
 here, so nothing is added untested.
 
 Adding a primitive: register a strategy with ``@spec("name")`` (or use one of the

@@ -4,8 +4,8 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad import compile as C
-from fgrad.graph import Literal
+from fgrad.compiler import passes as C
+from fgrad.core.graph import Literal
 
 
 def _names(graph):
@@ -46,9 +46,9 @@ def test_constant_folding_evaluates_shape_only_and_literal_equations_once():
     assert isinstance(ones, Literal)
     np.testing.assert_array_equal(ones.value, np.ones(3))
     # an equation on literals only (as inlining or zero rules leave behind)
-    from fgrad.graph import Equation, Graph, Var
+    from fgrad.core.graph import Equation, Graph, Var
     from fgrad.primitives.elementwise import exp_p
-    lit = Literal(np.arange(3.0), fgrad.core.get_aval(np.arange(3.0)))
+    lit = Literal(np.arange(3.0), fgrad.core.trace.get_aval(np.arange(3.0)))
     out = Var(lit.aval)
     folded = C.fold_constants(Graph([], [Equation(exp_p, [lit], [out], {})], [out]))
     assert folded.eqns == []
@@ -98,10 +98,10 @@ def test_multiplying_by_ones_is_dropped_but_not_for_complex():
     x = np.linspace(-1, 1, 5)
     opt = C.optimize(fgrad.make_graph(fgrad.grad(f))(x))
     for eqn in opt.eqns:
-        assert not any(C._is_one_literal(v) for v in eqn.invars), eqn
+        assert not any(C.is_one_literal(v) for v in eqn.invars), eqn
     np.testing.assert_allclose(fgrad.jit(fgrad.grad(f))(x), fgrad.grad(f)(x), rtol=1e-15)
-    ones = Literal(np.ones(3, np.complex128), fgrad.core.ShapedArray((3,), np.complex128))
-    assert not C._is_one_literal(ones)
+    ones = Literal(np.ones(3, np.complex128), fgrad.core.trace.ShapedArray((3,), np.complex128))
+    assert not C.is_one_literal(ones)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])

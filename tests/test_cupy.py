@@ -75,8 +75,8 @@ def test_device_put_round_trip(gpu):
 
 
 def test_jit_fuses_an_elementwise_chain_into_one_cupy_kernel(gpu):
-    from fgrad.compile import compile_graph
-    from fgrad.fusion import kernels
+    from fgrad.compiler.codegen import compile_graph
+    from fgrad.compiler.fusion import kernels
     import cupy
 
     def f(x):

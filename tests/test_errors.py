@@ -57,7 +57,7 @@ def test_missing_rule_names_primitive_transformation_and_file():
 
 
 def test_missing_builtin_rule_names_the_primitives_file():
-    from fgrad.core import Primitive
+    from fgrad.core.trace import Primitive
     prim = Primitive("test_only_twice", lambda x: 2 * x, family="primitives/elementwise.py",
                      register=False)
     with pytest.raises(MissingRuleError, match=r"test_only_twice.*VJP.*primitives/"

@@ -16,7 +16,7 @@ from fgrad.interpreters import forward_over_reverse
 from primitive_specs import SPECS
 
 
-def _state(grad_fn):
+def trace_state(grad_fn):
     """The `ForwardOverReverse` a grad function keeps."""
     value_and_grad_f = next(c.cell_contents for c in grad_fn.__closure__
                             if callable(c.cell_contents))
@@ -25,7 +25,7 @@ def _state(grad_fn):
 
 
 def _compiled_entries(grad_fn):
-    return [e for e in _state(grad_fn).entries.values() if type(e) is tuple]
+    return [e for e in trace_state(grad_fn).entries.values() if type(e) is tuple]
 
 
 def _standard_hvp(fun, args, tangents, argnums):
@@ -75,8 +75,8 @@ def test_jvp_of_grad_equals_the_standard_composition(name):
         for got_g, got_t in runs:
             _assert_close(got_g, want_g)
             _assert_close(got_t, want_t)
-        assert len(_state(g).entries) <= 1
-        assert all(type(e) is tuple for e in _state(g).entries.values())   # compiled
+        assert len(trace_state(g).entries) <= 1
+        assert all(type(e) is tuple for e in trace_state(g).entries.values())   # compiled
     check()
 
 
@@ -96,7 +96,7 @@ def test_a_hessian_vector_product_is_compiled_when_its_structure_comes_back():
         np.testing.assert_allclose(got_g, want_g, rtol=1e-13)
         np.testing.assert_allclose(got_h, want_h, rtol=1e-13)
         # the first call builds no key, the second notes it, the third compiles
-        assert len(_state(g).entries) == (0 if call == 0 else 1)
+        assert len(trace_state(g).entries) == (0 if call == 0 else 1)
         assert len(_compiled_entries(g)) == (1 if call >= 2 else 0)
     (compiled, layout, slots), = _compiled_entries(g)
     # the forward A @ x was recorded; what is compiled is A @ v for the tangent
@@ -216,7 +216,7 @@ def test_a_custom_rule_sends_the_grad_function_the_standard_way_once():
     assert len(runs) == 2               # recorded on primals, then run the standard way
     fgrad.jvp(g, (x,), (v,))
     assert len(runs) == 3               # from then on, once per call
-    assert _state(g).unsupported
+    assert trace_state(g).unsupported
 
 
 def test_the_restart_is_not_swallowed_by_except_exception():

@@ -1,4 +1,4 @@
-"""Elementwise kernel fusion under jit (fgrad/fusion.py), tested without a GPU.
+"""Elementwise kernel fusion under jit (fgrad/compiler/fusion.py), tested without a GPU.
 
 Three layers: the grouping pass on staged graphs (which equations fuse, what
 breaks a group, which intermediates a kernel writes out); the CUDA C text it
@@ -17,10 +17,12 @@ import fgrad
 import fgrad.numpy as fnp
 import fusion_emulator
 from fgrad.backend import elementwise_kernel_maker
-from fgrad.compile import compile_graph, optimize
-from fgrad.core import primitive_table
-from fgrad.fusion import _op_name, fuse_elementwise, fused_elementwise_p, kernels, \
-    plan_groups
+from fgrad.compiler.codegen import compile_graph
+from fgrad.compiler.passes import optimize
+from fgrad.core.trace import primitive_table
+from fgrad.compiler.fusion import (
+    _op_name, fuse_elementwise, fused_elementwise_p, kernels, plan_groups,
+)
 from primitive_specs import NONDIFF_SPECS, SPECS, arrays
 from standin_backend import StandInArray, registered, to_numpy, to_standin
 

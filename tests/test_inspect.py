@@ -263,7 +263,7 @@ def test_residual_total_matches_the_arrays_listed():
 # ---------------------------------------------------------------------------
 
 def test_to_dot_colours_forward_and_reverse_equations_and_labels_shapes():
-    from fgrad.graph import _FORWARD_COLOUR, _REVERSE_COLOUR
+    from fgrad.core.graph import _FORWARD_COLOUR, _REVERSE_COLOUR
     f = lambda x: fnp.sum(fnp.sin(x) * x)                            # noqa: E731
     forward_only = fgrad.make_graph(f)(np.ones(3)).to_dot()
     assert _REVERSE_COLOUR not in forward_only
@@ -295,7 +295,7 @@ def test_graph_summary_counts_equations_and_matmul_flops(capsys):
 
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 
-from fgrad import _parallel  # noqa: E402
+from fgrad.compiler import parallel as _parallel  # noqa: E402
 from fgrad.errors import FgradError  # noqa: E402
 from primitive_specs import SPECS  # noqa: E402
 

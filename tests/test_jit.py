@@ -10,7 +10,7 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad.errors import ConcretizationError, InvalidInputError, StaticArgumentError, \
     TraceLimitError
-from fgrad.graph import Graph, Literal, check_staged
+from fgrad.core.graph import Graph, Literal, check_staged
 from primitive_specs import SPECS
 
 
@@ -189,7 +189,7 @@ def test_staging_and_compiling_a_hundred_thousand_equations():
         return x
     g = fgrad.make_graph(f)(np.ones(2))
     assert len(g.eqns) == n
-    from fgrad.compile import compile_graph
+    from fgrad.compiler.codegen import compile_graph
     out = compile_graph(g)(np.ones(2))[0]
     np.testing.assert_allclose(out, 1.0000001 ** n * np.ones(2), rtol=1e-9)
 
@@ -245,11 +245,11 @@ def test_grad_of_jit_runs_the_forward_once_and_compiles_both_halves(capsys):
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-12)
     (entry,) = f_jit._cache.values()          # traced once, under grad
-    split = entry.graph._compiled[("vjp split", (True, True))]
+    split = entry.graph.compiled[("vjp split", (True, True))]
     # grad seeds the sweep with a scalar one: the backward half ran compiled,
     # with that one folded in
     (seeded,) = split._seeded.values()
-    assert seeded._compiled and len(seeded.invars) == len(split.backward.invars) - 1
+    assert seeded.compiled and len(seeded.invars) == len(split.backward.invars) - 1
     # the forward half keeps what the backward half reads, not the whole inputs
     assert len(split.forward.outvars) > 1
 

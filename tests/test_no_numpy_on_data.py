@@ -45,15 +45,15 @@ ALLOWED = {
         "NumPy branch, taken only when array_module returned NumPy",
     ("primitives/reductions.py", "_reduction"):
         "fetches NumPy's reduction for the abstract rule's dtype (on dummies)",
-    ("fgrad/numpy/__init__.py", "array"):
+    ("fgrad/numpy/_arrays.py", "array"):
         "numpy.array on host objects (lists, scalars): array creation, which "
         "fgrad.numpy leaves to NumPy like zeros/ones",
     ("fgrad/nn.py", "_generator"):
         "makes a host numpy.random.Generator from an integer seed; no array data "
         "(the masks it draws are moved to the data's device by _like)",
-    ("fgrad/numpy/__init__.py", "asarray"):
+    ("fgrad/numpy/_arrays.py", "asarray"):
         "numpy.asarray on host objects when no like= device array is given",
-    ("fgrad/numpy/_manipulation.py", "_as_array"):
+    ("fgrad/numpy/_manipulation.py", "as_array"):
         "numpy.asarray on host objects (lists, scalars) that are not arrays yet",
     ("fgrad/numpy/_manipulation.py", "_pad_params"):
         "pad widths and constant values: static parameters, not array data",

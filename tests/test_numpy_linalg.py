@@ -7,7 +7,7 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.interpreters.reverse import ReverseTrace
-from fgrad.core import new_trace
+from fgrad.core.trace import new_trace
 from fgrad.primitives import einsum as _einsum
 from fgrad.testing import check_grads
 

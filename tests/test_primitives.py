@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 
 import fgrad
-from fgrad.core import primitive_table
+from fgrad.core.trace import primitive_table
 from fgrad.testing import check_grads
 from primitive_specs import NONDIFF_SPECS, SPECS
 

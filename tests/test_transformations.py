@@ -108,7 +108,7 @@ def test_has_aux_and_value_and_grad():
     x = np.array([3.0, 4.0])
     g, aux = fgrad.grad(f, has_aux=True)(x)
     np.testing.assert_allclose(g, 2 * x)
-    assert float(aux["norm"]) == 5.0 and type(aux["norm"]) is not fgrad.core.Tracer
+    assert float(aux["norm"]) == 5.0 and type(aux["norm"]) is not fgrad.core.trace.Tracer
     (value, aux), g = fgrad.value_and_grad(f, has_aux=True)(x)
     assert float(value) == 25.0 and float(aux["norm"]) == 5.0
     value, g = fgrad.value_and_grad(lambda x: fnp.sum(x ** 3))(x)

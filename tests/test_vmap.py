@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.core import primitive_table
+from fgrad.core.trace import primitive_table
 from fgrad.errors import BatchAxisError, BatchedConversionError, CustomRuleError, \
     LoopBatchingWarning
 from fgrad.interpreters.batching import _loop_rule

@@ -12,9 +12,22 @@ a loop over examples, with a one-time warning naming it.
 import functools
 import warnings
 
-from ..core import EagerTracer, ShapedArray, Trace, Tracer, get_aval, new_trace
-from ..errors import BatchedConversionError, LoopBatchingWarning
-from ..primitives.batching import axis_size, not_mapped
+from fgrad.core.errors import BatchedConversionError, LoopBatchingWarning
+from fgrad.core.trace import (
+    EagerTracer,
+    ShapedArray,
+    Trace,
+    Tracer,
+    get_aval,
+    new_trace,
+)
+from fgrad.interpreters import callbacks
+from fgrad.interpreters.custom_rules import top_trace
+from fgrad.interpreters.staging import eval_graph, stage
+from fgrad.primitives.batching import axis_size, batch_to_front, move_axis, not_mapped
+from fgrad.primitives.indexing import getitem_p
+from fgrad.primitives.reductions import sum_
+from fgrad.primitives.shape import stack
 
 __all__ = ["BatchTrace", "BatchTracer", "batch_graph", "not_mapped"]
 
@@ -33,7 +46,7 @@ class BatchTracer(Tracer):
     __slots__ = ("val", "batch_dim")
 
     def __init__(self, trace, val, batch_dim):
-        self._trace = trace
+        self.owner = trace
         self.val = val
         self.batch_dim = batch_dim
 
@@ -95,10 +108,11 @@ class BatchTrace(Trace):
         super().__init__(level)
         self.axis_size = size
 
-    def _unwrap(self, args):
+    def unwrap(self, args):
+        """``(values, batch dims)`` of ``args``; unbatched values have dim None."""
         vals, dims = [], []
         for a in args:
-            if isinstance(a, BatchTracer) and a._trace is self:
+            if isinstance(a, BatchTracer) and a.owner is self:
                 vals.append(a.val)
                 dims.append(a.batch_dim)
             else:
@@ -107,10 +121,11 @@ class BatchTrace(Trace):
         return vals, dims
 
     def wrap(self, val, dim):
+        """A batch tracer for ``val`` batched along ``dim`` (``val`` itself if None)."""
         return val if dim is None else BatchTracer(self, val, dim)
 
     def process(self, prim, args, params):
-        vals, dims = self._unwrap(args)
+        vals, dims = self.unwrap(args)
         rule = prim.batch
         if rule is None:
             rule = _loop_rule(prim)
@@ -127,9 +142,8 @@ class BatchTrace(Trace):
     # (wrapped in vmap), so it still sees the user's derivative.
 
     def process_custom_vjp(self, fun, fwd, bwd, args):
-        from ..custom import _top_trace
-        vals, dims = self._unwrap(args)
-        lower = _top_trace(vals)
+        vals, dims = self.unwrap(args)
+        lower = top_trace(vals)
         if lower is None:
             out, _ = fwd(*args)
             return out
@@ -138,9 +152,8 @@ class BatchTrace(Trace):
         return tuple(BatchTracer(self, o, 0) for o in outs)
 
     def process_custom_jvp(self, fun, rule, args):
-        from ..custom import _top_trace
-        vals, dims = self._unwrap(args)
-        lower = _top_trace(vals)
+        vals, dims = self.unwrap(args)
+        lower = top_trace(vals)
         if lower is None:
             return fun.body(*args)
         b_fun, b_rule = _batched_custom_jvp(fun, rule, dims, self.axis_size)
@@ -190,8 +203,6 @@ def batch_graph(graph, dims, size, force=None):
     the others are per-example values, unless ``force`` (a tuple of bools, one
     per output) asks for them to be broadcast to the batch as well.
     """
-    from ..primitives.batching import batch_to_front, move_axis
-    from .staging import eval_graph, stage
     box = []
 
     def batched(*xs):
@@ -201,7 +212,7 @@ def batch_graph(graph, dims, size, force=None):
             outs = eval_graph(graph, ins)
         vals, flags = [], []
         for k, o in enumerate(outs):
-            if isinstance(o, BatchTracer) and o._trace is trace:
+            if isinstance(o, BatchTracer) and o.owner is trace:
                 vals.append(move_axis(o.val, o.batch_dim, 0))
                 flags.append(True)
             elif force is not None and force[k]:
@@ -227,9 +238,7 @@ def _named(f, name, body=None):
 
 def _batched_custom_vjp(fun, fwd, bwd, dims, size):
     """fun, fwd and bwd over whole batches (batch axis first in every output)."""
-    from ..api import vmap
-    from ..primitives.batching import move_axis
-    from ..primitives.reductions import sum_
+    vmap = callbacks.transformation("vmap")
     in_axes = tuple(dims)
 
     def b_fwd(*xs):
@@ -248,7 +257,7 @@ def _batched_custom_vjp(fun, fwd, bwd, dims, size):
 
 
 def _batched_custom_jvp(fun, rule, dims, size):
-    from ..api import vmap
+    vmap = callbacks.transformation("vmap")
     in_axes = tuple(dims)
 
     def b_fun(*xs):
@@ -261,8 +270,8 @@ def _batched_custom_jvp(fun, rule, dims, size):
 
 
 def _loop_rule(prim):
-    if not getattr(prim, "_warned_loop_batching", False):
-        prim._warned_loop_batching = True
+    if not getattr(prim, "warned_loop_batching", False):
+        prim.warned_loop_batching = True
         where = (f"add one in {prim.family}" if prim.family else
                  f"register one with fgrad.defbatch({prim.name.rsplit('.', 1)[-1]}, "
                  "rule)")
@@ -271,8 +280,6 @@ def _loop_rule(prim):
                       LoopBatchingWarning, stacklevel=4)
 
     def loop(args, dims, **params):
-        from ..primitives.indexing import getitem_p
-        from ..primitives.shape import stack
         size = axis_size(args, dims)
         outs = []
         for i in range(size):

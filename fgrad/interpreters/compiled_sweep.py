@@ -15,8 +15,9 @@ call; smaller ones when a structure comes back, so a one-off call never pays
 for staging. Anything the compiler cannot stage (a rule that branches on a
 value, a one-off custom rule) keeps the eager sweep.
 """
-from ..core import ShapedArray, Tracer, primitive_table
-from .reverse import ReverseTrace, backward_pass
+from fgrad.core.trace import ShapedArray, Tracer, primitive_table
+from fgrad.interpreters.reverse import ReverseTrace, backward_pass
+from fgrad.interpreters.staging import gc_paused, shaped, stage
 
 # Differentiated inputs at least this large (in bytes, all together) get a
 # compiled sweep on the first call; smaller ones on the second sighting of a
@@ -26,13 +27,15 @@ MIN_BYTES = 1 << 20
 # compiled sweeps kept per grad function (one per recorded structure)
 CACHE_SIZE = 8
 
-_NOT_STAGEABLE = object()
+# a structure whose sweep cannot be staged (a rule needs values): sweep eagerly
+NOT_STAGEABLE = object()
 # a structure recorded once, to be compiled if it comes back
 SEEN_ONCE = object()
-_PY_SCALARS = (bool, int, float, complex)
+# recorded values that are constants of a staged sweep, described by value
+PY_SCALARS = (bool, int, float, complex)
 
 
-class _Replay:
+class Replay:
     """What `backward_pass` needs of a trace: its equations."""
 
     __slots__ = ("eqns",)
@@ -54,7 +57,7 @@ def _describe(value, arrays, index):
     if i is not None:
         return i
     kind = type(value)
-    if kind in _PY_SCALARS:
+    if kind in PY_SCALARS:
         return ("py", kind, value)
     if kind is ShapedArray:
         return ("aval", value.shape, value.dtype, value.weak_type)
@@ -65,7 +68,7 @@ def _describe(value, arrays, index):
     return ("array", value.shape, value.dtype, i)
 
 
-def _structure(eqns):
+def structure(eqns):
     """``(key, arrays)`` of a recorded graph, or ``(None, None)`` if it cannot be staged.
 
     This runs on every call that may use a compiled sweep, so it is kept lean.
@@ -96,18 +99,16 @@ def _structure(eqns):
 def _stage_sweep(eqns, seed_node, seed_dtype, num_inputs, arrays, xp):
     """Stage the sweep of ``eqns`` seeded with a scalar one at ``seed_node``.
 
-    The staged graph takes the recorded arrays (in `_structure`'s order) and
+    The staged graph takes the recorded arrays (in `structure`'s order) and
     returns the cotangent of every input node, or None where nothing reached it.
     """
-    from ..compile import gc_paused
-    from .staging import shaped, stage
     reached = []
 
     index = {id(a): i for i, a in enumerate(arrays)}
 
     def sweep(*staged_arrays):
         def swap(value):
-            if type(value) in _PY_SCALARS or type(value) is ShapedArray:
+            if type(value) in PY_SCALARS or type(value) is ShapedArray:
                 return value
             return staged_arrays[index[id(value)]]
         replay = []
@@ -117,7 +118,7 @@ def _stage_sweep(eqns, seed_node, seed_dtype, num_inputs, arrays, xp):
             replay.append((prim, in_nodes, out, new_args, new_ans, params))
         # the seed is a constant, so the compiler folds it and the ones it
         # broadcasts to away
-        cts = backward_pass(_Replay(replay), {seed_node: xp.ones((), seed_dtype)})
+        cts = backward_pass(Replay(replay), {seed_node: xp.ones((), seed_dtype)})
         outs = []
         for node in range(num_inputs):
             ct = cts.get(node)
@@ -135,15 +136,19 @@ def _stage_sweep(eqns, seed_node, seed_dtype, num_inputs, arrays, xp):
 class SweepCache(dict):
     """A grad function's compiled sweeps, by recorded structure.
 
+    ``compile(graph, xp) -> callable`` is the compiler the staged sweeps go
+    through; the transforms layer passes the jit compiler's `compile_graph`
+    (the compiler sits above the interpreters, so it is handed in).
     ``called`` turns on once the function has run: a small gradient's structure
     is looked up only from the second call on, and compiled when it comes back,
     so one-off calls (``grad(f)(x)`` written inline) pay nothing for it.
     """
 
-    __slots__ = ("called",)
+    __slots__ = ("compile", "called")
 
-    def __init__(self):
+    def __init__(self, compile):
         super().__init__()
+        self.compile = compile
         self.called = False
 
 
@@ -167,7 +172,7 @@ def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache, compile_
     """
     if type(trace) is not ReverseTrace:
         return None
-    key, arrays = _structure(trace.eqns)
+    key, arrays = structure(trace.eqns)
     if key is None:
         return None
     key = (key, seed_node, seed_dtype, num_inputs, xp)
@@ -176,15 +181,14 @@ def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache, compile_
         remember(cache, key, SEEN_ONCE)
         return None
     if entry is None or entry is SEEN_ONCE:
-        from ..compile import compile_graph
         try:
             graph, reached = _stage_sweep(trace.eqns, seed_node, seed_dtype,
                                           num_inputs, arrays, xp)
-            entry = (compile_graph(graph, xp), reached)
+            entry = (cache.compile(graph, xp), reached)
         except Exception:                   # a rule that needs values: sweep eagerly
-            entry = _NOT_STAGEABLE
+            entry = NOT_STAGEABLE
         remember(cache, key, entry)
-    if entry is _NOT_STAGEABLE:
+    if entry is NOT_STAGEABLE:
         return None
     compiled, reached = entry
     trace.eqns.clear()                      # the residuals now live in ``arrays`` only

@@ -3,8 +3,16 @@
 A value whose tangent is zero is never wrapped: the trace returns the bare primal,
 so symbolic zeros cost nothing and `fgrad.jvp` instantiates them only at the end.
 """
-from ..core import EagerTracer, Trace, Tracer, Zero, get_aval, missing_rule_message
-from ..errors import CustomRuleError, MissingRuleError
+from fgrad.core.errors import CustomRuleError, MissingRuleError
+from fgrad.core.trace import (
+    EagerTracer,
+    Trace,
+    Tracer,
+    Zero,
+    get_aval,
+    missing_rule_message,
+)
+from fgrad.interpreters.custom_rules import call_jvp_rule
 
 
 class JVPTracer(EagerTracer):
@@ -13,7 +21,7 @@ class JVPTracer(EagerTracer):
     __slots__ = ("tangent",)
 
     def __init__(self, trace, primal, tangent):
-        self._trace = trace
+        self.owner = trace
         self.primal = primal
         self.tangent = tangent
 
@@ -23,10 +31,11 @@ class JVPTrace(Trace):
 
     __slots__ = ()
 
-    def _unwrap(self, args):
+    def unwrap(self, args):
+        """``(primals, tangents)`` of ``args``; a constant's tangent is None."""
         primals, tangents = [], []
         for a in args:
-            if isinstance(a, JVPTracer) and a._trace is self:
+            if isinstance(a, JVPTracer) and a.owner is self:
                 primals.append(a.primal)
                 tangents.append(a.tangent)
             else:
@@ -35,7 +44,7 @@ class JVPTrace(Trace):
         return primals, tangents
 
     def process(self, prim, args, params):
-        primals, tangents = self._unwrap(args)
+        primals, tangents = self.unwrap(args)
         for p in primals:
             if isinstance(p, Tracer):           # an outer transformation's value
                 ans = prim.bind(*primals, **params)
@@ -50,16 +59,17 @@ class JVPTrace(Trace):
             if not any(get_aval(a).dtype.kind in "fc" for a in ans):
                 return ans
             out_tangents = prim.jvp(tangents, ans, *primals, **params)
-            return tuple(self._wrap(a, t) for a, t in zip(ans, out_tangents))
+            return tuple(self.wrap(a, t) for a, t in zip(ans, out_tangents))
         try:
             kind = ans.dtype.kind
         except AttributeError:                  # a Python scalar
             kind = get_aval(ans).dtype.kind
         if kind not in "fc":
             return ans
-        return self._wrap(ans, prim.jvp(tangents, ans, *primals, **params))
+        return self.wrap(ans, prim.jvp(tangents, ans, *primals, **params))
 
-    def _wrap(self, primal, tangent):
+    def wrap(self, primal, tangent):
+        """A tracer pairing ``primal`` with ``tangent`` (the bare primal if zero)."""
         if tangent is None or type(tangent) is Zero:
             return primal
         return JVPTracer(self, primal, tangent)
@@ -72,9 +82,8 @@ class JVPTrace(Trace):
             "rule), or differentiate it with grad/vjp/jacrev.")
 
     def process_custom_jvp(self, fun, rule, args):
-        from ..custom import call_jvp_rule
-        primals, tangents = self._unwrap(args)
+        primals, tangents = self.unwrap(args)
         out, out_tangent = call_jvp_rule(fun, rule, primals, tangents)
         if isinstance(out, tuple):
-            return tuple(self._wrap(o, t) for o, t in zip(out, out_tangent))
-        return self._wrap(out, out_tangent)
+            return tuple(self.wrap(o, t) for o, t in zip(out, out_tangent))
+        return self.wrap(out, out_tangent)

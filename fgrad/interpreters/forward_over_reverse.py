@@ -26,12 +26,27 @@ A ``custom_jvp``/``custom_vjp`` function cannot be recorded on primals alone:
 meeting one raises `Unsupported`, and ``grad`` runs ``f`` again the standard way
 (once; the ``grad`` function then stays on the standard path).
 """
-from ..core import Tracer, Zero, _state, get_aval, missing_rule_message, new_trace
-from ..errors import MissingRuleError
-from .compiled_sweep import SEEN_ONCE, _NOT_STAGEABLE, _PY_SCALARS, _Replay, _structure, \
-    remember
-from .forward import JVPTrace, JVPTracer
-from .reverse import ReverseTrace, backward_pass
+from fgrad.core.errors import MissingRuleError
+from fgrad.core.trace import (
+    Tracer,
+    Zero,
+    get_aval,
+    missing_rule_message,
+    new_trace,
+    trace_state,
+)
+from fgrad.interpreters.compiled_sweep import (
+    NOT_STAGEABLE,
+    PY_SCALARS,
+    SEEN_ONCE,
+    Replay,
+    remember,
+    structure,
+)
+from fgrad.interpreters.forward import JVPTrace, JVPTracer
+from fgrad.interpreters.reverse import ReverseTrace, backward_pass
+from fgrad.interpreters.staging import gc_paused, shaped, stage
+from fgrad.primitives.creation import ones_like
 
 
 class Unsupported(BaseException):
@@ -49,14 +64,14 @@ def outer_jvp_trace(leaves):
     interpreters of `fgrad.debug_nans` keep their own path), and only when some
     differentiated input carries one of its tangents.
     """
-    stack = _state.trace_stack
+    stack = trace_state.trace_stack
     if not stack:
         return None
     top = stack[-1]
     if type(top) is not JVPTrace:
         return None
     for x in leaves:
-        if type(x) is JVPTracer and x._trace is top:
+        if type(x) is JVPTracer and x.owner is top:
             return top
     return None
 
@@ -130,7 +145,7 @@ def _tangent_nodes(eqns, wanted):
 
 
 def _lower(value, outer):
-    if type(value) is JVPTracer and value._trace is outer:
+    if type(value) is JVPTracer and value.owner is outer:
         return value.primal
     return value
 
@@ -151,7 +166,7 @@ def tangent_pass(eqns, in_tangents, wanted, outer):
         for a, n in zip(args, in_nodes):
             if n is not None:
                 t = tangents.get(n)
-            elif type(a) is JVPTracer and a._trace is outer:
+            elif type(a) is JVPTracer and a.owner is outer:
                 t, a = a.tangent, a.primal
             else:
                 t = None
@@ -184,7 +199,7 @@ def sweep_with_tangents(eqns, tangents, out_node, seed, num_inputs, outer):
     with new_trace(JVPTrace) as fwd:
         def pair(value, node):
             t = tangents.get(node) if node is not None else None
-            if t is None and type(value) is JVPTracer and value._trace is outer:
+            if t is None and type(value) is JVPTracer and value.owner is outer:
                 value, t = value.primal, value.tangent
             return value if t is None else JVPTracer(fwd, value, t)
         replay = []
@@ -193,11 +208,11 @@ def sweep_with_tangents(eqns, tangents, out_node, seed, num_inputs, outer):
             new_ans = tuple(pair(a, o) for a, o in zip(ans, out)) \
                 if type(out) is tuple else pair(ans, out)
             replay.append((prim, in_nodes, out, new_args, new_ans, params))
-        cts = backward_pass(_Replay(replay), {out_node: seed})
+        cts = backward_pass(Replay(replay), {out_node: seed})
         results = []
         for node in range(num_inputs):
             ct = cts.get(node)
-            if type(ct) is JVPTracer and ct._trace is fwd:
+            if type(ct) is JVPTracer and ct.owner is fwd:
                 results.append((ct.primal, ct.tangent))
             else:
                 results.append((ct, None))
@@ -215,9 +230,10 @@ class ForwardOverReverse:
     """What one ``grad`` function keeps: compiled sweeps by recorded structure,
     and whether its function needs the standard interpreters."""
 
-    __slots__ = ("entries", "unsupported", "called")
+    __slots__ = ("compile", "entries", "unsupported", "called")
 
-    def __init__(self):
+    def __init__(self, compile):
+        self.compile = compile          # graph, xp -> callable (as for `SweepCache`)
         self.entries = {}
         self.unsupported = False
         # as for `SweepCache`: a first call (``jvp(grad(f))`` written inline)
@@ -228,7 +244,7 @@ class ForwardOverReverse:
         """`evaluate` for ``trace``, whose output ``out_value`` is node ``out_node``;
         compiled once the structure comes back after a first call."""
         eqns = trace.eqns
-        key, arrays = _structure(eqns) if self.called else (None, None)
+        key, arrays = structure(eqns) if self.called else (None, None)
         self.called = True
         if key is not None and all(t is None or hasattr(t, "dtype") for t in in_tangents):
             dtype = get_aval(out_value).dtype
@@ -238,21 +254,20 @@ class ForwardOverReverse:
             if entry is None:
                 remember(self.entries, key, SEEN_ONCE)
             elif entry is SEEN_ONCE:
-                entry = _compile(eqns, out_node, dtype, in_tangents, wanted, arrays, xp)
+                entry = _compile(self.compile, eqns, out_node, dtype, in_tangents, wanted,
+                                 arrays, xp)
                 remember(self.entries, key, entry)
-            if entry is not None and entry is not SEEN_ONCE and entry is not _NOT_STAGEABLE:
+            if entry is not None and entry is not SEEN_ONCE and entry is not NOT_STAGEABLE:
                 trace.eqns = []                 # the residuals now live in ``arrays`` only
                 return _run_compiled(entry, arrays, in_tangents, wanted)
-        from .. import numpy as fnp
-        return evaluate(eqns, out_node, fnp.ones_like(out_value), in_tangents, wanted,
+        return evaluate(eqns, out_node, ones_like(out_value), in_tangents, wanted,
                         trace.outer)
 
 
-def _compile(eqns, out_node, dtype, in_tangents, wanted, arrays, xp):
-    """Stage and compile `evaluate` over ``eqns``' recorded ``arrays`` and the
-    input tangents; ``(compiled, layout, tangent_slots)`` or `_NOT_STAGEABLE`."""
-    from ..compile import compile_graph, gc_paused
-    from .staging import shaped, stage
+def _compile(compile_graph, eqns, out_node, dtype, in_tangents, wanted, arrays, xp):
+    """Stage and compile (with ``compile_graph``) `evaluate` over ``eqns``'
+    recorded ``arrays`` and the input tangents; ``(compiled, layout,
+    tangent_slots)`` or `NOT_STAGEABLE`."""
     index = {id(a): i for i, a in enumerate(arrays)}
     tangent_slots = [i for i, t in enumerate(in_tangents) if t is not None]
     layout = []
@@ -261,7 +276,7 @@ def _compile(eqns, out_node, dtype, in_tangents, wanted, arrays, xp):
         values, staged_tangents = inputs[:len(arrays)], inputs[len(arrays):]
 
         def swap(value):
-            if type(value) in _PY_SCALARS or not hasattr(value, "dtype") \
+            if type(value) in PY_SCALARS or not hasattr(value, "dtype") \
                     or id(value) not in index:
                 return value                # a Python scalar or an abstract value
             return values[index[id(value)]]
@@ -290,10 +305,10 @@ def _compile(eqns, out_node, dtype, in_tangents, wanted, arrays, xp):
             graph, captured = stage(staged, [shaped(a) for a in arrays] +
                                     [shaped(in_tangents[i]) for i in tangent_slots])
         if captured:
-            return _NOT_STAGEABLE
+            return NOT_STAGEABLE
         return compile_graph(graph, xp), tuple(layout), tangent_slots
     except Exception:                   # a rule that needs values: stay eager
-        return _NOT_STAGEABLE
+        return NOT_STAGEABLE
 
 
 def _run_compiled(entry, arrays, in_tangents, wanted):

@@ -8,14 +8,23 @@ An equation is a plain tuple, ``(prim, in_nodes, out_node, args, ans, params)``:
 this is the hottest allocation of reverse mode, and a tuple is the cheapest
 record Python has. ``args`` and ``ans`` are what the VJP rule reads (the
 residuals); ``in_nodes`` holds, per argument, the node number of the tracer it came
-from, or ``None`` for a constant. `fgrad.graph` prints and checks such lists.
+from, or ``None`` for a constant. `fgrad.core.graph` prints and checks such lists.
 """
 import sys
 
-from ..backend import array_module
-from ..core import EagerTracer, Trace, Tracer, Zero, get_aval, graph_checking_enabled, \
-    missing_rule_message
-from ..errors import MissingRuleError
+from fgrad.core.backend import array_module
+from fgrad.core.errors import MissingRuleError
+from fgrad.core.graph import check_graph
+from fgrad.core.trace import (
+    EagerTracer,
+    Trace,
+    Tracer,
+    Zero,
+    get_aval,
+    graph_checking_enabled,
+    missing_rule_message,
+)
+from fgrad.interpreters.custom_rules import custom_jvp_transpose_primitive, custom_vjp_primitive
 
 
 class ReverseTracer(EagerTracer):
@@ -24,7 +33,7 @@ class ReverseTracer(EagerTracer):
     __slots__ = ("node",)
 
     def __init__(self, trace, primal, node):
-        self._trace = trace
+        self.owner = trace
         self.primal = primal
         self.node = node
 
@@ -83,10 +92,12 @@ class ReverseTrace(Trace):
         self.num_nodes = node + 1
         return ReverseTracer(self, value, node)
 
-    def _unwrap(self, args):
+    def unwrap(self, args):
+        """``(primals, input nodes)`` of ``args``: this trace's tracers give their
+        primal and node; anything else is a constant (node None)."""
         primals, in_nodes = [], []
         for a in args:
-            if isinstance(a, ReverseTracer) and a._trace is self:
+            if isinstance(a, ReverseTracer) and a.owner is self:
                 primals.append(a.primal)
                 in_nodes.append(a.node)
             else:
@@ -99,7 +110,7 @@ class ReverseTrace(Trace):
             x = args[0]
             primals, in_nodes = [x.primal], [x.node]
         else:
-            primals, in_nodes = self._unwrap(args)
+            primals, in_nodes = self.unwrap(args)
         for p in primals:
             if isinstance(p, Tracer):           # an outer transformation's value
                 ans = self.evaluate_traced(prim, primals, params)
@@ -154,8 +165,7 @@ class ReverseTrace(Trace):
     def process_custom_vjp(self, fun, fwd, bwd, args):
         # fwd runs on this level's primals, so lower levels differentiate through
         # fwd and bwd as ordinary code (that is what makes grad(grad(f)) work).
-        from ..custom import custom_vjp_primitive
-        primals, in_nodes = self._unwrap(args)
+        primals, in_nodes = self.unwrap(args)
         out, residuals = fwd(*primals)
         prim = custom_vjp_primitive(fun, bwd, residuals, primals, out)
         return self.record(prim, in_nodes, primals, out, {})
@@ -164,8 +174,7 @@ class ReverseTrace(Trace):
         # Reverse mode of a custom_jvp function: the rule's output tangent is
         # linear in the input tangents, so the VJP is the transpose of that linear
         # map, which reverse mode over the rule itself computes.
-        from ..custom import custom_jvp_transpose_primitive
-        primals, in_nodes = self._unwrap(args)
+        primals, in_nodes = self.unwrap(args)
         out = fun(*primals)
         prim = custom_jvp_transpose_primitive(fun, rule, primals, out)
         return self.record(prim, in_nodes, primals, out, {})
@@ -179,7 +188,6 @@ def backward_pass(trace, seeds):
     is popped when its producer reads it, so memory falls as the sweep proceeds.
     """
     if graph_checking_enabled():
-        from ..graph import check_graph
         check_graph(trace.eqns)
     cts = dict(seeds)
     eqns = trace.eqns
@@ -188,7 +196,7 @@ def backward_pass(trace, seeds):
     while eqns:
         prim, in_nodes, out, args, ans, params = pop_eqn()
         if type(out) is tuple:
-            ct = tuple(_ct_or_zero(pop_ct(n, None) if n is not None else None, a)
+            ct = tuple(ct_or_zero(pop_ct(n, None) if n is not None else None, a)
                        for n, a in zip(out, ans))
             if all(type(c) is Zero for c in ct):
                 continue
@@ -197,7 +205,7 @@ def backward_pass(trace, seeds):
             if ct is None:
                 continue
         if len(in_nodes) == 1:
-            arg_cts = prim.vjp(ct, ans, _NEEDED_ONE, *args, **params)
+            arg_cts = prim.vjp(ct, ans, NEEDED_ONE, *args, **params)
         else:
             needed = tuple([n is not None for n in in_nodes])
             arg_cts = prim.vjp(ct, ans, needed, *args, **params)
@@ -205,11 +213,11 @@ def backward_pass(trace, seeds):
             if node is None or arg_ct is None or type(arg_ct) is Zero:
                 continue
             previous = cts.get(node)
-            cts[node] = arg_ct if previous is None else _accumulate(previous, arg_ct)
+            cts[node] = arg_ct if previous is None else accumulate(previous, arg_ct)
     return cts
 
 
-def _accumulate(total, ct):
+def accumulate(total, ct):
     """``total + ct``, written into ``total`` when no one else can see it.
 
     A running sum that is an array owning its memory and referenced only by the
@@ -229,8 +237,10 @@ def _accumulate(total, ct):
 _SOLE_OWNER = 4
 
 
-_NEEDED_ONE = (True,)
+# the ``needed`` argument of a one-input VJP rule: its one cotangent is wanted
+NEEDED_ONE = (True,)
 
 
-def _ct_or_zero(ct, primal):
+def ct_or_zero(ct, primal):
+    """``ct``, or a symbolic `Zero` shaped like ``primal`` where none arrived."""
     return Zero(get_aval(primal)) if ct is None else ct

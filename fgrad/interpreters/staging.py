@@ -1,4 +1,4 @@
-"""Staging: trace a function with abstract values into a `fgrad.graph.Graph`.
+"""Staging: trace a function with abstract values into a `fgrad.core.graph.Graph`.
 
 A `StagingTracer` knows only its shape and dtype. Each primitive applied to one
 is not evaluated: its ``abstract`` rule gives the output's shape and dtype, and
@@ -10,17 +10,24 @@ Tracers of *other* traces met while staging (a jitted function called inside
 they become extra inputs of the graph (``captured``), and whoever stages the
 graph passes them in when binding it.
 """
-import os
 
+import contextlib
+import gc
 import traceback
 
-from ..core import ShapedArray, Trace, Tracer, get_aval, missing_rule_message, \
-    nans_enabled, new_trace
-from ..errors import ConcretizationError, MissingRuleError
-from ..graph import Equation, Graph, Literal, Var
-
-_FGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_PRIMITIVES_DIR = os.path.join(os.path.dirname(_FGRAD_DIR), "primitives")
+from fgrad.core.errors import ConcretizationError, MissingRuleError
+from fgrad.core.graph import Equation, Graph, Literal, Var
+from fgrad.core.trace import (
+    ShapedArray,
+    Trace,
+    Tracer,
+    get_aval,
+    missing_rule_message,
+    nans_enabled,
+    new_trace,
+    trace_state,
+)
+from fgrad.interpreters.sources import is_fgrad_file, user_source
 
 
 class StagingTracer(Tracer):
@@ -29,7 +36,7 @@ class StagingTracer(Tracer):
     __slots__ = ("var",)
 
     def __init__(self, trace, var):
-        self._trace = trace
+        self.owner = trace
         self.var = var
 
     @property
@@ -65,8 +72,7 @@ class StagingTracer(Tracer):
 def _user_frame():
     """The innermost stack frame outside fgrad's own code: the user's line."""
     for frame in reversed(traceback.extract_stack()):
-        path = os.path.abspath(frame.filename)
-        if not (path.startswith(_FGRAD_DIR) or path.startswith(_PRIMITIVES_DIR)):
+        if not is_fgrad_file(frame.filename):
             return frame
     return None
 
@@ -117,7 +123,7 @@ class StagingTrace(Trace):
 
     def operand(self, x):
         """The graph operand for ``x``: its variable, a capture, or a literal."""
-        if isinstance(x, StagingTracer) and x._trace is self:
+        if isinstance(x, StagingTracer) and x.owner is self:
             return x.var
         if isinstance(x, Tracer):
             var = self._captured_vars.get(id(x))
@@ -160,15 +166,55 @@ class StagingTrace(Trace):
         return fun(*args)
 
 
+class DebugStagingTrace(StagingTrace):
+    """Staging that tags each equation's first output with where it came from.
+
+    ``graph.sources[var] = (pass, prim, source, where_origin)``: the forward
+    equations get the user's line; equations staged by a VJP rule inside a
+    debugging reverse sweep get that sweep's context (the primitive being
+    differentiated and its line).
+    """
+
+    __slots__ = ("sources",)
+
+    def __init__(self, level):
+        super().__init__(level)
+        self.sources = {}
+
+    def process(self, prim, args, params):
+        out = super().process(prim, args, params)
+        eqn = self.eqns[-1] if self.eqns else None
+        if eqn is not None and eqn.prim is prim and eqn.outvars:
+            context = trace_state.nan_context
+            self.sources[eqn.outvars[0]] = context if context is not None else (
+                "forward", prim, user_source(), None)
+        return out
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Suspend the cyclic garbage collector while building a graph.
+
+    Staging and compiling allocate several objects per equation and free none,
+    so every generational collection would rescan all of them: that makes a
+    10^5-equation graph quadratic. Nothing they create is cyclic garbage.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def stage(flat_fun, in_avals):
     """Trace ``flat_fun`` (flat list of inputs -> flat list of outputs).
 
     Returns ``(graph, captured)``: the graph's inputs are the given avals
     followed by one per captured outer tracer, in ``captured`` order.
     """
-    trace_type = StagingTrace
-    if nans_enabled():
-        from .._nans import DebugStagingTrace as trace_type
+    trace_type = DebugStagingTrace if nans_enabled() else StagingTrace
     with new_trace(trace_type) as trace:
         inputs = [trace.new_input(a) for a in in_avals]
         outs = flat_fun(*inputs)
@@ -186,21 +232,34 @@ def eval_graph(graph, args):
     """Run ``graph`` on ``args`` by binding each equation's primitive.
 
     Under another transformation this re-evaluates the graph on that trace's
-    tracers, which is how a staged call is differentiated or re-staged.
+    tracers, which is how a staged call is differentiated or re-staged. A graph
+    staged under debug_nans (``graph.sources``) keeps each equation's line: it
+    is the NaN context while the equation runs.
     """
-    if graph.sources is not None:
-        from .._nans import eval_graph_tagged
-        return eval_graph_tagged(graph, args)
     env = dict(zip(graph.invars, args))
 
     def read(v):
         return v.value if type(v) is Literal else env[v]
-    for eqn in graph.eqns:
+
+    def run(eqn):
         out = eqn.prim.bind(*[read(v) for v in eqn.invars], **eqn.params)
         if eqn.prim.multiple_results:
             env.update(zip(eqn.outvars, out))
         else:
             env[eqn.outvars[0]] = out
+    sources = graph.sources
+    if sources is None:
+        for eqn in graph.eqns:
+            run(eqn)
+        return [read(v) for v in graph.outvars]
+    previous = trace_state.nan_context
+    try:
+        for eqn in graph.eqns:
+            tag = sources.get(eqn.outvars[0]) if eqn.outvars else None
+            trace_state.nan_context = tag if tag is not None else previous
+            run(eqn)
+    finally:
+        trace_state.nan_context = previous
     return [read(v) for v in graph.outvars]
 
 

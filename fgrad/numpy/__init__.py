@@ -5,19 +5,19 @@ arrays at close to the cost of the NumPy call; inside one they bind primitives.
 Functions that create arrays from nothing (``zeros``, ``arange``, ``random``) are
 NumPy's own: they have no inputs to differentiate.
 """
-import builtins as _builtins
+import sys as _sys
 
 import numpy as _np
 
+from fgrad.core.trace import Tracer as _Tracer
+from fgrad.core.trace import get_aval as _get_aval
+from fgrad.numpy import _methods  # noqa: F401  (installs the array methods on tracers)
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import indexing as _indexing
 from fgrad.primitives import products as _products
 from fgrad.primitives import reductions as _red
 from fgrad.primitives import shape as _shape
-from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
-
-from . import _methods  # noqa: F401  (installs the array methods on tracers)
 
 # -- passthrough: constants, dtypes, array creation ---------------------------
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, _np.newaxis
@@ -140,92 +140,149 @@ def astype(x, dtype):
 matmul, dot = _products.matmul, _products.dot
 
 
-# -- building arrays from sequences that may hold tracers --------------------------
-
-def _contains_tracer(obj):
-    # tracers, and device (CuPy) arrays, which NumPy must not convert either
-    if isinstance(obj, _Tracer) or (hasattr(obj, "dtype") and not isinstance(
-            obj, (_np.ndarray, _np.generic))):
-        return True
-    if isinstance(obj, (list, tuple)):
-        return _builtins.any(_contains_tracer(o) for o in obj)
-    return False
-
-
-def _leaves_of(obj):
-    if isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _leaves_of(o)
-    else:
-        yield obj
-
-
-def _stack_nested(obj, xp):
-    if isinstance(obj, (list, tuple)):
-        return stack([_stack_nested(o, xp) for o in obj])
-    if _contains_tracer(obj):
-        return obj
-    from fgrad.backend import asarray_on
-    return asarray_on(xp, obj)
-
-
-def array(obj, dtype=None, copy=True):
-    """``numpy.array``, which also accepts (nested) lists holding traced values."""
-    if isinstance(obj, (list, tuple)) and _contains_tracer(obj):
-        from fgrad.backend import module_of_leaves
-        xp = module_of_leaves(list(_leaves_of(obj)))
-        return _with_dtype(_stack_nested(obj, xp), dtype)
-    if isinstance(obj, _Tracer):
-        return _with_dtype(obj, dtype)
-    return _np.array(obj, dtype=dtype, copy=copy)
-
-
-def asarray(obj, dtype=None, *, like=None):
-    """``numpy.asarray``; traced values pass through unchanged.
-
-    ``like=x`` puts host data on ``x``'s backend (the GPU for a CuPy ``x``),
-    as NumPy's ``like=`` does: the way to build a constant next to device data.
-
-    >>> import numpy as np
-    >>> asarray([1.0, 2.0], like=np.zeros(1))
-    array([1., 2.])
-    """
-    if isinstance(obj, _Tracer) or (isinstance(obj, (list, tuple))
-                                    and _contains_tracer(obj)):
-        return array(obj, dtype)
-    if like is not None:
-        from fgrad.backend import asarray_on, module_of_leaves
-        out = asarray_on(module_of_leaves([like]), obj)
-        return out if dtype is None else out.astype(dtype)
-    return _np.asarray(obj, dtype=dtype)
-
-
 # -- the rest of NumPy's surface, from private modules ---------------------------
-from ._arrays import (  # noqa: E402,F401
-    bool, can_cast, complex_, copy, diag_indices, euler_gamma, float_, floating,
-    geomspace, iscomplexobj, isrealobj, isscalar, indices, inexact, int_, integer,
-    intp, issubdtype, logspace, ndim, number, promote_types, result_type, shape,
-    signedinteger, size, tri, tril_indices, triu_indices, uint16, unsignedinteger)
-from ._elementwise import (  # noqa: E402,F401
-    allclose, angle, around, array_equal, clip, deg2rad, degrees, fabs, fix,
-    float_power, isclose, nan_to_num, positive, rad2deg, radians, reciprocal, round,
-    sinc)
-from ._ufuncs import (  # noqa: E402,F401
-    bitwise_and, bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or,
-    bitwise_right_shift, bitwise_xor, copysign, divmod, frexp, heaviside, invert,
-    ldexp, left_shift, modf, right_shift)
-from ._signal import convolve, correlate, ediff1d, gradient, interp  # noqa: E402,F401
-from ._reductions import (  # noqa: E402,F401
-    all, any, argmax, argmin, argsort, argwhere, average, count_nonzero, cumprod,
-    cumsum, diff, flatnonzero, logsumexp, median, nanmax, nanmean, nanmin, nanstd,
-    nansum, nanvar, nonzero,
-    percentile, ptp, quantile, searchsorted, std, unique, var)
-from ._manipulation import (  # noqa: E402,F401
-    append, array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays,
-    column_stack, diag, diagonal, dsplit, dstack, flip, fliplr, flipud, hsplit,
-    hstack, meshgrid, moveaxis, pad, ravel, repeat, roll, rot90, row_stack, select,
-    sort, split, swapaxes, take, take_along_axis, tile, trace, tril, triu, vsplit,
-    vstack)
+from fgrad.numpy._arrays import (  # noqa: E402,F401
+    array,
+    asarray,
+    bool,
+    can_cast,
+    complex_,
+    copy,
+    diag_indices,
+    euler_gamma,
+    float_,
+    floating,
+    geomspace,
+    indices,
+    inexact,
+    int_,
+    integer,
+    intp,
+    iscomplexobj,
+    isrealobj,
+    isscalar,
+    issubdtype,
+    logspace,
+    ndim,
+    number,
+    promote_types,
+    result_type,
+    shape,
+    signedinteger,
+    size,
+    tri,
+    tril_indices,
+    triu_indices,
+    uint16,
+    unsignedinteger,
+)
+from fgrad.numpy._elementwise import (  # noqa: E402,F401
+    allclose,
+    angle,
+    around,
+    array_equal,
+    clip,
+    deg2rad,
+    degrees,
+    fabs,
+    fix,
+    float_power,
+    isclose,
+    nan_to_num,
+    positive,
+    rad2deg,
+    radians,
+    reciprocal,
+    round,
+    sinc,
+)
+from fgrad.numpy._manipulation import (  # noqa: E402,F401
+    append,
+    array_split,
+    atleast_1d,
+    atleast_2d,
+    atleast_3d,
+    broadcast_arrays,
+    column_stack,
+    diag,
+    diagonal,
+    dsplit,
+    dstack,
+    flip,
+    fliplr,
+    flipud,
+    hsplit,
+    hstack,
+    meshgrid,
+    moveaxis,
+    pad,
+    ravel,
+    repeat,
+    roll,
+    rot90,
+    row_stack,
+    select,
+    sort,
+    split,
+    swapaxes,
+    take,
+    take_along_axis,
+    tile,
+    trace,
+    tril,
+    triu,
+    vsplit,
+    vstack,
+)
+from fgrad.numpy._reductions import (  # noqa: E402,F401
+    all,
+    any,
+    argmax,
+    argmin,
+    argsort,
+    argwhere,
+    average,
+    count_nonzero,
+    cumprod,
+    cumsum,
+    diff,
+    flatnonzero,
+    logsumexp,
+    median,
+    nanmax,
+    nanmean,
+    nanmin,
+    nanstd,
+    nansum,
+    nanvar,
+    nonzero,
+    percentile,
+    ptp,
+    quantile,
+    searchsorted,
+    std,
+    unique,
+    var,
+)
+from fgrad.numpy._signal import convolve, correlate, ediff1d, gradient, interp  # noqa: E402,F401
+from fgrad.numpy._ufuncs import (  # noqa: E402,F401
+    bitwise_and,
+    bitwise_invert,
+    bitwise_left_shift,
+    bitwise_not,
+    bitwise_or,
+    bitwise_right_shift,
+    bitwise_xor,
+    copysign,
+    divmod,
+    frexp,
+    heaviside,
+    invert,
+    ldexp,
+    left_shift,
+    modf,
+    right_shift,
+)
 
 arcsin, arccos, arcsinh, arccosh, arctanh = (_ew.arcsin, _ew.arccos, _ew.arcsinh,
                                              _ew.arccosh, _ew.arctanh)
@@ -279,5 +336,17 @@ def _install_methods():
 _install_methods()
 
 # -- einsum and the products built on it, linalg, fft --------------------------------
-from ._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
-from . import fft, linalg  # noqa: E402,F401
+from fgrad.numpy import fft, linalg  # noqa: E402,F401
+from fgrad.numpy._products import (  # noqa: E402,F401
+    cross,
+    einsum,
+    einsum_path,
+    inner,
+    kron,
+    outer,
+    tensordot,
+    vdot,
+)
+
+# Tracers route NumPy's own functions (``np.sin(tracer)``) to this namespace.
+_Tracer.numpy_namespace = _sys.modules[__name__]

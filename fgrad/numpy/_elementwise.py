@@ -9,8 +9,10 @@ zero (``0 * nan`` is nan).
 """
 import numpy as _np
 
-from fgrad.backend import array_module as _xp
-from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
+from fgrad.core.backend import array_module as _xp
+from fgrad.core.errors import NumpyArgumentError
+from fgrad.core.trace import Tracer as _Tracer
+from fgrad.core.trace import get_aval as _get_aval
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 
@@ -102,7 +104,6 @@ def clip(a, a_min=None, a_max=None, *, min=None, max=None):
     """
     if min is not None or max is not None:
         if a_min is not None or a_max is not None:
-            from fgrad.errors import NumpyArgumentError
             raise NumpyArgumentError(
                 "clip: pass the bounds either as a_min/a_max or as the keywords "
                 "min/max, not both (min=/max= are NumPy 2's names for a_min/a_max)")

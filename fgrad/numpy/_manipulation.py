@@ -10,10 +10,11 @@ import itertools as _itertools
 
 import numpy as _np
 
-from fgrad.backend import array_module as _xp
-from fgrad.backend import asarray_on as _asarray_on
-from fgrad.backend import module_of_leaves as _module_of_leaves
-from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
+from fgrad.core.backend import array_module as _xp
+from fgrad.core.backend import asarray_on as _asarray_on
+from fgrad.core.backend import module_of_leaves as _module_of_leaves
+from fgrad.core.trace import Tracer as _Tracer
+from fgrad.core.trace import get_aval as _get_aval
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import indexing as _indexing
@@ -22,7 +23,8 @@ from fgrad.primitives import shape as _shape
 from fgrad.primitives.base import normalize_axis as _normalize_axis
 
 
-def _as_array(x):
+def as_array(x):
+    """``x`` as an array: tracers and arrays as they are, anything else through NumPy."""
     return x if isinstance(x, _Tracer) or hasattr(x, "dtype") else _np.asarray(x)
 
 
@@ -70,13 +72,13 @@ def moveaxis(a, source, destination):
 
 def broadcast_arrays(*args):
     """The arguments broadcast against each other (a tuple)."""
-    args = [_as_array(a) for a in args]
+    args = [as_array(a) for a in args]
     shape = _np.broadcast_shapes(*(_get_aval(a).shape for a in args))
     return tuple(_shape.broadcast_to(a, shape) for a in args)
 
 
 def _atleast(arys, fix):
-    out = [fix(_as_array(a)) for a in arys]
+    out = [fix(as_array(a)) for a in arys]
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -137,7 +139,7 @@ def column_stack(tup):
     """1-d inputs become columns of a 2-d result; 2-d inputs join along axis 1."""
     arrs = []
     for a in tup:
-        a = _as_array(a)
+        a = as_array(a)
         shape = _get_aval(a).shape
         arrs.append(_shape.reshape(a, shape + (1,)) if len(shape) < 2 else a)
     return _shape.concatenate([atleast_2d(a) for a in arrs], 1)
@@ -158,7 +160,7 @@ def _split_points(n, indices_or_sections, exact):
 
 
 def _split(ary, indices_or_sections, axis, exact):
-    ary = _as_array(ary)
+    ary = as_array(ary)
     ndim = _get_aval(ary).ndim
     axis = _axis(axis, ndim)
     n = _get_aval(ary).shape[axis]
@@ -183,27 +185,27 @@ def array_split(ary, indices_or_sections, axis=0):
 
 def hsplit(ary, indices_or_sections):
     """Split along axis 1 (axis 0 for 1-d arrays)."""
-    axis = 1 if _get_aval(_as_array(ary)).ndim > 1 else 0
+    axis = 1 if _get_aval(as_array(ary)).ndim > 1 else 0
     return split(ary, indices_or_sections, axis)
 
 
 def vsplit(ary, indices_or_sections):
     """Split along axis 0 (for arrays of at least 2 dimensions)."""
-    if _get_aval(_as_array(ary)).ndim < 2:
+    if _get_aval(as_array(ary)).ndim < 2:
         raise ValueError("vsplit only works on arrays of 2 or more dimensions")
     return split(ary, indices_or_sections, 0)
 
 
 def dsplit(ary, indices_or_sections):
     """Split along axis 2 (for arrays of at least 3 dimensions)."""
-    if _get_aval(_as_array(ary)).ndim < 3:
+    if _get_aval(as_array(ary)).ndim < 3:
         raise ValueError("dsplit only works on arrays of 3 or more dimensions")
     return split(ary, indices_or_sections, 2)
 
 
 def tile(A, reps):
     """``A`` repeated ``reps`` times along each axis (a broadcast and a reshape)."""
-    A = _as_array(A)
+    A = as_array(A)
     reps = (int(reps),) if isinstance(reps, (int, _np.integer)) else tuple(map(int, reps))
     shape = _get_aval(A).shape
     d = _builtins.max(len(shape), len(reps))
@@ -217,7 +219,7 @@ def tile(A, reps):
 
 def repeat(a, repeats, axis=None):
     """Each element repeated ``repeats`` times (a gather with a constant index)."""
-    a = _as_array(a)
+    a = as_array(a)
     if axis is None:
         a, axis = ravel(a), 0
     axis = _axis(axis, _get_aval(a).ndim)
@@ -230,7 +232,7 @@ def repeat(a, repeats, axis=None):
 def take(a, indices, axis=None):
     """Elements of ``a`` at ``indices`` along ``axis`` (of the flattened array if
     None); repeated indices accumulate in the derivative."""
-    a = _as_array(a)
+    a = as_array(a)
     if axis is None:
         a, axis = ravel(a), 0
     ndim = _get_aval(a).ndim
@@ -241,7 +243,7 @@ def take(a, indices, axis=None):
 def take_along_axis(arr, indices, axis):
     """``arr`` gathered with ``indices`` (same ndim) along ``axis``, as after
     ``argsort``; the derivative scatters back through the same indices."""
-    arr = _as_array(arr)
+    arr = as_array(arr)
     if axis is None:
         arr, axis = ravel(arr), 0
     ndim = _get_aval(arr).ndim
@@ -276,7 +278,7 @@ def sort(a, axis=-1, kind=None, stable=None):
 
 def flip(m, axis=None):
     """``m`` with the order of elements reversed along ``axis`` (all if None)."""
-    m = _as_array(m)
+    m = as_array(m)
     ndim = _get_aval(m).ndim
     axes = _normalize_axis(axis, ndim)
     return _indexing.getitem(m, tuple(slice(None, None, -1) if i in axes
@@ -295,7 +297,7 @@ def flipud(m):
 
 def roll(a, shift, axis=None):
     """Elements shifted cyclically along ``axis`` (of the flattened array if None)."""
-    a = _as_array(a)
+    a = as_array(a)
     if axis is None:
         return _shape.reshape(roll(ravel(a), shift, 0), _get_aval(a).shape)
     shifts = [shift] if isinstance(shift, (int, _np.integer)) else list(shift)
@@ -317,7 +319,7 @@ def roll(a, shift, axis=None):
 
 def rot90(m, k=1, axes=(0, 1)):
     """``m`` rotated by 90 degrees ``k`` times in the plane of ``axes``."""
-    m = _as_array(m)
+    m = as_array(m)
     ndim = _get_aval(m).ndim
     a0, a1 = _axis(axes[0], ndim), _axis(axes[1], ndim)
     if a0 == a1:
@@ -340,7 +342,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
     The padding is concatenated on, so the derivative of the padded entries
     flows back to the elements they copy (``edge``, ``reflect``).
     """
-    array = _as_array(array)
+    array = as_array(array)
     if not isinstance(array, _Tracer):
         kw = {"constant_values": constant_values} if mode == "constant" else {}
         return _xp(array).pad(array, pad_width, mode=mode, **kw)
@@ -422,7 +424,7 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
 
 def diag(v, k=0):
     """The ``k``-th diagonal of a 2-d ``v``, or a 2-d array with 1-d ``v`` on it."""
-    v = _as_array(v)
+    v = as_array(v)
     aval = _get_aval(v)
     if aval.ndim == 2:
         return diagonal(v, k)
@@ -456,8 +458,8 @@ def select(condlist, choicelist, default=0):
 def append(arr, values, axis=None):
     """``values`` appended to ``arr`` (both flattened if ``axis`` is None)."""
     if axis is None:
-        return _shape.concatenate([ravel(_as_array(arr)), ravel(_as_array(values))], 0)
-    return _shape.concatenate([_as_array(arr), _as_array(values)], axis)
+        return _shape.concatenate([ravel(as_array(arr)), ravel(as_array(values))], 0)
+    return _shape.concatenate([as_array(arr), as_array(values)], axis)
 
 
 def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
@@ -465,14 +467,14 @@ def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
     if indexing not in ("xy", "ij"):
         raise ValueError("meshgrid: indexing must be 'xy' or 'ij'")
     ndim = len(xi)
-    shapes = [_get_aval(_as_array(x)).size for x in xi]
+    shapes = [_get_aval(as_array(x)).size for x in xi]
     out = []
     for i, x in enumerate(xi):
         shape = [1] * ndim
         shape[i] = shapes[i]
         if indexing == "xy" and ndim > 1 and i < 2:
             shape[0], shape[1] = shape[1], shape[0]
-        out.append(_shape.reshape(_as_array(x), shape))
+        out.append(_shape.reshape(as_array(x), shape))
     if indexing == "xy" and ndim > 1:
         shapes[0], shapes[1] = shapes[1], shapes[0]
     if not sparse:

@@ -1,9 +1,9 @@
 """The array protocol of tracers: operators, indexing and methods.
 
-They live here, not in `fgrad.core`, because they call fgrad.numpy functions and
+They live here, not in `fgrad.core.trace`, because they call fgrad.numpy functions and
 the core must not depend on any primitive.
 """
-from fgrad.core import Tracer, get_aval
+from fgrad.core.trace import Tracer, get_aval
 from fgrad.primitives import elementwise as ew
 from fgrad.primitives import indexing, products, reductions, shape
 

@@ -4,11 +4,13 @@ Every contraction here goes through the one einsum primitive, so each gets
 opt_einsum's path, einsum's derivative rules, and nothing else to maintain.
 """
 import numpy as np
+from opt_einsum import get_symbol
 from opt_einsum import parser as _parser
 
-from fgrad.core import Tracer, get_aval
-from fgrad.primitives import elementwise as _ew
+from fgrad.core.trace import Tracer, get_aval
+from fgrad.numpy._arrays import asarray
 from fgrad.primitives import einsum as _einsum
+from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.base import normalize_axis
 
@@ -23,8 +25,7 @@ class _ShapeOnly:
 
 
 def _as_operand(x):
-    from fgrad import numpy as fnp
-    return x if isinstance(x, Tracer) or hasattr(x, "dtype") else fnp.asarray(x)
+    return x if isinstance(x, Tracer) or hasattr(x, "dtype") else asarray(x)
 
 
 def parse_subscripts(*args):
@@ -108,7 +109,6 @@ def einsum_path(*operands, optimize="greedy", einsum_call=False):
 
 
 def _letters(n, start=0):
-    from opt_einsum import get_symbol
     return "".join(get_symbol(i) for i in range(start, start + n))
 
 

@@ -8,17 +8,19 @@ import math as _math
 
 import numpy as _np
 
-from fgrad.backend import array_module as _xp
-from fgrad.backend import asarray_on as _asarray_on
-
-from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
+from fgrad.core.backend import array_module as _xp
+from fgrad.core.backend import asarray_on as _asarray_on
+from fgrad.core.errors import NumpyArgumentError
+from fgrad.core.trace import Tracer as _Tracer
+from fgrad.core.trace import get_aval as _get_aval
+from fgrad.numpy import _manipulation as _fshape
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import nn as _nn
 from fgrad.primitives import reductions as _red
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.base import normalize_axis as _normalize_axis
-
-from . import _manipulation as _fshape
+from fgrad.primitives.indexing import slice_axis
 
 
 def _with_dtype(result, dtype):
@@ -117,7 +119,6 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     >>> logsumexp(_np.array([0.0, 0.0]), b=_np.array([1.0, -2.0]), return_sign=True)
     (np.float64(0.0), np.float64(-1.0))
     """
-    from fgrad.primitives import nn as _nn
     if _get_aval(a).dtype.kind not in "fc":
         a = _ew.convert_element_type(a, _np.float64)
     if b is None:
@@ -205,7 +206,6 @@ def _order_statistics(method, q, n):
 
 def _check_method(method, name):
     if method not in QUANTILE_METHODS:
-        from fgrad.errors import NumpyArgumentError
         raise NumpyArgumentError(
             f"{name}: method={method!r} is not one of NumPy's quantile methods "
             f"supported here: {', '.join(QUANTILE_METHODS)}")
@@ -487,7 +487,6 @@ def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
 
 def diff(a, n=1, axis=-1):
     """The ``n``-th discrete difference along ``axis``."""
-    from fgrad.primitives.indexing import slice_axis
     ndim = _get_aval(a).ndim
     ax = _normalize_axis(axis, ndim)[0]
     for _ in range(n):

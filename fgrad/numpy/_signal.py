@@ -8,12 +8,14 @@ differentiable in both operands, ``interp`` in ``x`` and ``fp``.
 """
 import numpy as _np
 
-from fgrad.backend import array_module as _xp
-from fgrad.backend import asarray_on as _asarray_on
-from fgrad.backend import device_put as _device_put
-from fgrad.backend import module_of_leaves as _module_of_leaves
-from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
-from fgrad.errors import NumpyArgumentError as _ArgumentError
+from fgrad.core.backend import array_module as _xp
+from fgrad.core.backend import asarray_on as _asarray_on
+from fgrad.core.backend import device_put as _device_put
+from fgrad.core.backend import module_of_leaves as _module_of_leaves
+from fgrad.core.errors import NumpyArgumentError as _ArgumentError
+from fgrad.core.trace import Tracer as _Tracer
+from fgrad.core.trace import get_aval as _get_aval
+from fgrad.numpy import _manipulation as _fshape
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import indexing as _indexing
@@ -21,14 +23,12 @@ from fgrad.primitives import reductions as _red
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.base import normalize_axis as _normalize_axis
 
-from . import _manipulation as _fshape
-
 
 def _traced(*args):
     return any(isinstance(a, _Tracer) for a in args)
 
 
-_array = _fshape._as_array
+_array = _fshape.as_array
 
 
 # -- convolution and correlation -----------------------------------------------------

@@ -11,8 +11,9 @@ each calls NumPy directly.
 """
 import numpy as _np
 
-from fgrad.backend import array_module as _xp
-from fgrad.core import Tracer as _Tracer, get_aval as _get_aval
+from fgrad.core.backend import array_module as _xp
+from fgrad.core.trace import Tracer as _Tracer
+from fgrad.core.trace import get_aval as _get_aval
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives.base import result_dtype as _result_dtype
 

@@ -6,7 +6,8 @@ JAX's convention (no conjugation). ``fftfreq`` and ``rfftfreq`` are NumPy's.
 """
 import numpy as _np
 
-from fgrad.core import get_aval as _get_aval
+from fgrad.core.trace import get_aval as _get_aval
+from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.primitives import fft as _fft
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.indexing import slice_axis as _slice_axis
@@ -15,8 +16,7 @@ fftfreq, rfftfreq = _np.fft.fftfreq, _np.fft.rfftfreq
 
 
 def _as_array(x):
-    from fgrad import numpy as fnp
-    return x if hasattr(x, "dtype") else fnp.asarray(x)
+    return x if hasattr(x, "dtype") else _asarray(x)
 
 
 def _norm(norm):

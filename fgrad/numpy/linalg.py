@@ -32,7 +32,8 @@ from collections import namedtuple as _namedtuple
 
 import numpy as _np
 
-from fgrad.core import get_aval as _get_aval
+from fgrad.core.trace import get_aval as _get_aval
+from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import linalg as _la
@@ -50,13 +51,12 @@ SVDResult = _namedtuple("SVDResult", ["U", "S", "Vh"])
 
 
 def _as_array(x):
-    from fgrad import numpy as fnp
-    return x if hasattr(x, "dtype") else fnp.asarray(x, dtype=float)
+    return x if hasattr(x, "dtype") else _asarray(x, dtype=float)
 
 
 def _symmetrize(a):
     # the Hermitian part (a + a^H) / 2; the symmetric part for real a
-    return (a + _la._H(a)) * 0.5
+    return (a + _la.conj_transpose(a)) * 0.5
 
 
 def solve(a, b):
@@ -114,7 +114,7 @@ def cholesky(a, upper=False):
            [0., 3.]])
     """
     low = _la.cholesky(_symmetrize(_as_array(a)))
-    return _la._H(low) if upper else low
+    return _la.conj_transpose(low) if upper else low
 
 
 def qr(a, mode="reduced"):
@@ -243,7 +243,7 @@ def _vector_norm(x, ord, axis, keepdims):
         return _red.min_(_abs(x), axis, keepdims)
     if ord == 0:
         nonzero = _ew.convert_element_type(_ew.not_equal(x, 0),
-                                           _la._real_dtype(_get_aval(x).dtype))
+                                           _la.real_dtype(_get_aval(x).dtype))
         return _red.sum_(nonzero, axis, keepdims)
     if ord == 1:
         return _red.sum_(_abs(x), axis, keepdims)

@@ -5,4 +5,4 @@ their scipy namesakes and differentiate in both modes to any order. Their
 implementations call scipy, which runs on the CPU: CuPy arrays use
 ``cupyx.scipy`` where it has the function, and fail otherwise.
 """
-from . import linalg, special, stats  # noqa: F401
+from fgrad.scipy import linalg, special, stats  # noqa: F401

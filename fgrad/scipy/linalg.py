@@ -1,9 +1,9 @@
 """``scipy.linalg`` solvers with derivatives: solve_triangular, cho_solve,
 cho_factor, solve_sylvester and sqrtm (2-D matrices, as scipy's)."""
-from fgrad.core import get_aval as _get_aval
+from fgrad.core.trace import get_aval as _get_aval
+from fgrad.numpy import linalg as _la
 from fgrad.primitives import shape as _shape
 from fgrad.primitives import special as _sp
-from fgrad.numpy import linalg as _la
 
 solve_sylvester = _sp.solve_sylvester
 

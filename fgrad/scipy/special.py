@@ -8,10 +8,10 @@ gradients stay finite where the naive formula's would not (``xlogy`` at
 """
 import numpy as _np
 
-from fgrad.core import get_aval as _get_aval
+from fgrad.core.trace import get_aval as _get_aval
+from fgrad.numpy import logsumexp as _logsumexp
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import special as _sp
-from fgrad.numpy._reductions import logsumexp as _logsumexp
 
 erf, erfc, erfinv = _sp.erf, _sp.erfc, _sp.erfinv
 gammaln, digamma, polygamma = _sp.gammaln, _sp.digamma, _sp.polygamma

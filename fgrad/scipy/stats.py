@@ -17,12 +17,13 @@ from types import SimpleNamespace as _Namespace
 
 import numpy as _np
 
-from fgrad.core import get_aval as _get_aval
+from fgrad.core.trace import get_aval as _get_aval
+from fgrad.numpy import linalg as _la
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import reductions as _red
 from fgrad.primitives import shape as _shape
-from fgrad.numpy import linalg as _la
-from . import special as _special
+from fgrad.primitives.einsum import einsum, identity_like
+from fgrad.scipy import special as _special
 
 _LOG_2PI = _math.log(2 * _math.pi)
 
@@ -59,7 +60,6 @@ def _mvn_logpdf(x, mean=None, cov=1):
     k = _get_aval(x).shape[-1]
     d = x if mean is None else x - mean
     if _get_aval(cov).ndim == 0:
-        from fgrad.primitives.einsum import identity_like
         cov = cov * identity_like(x, k)
     low = _la.cholesky(cov)
     flat = _shape.reshape(d, (-1, k))
@@ -71,7 +71,6 @@ def _mvn_logpdf(x, mean=None, cov=1):
 
 
 def _einsum_diag(m):
-    from fgrad.primitives.einsum import einsum
     return einsum("ii->i", m)
 
 

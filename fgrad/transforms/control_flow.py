@@ -1,7 +1,7 @@
 """Structured control flow: cond (switch), while_loop and scan as primitives.
 
 Each primitive carries its branches or loop body as staged graphs
-(`fgrad.graph.Graph`) in its parameters; ``fgrad.lax`` builds them. The rules
+(`fgrad.core.graph.Graph`) in its parameters; ``fgrad.lax`` builds them. The rules
 are themselves written by staging: the JVP of a loop is the same loop over a
 body that carries tangents (`_jvp_graph`), the VJP of ``cond`` is a ``cond``
 over the branches' VJPs (`_vjp_graph`), and the VJP of ``scan`` is a scan in the
@@ -18,15 +18,24 @@ import functools
 
 import numpy as np
 
-from fgrad.backend import array_module
-from fgrad.core import Primitive, ShapedArray, Zero, get_aval, nans_enabled
-from fgrad.errors import ControlFlowError
+from fgrad.core.backend import array_module
+from fgrad.core.errors import ControlFlowError
+from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval, nans_enabled
+from fgrad.interpreters.batching import batch_graph
+from fgrad.interpreters.nan_checking import run_checked
+from fgrad.interpreters.staging import eval_graph, stage
+from fgrad.primitives.batching import axis_size, batch_to_front, move_axis
+from fgrad.primitives.creation import zeros_like
+from fgrad.primitives.elementwise import add, greater_equal, where
+from fgrad.primitives.reductions import any_p
+from fgrad.primitives.shape import reshape
+from fgrad.transforms.differentiation import jvp, vjp
+from fgrad.transforms.jit import compiled_for
 
-FAMILY = "primitives/control.py"
+FAMILY = "fgrad/transforms/control_flow.py"
 
 
 def _stage(fun, avals):
-    from fgrad.interpreters.staging import stage
     graph, captured = stage(fun, avals)
     assert not captured, "rules stage closed graphs only"
     return graph
@@ -36,20 +45,16 @@ def _run(graph, args):
     if graph.sources is not None and nans_enabled():
         # staged under debug_nans: checked equation by equation, so a NaN is
         # blamed on the line inside the branch or loop body that made it
-        from fgrad._nans import run_checked
         return tuple(run_checked(graph, args))
-    from fgrad._jit import compiled_for
     return compiled_for(graph, array_module(*args))(*args)
 
 
 def _eval(graph, args):
-    from fgrad.interpreters.staging import eval_graph
     return eval_graph(graph, args)
 
 
 def _zeros_like(x):
     # made from an operand, so the zeros live on the operand's backend
-    from .creation import zeros_like
     return zeros_like(x)
 
 
@@ -62,13 +67,11 @@ def _is_float(aval):
 
 
 def _batch_graph(graph, dims, size, force=None):
-    from fgrad.interpreters.batching import batch_graph
     return batch_graph(graph, tuple(dims), size, None if force is None else tuple(force))
 
 
 def _per_example(mask, like):
     """``mask`` (one bool per example, batch axis first) shaped to select on ``like``."""
-    from .shape import reshape
     shape = get_aval(mask).shape
     return reshape(mask, shape + (1,) * (get_aval(like).ndim - len(shape)))
 
@@ -91,7 +94,6 @@ def _carry_fixed_point(batched, step):
 
 def _carry_in(carry, dims, batched, size):
     """Carries with batch axis first where ``batched`` says, broadcast if shared."""
-    from .batching import batch_to_front
     return [batch_to_front(x, d, size) if b else x
             for x, d, b in zip(carry, dims, batched)]
 
@@ -102,7 +104,6 @@ def _jvp_graph(graph, n_keep):
     Tangents are taken for every input from index ``n_keep`` on (inputs before
     it are treated as constants with zero tangent).
     """
-    from fgrad.api import jvp
     in_avals = graph.in_avals
     n = len(in_avals)
 
@@ -119,7 +120,6 @@ def _jvp_graph(graph, n_keep):
 
 def _vjp_graph(graph, positions):
     """A graph of ``(*ins, *out_cts) -> cts of ins[positions]``."""
-    from fgrad.api import vjp
     in_avals, out_avals = graph.in_avals, graph.out_avals
     n = len(in_avals)
 
@@ -174,8 +174,6 @@ def _cond_vjp(ct, ans, needed, index, *ops, branches):
 
 
 def _cond_batch(args, dims, *, branches):
-    from .batching import axis_size, move_axis
-    from .elementwise import greater_equal, where
     index, ops = args[0], args[1:]
     size = axis_size(args, dims)
     op_dims = dims[1:]
@@ -266,8 +264,6 @@ def _masked_loop(cond, body, n_cc, n_bc):
     ``cond`` and ``body`` are batched graphs (every carry batched, batch axis
     first); the new body takes the cond's constants in front of its own.
     """
-    from .elementwise import where
-    from .reductions import any_p
     cond_avals = cond.in_avals
 
     def any_cond(*xs):
@@ -283,7 +279,6 @@ def _masked_loop(cond, body, n_cc, n_bc):
 
 
 def _while_batch(args, dims, *, cond, body, n_cc, n_bc):
-    from .batching import axis_size
     size = axis_size(args, dims)
     cc, bc, val = args[:n_cc], args[n_cc:n_cc + n_bc], args[n_cc + n_bc:]
     cc_dims, bc_dims = list(dims[:n_cc]), list(dims[n_cc:n_cc + n_bc])
@@ -380,7 +375,6 @@ def _scan_jvp(tangents, ans, *args, body, n_consts, n_carry, length, reverse):
 
 
 def _scan_vjp(ct, ans, needed, *args, body, n_consts, n_carry, length, reverse):
-    from .elementwise import add
     consts, carry, xs = (args[:n_consts], args[n_consts:n_consts + n_carry],
                          args[n_consts + n_carry:])
     n_x = len(xs)
@@ -443,7 +437,6 @@ def _scan_vjp(ct, ans, needed, *args, body, n_consts, n_carry, length, reverse):
 
 
 def _scan_batch(args, dims, *, body, n_consts, n_carry, length, reverse):
-    from .batching import axis_size, move_axis
     size = axis_size(args, dims)
     consts, init, xs = (args[:n_consts], args[n_consts:n_consts + n_carry],
                         args[n_consts + n_carry:])

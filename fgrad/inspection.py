@@ -9,10 +9,13 @@ matrix products.
 import collections
 import functools
 
-from .core import Tracer, get_aval, new_trace
-from .interpreters.reverse import ReverseTrace
-from .tree import tree_flatten
-from ._nans import describe_source, user_source
+from fgrad.core.trace import Tracer, get_aval, new_trace
+from fgrad.core.tree import tree_flatten
+from fgrad.interpreters.nan_checking import describe_source, user_source
+from fgrad.interpreters.reverse import ReverseTrace
+from fgrad.primitives.einsum import split_subscripts
+from fgrad.transforms.differentiation import Selection, function_name
+from fgrad.transforms.jit import make_graph
 
 __all__ = ["residuals", "graph_summary", "ResidualReport", "GraphSummary"]
 
@@ -105,11 +108,10 @@ def residuals(fun, argnums=0):
     >>> [e.counted for e in report.entries if e.nbytes > 8]   # x is alive anyway
     [False, True]
     """
-    from .api import _Selection, _fname
 
     @functools.wraps(fun)
     def report(*args, **kwargs):
-        selection = _Selection(f"residuals({_fname(fun)})", args, kwargs, argnums, None,
+        selection = Selection(f"residuals({function_name(fun)})", args, kwargs, argnums, None,
                                allow_complex=True)
         with new_trace(_SourcedReverseTrace) as trace:
             inputs = [trace.new_input(x) for x in selection.leaves]
@@ -173,7 +175,6 @@ def _eqn_flops(eqn):
 
 def _einsum_flops(subscripts, path, avals):
     """FLOPs of an einsum along its contraction path (pairwise steps, as run)."""
-    from .primitives.einsum import split_subscripts
     inputs, output = split_subscripts(subscripts)
     sizes = {}
     for letters, aval in zip(inputs, avals):
@@ -220,7 +221,6 @@ def graph_summary(fun, static_argnums=()):
     >>> s.flops
     48
     """
-    from ._jit import make_graph
     staged = make_graph(fun, static_argnums)
 
     @functools.wraps(fun)

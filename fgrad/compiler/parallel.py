@@ -22,8 +22,8 @@ import functools
 import os
 import weakref
 
-from .compile import _is_fresh_elementwise
-from .graph import Literal
+from fgrad.compiler.codegen import is_fresh_elementwise
+from fgrad.core.graph import Literal
 
 # Output size (elements) from which an equation is worth a thread. Tests set
 # it to 0 so every equation goes through the pool.
@@ -76,13 +76,13 @@ class ParallelCompiled:
         self.roots = [k for k, w in enumerate(self.waits) if w == 0]
         # buffers an equation may write into: made by an elementwise equation
         # (so owned by this call), never viewed, not an input or output
-        fresh = {e.outvars[0] for e in eqns if _is_fresh_elementwise(e)}
-        viewed = {v for e in eqns if not _is_fresh_elementwise(e) for v in e.invars}
+        fresh = {e.outvars[0] for e in eqns if is_fresh_elementwise(e)}
+        viewed = {v for e in eqns if not is_fresh_elementwise(e) for v in e.invars}
         kept = set(graph.invars) | {v for v in graph.outvars if type(v) is not Literal}
         self.reusable = []
         for e in eqns:
             options = []
-            if _is_fresh_elementwise(e):
+            if is_fresh_elementwise(e):
                 out = e.outvars[0].aval
                 for v in e.invars:
                     if (type(v) is not Literal and v in fresh and v not in viewed
@@ -137,7 +137,7 @@ class ParallelCompiled:
             for prev, k in zip(chain, chain[1:]):
                 v = eqns[prev].outvars[0]
                 out = eqns[k].outvars[0].aval
-                if (_is_fresh_elementwise(eqns[k]) and v in self.inner and v in fresh
+                if (is_fresh_elementwise(eqns[k]) and v in self.inner and v in fresh
                         and v not in viewed and v not in kept
                         and v.aval.shape == out.shape and v.aval.dtype == out.dtype):
                     self.chain_reuse[k] = v

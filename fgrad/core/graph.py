@@ -5,8 +5,8 @@ An equation is ``(prim, in_nodes, out, args, ans, params)`` (see
 shape and dtype from its primitive's abstract rule, so a rule that disagrees with
 its implementation is caught at the equation that recorded it.
 """
-from .core import get_aval
-from .errors import FgradError
+from fgrad.core.errors import FgradError
+from fgrad.core.trace import get_aval
 
 
 class GraphCheckError(FgradError, AssertionError):
@@ -138,13 +138,13 @@ class Graph:
       in (c) }
     """
 
-    __slots__ = ("invars", "eqns", "outvars", "_compiled", "sources", "reverse")
+    __slots__ = ("invars", "eqns", "outvars", "compiled", "sources", "reverse")
 
     def __init__(self, invars, eqns, outvars, sources=None):
         self.invars = list(invars)
         self.eqns = list(eqns)
         self.outvars = list(outvars)
-        self._compiled = {}        # backend module -> compiled callable (per graph)
+        self.compiled = {}         # what jit compiled of this graph, by backend (a cache)
         # under fgrad.debug_nans: first output var -> (pass, prim, source line, where)
         self.sources = sources
         # ids of the equations a staged reverse sweep made (for to_dot)

@@ -7,12 +7,13 @@ function runs once, and each output leaf has its batch axis moved to the place
 """
 import functools
 
-from .core import Tracer, get_aval, new_trace
-from .errors import BatchAxisError
-from .interpreters.batching import BatchTrace, BatchTracer
-from .primitives.batching import move_axis
-from .primitives.shape import broadcast_to, expand_dims
-from .tree import broadcast_prefix, tree_flatten, tree_unflatten
+from fgrad.core.errors import BatchAxisError
+from fgrad.core.trace import Tracer, get_aval, new_trace
+from fgrad.core.tree import broadcast_prefix, tree_flatten, tree_unflatten
+from fgrad.interpreters.batching import BatchTrace, BatchTracer
+from fgrad.primitives.batching import move_axis
+from fgrad.primitives.indexing import slice_axis
+from fgrad.primitives.shape import broadcast_to, concatenate, expand_dims
 
 
 def vmap(fun, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
@@ -206,7 +207,7 @@ def _apply(fun, leaves, axes, in_tree, out_axes, size, name):
 
 
 def _place_output(x, axis, trace, size, label, name):
-    mapped = isinstance(x, BatchTracer) and x._trace is trace
+    mapped = isinstance(x, BatchTracer) and x.owner is trace
     if axis is None:
         if mapped:
             raise BatchAxisError(
@@ -229,8 +230,6 @@ def _place_output(x, axis, trace, size, label, name):
 
 
 def _apply_chunked(fun, leaves, axes, in_tree, out_axes, size, chunk_size, name):
-    from .primitives.indexing import slice_axis
-    from .primitives.shape import concatenate
     pieces = []
     for start in range(0, size, chunk_size):
         stop = min(start + chunk_size, size)

@@ -35,8 +35,9 @@ import math
 
 import numpy as np
 
-from .core import Primitive
-from .graph import Equation, Graph, Literal, Var
+from fgrad.core.graph import Equation, Graph, Literal, Var
+from fgrad.core.trace import Primitive
+from fgrad.primitives.base import dummy
 
 # ---------------------------------------------------------------------------
 # The per-operation table
@@ -121,7 +122,6 @@ def _op_name(prim):
 
 
 def _common_dtype(avals):
-    from .primitives.base import dummy
     return np.result_type(*(dummy(a) for a in avals))
 
 
@@ -434,7 +434,7 @@ def kernels(compiled):
     """The `FusedKernel` s in a compiled graph (a `Compiled`), in order.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
-    >>> from fgrad.compile import compile_graph
+    >>> from fgrad.compiler.codegen import compile_graph
     >>> kernels(compile_graph(fgrad.make_graph(fnp.sin)(np.ones(2))))
     []
     """

@@ -18,8 +18,12 @@ import threading
 
 import numpy as np
 
-from .errors import ImmutableArrayError, MissingRuleError, NumpyFunctionError, \
-    TracerLeakError
+from fgrad.core.errors import (
+    ImmutableArrayError,
+    MissingRuleError,
+    NumpyFunctionError,
+    TracerLeakError,
+)
 
 # ---------------------------------------------------------------------------
 # Abstract values
@@ -218,7 +222,7 @@ class Primitive:
         top = None
         for a in args:
             if isinstance(a, Tracer):
-                trace = a._trace
+                trace = a.owner
                 if top is None or trace.level > top.level:
                     top = trace
         if top is None:
@@ -382,7 +386,7 @@ class _TraceState(threading.local):
         self.nan_context = None
 
 
-_state = _TraceState()
+trace_state = _TraceState()
 
 
 class Trace:
@@ -411,7 +415,7 @@ def new_trace(trace_type, *init_args):
     Closing marks the trace inactive, so a tracer leaked out of it is reported
     instead of silently joining some later computation.
     """
-    stack = _state.trace_stack
+    stack = trace_state.trace_stack
     trace = trace_type(len(stack) + 1, *init_args)
     stack.append(trace)
     try:
@@ -422,7 +426,7 @@ def new_trace(trace_type, *init_args):
 
 
 def current_level():
-    return len(_state.trace_stack)
+    return len(trace_state.trace_stack)
 
 
 @contextlib.contextmanager
@@ -430,19 +434,19 @@ def checking_graphs(enabled=True):
     """Re-check every recorded graph against the abstract rules (for tests).
 
     Inside this context, each reverse-mode graph is verified with
-    `fgrad.graph.check_graph` before its sweep, so a primitive whose ``impl``
+    `fgrad.core.graph.check_graph` before its sweep, so a primitive whose ``impl``
     and ``abstract`` disagree fails at the equation that recorded it.
     """
-    previous = _state.check_graphs
-    _state.check_graphs = enabled
+    previous = trace_state.check_graphs
+    trace_state.check_graphs = enabled
     try:
         yield
     finally:
-        _state.check_graphs = previous
+        trace_state.check_graphs = previous
 
 
 def graph_checking_enabled():
-    return _state.check_graphs
+    return trace_state.check_graphs
 
 
 NANS_ENV = "FGRAD_DEBUG_NANS"
@@ -454,7 +458,7 @@ def nans_enabled():
     Read once when a transformation starts, which then picks its checking
     interpreter; the normal interpreters never ask.
     """
-    enabled = _state.debug_nans
+    enabled = trace_state.debug_nans
     if enabled is not None:
         return enabled
     return os.environ.get(NANS_ENV, "") not in ("", "0")
@@ -474,9 +478,14 @@ class Tracer:
     ``__array_function__``.
     """
 
-    __slots__ = ("_trace",)
+    # ``owner``: the trace this tracer belongs to (each interpreter compares it
+    # with itself to tell its own tracers from an enclosing transformation's)
+    __slots__ = ("owner",)
     # above ndarray's, so `ndarray + tracer` defers to the tracer's operators
     __array_priority__ = 1000
+    # the namespace NumPy functions called on a tracer are looked up in; set by
+    # `fgrad.numpy` when it is imported (it sits above this layer)
+    numpy_namespace = None
 
     @property
     def aval(self):
@@ -538,7 +547,7 @@ class Tracer:
             "then convert if you mean to treat it as a constant.")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        fnp = sys.modules["fgrad.numpy"]      # imported with fgrad; no import cost here
+        fnp = Tracer.numpy_namespace
         # a ufunc's __name__ is a new string on every access, and attribute
         # lookups keep their name in CPython's type cache: the interned copy
         # keeps that cache from filling with copies
@@ -554,8 +563,7 @@ class Tracer:
         return fn(*inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        fnp = sys.modules["fgrad.numpy"]
-        namespace = fnp
+        namespace = Tracer.numpy_namespace
         for part in func.__module__.split(".")[1:]:
             namespace = getattr(namespace, part, None)
             if namespace is None:

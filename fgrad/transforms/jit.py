@@ -24,12 +24,32 @@ import os
 
 import numpy as np
 
-from .backend import array_module, backend_name
-from .core import Primitive, Tracer, Zero, get_aval, nans_enabled
-from .compile import compile_graph, eliminate_dead_code, gc_paused, inline_calls, optimize
-from .errors import ArgnumError, InvalidInputError, StaticArgumentError, TraceLimitError
-from .interpreters.staging import eval_graph, shaped, stage
-from .tree import tree_flatten, tree_unflatten
+from fgrad.compiler.codegen import compile_graph
+from fgrad.compiler.parallel import ParallelCompiled
+from fgrad.compiler.passes import (
+    effectful,
+    eliminate_dead_code,
+    inline_calls,
+    optimize,
+    substituter,
+)
+from fgrad.core.backend import array_module, backend_name
+from fgrad.core.errors import (
+    ArgnumError,
+    InvalidInputError,
+    StaticArgumentError,
+    TraceLimitError,
+)
+from fgrad.core.graph import Equation, Graph, Literal, Var
+from fgrad.core.trace import Primitive, Tracer, Zero, get_aval, nans_enabled
+from fgrad.core.tree import tree_flatten, tree_unflatten
+from fgrad.interpreters.batching import batch_graph
+from fgrad.interpreters.nan_checking import run_checked
+from fgrad.interpreters.reverse import ReverseTrace, ReverseTracer
+from fgrad.interpreters.staging import eval_graph, gc_paused, shaped, stage
+from fgrad.primitives.batching import axis_size
+from fgrad.primitives.creation import zeros_like
+from fgrad.transforms.differentiation import jvp, vjp
 
 RETRACE_ENV = "FGRAD_LOG_RETRACE"
 _log = logging.getLogger("fgrad.jit")
@@ -42,24 +62,22 @@ _log = logging.getLogger("fgrad.jit")
 def compiled_for(graph, xp, parallel=False):
     """The graph's compiled code for backend ``xp`` (compiled once, kept on it)."""
     if parallel:
-        compiled = graph._compiled.get((xp, "parallel"))
+        compiled = graph.compiled.get((xp, "parallel"))
         if compiled is None:
-            from ._parallel import ParallelCompiled
             sequential = compiled_for(graph, xp)
             compiled = ParallelCompiled(sequential.graph, sequential, xp)
             if not any(compiled.big):       # nothing worth a thread: plain code
                 compiled = sequential
-            graph._compiled[(xp, "parallel")] = compiled
+            graph.compiled[(xp, "parallel")] = compiled
         return compiled
-    compiled = graph._compiled.get(xp)
+    compiled = graph.compiled.get(xp)
     if compiled is None:
-        compiled = graph._compiled[xp] = compile_graph(graph, xp)
+        compiled = graph.compiled[xp] = compile_graph(graph, xp)
     return compiled
 
 
 def _call_impl(*args, graph, name):
     if graph.sources is not None and nans_enabled():
-        from ._nans import run_checked
         return tuple(run_checked(graph, args))
     return compiled_for(graph, array_module(*args))(*args)
 
@@ -70,7 +88,6 @@ def _call_abstract(*avals, graph, name):
 
 def _instantiate(ct, like):
     if type(ct) is Zero or ct is None:
-        from .primitives.creation import zeros_like
         return zeros_like(like)          # on ``like``'s backend
     return ct
 
@@ -86,7 +103,6 @@ def _partial_graph(graph, args, positions):
 
 
 def _call_vjp(ct, ans, needed, *args, graph, name):
-    from .api import vjp
     positions = [i for i, n in enumerate(needed) if n]
     _, pullback = vjp(_partial_graph(graph, args, positions),
                       *[args[i] for i in positions])
@@ -98,7 +114,6 @@ def _call_vjp(ct, ans, needed, *args, graph, name):
 
 
 def _call_jvp(tangents, ans, *args, graph, name):
-    from .api import jvp
     positions = [i for i, t in enumerate(tangents) if type(t) is not Zero]
     _, t_out = jvp(_partial_graph(graph, args, positions), tuple(args[i] for i in positions),
                    tuple(tangents[i] for i in positions))
@@ -111,8 +126,6 @@ def _call_batch_rule(prim):
     # graph, so vmap of a jitted function runs one compiled program, and vmap
     # of a checkpointed one is still recomputed in the reverse sweep.
     def rule(args, dims, *, graph, name):
-        from .interpreters.batching import batch_graph
-        from .primitives.batching import axis_size
         batched, out_batched = batch_graph(graph, tuple(dims), axis_size(args, dims))
         outs = prim.bind(*args, graph=batched, name=name)
         return outs, tuple(0 if b else None for b in out_batched)
@@ -121,7 +134,7 @@ def _call_batch_rule(prim):
 
 def _call_primitive(name):
     prim = Primitive(name, _call_impl, _call_abstract, multiple_results=True,
-                     family="fgrad/_jit.py")
+                     family="fgrad/transforms/jit.py")
     prim.call_param = "graph"           # the compiler inlines it
     prim.def_vjp_joint(_call_vjp)
     prim.def_jvp_joint(_call_jvp)
@@ -164,15 +177,13 @@ class _VJPSplit:
         """
         graph = self._seeded.get(unit)
         if graph is None:
-            from .compile import _substituter
-            from .graph import Equation, Graph, Literal
             n_res = len(self.backward.invars) - len(unit)
             cts = self.backward.invars[n_res:]
             # a 0-d array, not a Python number: control-flow primitives hand
             # their operands to graphs that expect arrays
             subst = {v: Literal(np.ones((), v.aval.dtype), v.aval)
                      for v, one in zip(cts, unit) if one}
-            read = _substituter(subst)
+            read = substituter(subst)
             graph = Graph(self.backward.invars[:n_res] + [v for v in cts if v not in subst],
                           [Equation(e.prim, [read(v) for v in e.invars], e.outvars, e.params)
                            for e in self.backward.eqns],
@@ -189,11 +200,9 @@ def _is_scalar_one(ct):
 def _vjp_split(graph, needed):
     """The `_VJPSplit` of ``graph`` for this pattern of differentiated inputs."""
     key = ("vjp split", needed)
-    split = graph._compiled.get(key)
+    split = graph.compiled.get(key)
     if split is not None:
         return split
-    from .api import vjp
-    from .graph import Graph, Var
     positions = [i for i, n in enumerate(needed) if n]
     n_args, n_out = len(graph.invars), len(graph.outvars)
 
@@ -213,7 +222,6 @@ def _vjp_split(graph, needed):
     # including values that do not depend on the cotangents but only feed the
     # backward half (cos(x) for sin's rule), waits for the sweep, so it is not
     # kept alive in between.
-    from .compile import _effectful
     on_cts = set(ct_vars)              # what depends on the cotangents (a tap's callback)
     for eqn in staged.eqns:
         if any(type(v) is Var and v in on_cts for v in eqn.invars):
@@ -224,7 +232,7 @@ def _vjp_split(graph, needed):
         if eqn.outvars and eqn.outvars[0] in on_cts or \
                 any(type(v) is Var and v in on_cts for v in eqn.invars):
             continue
-        if _effectful(eqn.prim) or any(v in needed_vars for v in eqn.outvars):
+        if effectful(eqn.prim) or any(v in needed_vars for v in eqn.outvars):
             in_forward.add(id(eqn))
             needed_vars.update(v for v in eqn.invars if type(v) is Var)
     forward_eqns = [e for e in staged.eqns if id(e) in in_forward]
@@ -240,7 +248,7 @@ def _vjp_split(graph, needed):
                             list(staged.outvars[:n_out]) + residuals),
                       Graph(residuals + list(ct_vars), backward_eqns, ct_outs),
                       positions)
-    graph._compiled[key] = split
+    graph.compiled[key] = split
     return split
 
 
@@ -265,21 +273,20 @@ def _split_vjp_rule(ct, ans, needed, *args, split, residuals, name):
 # recorded by reverse mode only, never bound: no impl, no abstract rule, and no
 # row in the dispatch table
 jit_forward_p = Primitive("jit_forward", None, None, multiple_results=True,
-                          family="fgrad/_jit.py", register=False)
+                          family="fgrad/transforms/jit.py", register=False)
 jit_forward_p.def_vjp_joint(_split_vjp_rule)
 
 
 def _first_order_reverse_trace(leaves):
     """The plain `ReverseTrace` all tracers among ``leaves`` belong to, if each
     wraps a concrete array (no transformation beneath it); else None."""
-    from .interpreters.reverse import ReverseTrace, ReverseTracer
     trace = None
     for x in leaves:
         if isinstance(x, Tracer):
             if type(x) is not ReverseTracer or isinstance(x.primal, Tracer) \
-                    or (trace is not None and x._trace is not trace):
+                    or (trace is not None and x.owner is not trace):
                 return None
-            trace = x._trace
+            trace = x.owner
     if trace is None or type(trace) is not ReverseTrace or not trace.active:
         return None
     return trace
@@ -290,7 +297,7 @@ def _bind_call(prim, leaves, graph, name, parallel):
     trace = _first_order_reverse_trace(leaves) if prim is jit_call_p else None
     if trace is None:
         return prim.bind(*leaves, graph=graph, name=name)
-    primals, in_nodes = trace._unwrap(leaves)
+    primals, in_nodes = trace.unwrap(leaves)
     split = _vjp_split(graph, tuple(n is not None for n in in_nodes))
     results = compiled_for(split.forward, array_module(*primals), parallel)(*primals)
     n_out = len(graph.outvars)
@@ -482,7 +489,6 @@ class JitFunction:
                               self.parallel)
             return tree_unflatten(entry.out_tree, list(outs))
         if debug:
-            from ._nans import run_checked
             return tree_unflatten(entry.out_tree, run_checked(entry.graph, leaves))
         run = entry.run
         if run is None:
@@ -657,7 +663,7 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
 
 
 def make_graph(fun, static_argnums=()):
-    """A function returning the staged `fgrad.graph.Graph` of ``fun`` at its arguments.
+    """A function returning the staged `fgrad.core.graph.Graph` of ``fun`` at its arguments.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x, y: x * y + 1.0)(np.ones(2), np.ones(2))

@@ -8,21 +8,10 @@ the rule that produced it, with the offending index.
 """
 import functools
 
-from .core import Primitive, Tracer, Zero, get_aval, is_zero
-from .errors import CustomRuleError, TracerLeakError
-from .tree import tree_flatten, tree_unflatten
-
-
-def _top_trace(leaves):
-    top = None
-    for x in leaves:
-        if isinstance(x, Tracer):
-            if top is None or x._trace.level > top.level:
-                top = x._trace
-    if top is not None and not top.active:
-        raise TracerLeakError("a custom_vjp/custom_jvp function received a tracer that "
-                              "escaped the transformation that created it.")
-    return top
+from fgrad.core.errors import CustomRuleError
+from fgrad.core.trace import get_aval, is_zero
+from fgrad.core.tree import tree_flatten, tree_unflatten
+from fgrad.interpreters.custom_rules import top_trace
 
 
 class _Flat:
@@ -79,7 +68,7 @@ class custom_vjp:
                                   "before its rules were given: call "
                                   f"{self.__name__}.defvjp(fwd, bwd) first.")
         leaves, in_tree = tree_flatten(args)
-        trace = _top_trace(leaves)
+        trace = top_trace(leaves)
         if trace is None:
             return self.fun(*args)
         flat = _Flat(self.fun, in_tree)
@@ -112,27 +101,6 @@ def call_fwd(fwd, args, name):
             f"residuals), got {type(result).__name__}. Return `out, (x, y)` with "
             "whatever bwd needs.")
     return result
-
-
-def custom_vjp_primitive(fun, bwd, residuals, primals, out):
-    """A one-off primitive whose VJP calls the user's ``bwd``."""
-    prim = Primitive(f"custom_vjp[{fun.__name__}]", multiple_results=True,
-                     register=False)
-
-    def vjp(ct, ans, needed, *args):
-        cts = [_instantiate(c) for c in ct]
-        return bwd(residuals, cts, needed, primals)
-    prim.vjp = vjp
-    prim.impl = lambda *args: out
-    return prim
-
-
-def _instantiate(ct):
-    # user rules are plain code that expects arrays, so zeros are made real here
-    if type(ct) is Zero:
-        from . import numpy as fnp
-        return fnp.zeros(ct.aval.shape, ct.aval.dtype)
-    return ct
 
 
 def _validate_bwd(result, args, in_tree, primals, needed, name):
@@ -210,7 +178,7 @@ class custom_jvp:
                                   "before its rule was given: decorate the rule with "
                                   f"@{self.__name__}.defjvp first.")
         leaves, in_tree = tree_flatten(args)
-        trace = _top_trace(leaves)
+        trace = top_trace(leaves)
         if trace is None:
             return self.fun(*args)
         flat = _Flat(self.fun, in_tree)
@@ -244,39 +212,3 @@ def _call_user_jvp(rule, primals, tangents, name):
         raise CustomRuleError(f"the JVP rule of custom_jvp {name!r} must return a "
                               "pair (out, out_tangent).")
     return result
-
-
-def call_jvp_rule(fun, rule, primals, tangents):
-    """Run a flattened custom JVP rule with real (instantiated) tangents."""
-    return rule(tuple(primals), tuple(_instantiate(t) for t in tangents))
-
-
-def custom_jvp_transpose_primitive(fun, rule, primals, out):
-    """A one-off primitive whose VJP transposes the user's JVP rule.
-
-    The rule's tangent output is linear in the input tangents; reverse mode over
-    that linear map, from any point (zeros), yields its transpose.
-    """
-    from .api import vjp as fgrad_vjp
-    from . import numpy as fnp
-    prim = Primitive(f"custom_jvp[{fun.__name__}]", multiple_results=True,
-                     register=False)
-    float_positions = [i for i, p in enumerate(primals)
-                       if get_aval(p).dtype.kind in "fc"]
-
-    def vjp(ct, ans, needed, *args):
-        def tangent_map(*float_tangents):
-            tangents = [Zero(get_aval(p)) for p in primals]
-            for i, t in zip(float_positions, float_tangents):
-                tangents[i] = t
-            return rule(tuple(primals), tuple(_instantiate(t) for t in tangents))[1]
-        zeros = [fnp.zeros_like(primals[i]) for i in float_positions]
-        _, pullback = fgrad_vjp(tangent_map, *zeros)
-        float_cts = pullback(tuple(_instantiate(c) for c in ct))
-        cts = [None] * len(primals)
-        for i, c in zip(float_positions, float_cts):
-            cts[i] = c if needed[i] else None
-        return tuple(cts)
-    prim.vjp = vjp
-    prim.impl = lambda *args: out
-    return prim

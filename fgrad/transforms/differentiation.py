@@ -7,20 +7,42 @@ import functools
 
 import numpy as np
 
-from . import numpy as fnp
-from .backend import array_module, asarray_on, check_same_backend, foreign_backends_active, \
-    module_of_leaves
-from .core import Tracer, _state, get_aval, nans_enabled, new_trace
-from .interpreters.staging import StagingTrace
-from ._nans import DebugJVPTrace, DebugReverseTrace, debug_backward_pass
-from .errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
-from .interpreters.forward import JVPTrace, JVPTracer
-from .interpreters.compiled_sweep import SweepCache, compiled_sweep, large_enough
-from .interpreters.forward_over_reverse import ForwardOverReverse, Unsupported, \
-    outer_jvp_trace, record, tangent_pass
-from .interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
-from ._vmap import vmap as vmap
-from .tree import tree_flatten, tree_map, tree_structure, tree_unflatten
+from fgrad.compiler.codegen import compile_graph
+from fgrad.core.backend import (
+    array_module,
+    asarray_on,
+    check_same_backend,
+    foreign_backends_active,
+    module_of_leaves,
+)
+from fgrad.core.errors import (
+    ArgnumError,
+    CotangentError,
+    InvalidInputError,
+    NonScalarOutputError,
+)
+from fgrad.core.trace import Tracer, get_aval, nans_enabled, new_trace, trace_state
+from fgrad.core.tree import tree_flatten, tree_map, tree_structure, tree_unflatten
+from fgrad.interpreters.compiled_sweep import SweepCache, compiled_sweep, large_enough
+from fgrad.interpreters.forward import JVPTrace, JVPTracer
+from fgrad.interpreters.forward_over_reverse import (
+    ForwardOverReverse,
+    Unsupported,
+    outer_jvp_trace,
+    record,
+    tangent_pass,
+)
+from fgrad.interpreters.nan_checking import (
+    DebugJVPTrace,
+    DebugReverseTrace,
+    debug_backward_pass,
+)
+from fgrad.interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
+from fgrad.interpreters.staging import StagingTrace
+from fgrad.primitives.creation import ones_like, zeros_like
+from fgrad.primitives.indexing import slice_axis
+from fgrad.primitives.shape import reshape
+from fgrad.transforms.vmap import vmap as vmap
 
 # ---------------------------------------------------------------------------
 # Choosing and checking the differentiated arguments
@@ -67,8 +89,13 @@ def _float_example(x):
         return "a float literal"
 
 
-class _Selection:
-    """The differentiated leaves of ``args``/``kwargs`` and how to rebuild them."""
+class Selection:
+    """The differentiated leaves of ``args``/``kwargs`` and how to rebuild them.
+
+    Shared by every transformation that differentiates chosen arguments
+    (``argnums``/``argnames``), and by `fgrad.residuals`, which records the same
+    selection.
+    """
 
     def __init__(self, fname, args, kwargs, argnums, argnames, allow_complex):
         if argnums is None:
@@ -132,7 +159,8 @@ def _check_arguments_backend(fname, args, kwargs):
     check_same_backend(leaves, f"the arguments of {fname}", labels.__getitem__)
 
 
-def _fname(fun):
+def function_name(fun):
+    """``fun``'s name for messages (its class name if it has no ``__name__``)."""
     return getattr(fun, "__name__", type(fun).__name__)
 
 
@@ -143,7 +171,7 @@ def _fname(fun):
 
 def _lower(x, trace):
     """This trace's tracer -> its primal; anything else unchanged."""
-    if isinstance(x, ReverseTracer) and x._trace is trace:
+    if isinstance(x, ReverseTracer) and x.owner is trace:
         return x.primal
     return x
 
@@ -163,12 +191,12 @@ def _reverse_record(fun, selection, has_aux):
 def _sweep(trace, out_leaves, ct_leaves, selection, consume):
     seeds = {}
     for leaf, ct in zip(out_leaves, ct_leaves):
-        if isinstance(leaf, ReverseTracer) and leaf._trace is trace:
+        if isinstance(leaf, ReverseTracer) and leaf.owner is trace:
             seeds[leaf.node] = ct if leaf.node not in seeds else seeds[leaf.node] + ct
     sweep = backward_pass if type(trace) is ReverseTrace else debug_backward_pass
     # a sweep staged into a graph (jit(grad(f)), make_graph) marks its equations
     # as the reverse pass, for Graph.to_dot
-    staging = [(t, len(t.eqns)) for t in _state.trace_stack
+    staging = [(t, len(t.eqns)) for t in trace_state.trace_stack
                if isinstance(t, StagingTrace)]
     if consume:
         cts = sweep(trace, seeds)
@@ -184,7 +212,7 @@ def _sweep(trace, out_leaves, ct_leaves, selection, consume):
 def _input_cotangents(cts, selection):
     # inputs are nodes 0..n-1; an input nothing depended on gets real zeros here,
     # at the boundary, so the user sees arrays of the right shape and dtype.
-    return [cts[i] if i in cts else fnp.zeros_like(x)
+    return [cts[i] if i in cts else zeros_like(x)
             for i, x in enumerate(selection.leaves)]
 
 
@@ -239,17 +267,17 @@ def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
     value_and_grad; ``value_tangent=False`` when the caller drops the value."""
     # compiled reverse sweeps, per recorded structure
     # (fgrad.interpreters.compiled_sweep)
-    sweep_cache = SweepCache()
+    sweep_cache = SweepCache(compile_graph)
     # jvp of this gradient: compiled sweeps by structure
     # (fgrad.interpreters.forward_over_reverse)
-    under_jvp = ForwardOverReverse()
+    under_jvp = ForwardOverReverse(compile_graph)
 
     def value_and_grad_f(args, kwargs, value_tangent):
-        name = _fname(fun)
+        name = function_name(fun)
         # Complex inputs are fine when the output is real (JAX's convention: the
         # result is the conjugate of the steepest-ascent direction); a complex
         # output needs holomorphic=True, checked below.
-        selection = _Selection(f"grad({name})", args, kwargs, argnums, argnames,
+        selection = Selection(f"grad({name})", args, kwargs, argnums, argnames,
                                allow_complex=True)
         if holomorphic:
             _check_holomorphic_inputs(selection, name)
@@ -266,7 +294,7 @@ def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
         _check_scalar_output(out, leaves, name, holomorphic)
         ans = _lower(leaves[0], trace)
         g = None
-        if isinstance(leaves[0], ReverseTracer) and leaves[0]._trace is trace:
+        if isinstance(leaves[0], ReverseTracer) and leaves[0].owner is trace:
             large = large_enough(selection.leaves)
             # a small gradient inside another transformation records that
             # transformation's tracers, which no compiled sweep takes
@@ -278,7 +306,7 @@ def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
                     g = _input_cotangents(cts, selection)
             sweep_cache.called = True
         if g is None:
-            g = _sweep(trace, leaves, [fnp.ones_like(ans)], selection, consume=True)
+            g = _sweep(trace, leaves, [ones_like(ans)], selection, consume=True)
         value = (ans, aux) if has_aux else ans
         return value, selection.shape_result(g)
     return value_and_grad_f
@@ -289,10 +317,10 @@ def _value_and_grad_under_jvp(fun, selection, has_aux, holomorphic, outer, cache
     """`value_and_grad` whose inputs carry ``outer``'s tangents: the gradient
     and its tangent (a Hessian-vector product) from one recording on the
     primals (fgrad.interpreters.forward_over_reverse)."""
-    name = _fname(fun)
+    name = function_name(fun)
     primals, in_tangents = [], []
     for x in selection.leaves:
-        if type(x) is JVPTracer and x._trace is outer:
+        if type(x) is JVPTracer and x.owner is outer:
             primals.append(x.primal)
             in_tangents.append(x.tangent)
         else:
@@ -308,7 +336,7 @@ def _value_and_grad_under_jvp(fun, selection, has_aux, holomorphic, outer, cache
     result = leaves[0]
 
     def recorded(v):
-        return isinstance(v, ReverseTracer) and v._trace is trace
+        return isinstance(v, ReverseTracer) and v.owner is trace
     wanted = [result.node] if value_tangent and recorded(result) else []
     wanted += [v.node for v in aux_leaves if recorded(v) and v.node not in wanted]
     if recorded(result):
@@ -323,7 +351,7 @@ def _value_and_grad_under_jvp(fun, selection, has_aux, holomorphic, outer, cache
 
     def lower(v):
         return lift(v.primal, tangents.get(v.node)) if recorded(v) else v
-    g = [lift(fnp.zeros_like(p) if ct is None else ct, t)
+    g = [lift(zeros_like(p) if ct is None else ct, t)
          for p, (ct, t) in zip(primals, pairs)]
     value = lower(result)
     if has_aux:
@@ -333,7 +361,7 @@ def _value_and_grad_under_jvp(fun, selection, has_aux, holomorphic, outer, cache
 
 def _aux_pair(out, fun):
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise TypeError(f"has_aux=True requires {_fname(fun)} to return a pair "
+        raise TypeError(f"has_aux=True requires {function_name(fun)} to return a pair "
                         f"(output, aux), got {type(out).__name__}")
     return out
 
@@ -383,8 +411,8 @@ def vjp(fun, *primals, has_aux=False):
     >>> vjp_fn(np.array([1.0, 10.0]))
     (array([ 3., 30.]),)
     """
-    name = _fname(fun)
-    selection = _Selection(f"vjp({name})", primals, {}, tuple(range(len(primals))),
+    name = function_name(fun)
+    selection = Selection(f"vjp({name})", primals, {}, tuple(range(len(primals))),
                            None, allow_complex=True)
     trace, out, aux = _reverse_record(fun, selection, has_aux)
     out_leaves, out_tree = tree_flatten(out)
@@ -431,7 +459,7 @@ def jvp(fun, primals, tangents):
     >>> fgrad.jvp(fnp.sin, (0.0,), (2.0,))
     (np.float64(0.0), np.float64(2.0))
     """
-    name = _fname(fun)
+    name = function_name(fun)
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError("jvp expects primals and tangents as tuples (one entry per "
                         f"argument), got {type(primals).__name__} and "
@@ -459,12 +487,12 @@ def jvp(fun, primals, tangents):
     out_leaves, out_tree = tree_flatten(out)
     primal_out, tangent_out = [], []
     for x in out_leaves:
-        if isinstance(x, JVPTracer) and x._trace is trace:
+        if isinstance(x, JVPTracer) and x.owner is trace:
             primal_out.append(x.primal)
             tangent_out.append(x.tangent)
         else:
             primal_out.append(x)
-            tangent_out.append(fnp.zeros_like(x))
+            tangent_out.append(zeros_like(x))
     return tree_unflatten(out_tree, primal_out), tree_unflatten(out_tree, tangent_out)
 
 
@@ -490,7 +518,7 @@ def linearize(fun, *primals):
     """
     if nans_enabled():
         # checked as forward mode checks, not as an untransformed call
-        out = jvp(fun, primals, tree_map(fnp.zeros_like, primals))[0]
+        out = jvp(fun, primals, tree_map(zeros_like, primals))[0]
     else:
         out = fun(*primals)
 
@@ -529,7 +557,6 @@ def _blocks(batched, batch_avals, other_avals, batch_first):
     the batch runs over outputs) or last (forward mode: over inputs). Blocks
     have shape ``out.shape + in.shape``.
     """
-    from .primitives.indexing import slice_axis
     blocks, start = [], 0
     for b_aval in batch_avals:
         row = []
@@ -538,7 +565,7 @@ def _blocks(batched, batch_avals, other_avals, batch_first):
             part = slice_axis(batched[j], axis, start, start + b_aval.size)
             shape = (b_aval.shape + o_aval.shape if batch_first
                      else o_aval.shape + b_aval.shape)
-            row.append(fnp.reshape(part, shape))
+            row.append(reshape(part, shape))
         blocks.append(row)
         start += b_aval.size
     if batch_first:
@@ -566,7 +593,7 @@ def jacrev(fun, argnums=0, chunk_size=None):
     """
     @functools.wraps(fun)
     def jac_f(*args, **kwargs):
-        sel = _Selection(f"jacrev({_fname(fun)})", args, kwargs, argnums, None, True)
+        sel = Selection(f"jacrev({function_name(fun)})", args, kwargs, argnums, None, True)
         trace, out, _ = _reverse_record(fun, sel, False)
         out_leaves, out_tree = tree_flatten(out)
         out_avals = [get_aval(x) for x in out_leaves]
@@ -595,7 +622,7 @@ def jacfwd(fun, argnums=0, chunk_size=None):
     """
     @functools.wraps(fun)
     def jac_f(*args, **kwargs):
-        sel = _Selection(f"jacfwd({_fname(fun)})", args, kwargs, argnums, None, True)
+        sel = Selection(f"jacfwd({function_name(fun)})", args, kwargs, argnums, None, True)
 
         def partial(*leaves):
             return sel.call(fun, list(leaves))

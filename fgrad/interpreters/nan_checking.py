@@ -15,7 +15,7 @@ instead of the normal ones, so the normal path carries no per-equation check:
   primitives for their branches and loop bodies.
 
 Every equation is blamed on a *tag* ``(pass, primitive, source, where_origin)``.
-``_state.nan_context`` holds the tag of whatever is being evaluated right now:
+``trace_state.nan_context`` holds the tag of whatever is being evaluated right now:
 set by a reverse sweep around each VJP rule, by forward mode around each JVP
 rule, and by `eval_graph_tagged` around each equation of a tagged graph it
 re-evaluates. The innermost setting wins, which is how a line inside a
@@ -27,15 +27,22 @@ unselected branch of a ``where`` is recognised and the message shows the
 double-``where`` fix.
 """
 import contextlib
-import linecache
-import sys
 
-from .core import Tracer, Zero, _state, get_aval, missing_rule_message
-from .errors import MissingRuleError, NonFiniteError
-from .interpreters.batching import innermost_value
-from .interpreters.forward import JVPTrace
-from .interpreters.reverse import ReverseTrace, _accumulate, _ct_or_zero, _NEEDED_ONE
-from .interpreters.staging import _FGRAD_DIR, _PRIMITIVES_DIR, StagingTrace
+from fgrad.core.backend import array_module
+from fgrad.core.errors import MissingRuleError, NonFiniteError
+from fgrad.core.graph import Literal
+from fgrad.core.trace import Tracer, Zero, get_aval, missing_rule_message, trace_state
+from fgrad.interpreters.batching import innermost_value
+from fgrad.interpreters.custom_rules import call_jvp_rule
+from fgrad.interpreters.forward import JVPTrace
+from fgrad.interpreters.reverse import (
+    NEEDED_ONE,
+    ReverseTrace,
+    accumulate,
+    ct_or_zero,
+)
+from fgrad.interpreters.sources import describe_source, user_source
+from fgrad.primitives.elementwise import where_p
 
 
 @contextlib.contextmanager
@@ -59,36 +66,17 @@ def debug_nans(enabled=True):
     ...
     fgrad.errors.NonFiniteError: debug_nans: the forward pass of 'log' produced nan ...
     """
-    previous = _state.debug_nans
-    _state.debug_nans = enabled
+    previous = trace_state.debug_nans
+    trace_state.debug_nans = enabled
     try:
         yield
     finally:
-        _state.debug_nans = previous
+        trace_state.debug_nans = previous
 
 
 # ---------------------------------------------------------------------------
 # Where an equation came from
 # ---------------------------------------------------------------------------
-
-
-def user_source():
-    """``(filename, lineno)`` of the innermost frame outside fgrad's own code."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not (name.startswith(_FGRAD_DIR) or name.startswith(_PRIMITIVES_DIR)):
-            return name, frame.f_lineno
-        frame = frame.f_back
-    return None
-
-
-def describe_source(source):
-    if source is None:
-        return "an unknown line"
-    filename, lineno = source
-    code = linecache.getline(filename, lineno).strip()
-    return f"{filename}:{lineno}" + (f": `{code}`" if code else "")
 
 
 # ---------------------------------------------------------------------------
@@ -119,7 +107,6 @@ def non_finite(x):
             return None
     elif dtype.kind not in "fc":
         return None
-    from .backend import array_module
     xp = array_module(x)
     finite = xp.isfinite(x)
     if bool(finite.all()):
@@ -188,7 +175,6 @@ def where_trap_message(where_source, prim):
 
 
 def _is_where(prim):
-    from .primitives.elementwise import where_p
     return prim is where_p
 
 
@@ -209,7 +195,7 @@ class DebugReverseTrace(ReverseTrace):
     def record(self, prim, in_nodes, primals, ans, params):
         # a staged graph re-evaluated here (grad of a jitted function) knows
         # the lines that staged its equations, and so does a rule being run
-        context = _state.nan_context
+        context = trace_state.nan_context
         source = user_source() if context is None else context[2]
         _check_outputs(ans if prim.multiple_results else (ans,), prim, context, source,
                        primals)
@@ -230,13 +216,13 @@ def debug_backward_pass(trace, seeds):
     cts = dict(seeds)
     masked = {}                      # node -> source of the where it came from
     eqns, sources = trace.eqns, list(trace.sources)
-    previous_context = _state.nan_context
+    previous_context = trace_state.nan_context
     try:
         while eqns:
             prim, in_nodes, out, args, ans, params = eqns.pop()
             source = sources.pop()
             if type(out) is tuple:
-                ct = tuple(_ct_or_zero(cts.pop(n, None) if n is not None else None, a)
+                ct = tuple(ct_or_zero(cts.pop(n, None) if n is not None else None, a)
                            for n, a in zip(out, ans))
                 if all(type(c) is Zero for c in ct):
                     continue
@@ -246,11 +232,11 @@ def debug_backward_pass(trace, seeds):
                 if ct is None:
                     continue
                 origin = masked.pop(out, None)
-            needed = _NEEDED_ONE if len(in_nodes) == 1 else \
+            needed = NEEDED_ONE if len(in_nodes) == 1 else \
                 tuple([n is not None for n in in_nodes])
-            _state.nan_context = ("reverse", prim, source, origin)
+            trace_state.nan_context = ("reverse", prim, source, origin)
             arg_cts = prim.vjp(ct, ans, needed, *args, **params)
-            _state.nan_context = previous_context
+            trace_state.nan_context = previous_context
             for i, (node, arg_ct) in enumerate(zip(in_nodes, arg_cts)):
                 if node is None or arg_ct is None or type(arg_ct) is Zero:
                     continue
@@ -266,9 +252,9 @@ def debug_backward_pass(trace, seeds):
                 elif origin is not None:
                     masked.setdefault(node, origin)
                 prev = cts.get(node)
-                cts[node] = arg_ct if prev is None else _accumulate(prev, arg_ct)
+                cts[node] = arg_ct if prev is None else accumulate(prev, arg_ct)
     finally:
-        _state.nan_context = previous_context
+        trace_state.nan_context = previous_context
     return cts
 
 
@@ -277,7 +263,6 @@ def _zero_where_bad(ct, arg_ct):
     ct, arg_ct = _concrete(ct), _concrete(arg_ct)
     if ct is None or arg_ct is None or type(ct) is tuple:
         return ct is None
-    from .backend import array_module
     xp = array_module(arg_ct)
     try:
         zero = xp.broadcast_to(ct == 0, arg_ct.shape)
@@ -310,14 +295,14 @@ class DebugJVPTrace(JVPTrace):
     __slots__ = ()
 
     def process(self, prim, args, params):
-        primals, tangents = self._unwrap(args)
+        primals, tangents = self.unwrap(args)
         for p in primals:
             if isinstance(p, Tracer):           # an outer transformation's value
                 ans = prim.bind(*primals, **params)
                 break
         else:
             ans = prim.impl(*primals, **params)
-        context = _state.nan_context
+        context = trace_state.nan_context
         source = user_source() if context is None else context[2]
         outs = ans if prim.multiple_results else (ans,)
         _check_outputs(outs, prim, context, source, primals)
@@ -329,21 +314,20 @@ class DebugJVPTrace(JVPTrace):
             return ans
         # the rule's own equations (staged under jit) belong to this one
         rule_context = _tangent_context(context, prim, source)
-        _state.nan_context = rule_context
+        trace_state.nan_context = rule_context
         try:
             out_tangents = prim.jvp(tangents, ans, *primals, **params)
         finally:
-            _state.nan_context = context
+            trace_state.nan_context = context
         if not prim.multiple_results:
             _check_outputs((out_tangents,), prim, rule_context, source, primals)
-            return self._wrap(ans, out_tangents)
+            return self.wrap(ans, out_tangents)
         _check_outputs(out_tangents, prim, rule_context, source, primals)
-        return tuple(self._wrap(a, t) for a, t in zip(ans, out_tangents))
+        return tuple(self.wrap(a, t) for a, t in zip(ans, out_tangents))
 
     def process_custom_jvp(self, fun, rule, args):
-        from .custom import call_jvp_rule
-        primals, tangents = self._unwrap(args)
-        context = _state.nan_context
+        primals, tangents = self.unwrap(args)
+        context = trace_state.nan_context
         source = user_source() if context is None else context[2]
         prim = _Named(f"custom_jvp[{getattr(fun, '__name__', fun)}]")
         out, out_tangent = call_jvp_rule(fun, rule, primals, tangents)
@@ -352,8 +336,8 @@ class DebugJVPTrace(JVPTrace):
         _check_outputs(out_tangent if several else (out_tangent,), prim,
                        _tangent_context(context, prim, source), source, primals)
         if several:
-            return tuple(self._wrap(o, t) for o, t in zip(out, out_tangent))
-        return self._wrap(out, out_tangent)
+            return tuple(self.wrap(o, t) for o, t in zip(out, out_tangent))
+        return self.wrap(out, out_tangent)
 
 
 # ---------------------------------------------------------------------------
@@ -361,34 +345,8 @@ class DebugJVPTrace(JVPTrace):
 # ---------------------------------------------------------------------------
 
 
-class DebugStagingTrace(StagingTrace):
-    """Staging that tags each equation's first output with where it came from.
-
-    ``graph.sources[var] = (pass, prim, source, where_origin)``: the forward
-    equations get the user's line; equations staged by a VJP rule inside a
-    debugging reverse sweep get that sweep's context (the primitive being
-    differentiated and its line).
-    """
-
-    __slots__ = ("sources",)
-
-    def __init__(self, level):
-        super().__init__(level)
-        self.sources = {}
-
-    def process(self, prim, args, params):
-        out = super().process(prim, args, params)
-        eqn = self.eqns[-1] if self.eqns else None
-        if eqn is not None and eqn.prim is prim and eqn.outvars:
-            context = _state.nan_context
-            self.sources[eqn.outvars[0]] = context if context is not None else (
-                "forward", prim, user_source(), None)
-        return out
-
-
 def run_checked(graph, args):
     """Evaluate ``graph`` one equation at a time, checking every output."""
-    from .graph import Literal
     sources = graph.sources or {}
     env = dict(zip(graph.invars, args))
     masked = {}                       # var -> source of the where it came from
@@ -422,27 +380,4 @@ def run_checked(graph, args):
             if pass_ == "reverse" and origin is not None and not _is_where(prim):
                 extra = where_trap_message(origin, prim)
             _raise(pass_, prim, what, bad, source, ins, extra)
-    return [read(v) for v in graph.outvars]
-
-
-def eval_graph_tagged(graph, args):
-    """`eval_graph` for a graph staged under debug_nans: equations keep their lines."""
-    from .graph import Literal
-    sources = graph.sources
-    env = dict(zip(graph.invars, args))
-    previous = _state.nan_context
-
-    def read(v):
-        return v.value if type(v) is Literal else env[v]
-    try:
-        for eqn in graph.eqns:
-            tag = sources.get(eqn.outvars[0]) if eqn.outvars else None
-            _state.nan_context = tag if tag is not None else previous
-            out = eqn.prim.bind(*[read(v) for v in eqn.invars], **eqn.params)
-            if eqn.prim.multiple_results:
-                env.update(zip(eqn.outvars, out))
-            else:
-                env[eqn.outvars[0]] = out
-    finally:
-        _state.nan_context = previous
     return [read(v) for v in graph.outvars]

@@ -8,8 +8,8 @@ import functools
 
 import numpy as np
 
-from .core import Primitive, get_aval, primitive_table
-from .errors import CustomRuleError
+from fgrad.core.errors import CustomRuleError
+from fgrad.core.trace import Primitive, get_aval, primitive_table
 
 
 def primitive(fun):

@@ -1,0 +1,10 @@
+"""Layer 4, the compiler: staged graphs in, fast callables out.
+
+- `passes`: graph-to-graph rewrites (call inlining, constant folding, symbolic
+  zeros and ones, common subexpressions, dead code).
+- `codegen`: Python source for a graph, with buffer reuse; `compile_graph`.
+- `fusion`: elementwise groups and the backend kernels they become.
+- `parallel`: independent large equations run on worker threads.
+
+The compiler knows graphs and primitives' ``impl`` columns, never tracing.
+"""

@@ -1,0 +1,350 @@
+"""Graph-to-graph passes: each takes a `fgrad.core.graph.Graph` and returns a
+simpler one computing the same outputs, in time linear in its equations.
+
+`optimize` runs them in this order:
+
+1. ``inline_calls``: a nested jitted call is replaced by its graph's equations,
+   so the passes below see across jit boundaries;
+2. ``fold_constants``: equations whose operands are all literals, and
+   shape-only ones (``full_like``), are evaluated once, at compile time;
+3. ``propagate_zeros``: a known-zero operand short-circuits the arithmetic that
+   would consume it (``x + 0 -> x``, ``x * 0 -> 0``, ``sum(0) -> 0``), so no
+   zero arrays are computed at run time;
+4. ``eliminate_common_subexpressions``: identical equations are computed once;
+5. ``eliminate_dead_code``: equations no output depends on are dropped.
+"""
+import functools
+
+import numpy as np
+
+from fgrad.core.graph import Equation, Graph, Literal, Var
+from fgrad.core.trace import ShapedArray
+from fgrad.primitives import elementwise as ew
+from fgrad.primitives import indexing, products, reductions, shape
+
+# ---------------------------------------------------------------------------
+# Pass helpers
+# ---------------------------------------------------------------------------
+
+
+def substituter(subst):
+    """``read(v)``: variable ``v`` after the renamings in ``subst`` ({var: var}),
+    followed to the end of the chain; literals pass through. Shared with jit's
+    graph surgery (`fgrad.transforms.jit`)."""
+    def read(v):
+        if type(v) is Var:
+            while v in subst:
+                v = subst[v]
+        return v
+    return read
+
+
+def _rebuild(graph, eqns, subst):
+    read = substituter(subst)
+    return Graph(graph.invars, eqns, [read(v) for v in graph.outvars])
+
+
+def effectful(prim):
+    """Whether ``prim`` has an effect (a print, a callback): such equations are
+    never dropped, merged or moved by a pass."""
+    return getattr(prim, "effectful", False)
+
+
+# ---------------------------------------------------------------------------
+# 1. Inlining nested calls
+# ---------------------------------------------------------------------------
+
+
+def inline_calls(graph):
+    """Replace every call equation (``prim.call_param``) by its graph's equations."""
+    if not any(getattr(e.prim, "call_param", None) for e in graph.eqns):
+        return graph
+    eqns, subst = [], {}
+    read = substituter(subst)
+    for eqn in graph.eqns:
+        param = getattr(eqn.prim, "call_param", None)
+        invars = [read(v) for v in eqn.invars]
+        if not param:
+            eqns.append(Equation(eqn.prim, invars, eqn.outvars, eqn.params))
+            continue
+        inner = inline_calls(eqn.params[param])
+        # fresh copies of the inner variables: the same inner graph may be
+        # inlined twice, and each copy needs its own values
+        rename = dict(zip(inner.invars, invars))
+
+        def local(v):
+            if type(v) is Literal:
+                return v
+            r = rename.get(v)
+            if r is None:
+                r = rename[v] = Var(v.aval)
+            return r
+        for e in inner.eqns:
+            eqns.append(Equation(e.prim, [local(v) for v in e.invars],
+                                 [local(v) for v in e.outvars], e.params))
+        for out, inner_out in zip(eqn.outvars, inner.outvars):
+            subst[out] = local(inner_out)
+    return _rebuild(graph, eqns, subst)
+
+
+# ---------------------------------------------------------------------------
+# 2. Constant folding
+# ---------------------------------------------------------------------------
+
+
+def fold_constants(graph, xp=np):
+    """Evaluate, once, every equation whose value is known at compile time.
+
+    That is an equation whose operands are all literals, or one whose primitive
+    depends only on its operands' shapes (``prim.shape_only``, e.g. ``full_like``).
+    """
+    eqns, subst = [], {}
+    read = substituter(subst)
+    for eqn in graph.eqns:
+        invars = [read(v) for v in eqn.invars]
+        prim = eqn.prim
+        foldable = not effectful(prim) and prim.impl is not None and (
+            all(type(v) is Literal for v in invars) or getattr(prim, "shape_only", False))
+        if foldable and not getattr(prim, "call_param", None):
+            args = [v.value if type(v) is Literal else _dummy(xp, v.aval) for v in invars]
+            try:
+                with np.errstate(all="ignore"):
+                    out = prim.impl(*args, **eqn.params)
+            except Exception:           # leave it to fail (or not) at run time
+                out = None
+            else:
+                outs = out if prim.multiple_results else (out,)
+                for var, value in zip(eqn.outvars, outs):
+                    subst[var] = Literal(on_backend(xp, value), var.aval)
+                continue
+        eqns.append(Equation(prim, invars, eqn.outvars, eqn.params))
+    return _rebuild(graph, eqns, subst)
+
+
+def on_backend(xp, value):
+    """``value`` on backend ``xp`` (a compile-time constant for ``xp``'s code)."""
+    # a constant computed from Python numbers comes out of NumPy; the compiled
+    # code of a device backend needs it on the device
+    if xp is not np and isinstance(value, np.ndarray):
+        return xp.asarray(value)
+    return value
+
+
+def _dummy(xp, aval):
+    return xp.zeros(aval.shape, aval.dtype)
+
+
+# ---------------------------------------------------------------------------
+# 3. Symbolic zeros
+# ---------------------------------------------------------------------------
+
+
+def is_zero_literal(v):
+    """Whether operand ``v`` is a literal that is exactly zero everywhere."""
+    if type(v) is not Literal:
+        return False
+    value = v.value
+    if isinstance(value, (bool, int, float, complex)):
+        return value == 0
+    if getattr(value, "size", 0) == 0 or v.aval.dtype.kind not in "fcib":
+        return False
+    try:
+        return not bool(value.any())
+    except Exception:
+        return False
+
+
+def is_one_literal(v):
+    """Whether operand ``v`` is a literal one that multiplies exactly (not complex)."""
+    # exact identities only: 1 * x == x bit for bit for real floats and ints
+    # (not complex: (1+0j) * (inf+0j) has a NaN imaginary part)
+    if type(v) is not Literal or v.aval.dtype.kind not in "fiu":
+        return False
+    value = v.value
+    if isinstance(value, (bool, int, float)):
+        return value == 1
+    try:
+        return getattr(value, "size", 0) > 0 and bool((value == 1).all())
+    except Exception:
+        return False
+
+
+def _unit_rules():
+    # Multiplying or dividing by one returns the other operand unchanged; this is
+    # what a reverse sweep seeded with ones (the cotangent of ``sum``) is full of.
+    def same(v, out):
+        return v.aval.shape == out.aval.shape and v.aval.dtype == out.aval.dtype
+
+    def multiply(invars, ones, out):
+        a, b = invars
+        if ones[0] and type(b) is Var and same(b, out):
+            return b
+        if ones[1] and type(a) is Var and same(a, out):
+            return a
+        return None
+
+    def divide(invars, ones, out):
+        a = invars[0]
+        return a if ones[1] and type(a) is Var and same(a, out) else None
+
+    return {ew.multiply_p: multiply, ew.divide_p: divide}
+
+
+@functools.lru_cache(maxsize=None)
+def _unit_rule_table():
+    return _unit_rules()
+
+
+def _zero_rules():
+    # The arithmetic a zero operand makes trivial. Keyed by primitive: this is
+    # the compiler's algebra, the one place that knows these primitives' values.
+    def same(v, out):
+        return v.aval.shape == out.aval.shape and v.aval.dtype == out.aval.dtype
+
+    def add(invars, zeros, out):
+        a, b = invars
+        if zeros[1] and same(a, out):
+            return a
+        if zeros[0] and same(b, out):
+            return b
+        return None
+
+    def subtract(invars, zeros, out):
+        a, b = invars
+        if zeros[1] and same(a, out):
+            return a
+        if zeros[0] and zeros[1]:
+            return "zero"
+        return None
+
+    def absorbing(positions):
+        def rule(invars, zeros, out):
+            return "zero" if any(zeros[i] for i in positions) else None
+        return rule
+
+    def where(invars, zeros, out):
+        return "zero" if zeros[1] and zeros[2] else None
+
+    rules = {ew.add_p: add, ew.subtract_p: subtract,
+             ew.multiply_p: absorbing((0, 1)), ew.divide_p: absorbing((0,)),
+             ew.where_p: where, products.matmul_p: absorbing((0, 1))}
+    for prim in (ew.negative_p, ew.convert_element_type_p, ew.real_p, ew.conj_p,
+                 shape.reshape_p, shape.transpose_p, shape.broadcast_to_p,
+                 reductions.sum_p, indexing.getitem_p, indexing.scatter_add_p):
+        rules[prim] = absorbing((0,))
+    return rules
+
+
+@functools.lru_cache(maxsize=None)
+def _zero_rule_table():
+    return _zero_rules()
+
+
+def propagate_zeros(graph, xp=np):
+    """Short-circuit arithmetic on known zeros and ones (after `fold_constants`).
+
+    ``x * 0`` is a symbolic zero and ``x * 1`` and ``x / 1`` are ``x``.
+
+    A zero that survives into an equation with no rule, or into an output, is
+    materialised once, at compile time, as a constant.
+    """
+    rules, unit_rules = _zero_rule_table(), _unit_rule_table()
+    eqns, subst = [], {}
+    read = substituter(subst)
+    zero_of = {}
+
+    def zero_literal(aval):
+        key = (aval.shape, aval.dtype)
+        lit = zero_of.get(key)
+        if lit is None:
+            lit = zero_of[key] = Literal(xp.zeros(aval.shape, aval.dtype),
+                                         ShapedArray(aval.shape, aval.dtype))
+        return lit
+    for eqn in graph.eqns:
+        invars = [read(v) for v in eqn.invars]
+        rule = rules.get(eqn.prim)
+        if rule is not None:
+            zeros = [is_zero_literal(v) for v in invars]
+            if any(zeros):
+                result = rule(invars, zeros, eqn.outvars[0])
+                if result is not None:
+                    out = eqn.outvars[0]
+                    subst[out] = zero_literal(out.aval) if result == "zero" else result
+                    continue
+        unit_rule = unit_rules.get(eqn.prim)
+        if unit_rule is not None:
+            ones = [is_one_literal(v) for v in invars]
+            if any(ones):
+                result = unit_rule(invars, ones, eqn.outvars[0])
+                if result is not None:
+                    subst[eqn.outvars[0]] = result
+                    continue
+        eqns.append(Equation(eqn.prim, invars, eqn.outvars, eqn.params))
+    return _rebuild(graph, eqns, subst)
+
+
+# ---------------------------------------------------------------------------
+# 4. Common subexpressions
+# ---------------------------------------------------------------------------
+
+
+def _operand_key(v):
+    if type(v) is Var:
+        return v
+    value = v.value
+    if isinstance(value, (bool, int, float, complex)):
+        return (type(value), value)
+    return ("const", id(value))
+
+
+def eliminate_common_subexpressions(graph):
+    """Compute each distinct (primitive, operands, params) once."""
+    eqns, subst, seen = [], {}, {}
+    read = substituter(subst)
+    for eqn in graph.eqns:
+        invars = [read(v) for v in eqn.invars]
+        new = Equation(eqn.prim, invars, eqn.outvars, eqn.params)
+        if effectful(eqn.prim):
+            eqns.append(new)
+            continue
+        try:
+            key = (eqn.prim, tuple(_operand_key(v) for v in invars),
+                   tuple(sorted(eqn.params.items())))
+            hash(key)
+        except TypeError:               # an unhashable parameter: keep as is
+            eqns.append(new)
+            continue
+        previous = seen.get(key)
+        if previous is not None:
+            for mine, theirs in zip(eqn.outvars, previous.outvars):
+                subst[mine] = theirs
+            continue
+        seen[key] = new
+        eqns.append(new)
+    return _rebuild(graph, eqns, subst)
+
+
+# ---------------------------------------------------------------------------
+# 5. Dead code
+# ---------------------------------------------------------------------------
+
+
+def eliminate_dead_code(graph):
+    """Drop equations whose outputs nothing reads (effects are always kept)."""
+    live = {v for v in graph.outvars if type(v) is Var}
+    kept = []
+    for eqn in reversed(graph.eqns):
+        if effectful(eqn.prim) or any(v in live for v in eqn.outvars):
+            kept.append(eqn)
+            live.update(v for v in eqn.invars if type(v) is Var)
+    kept.reverse()
+    return Graph(graph.invars, kept, graph.outvars)
+
+
+def optimize(graph, xp=np):
+    """The whole pass pipeline, in order."""
+    graph = inline_calls(graph)
+    graph = fold_constants(graph, xp)
+    graph = propagate_zeros(graph, xp)
+    graph = eliminate_common_subexpressions(graph)
+    return eliminate_dead_code(graph)

@@ -1,0 +1,175 @@
+"""The exceptions fgrad raises for misuse.
+
+Each misuse has its own class, so callers can catch exactly what they mean to, and
+each message says what went wrong and how to fix it. All derive from `FgradError`;
+most also derive from the builtin that best describes the misuse (TypeError,
+ValueError), so generic handlers keep working.
+"""
+
+
+class FgradError(Exception):
+    """Base class of every error fgrad raises on purpose."""
+
+
+class NonScalarOutputError(FgradError, TypeError):
+    """`grad` of a function whose output is not a real scalar.
+
+    >>> fgrad.grad(lambda x: x * 2)(np.ones(3))      # doctest: +SKIP
+    NonScalarOutputError: grad requires a scalar output, got shape (3,) ...
+
+    Fix: reduce the output (``.sum()``), or use `fgrad.vjp` / `fgrad.jacrev`.
+    """
+
+
+class InvalidInputError(FgradError, TypeError):
+    """A differentiated input that is not a floating-point (or complex) array."""
+
+
+class CotangentError(FgradError, ValueError):
+    """A cotangent (or tangent) whose structure, shape or dtype does not match."""
+
+
+class MissingRuleError(FgradError, NotImplementedError):
+    """A primitive has no rule for the requested transformation."""
+
+
+class BackendMismatchError(FgradError, TypeError):
+    """Arrays from different backends (NumPy and CuPy) were mixed in one call."""
+
+
+class ArgnumError(FgradError, ValueError):
+    """`argnums` / `argnames` names an argument the function was not given."""
+
+
+class ImmutableArrayError(FgradError, TypeError):
+    """In-place assignment on a traced array; use ``fgrad.at(x)[idx].set(v)``."""
+
+
+class TracerLeakError(FgradError, RuntimeError):
+    """A tracer was used after the transformation that made it had returned."""
+
+
+class CustomRuleError(FgradError, ValueError):
+    """A user-supplied rule (custom_vjp bwd, custom_jvp rule) returned bad output."""
+
+
+class NumpyFunctionError(FgradError, TypeError):
+    """A NumPy function was called on a traced array and fgrad cannot route it."""
+
+
+class BatchAxisError(FgradError, ValueError):
+    """`vmap` was given axes that do not fit its arguments or outputs.
+
+    >>> fgrad.vmap(f, in_axes=(0, 0))(np.ones(3), np.ones(4))   # doctest: +SKIP
+    BatchAxisError: vmap got inconsistent batch sizes: argument 0 has size 3 ...
+
+    Fix: make every mapped axis the same length, give ``in_axes`` one entry per
+    positional argument (a pytree prefix of the arguments), and keep each axis
+    within its array's rank.
+    """
+
+
+class BatchedConversionError(FgradError, TypeError):
+    """``bool()``, ``float()`` or ``if`` on a value batched by `vmap`.
+
+    A batched value holds one value per example, so Python cannot branch on it.
+    Fix: select per example with ``fgrad.numpy.where(cond, a, b)``, or use
+    ``fgrad.lax.cond`` for control flow.
+    """
+
+
+class LoopBatchingWarning(UserWarning):
+    """A primitive without a batching rule ran once per example under `vmap`."""
+
+
+class ConcretizationError(FgradError, TypeError):
+    """Python needed a concrete value from an array that jit only knows abstractly.
+
+    >>> @fgrad.jit                                     # doctest: +SKIP
+    ... def f(x):
+    ...     if x.sum() > 0:                            # bool() of a staged value
+    ...         return x
+    ...     return -x
+    ConcretizationError: ... use fgrad.lax.cond ... or static_argnums ...
+
+    Fix: express value-dependent control flow with `fgrad.lax.cond`, `switch`,
+    `while_loop`, `fori_loop` or `scan`; or mark the argument the decision
+    depends on as static (``jit(f, static_argnums=...)``).
+    """
+
+
+class StaticArgumentError(FgradError, TypeError):
+    """A static argument of a jitted function is not hashable (or out of range)."""
+
+
+class TraceLimitError(FgradError, RuntimeError):
+    """A jitted function was traced more often than its ``max_traces`` allows."""
+
+
+class ControlFlowError(FgradError, ValueError):
+    """Misuse of fgrad.lax control flow (mismatched branch outputs, reverse-mode
+    of a staged while_loop)."""
+
+
+class IndexUpdateError(FgradError, IndexError):
+    """An ``fgrad.at(x)[idx]`` update that cannot be done as asked (for example
+    ``.min`` / ``.max`` with repeated indices)."""
+
+
+class DeviceError(FgradError, RuntimeError):
+    """`device_put` was asked for a device that is not available.
+
+    >>> fgrad.device_put(x, "gpu")      # doctest: +SKIP
+    DeviceError: device_put(x, 'gpu') needs CuPy, which is not installed ...
+
+    Fix: install CuPy (``pip install 'fgrad[cuda]'``) on a machine with an NVIDIA
+    GPU, or keep the data on the host with ``device_put(x, "cpu")``.
+    """
+
+
+class NNArgumentError(FgradError, ValueError):
+    """An `fgrad.nn` or `fgrad.optim` function got arguments it cannot use:
+    shapes that do not fit together, an unknown reduction, a missing random
+    generator. The message names the argument and what it should be."""
+
+
+class LinalgDerivativeError(FgradError, NotImplementedError):
+    """A linear-algebra derivative that is undefined or not implemented here.
+
+    No built-in rule raises it today (the decompositions differentiate complex
+    and rectangular inputs); it is kept for user-defined linear-algebra
+    primitives, which should raise it with a message that says what to do
+    instead.
+    """
+
+
+class TapError(FgradError, ValueError):
+    """A `fgrad.tap` / `fgrad.tap_forward` callback returned a value of the wrong shape."""
+
+
+class NonFiniteError(FgradError, FloatingPointError):
+    """Under `fgrad.debug_nans`, an equation produced a NaN or an infinity.
+
+    The message names the primitive, the pass (forward, tangent or reverse),
+    the line of user code that recorded the equation and the input shapes.
+    """
+
+
+class NumpyArgumentError(FgradError, ValueError):
+    """An `fgrad.numpy` function got arguments it cannot use together, or an
+    option that NumPy has and fgrad does not implement.
+
+    >>> fnp.clip(x, 0.0, 1.0, min=0.0)                  # doctest: +SKIP
+    NumpyArgumentError: clip: pass the bounds either as a_min/a_max or as min/max ...
+
+    Fix: follow the message; it names the argument and the values it accepts.
+    """
+
+
+# Users meet these as fgrad.errors.X (the public module re-exports them): name
+# them so in tracebacks and reprs, and so pickling finds them there.
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, (FgradError, Warning)) \
+            and _cls.__module__ == __name__:
+        _cls.__module__ = "fgrad.errors"
+del _cls

@@ -1,0 +1,39 @@
+"""Where a value came from: the user's line behind an equation or an error.
+
+Error messages (a concretization under jit) and NaN hunting (`debug_nans`) name
+the line of the user's code that applied a primitive. That line is the
+innermost stack frame outside fgrad's own files, which live in two folders: the
+package and, in a source checkout, ``primitives/`` beside it.
+"""
+import linecache
+import os
+import sys
+
+FGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRIMITIVES_DIR = os.path.join(os.path.dirname(FGRAD_DIR), "primitives")
+
+
+def is_fgrad_file(filename):
+    """Whether ``filename`` is one of fgrad's own source files."""
+    path = os.path.abspath(filename)
+    return path.startswith(FGRAD_DIR) or path.startswith(PRIMITIVES_DIR)
+
+
+def user_source():
+    """``(filename, lineno)`` of the innermost frame outside fgrad's own code."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(FGRAD_DIR) or name.startswith(PRIMITIVES_DIR)):
+            return name, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def describe_source(source):
+    """``source`` (from `user_source`) as ``file:line: `code```, for messages."""
+    if source is None:
+        return "an unknown line"
+    filename, lineno = source
+    code = linecache.getline(filename, lineno).strip()
+    return f"{filename}:{lineno}" + (f": `{code}`" if code else "")

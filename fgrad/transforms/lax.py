@@ -1,0 +1,274 @@
+"""Structured control flow: cond, switch, while_loop, fori_loop, scan.
+
+Outside `jit` (and whenever the deciding values are concrete, as under eager
+``grad``), these run as ordinary Python: the chosen branch is called, the loop
+loops, and every transformation sees the operations one by one, so everything
+differentiates as usual. When a deciding value is staged (inside `jit`) or
+differs between the examples of a `vmap`, the branches or the loop body are
+staged into graphs and the whole construct becomes one primitive
+(`fgrad.primitives.control`), with its own JVP, VJP and batching rules.
+
+>>> import numpy as np, fgrad, fgrad.numpy as fnp
+>>> f = fgrad.jit(lambda x: fgrad.lax.cond(fnp.sum(x) > 0, fnp.sin, fnp.cos, x))
+>>> f(np.zeros(2))
+array([1., 1.])
+"""
+import numpy as np
+
+from fgrad.core.errors import BatchedConversionError, ControlFlowError
+from fgrad.core.graph import Graph, Var
+from fgrad.core.trace import Tracer, get_aval
+from fgrad.core.tree import tree_flatten, tree_unflatten
+from fgrad.interpreters.batching import innermost_value
+from fgrad.interpreters.staging import is_staged, stage
+from fgrad.primitives.elementwise import convert_element_type
+from fgrad.primitives.shape import stack
+from fgrad.transforms.control_flow import cond_p, scan_p, while_p
+
+__all__ = ["cond", "switch", "while_loop", "fori_loop", "scan"]
+
+
+def _deferred(x):
+    """True if ``x`` has no single concrete value: staged, or batched by vmap."""
+    try:
+        return is_staged(x)
+    except BatchedConversionError:
+        return True
+
+
+def _staged(x):
+    """True if ``x`` is staged (under jit), looking through vmap's batching."""
+    x = innermost_value(x)
+    return isinstance(x, Tracer) and _deferred(x)
+
+
+def _avals(leaves):
+    return [get_aval(x).strip_weak() for x in leaves]
+
+
+def _stage_flat(fun, in_tree, avals, what):
+    """Stage ``fun`` on pytree inputs; returns (graph, captured, out_tree)."""
+    box = []
+
+    def flat(*xs):
+        out = fun(*tree_unflatten(in_tree, list(xs)))
+        leaves, tree = tree_flatten(out)
+        box.append(tree)
+        return leaves
+    graph, captured = stage(flat, avals)
+    return graph, captured, box[0]
+
+
+def _merge_captures(staged):
+    """Give every graph the union of all graphs' captured values as extra inputs."""
+    union, index = [], {}
+    for _, captured, _ in staged:
+        for t in captured:
+            if id(t) not in index:
+                index[id(t)] = len(union)
+                union.append(t)
+    graphs = []
+    for graph, captured, _ in staged:
+        n_own = len(graph.invars) - len(captured)
+        mine = {id(t): v for t, v in zip(captured, graph.invars[n_own:])}
+        extra = [mine.get(id(t)) or Var(t.aval.strip_weak()) for t in union]
+        graphs.append(Graph(graph.invars[:n_own] + extra, graph.eqns, graph.outvars,
+                            graph.sources))
+    return graphs, union
+
+
+def _check_same(avals_a, avals_b, what):
+    if len(avals_a) != len(avals_b) or any(
+            a.shape != b.shape or a.dtype != b.dtype for a, b in zip(avals_a, avals_b)):
+        raise ControlFlowError(f"{what}: {list(avals_a)} versus {list(avals_b)}. Make "
+                               "them return arrays of the same shapes and dtypes.")
+
+
+def switch(index, branches, *operands):
+    """Apply ``branches[index](*operands)``; ``index`` is clamped into range.
+
+    >>> import fgrad, fgrad.numpy as fnp
+    >>> float(fgrad.lax.switch(1, [fnp.sin, fnp.cos, fnp.exp], 0.0))
+    1.0
+    """
+    branches = list(branches)
+    if not branches:
+        raise ControlFlowError("switch needs at least one branch")
+    if not _deferred(index):
+        i = min(max(int(index), 0), len(branches) - 1)
+        return branches[i](*operands)
+    leaves, in_tree = tree_flatten(operands)
+    staged = [_stage_flat(b, in_tree, _avals(leaves), "branch") for b in branches]
+    out_tree = staged[0][2]
+    for k, (g, _, tree) in enumerate(staged[1:], 1):
+        if tree != out_tree:
+            raise ControlFlowError(f"switch/cond branches must return the same structure: "
+                                   f"branch 0 returns {out_tree}, branch {k} {tree}")
+        _check_same([a.strip_weak() for a in staged[0][0].out_avals],
+                    [a.strip_weak() for a in g.out_avals],
+                    f"switch/cond branch {k} returns different shapes or dtypes than "
+                    "branch 0")
+    graphs, captured = _merge_captures(staged)
+    index = convert_element_type(index, np.int64)
+    outs = cond_p.bind(index, *leaves, *captured, branches=tuple(graphs))
+    return tree_unflatten(out_tree, list(outs))
+
+
+def cond(pred, true_fun, false_fun, *operands):
+    """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``.
+
+    Under jit a staged ``pred`` stages both branches (which must return the same
+    shapes and dtypes) into one ``cond`` primitive.
+
+    >>> import fgrad, fgrad.numpy as fnp
+    >>> float(fgrad.lax.cond(True, lambda x: x + 1.0, lambda x: x - 1.0, 1.0))
+    2.0
+    """
+    if not _deferred(pred):
+        return true_fun(*operands) if bool(pred) else false_fun(*operands)
+    return switch(pred, [false_fun, true_fun], *operands)
+
+
+def while_loop(cond_fun, body_fun, init_val):
+    """``while cond_fun(val): val = body_fun(val)``, returning the final ``val``.
+
+    Eager (and differentiable in both modes) when the loop condition is
+    concrete; under jit one ``while_loop`` primitive, forward-differentiable
+    only (reverse mode needs `scan` or `fori_loop` with static bounds).
+
+    >>> import fgrad
+    >>> fgrad.lax.while_loop(lambda v: v < 10, lambda v: v * 2, 1)
+    16
+    """
+    if not any(_staged(x) for x in tree_flatten(init_val)[0]):
+        # eager while the predicate is one concrete value; a predicate that
+        # differs between vmap's examples hands the rest of the loop over to
+        # the primitive, whose batching rule steps each example as far as it goes
+        while True:
+            keep = cond_fun(init_val)
+            if _deferred(keep):
+                break
+            if not bool(keep):
+                return init_val
+            init_val = body_fun(init_val)
+    leaves, tree = tree_flatten(init_val)
+    avals = _avals(leaves)
+    c_graph, c_cap, c_tree = _stage_flat(lambda v: cond_fun(v), _single(tree), avals,
+                                         "cond_fun")
+    b_graph, b_cap, b_tree = _stage_flat(lambda v: body_fun(v), _single(tree), avals,
+                                         "body_fun")
+    if b_tree != tree:
+        raise ControlFlowError(f"while_loop body_fun must return the structure of "
+                               f"init_val ({tree}), got {b_tree}")
+    _check_same(avals, [a.strip_weak() for a in b_graph.out_avals],
+                "while_loop body_fun changes the carry's shapes or dtypes")
+    # constants first, then the carry: the primitive's operand order
+    n = len(leaves)
+    c_graph = Graph(c_graph.invars[n:] + c_graph.invars[:n], c_graph.eqns, c_graph.outvars,
+                    c_graph.sources)
+    b_graph = Graph(b_graph.invars[n:] + b_graph.invars[:n], b_graph.eqns, b_graph.outvars,
+                    b_graph.sources)
+    outs = while_p.bind(*c_cap, *b_cap, *leaves, cond=c_graph, body=b_graph,
+                        n_cc=len(c_cap), n_bc=len(b_cap))
+    return tree_unflatten(tree, list(outs))
+
+
+def _single(tree):
+    # the staged functions take the carry pytree as one argument
+    return tree_flatten((tree.unflatten([0] * tree.num_leaves),))[1]
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+    """``for i in range(lower, upper): val = body_fun(i, val)``.
+
+    With Python-int bounds this is a `scan` (so reverse mode works under jit);
+    with staged bounds it is a `while_loop`.
+
+    >>> import fgrad
+    >>> int(fgrad.lax.fori_loop(0, 4, lambda i, v: v + i, 0))
+    6
+    """
+    if _deferred(lower) or _deferred(upper):
+        def cond_fun(state):
+            return state[0] < upper
+
+        def body(state):
+            i, v = state
+            return i + 1, body_fun(i, v)
+        return while_loop(cond_fun, body, (lower, init_val))[1]
+    lower, upper = int(lower), int(upper)
+    if upper <= lower:
+        return init_val
+
+    def step(carry, i):
+        return body_fun(i, carry), None
+    carry, _ = scan(step, init_val, np.arange(lower, upper))
+    return carry
+
+
+def scan(f, init, xs=None, length=None, reverse=False):
+    """Loop ``carry, y = f(carry, x)`` over the leading axis of ``xs``.
+
+    Returns ``(final carry, stacked ys)``. Eager when nothing is staged; under
+    jit one ``scan`` primitive, whose VJP is a scan in the other direction.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> carry, ys = fgrad.lax.scan(lambda c, x: (c + x, c * x), 0.0, np.arange(4.0))
+    >>> float(carry), ys
+    (6.0, array([0., 0., 2., 9.]))
+    """
+    x_leaves, x_tree = tree_flatten(xs)
+    lengths = {get_aval(x).shape[0] for x in x_leaves}
+    if length is not None:
+        lengths.add(int(length))
+    if len(lengths) != 1:
+        raise ControlFlowError(
+            f"scan needs one length: the leading axes of xs are {sorted(lengths)}"
+            + ("" if x_leaves or length is not None else " (pass length= when xs is None)"))
+    n = lengths.pop()
+    c_leaves, c_tree = tree_flatten(init)
+    if not any(_staged(v) for v in c_leaves + x_leaves):
+        carry, ys = init, []
+        for i in (range(n - 1, -1, -1) if reverse else range(n)):
+            carry, y = f(carry, tree_unflatten(x_tree, [x[i] for x in x_leaves]))
+            ys.append(y)
+        if reverse:
+            ys.reverse()
+        return carry, _stack_tree(ys)
+    slice_avals = [get_aval(x).strip_weak() for x in x_leaves]
+    slice_avals = [type(a)(a.shape[1:], a.dtype) for a in slice_avals]
+    n_c = len(c_leaves)
+    box = []
+
+    def flat(*v):
+        carry = tree_unflatten(c_tree, list(v[:n_c]))
+        x = tree_unflatten(x_tree, list(v[n_c:]))
+        new_carry, y = f(carry, x)
+        k_leaves, k_tree = tree_flatten(new_carry)
+        y_leaves, y_tree = tree_flatten(y)
+        box.append((k_tree, y_tree))
+        return k_leaves + y_leaves
+    graph, captured = stage(flat, _avals(c_leaves) + slice_avals)
+    k_tree, y_tree = box[0]
+    if k_tree != c_tree:
+        raise ControlFlowError(f"scan's f must return a carry of the structure of init "
+                               f"({c_tree}), got {k_tree}")
+    _check_same(_avals(c_leaves), [a.strip_weak() for a in graph.out_avals[:n_c]],
+                "scan's f changes the carry's shapes or dtypes")
+    m = n_c + len(x_leaves)
+    # sources: under debug_nans, the lines of the body's equations
+    body = Graph(graph.invars[m:] + graph.invars[:m], graph.eqns, graph.outvars,
+                 graph.sources)
+    outs = scan_p.bind(*captured, *c_leaves, *x_leaves, body=body,
+                       n_consts=len(captured), n_carry=n_c, length=n, reverse=reverse)
+    return (tree_unflatten(c_tree, list(outs[:n_c])),
+            tree_unflatten(y_tree, list(outs[n_c:])))
+
+
+def _stack_tree(ys):
+    if not ys:
+        return None
+    leaves0, tree = tree_flatten(ys[0])
+    columns = [tree_flatten(y)[0] for y in ys]
+    stacked = [stack([col[j] for col in columns]) for j in range(len(leaves0))]
+    return tree_unflatten(tree, stacked)
