@@ -256,6 +256,9 @@ def _where_impl(c, x, y):
 where_p = Primitive("where", _where_impl, elementwise_abstract(np.where),
                     family=FAMILY)
 where_p.batch = broadcasting_batch_rule(where_p)
+# its VJP zeroes the cotangent of the branch not selected: debug_nans traces a
+# NaN cotangent back to such a where (the "where trap") by this flag
+where_p.masks_cotangent = True
 _elementwise_rules(where_p,
                    [None,
                     lambda ct, ans, c, x, y: where(c, ct, 0),

@@ -149,3 +149,12 @@ def test_import_linter_contracts_hold(tmp_path):
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout
+
+
+def test_the_architecture_picture_is_current():
+    if GRAPH.tomllib is None:
+        pytest.skip("reading pyproject.toml needs Python 3.11's tomllib")
+    committed = (ROOT / "docs" / "img" / "architecture.dot").read_text()
+    assert GRAPH.to_dot() == committed, (
+        "the imports changed since docs/img/architecture.dot was drawn: run "
+        "python docs/architecture_graph.py and commit docs/img/architecture.*")

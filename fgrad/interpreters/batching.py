@@ -13,14 +13,7 @@ import functools
 import warnings
 
 from fgrad.core.errors import BatchedConversionError, LoopBatchingWarning
-from fgrad.core.trace import (
-    EagerTracer,
-    ShapedArray,
-    Trace,
-    Tracer,
-    get_aval,
-    new_trace,
-)
+from fgrad.core.trace import EagerTracer, ShapedArray, Trace, Tracer, new_trace
 from fgrad.interpreters import callbacks
 from fgrad.interpreters.custom_rules import top_trace
 from fgrad.interpreters.staging import eval_graph, stage

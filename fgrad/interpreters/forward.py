@@ -4,14 +4,7 @@ A value whose tangent is zero is never wrapped: the trace returns the bare prima
 so symbolic zeros cost nothing and `fgrad.jvp` instantiates them only at the end.
 """
 from fgrad.core.errors import CustomRuleError, MissingRuleError
-from fgrad.core.trace import (
-    EagerTracer,
-    Trace,
-    Tracer,
-    Zero,
-    get_aval,
-    missing_rule_message,
-)
+from fgrad.core.trace import EagerTracer, Trace, Tracer, Zero, get_aval, missing_rule_message
 from fgrad.interpreters.custom_rules import call_jvp_rule
 
 

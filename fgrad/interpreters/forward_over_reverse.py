@@ -27,14 +27,7 @@ meeting one raises `Unsupported`, and ``grad`` runs ``f`` again the standard way
 (once; the ``grad`` function then stays on the standard path).
 """
 from fgrad.core.errors import MissingRuleError
-from fgrad.core.trace import (
-    Tracer,
-    Zero,
-    get_aval,
-    missing_rule_message,
-    new_trace,
-    trace_state,
-)
+from fgrad.core.trace import Tracer, Zero, get_aval, missing_rule_message, new_trace, trace_state
 from fgrad.interpreters.compiled_sweep import (
     NOT_STAGEABLE,
     PY_SCALARS,

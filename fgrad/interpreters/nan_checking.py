@@ -35,14 +35,8 @@ from fgrad.core.trace import Tracer, Zero, get_aval, missing_rule_message, trace
 from fgrad.interpreters.batching import innermost_value
 from fgrad.interpreters.custom_rules import call_jvp_rule
 from fgrad.interpreters.forward import JVPTrace
-from fgrad.interpreters.reverse import (
-    NEEDED_ONE,
-    ReverseTrace,
-    accumulate,
-    ct_or_zero,
-)
+from fgrad.interpreters.reverse import NEEDED_ONE, ReverseTrace, accumulate, ct_or_zero
 from fgrad.interpreters.sources import describe_source, user_source
-from fgrad.primitives.elementwise import where_p
 
 
 @contextlib.contextmanager
@@ -175,7 +169,8 @@ def where_trap_message(where_source, prim):
 
 
 def _is_where(prim):
-    return prim is where_p
+    # a `where`: its VJP masks the cotangent of the unselected branch
+    return getattr(prim, "masks_cotangent", False)
 
 
 # ---------------------------------------------------------------------------

@@ -15,12 +15,7 @@ from fgrad.core.backend import (
     foreign_backends_active,
     module_of_leaves,
 )
-from fgrad.core.errors import (
-    ArgnumError,
-    CotangentError,
-    InvalidInputError,
-    NonScalarOutputError,
-)
+from fgrad.core.errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from fgrad.core.trace import Tracer, get_aval, nans_enabled, new_trace, trace_state
 from fgrad.core.tree import tree_flatten, tree_map, tree_structure, tree_unflatten
 from fgrad.interpreters.compiled_sweep import SweepCache, compiled_sweep, large_enough
@@ -32,11 +27,7 @@ from fgrad.interpreters.forward_over_reverse import (
     record,
     tangent_pass,
 )
-from fgrad.interpreters.nan_checking import (
-    DebugJVPTrace,
-    DebugReverseTrace,
-    debug_backward_pass,
-)
+from fgrad.interpreters.nan_checking import DebugJVPTrace, DebugReverseTrace, debug_backward_pass
 from fgrad.interpreters.reverse import ReverseTrace, ReverseTracer, backward_pass
 from fgrad.interpreters.staging import StagingTrace
 from fgrad.primitives.creation import ones_like, zeros_like

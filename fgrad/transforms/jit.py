@@ -34,12 +34,7 @@ from fgrad.compiler.passes import (
     substituter,
 )
 from fgrad.core.backend import array_module, backend_name
-from fgrad.core.errors import (
-    ArgnumError,
-    InvalidInputError,
-    StaticArgumentError,
-    TraceLimitError,
-)
+from fgrad.core.errors import ArgnumError, InvalidInputError, StaticArgumentError, TraceLimitError
 from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.core.trace import Primitive, Tracer, Zero, get_aval, nans_enabled
 from fgrad.core.tree import tree_flatten, tree_unflatten
