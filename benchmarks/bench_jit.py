@@ -23,6 +23,7 @@ from .bench_engine import (RNG_SEED, _chain_floor_steps, _jax_blocking, _torch_g
                            chain_function, elementwise_function, mlp_loss_function,
                            CHAIN_OPS, CHAIN_SIZE, ELEMENTWISE_SIZE, MLP_SIZES)
 from .harness import Workload
+from fgrad.compiler.codegen import compile_graph
 
 
 def _jit_grad(p, f):
@@ -251,7 +252,6 @@ def jit_compile_workload() -> Workload:
 
     def fgrad_(p):
         fgrad = p.module
-        from fgrad.compiler.codegen import compile_graph
         f = program(p.np)
 
         def stage_and_compile():

@@ -11,8 +11,12 @@ A library that is missing (or, for fgrad, not importable yet) becomes a `Peer` w
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from types import ModuleType
+
+import numpy
 
 #: The order rows appear in, per workload.  The floor comes first because every
 #: other row's ratio is computed against it.
@@ -52,7 +56,6 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _load_numpy() -> Peer:
-    import numpy
     return Peer("numpy", numpy, numpy, numpy.__version__, numpy_based=True)
 
 
@@ -77,7 +80,6 @@ def _load_autograd() -> Peer:
         anp = importlib.import_module("autograd.numpy")
     except ImportError as exc:
         return Peer("autograd", reason=f"not installed, skipped ({_error_text(exc)}); {INSTALL_HINT}")
-    from importlib.metadata import version
     return Peer("autograd", autograd, anp, version("autograd"), numpy_based=True)
 
 
@@ -125,7 +127,6 @@ def load_peers(names=ORDER) -> dict[str, Peer]:
 
 def thread_report(peers: dict[str, Peer]) -> str:
     """One line saying how many threads each runtime was actually given."""
-    import os
     parts = [f"OMP/OPENBLAS/MKL_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"]
     torch = peers.get("torch")
     if torch is not None and torch.available:

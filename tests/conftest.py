@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.dirname(__file__))   # test helper modules (primitive
 
 import fgrad  # noqa: E402
 from fgrad.core.trace import checking_graphs  # noqa: E402
+from fgrad.interpreters import reverse
 
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                      HealthCheck.data_too_large,
@@ -28,7 +29,6 @@ settings.load_profile("ci" if os.environ.get("CI") else
 def _prune_every_residual(monkeypatch):
     """Reverse mode keeps small residuals whole; tests drop every residual the
     rules do not declare, so a wrong declaration cannot hide behind small arrays."""
-    from fgrad.interpreters import reverse
     monkeypatch.setattr(reverse, "PRUNE_MIN_BYTES", 0)
 
 

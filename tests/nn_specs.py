@@ -12,6 +12,7 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad import nn
 from primitive_specs import SPECS, Case, arrays, shapes, spec, values
+from fgrad.nn import _padding
 
 
 def _elementwise(f, ref, domain=None, **kw):
@@ -213,7 +214,6 @@ def np_pool(x, window, stride, pads, dilation, kind):
 
 
 def resolve_padding(padding, sizes, kernel, stride, dilation):
-    from fgrad.nn import _padding
     return _padding(padding, sizes, kernel, stride, dilation, "test")
 
 

@@ -13,6 +13,7 @@ from hypothesis.extra import numpy as hnp
 import fgrad.numpy as fnp
 from primitive_specs import (NONDIFF_SPECS, SPECS, Case, _nondiff, arrays,
                              away_from_zero, shapes, spaced, values)
+from fgrad.numpy._reductions import QUANTILE_METHODS
 
 
 def _pair(dx, dy, max_dims=3):
@@ -239,7 +240,6 @@ SPECS["ediff1d"] = _ediff1d()
 
 @st.composite
 def _quantile_methods(draw, fgrad_fn, np_fn, scale):
-    from fgrad.numpy._reductions import QUANTILE_METHODS
     shape = draw(shapes())
     ndim = len(shape)
     axis = draw(st.none() | st.integers(-ndim, ndim - 1)) if ndim else None

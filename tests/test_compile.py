@@ -6,6 +6,8 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad.compiler import passes as C
 from fgrad.core.graph import Literal
+from fgrad.core.graph import Equation, Graph, Var
+from fgrad.primitives.elementwise import exp_p
 
 
 def _names(graph):
@@ -46,8 +48,6 @@ def test_constant_folding_evaluates_shape_only_and_literal_equations_once():
     assert isinstance(ones, Literal)
     np.testing.assert_array_equal(ones.value, np.ones(3))
     # an equation on literals only (as inlining or zero rules leave behind)
-    from fgrad.core.graph import Equation, Graph, Var
-    from fgrad.primitives.elementwise import exp_p
     lit = Literal(np.arange(3.0), fgrad.core.trace.get_aval(np.arange(3.0)))
     out = Var(lit.aval)
     folded = C.fold_constants(Graph([], [Equation(exp_p, [lit], [out], {})], [out]))

@@ -1,4 +1,6 @@
 """The compiled reverse sweep of large eager gradients (fgrad.interpreters.compiled_sweep)."""
+import concurrent.futures
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -119,7 +121,6 @@ def test_taps_run_in_the_compiled_sweep(every_size):
 
 def test_threads_share_a_grad_function(every_size):
     # each call records its own graph; the compiled sweeps are shared safely
-    import concurrent.futures
     g = fgrad.grad(lambda x: fnp.sum(fnp.sin(x) * x))
     xs = [np.linspace(0, 1, n) for n in range(3, 19)]      # 16 structures > cache
     with concurrent.futures.ThreadPoolExecutor(4) as pool:

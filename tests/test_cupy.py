@@ -16,6 +16,8 @@ from device_suite import Device, check_case, check_nested_transformations, \
     check_nondiff, check_scalar_input_moves
 from fgrad.errors import BackendMismatchError
 from primitive_specs import NONDIFF_SPECS, SPECS
+from fgrad.compiler.codegen import compile_graph
+from fgrad.compiler.fusion import kernels
 
 pytestmark = pytest.mark.cupy
 
@@ -75,8 +77,6 @@ def test_device_put_round_trip(gpu):
 
 
 def test_jit_fuses_an_elementwise_chain_into_one_cupy_kernel(gpu):
-    from fgrad.compiler.codegen import compile_graph
-    from fgrad.compiler.fusion import kernels
     import cupy
 
     def f(x):

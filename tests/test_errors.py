@@ -9,6 +9,7 @@ from fgrad.errors import (ArgnumError, BackendMismatchError, CotangentError,
                           CustomRuleError, ImmutableArrayError, InvalidInputError,
                           MissingRuleError, NonScalarOutputError, NumpyFunctionError,
                           TracerLeakError)
+from fgrad.core.trace import Primitive
 
 
 def test_grad_of_non_scalar_output():
@@ -57,7 +58,6 @@ def test_missing_rule_names_primitive_transformation_and_file():
 
 
 def test_missing_builtin_rule_names_the_primitives_file():
-    from fgrad.core.trace import Primitive
     prim = Primitive("test_only_twice", lambda x: 2 * x, family="primitives/elementwise.py",
                      register=False)
     with pytest.raises(MissingRuleError, match=r"test_only_twice.*VJP.*primitives/"

@@ -1,11 +1,14 @@
 """Seeing inside: gradient taps, NaN hunting, residual reports, graph export and
 parallel execution of compiled graphs."""
+import pathlib
+
 import numpy as np
 import pytest
 
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.errors import TapError
+from fgrad.core.graph import _FORWARD_COLOUR, _REVERSE_COLOUR
 
 
 def _double(ct):
@@ -132,7 +135,6 @@ from fgrad.errors import NonFiniteError  # noqa: E402
 
 def _line(marker):
     """``file:line`` of the line of this file holding ``marker`` (in a comment)."""
-    import pathlib
     lines = pathlib.Path(__file__).read_text().splitlines()
     hits = [i + 1 for i, text in enumerate(lines) if f"# {marker}" in text]
     assert len(hits) == 1
@@ -263,7 +265,6 @@ def test_residual_total_matches_the_arrays_listed():
 # ---------------------------------------------------------------------------
 
 def test_to_dot_colours_forward_and_reverse_equations_and_labels_shapes():
-    from fgrad.core.graph import _FORWARD_COLOUR, _REVERSE_COLOUR
     f = lambda x: fnp.sum(fnp.sin(x) * x)                            # noqa: E731
     forward_only = fgrad.make_graph(f)(np.ones(3)).to_dot()
     assert _REVERSE_COLOUR not in forward_only

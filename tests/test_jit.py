@@ -12,6 +12,7 @@ from fgrad.errors import ConcretizationError, InvalidInputError, StaticArgumentE
     TraceLimitError
 from fgrad.core.graph import Graph, Literal, check_staged
 from primitive_specs import SPECS
+from fgrad.compiler.codegen import compile_graph
 
 
 # -- staging and the graph IR --------------------------------------------------------
@@ -189,7 +190,6 @@ def test_staging_and_compiling_a_hundred_thousand_equations():
         return x
     g = fgrad.make_graph(f)(np.ones(2))
     assert len(g.eqns) == n
-    from fgrad.compiler.codegen import compile_graph
     out = compile_graph(g)(np.ones(2))[0]
     np.testing.assert_allclose(out, 1.0000001 ** n * np.ones(2), rtol=1e-9)
 

@@ -25,6 +25,8 @@ from device_suite import Device, check_case, check_nested_transformations, \
 from primitive_specs import NONDIFF_SPECS, SPECS
 from standin_backend import StandInArray, StandInRefused, registered, standin, \
     to_numpy, to_standin
+from fgrad.backend import scipy_module
+from fgrad.interpreters import compiled_sweep
 
 
 @pytest.fixture
@@ -176,7 +178,6 @@ def test_opt_einsum_dispatches_to_the_device_module_by_name(device):
 
 
 def test_linalg_fft_and_scipy_submodules_follow_the_data(device):
-    from fgrad.backend import scipy_module
     pytest.importorskip("scipy")
     a = to_standin(np.array([[2.0, 1.0], [1.0, 3.0]]))
     xp = array_module(a)
@@ -189,7 +190,6 @@ def test_linalg_fft_and_scipy_submodules_follow_the_data(device):
 
 
 def test_scipy_module_without_a_counterpart_says_what_to_do():
-    from fgrad.backend import scipy_module
     with pytest.raises(NotImplementedError, match=r"no SciPy counterpart registered.*"
                                                   r"device_put\(x, 'cpu'\)"):
         scipy_module(types.SimpleNamespace(__name__="fakexp"), "special")
@@ -214,7 +214,6 @@ def test_jit_moves_a_host_constant_to_the_device(device):
 
 
 def test_compiled_sweep_stays_on_the_device(device, monkeypatch):
-    from fgrad.interpreters import compiled_sweep
     monkeypatch.setattr(compiled_sweep, "MIN_BYTES", 0)
     x = np.linspace(-1, 1, 6)
 
