@@ -62,7 +62,7 @@ def _with_axis(f, ref, min_dims=1):
         st.booleans())).map(build)
 
 
-SPECS["logsumexp"] = _with_axis(nn.logsumexp, lambda x, a, k: np.log(np.sum(
+SPECS["nn.logsumexp"] = _with_axis(nn.logsumexp, lambda x, a, k: np.log(np.sum(
     np.exp(x), a, keepdims=k)), min_dims=0)
 SPECS["softmax"] = _with_axis(lambda x, a, k: nn.softmax(x, a),
                               lambda x, a, k: sc.softmax(x, a))

@@ -31,8 +31,18 @@ class Case:
     float32: bool = True          # False where changing precision is the point
 
 
-SPECS = {}          # primitive name -> strategy of Case
-NONDIFF_SPECS = {}  # primitive name -> strategy of (fgrad function, numpy function, args)
+class _Specs(dict):
+    """A spec table in which a name can be registered once: a second spec under
+    the same name would silently replace the first, and its cases never run."""
+
+    def __setitem__(self, name, strategy):
+        if name in self:
+            raise KeyError(f"spec {name!r} is registered twice; give the second a new name")
+        super().__setitem__(name, strategy)
+
+
+SPECS = _Specs()          # primitive name -> strategy of Case
+NONDIFF_SPECS = _Specs()  # primitive name -> strategy of (fgrad function, numpy function, args)
 
 
 def spec(*names):

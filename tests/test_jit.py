@@ -351,3 +351,15 @@ def test_retraces_exactly_when_the_signature_changes(calls):
         assert f_jit.cache_info().traces == len(seen)
     assert f_jit.cache_info().misses == len(seen)
     assert f_jit.cache_info().hits == len(calls) - len(seen)
+
+
+@pytest.mark.parametrize("fun", [lambda a: a, lambda a: a * 1.0, lambda a: (a, a)],
+                         ids=["identity", "times-one", "pair"])
+def test_jit_never_returns_its_input_array(fun):
+    x = np.arange(3.0)
+    out = fgrad.jit(fun)(x)
+    for leaf in fgrad.tree.tree_leaves(out):
+        assert leaf is not x and not np.shares_memory(leaf, x)
+        np.testing.assert_array_equal(leaf, x)
+    with fgrad.debug_nans():                 # the checked path too
+        assert fgrad.jit(fun)(x) is not x

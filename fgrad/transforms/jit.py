@@ -334,13 +334,14 @@ CacheInfo = collections.namedtuple("CacheInfo", "hits misses traces size")
 
 
 class _Entry:
-    __slots__ = ("graph", "out_tree", "run", "record", "xp")
+    __slots__ = ("graph", "out_tree", "run", "returns_input", "record", "xp")
 
     def __init__(self, graph, out_tree, record):
         self.graph = graph
         self.out_tree = out_tree
         self.record = record
         self.run = None
+        self.returns_input = True       # until the compiled graph says otherwise
         self.xp = None
 
 
@@ -484,12 +485,17 @@ class JitFunction:
                               self.parallel)
             return tree_unflatten(entry.out_tree, list(outs))
         if debug:
-            return tree_unflatten(entry.out_tree, run_checked(entry.graph, leaves))
+            outs = _not_aliasing(run_checked(entry.graph, leaves), leaves)
+            return tree_unflatten(entry.out_tree, outs)
         run = entry.run
         if run is None:
             xp = array_module(*leaves)
             run = entry.run = compiled_for(entry.graph, xp, self.parallel)
-        return tree_unflatten(entry.out_tree, list(run(*leaves)))
+            entry.returns_input = _returns_input(run)
+        outs = run(*leaves)
+        if entry.returns_input:
+            outs = _not_aliasing(outs, leaves)
+        return tree_unflatten(entry.out_tree, list(outs))
 
     def _trace(self, args, kwargs, statics, leaves, tree, sig):
         record = self._record(args, kwargs, statics, leaves, tree, sig)
@@ -583,6 +589,32 @@ class JitFunction:
             entry, _ = self._trace(args, kwargs, statics, leaves, tree, sig)
             self._cache[key] = entry
         return Lowered(entry.graph, compiled_for(entry.graph, array_module(*leaves)))
+
+
+def _not_aliasing(outs, inputs):
+    """``outs`` with any output that is one of the ``inputs`` copied.
+
+    A graph that returns an argument (``jit(lambda a: a)``, or ``a * 1`` once
+    the compiler drops the multiplication) would hand the caller its own array,
+    which it could then change through the result: NumPy users expect a new one.
+    """
+    outs = list(outs)
+    for i, out in enumerate(outs):
+        for x in inputs:
+            if out is x:
+                outs[i] = out.copy()
+                break
+    return outs
+
+
+def _returns_input(compiled):
+    """Whether compiled code may return one of its arguments (an output
+    variable of its optimised graph is an input variable)."""
+    graph = getattr(compiled, "graph", None)
+    if graph is None:
+        return True
+    invars = set(graph.invars)
+    return any(v in invars for v in graph.outvars)
 
 
 def _ordinal(n):
