@@ -13,6 +13,7 @@ from fgrad.errors import ConcretizationError, InvalidInputError, StaticArgumentE
 from fgrad.core.graph import Graph, Literal, check_staged
 from primitive_specs import SPECS
 from fgrad.compiler.codegen import compile_graph
+from fgrad.transforms.jit import CACHE_SIZE
 
 
 # -- staging and the graph IR --------------------------------------------------------
@@ -363,3 +364,15 @@ def test_jit_never_returns_its_input_array(fun):
         np.testing.assert_array_equal(leaf, x)
     with fgrad.debug_nans():                 # the checked path too
         assert fgrad.jit(fun)(x) is not x
+
+
+def test_the_cache_of_signatures_is_bounded():
+    f = fgrad.jit(lambda x: fnp.sum(x * x))
+    for n in range(1, CACHE_SIZE + 40):
+        assert float(f(np.ones(n))) == n
+    info = f.cache_info()
+    assert info.size == CACHE_SIZE and info.traces == CACHE_SIZE + 39
+    assert float(f(np.ones(1))) == 1.0            # evicted: traced again, still right
+    assert f.cache_info().traces == CACHE_SIZE + 40
+    assert float(f(np.ones(CACHE_SIZE + 39))) == CACHE_SIZE + 39   # kept: no retrace
+    assert f.cache_info().traces == CACHE_SIZE + 40

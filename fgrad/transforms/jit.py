@@ -47,6 +47,8 @@ from fgrad.primitives.creation import zeros_like
 from fgrad.transforms.differentiation import jvp, vjp
 
 RETRACE_ENV = "FGRAD_LOG_RETRACE"
+# signatures a jitted function keeps compiled (the oldest traced goes first)
+CACHE_SIZE = 64
 _log = logging.getLogger("fgrad.jit")
 
 # ---------------------------------------------------------------------------
@@ -473,7 +475,7 @@ class JitFunction:
             self._misses += 1
             entry, captured = self._trace(args, kwargs, statics, leaves, tree, sig)
             if not captured and key is not None:
-                self._cache[key] = entry
+                self._remember(key, entry)
             if captured or traced:
                 outs = _bind_call(self._prim, leaves + list(captured), entry.graph,
                                   self.__name__, self.parallel)
@@ -568,6 +570,17 @@ class JitFunction:
 
     # -- introspection ---------------------------------------------------------
 
+    def _remember(self, key, entry):
+        # a bounded cache: past CACHE_SIZE signatures the oldest traced is
+        # dropped (traced again if it comes back), so a function called with
+        # ever-new shapes does not keep every graph and its code alive
+        if len(self._cache) >= CACHE_SIZE:
+            try:
+                self._cache.pop(next(iter(self._cache)), None)
+            except (RuntimeError, StopIteration):    # another thread got there first
+                pass
+        self._cache[key] = entry
+
     def cache_info(self):
         """``CacheInfo(hits, misses, traces, size)`` of this jitted function."""
         return CacheInfo(self._hits, self._misses, self._traces, len(self._cache))
@@ -587,7 +600,7 @@ class JitFunction:
         entry = self._cache.get(key)
         if entry is None:
             entry, _ = self._trace(args, kwargs, statics, leaves, tree, sig)
-            self._cache[key] = entry
+            self._remember(key, entry)
         return Lowered(entry.graph, compiled_for(entry.graph, array_module(*leaves)))
 
 
@@ -665,7 +678,9 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     ``static_argnames``, which must be hashable). ``max_traces`` raises
     `TraceLimitError` naming the argument that forced a retrace past it; set
     the environment variable ``FGRAD_LOG_RETRACE=1`` to log every retrace.
-    ``f_jit.cache_info()`` counts hits, misses and traces.
+    ``f_jit.cache_info()`` counts hits, misses and traces. The last 64
+    signatures traced are kept (`CACHE_SIZE`); an older one is traced again if
+    it comes back.
 
     ``parallel=True`` runs independent equations of the compiled graph (the
     forward and reverse passes of ``jit(grad(f))`` alike) on a thread pool,
