@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(__file__))   # test helper modules (primitive
 
 import fgrad  # noqa: E402
 from fgrad.core.trace import checking_graphs  # noqa: E402
-from fgrad.interpreters import reverse
+from fgrad.interpreters import reverse  # noqa: E402
 
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                      HealthCheck.data_too_large,

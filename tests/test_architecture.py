@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from fgrad.interpreters import callbacks
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # imported inside functions on purpose: optional, and heavy or absent
@@ -158,3 +160,8 @@ def test_the_architecture_picture_is_current():
     assert GRAPH.to_dot() == committed, (
         "the imports changed since docs/img/architecture.dot was drawn: run "
         "python docs/architecture_graph.py and commit docs/img/architecture.*")
+
+
+def test_an_unknown_interpreter_callback_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"unknown interpreter callback 'grad'.*'vjp', 'vmap'"):
+        callbacks.register(grad=lambda f: f)

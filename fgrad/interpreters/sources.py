@@ -13,12 +13,6 @@ FGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRIMITIVES_DIR = os.path.join(os.path.dirname(FGRAD_DIR), "primitives")
 
 
-def is_fgrad_file(filename):
-    """Whether ``filename`` is one of fgrad's own source files."""
-    path = os.path.abspath(filename)
-    return path.startswith(FGRAD_DIR) or path.startswith(PRIMITIVES_DIR)
-
-
 def user_source():
     """``(filename, lineno)`` of the innermost frame outside fgrad's own code."""
     frame = sys._getframe(1)

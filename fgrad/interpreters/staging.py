@@ -13,7 +13,6 @@ graph passes them in when binding it.
 
 import contextlib
 import gc
-import traceback
 
 from fgrad.core.errors import ConcretizationError, MissingRuleError
 from fgrad.core.graph import Equation, Graph, Literal, Var
@@ -27,7 +26,7 @@ from fgrad.core.trace import (
     new_trace,
     trace_state,
 )
-from fgrad.interpreters.sources import is_fgrad_file, user_source
+from fgrad.interpreters.sources import describe_source, user_source
 
 
 class StagingTracer(Tracer):
@@ -69,20 +68,9 @@ class StagingTracer(Tracer):
         raise ConcretizationError(concretization_message(self, ".tolist()"))
 
 
-def _user_frame():
-    """The innermost stack frame outside fgrad's own code: the user's line."""
-    for frame in reversed(traceback.extract_stack()):
-        if not is_fgrad_file(frame.filename):
-            return frame
-    return None
-
-
 def concretization_message(tracer, what):
-    frame = _user_frame()
-    where = ""
-    if frame is not None:
-        code = f": `{frame.line.strip()}`" if frame.line else ""
-        where = f" at {frame.filename}:{frame.lineno}{code}"
+    source = user_source()
+    where = "" if source is None else f" at {describe_source(source)}"
     return (f"a staged array ({tracer.aval}) was asked for {what}{where}, but under "
             "jit (or make_graph) arrays have a shape and dtype and no value yet. "
             "For control flow that depends on array values use fgrad.lax.cond / "
