@@ -75,7 +75,7 @@ def dot(a, b):
     of ``b`` (the last if ``b`` is 1-d); scalars multiply."""
     a_aval, b_aval = get_aval(a), get_aval(b)
     if a_aval.ndim == 0 or b_aval.ndim == 0:
-        return a * b
+        return multiply(a, b)       # not `a * b`: NumPy's operator on two arrays
     if b_aval.ndim <= 2:
         return matmul(a, b)
     # N-d b: contract with its axis -2, keeping b's other axes in order.
@@ -130,7 +130,7 @@ matmul_p.batch = _matmul_batch
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from fgrad.primitives.elementwise import unbroadcast  # noqa: E402
+from fgrad.primitives.elementwise import multiply, unbroadcast  # noqa: E402
 from fgrad.primitives.shape import (  # noqa: E402
     expand_dims, moveaxis_to_front, reshape, swap_last_axes,
 )

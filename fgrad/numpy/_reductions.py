@@ -308,7 +308,7 @@ def median(a, axis=None, keepdims=False):
 def _axis_param(axis, ndim):
     if axis is None:
         return None
-    return _normalize_axis(axis, ndim)
+    return _red.reduced_axes(axis, ndim)
 
 
 def all(a, axis=None, keepdims=False):
@@ -487,11 +487,15 @@ def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
 
 def diff(a, n=1, axis=-1):
     """The ``n``-th discrete difference along ``axis``."""
+    if not isinstance(a, _Tracer) and not hasattr(a, "dtype"):
+        a = _np.asarray(a)                      # a list
     ndim = _get_aval(a).ndim
     ax = _normalize_axis(axis, ndim)[0]
+    # NumPy's diff of booleans is "changed" (not_equal): booleans do not subtract
+    step = _ew.not_equal if _get_aval(a).dtype == _np.bool_ else _ew.subtract
     for _ in range(n):
         length = _get_aval(a).shape[ax]
-        a = slice_axis(a, ax, 1, length) - slice_axis(a, ax, 0, _builtins_max(length - 1, 0))
+        a = step(slice_axis(a, ax, 1, length), slice_axis(a, ax, 0, _builtins_max(length - 1, 0)))
     return a
 
 
