@@ -1,4 +1,6 @@
 """Matrix products: matmul (with NumPy's 1-d and batch broadcasting), and dot."""
+import math
+
 import numpy as np
 
 from fgrad.core.backend import array_module
@@ -81,7 +83,8 @@ def dot(a, b):
     # N-d b: contract with its axis -2, keeping b's other axes in order.
     k = b_aval.shape[-2]
     rest = b_aval.shape[:-2] + b_aval.shape[-1:]
-    b2 = reshape(moveaxis_to_front(b, b_aval.ndim - 2), (k, -1))
+    b2 = reshape(moveaxis_to_front(b, b_aval.ndim - 2), (k, math.prod(rest)))  # not -1:
+    # an empty b has no size to infer it from
     return reshape(matmul(a, b2), a_aval.shape[:-1] + rest)
 
 

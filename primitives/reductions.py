@@ -6,7 +6,7 @@ import operator
 import numpy as np
 
 from fgrad.core.backend import array_module
-from fgrad.core.trace import Primitive, ShapedArray, get_aval
+from fgrad.core.trace import Primitive, ShapedArray, get_aval, plain_array
 
 from fgrad.primitives.base import normalize_axis, result_dtype
 from fgrad.primitives.batching import reduction_batch_rule, single_axis_batch_rule
@@ -268,6 +268,7 @@ prod = _reducer(prod_p)
 
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean: ``sum / count``, in float64 for integer inputs."""
+    x = plain_array(x)              # a masked array is refused before its axes are read
     aval = get_aval(x)
     if aval.ndim == 0 and axis is not None and axis != ():
         raise np.exceptions.AxisError(0, 0)     # NumPy's mean has no 0-d leniency

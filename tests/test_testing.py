@@ -93,6 +93,8 @@ def test_given_check_grads_passes_correct_functions():
     given_check_grads(lambda x, y: fnp.sum(fnp.log(x) * y), fst.arrays((3,), fst.positive()),
                       fst.arrays((3,)), max_examples=5)
     given_check_grads(fnp.linalg.inv, fst.spd(), max_examples=5)
+    given_check_grads(lambda a, b: fnp.sum(a * fnp.cos(b)),
+                      args=fst.broadcasting_arrays(None, None), max_examples=5)
 
 
 @fgrad.custom_vjp

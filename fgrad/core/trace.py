@@ -227,8 +227,8 @@ class Primitive:
                 trace = a.owner
                 if top is None or trace.level > top.level:
                     top = trace
-            elif type(a) is not np.ndarray and isinstance(a, np.ndarray):
-                args = tuple(map(plain_array, args))    # np.matrix, memmap, ...
+            elif type(a) is not np.ndarray and isinstance(a, REINTERPRETED):
+                args = tuple(map(plain_array, args))    # np.matrix, masked
         if top is None:
             return self.impl(*args, **params)
         if not top.active:
@@ -660,13 +660,18 @@ def _suggestion(name, method):
             "fgrad.defvjp / fgrad.defjvp.")
 
 
+# NumPy subclasses that change what an array means: np.matrix (2-D always, `*`
+# is a matrix product, its `sum` has no `keepdims`) and masked arrays. Other
+# subclasses (np.memmap, a device backend's array type) behave as ndarrays.
+REINTERPRETED = (np.matrix, np.ma.MaskedArray)
+
+
 def plain_array(x):
-    """``x``, with a NumPy array subclass (np.matrix, np.memmap, ...) viewed as a
-    plain ndarray: the primitives rely on ndarray's own methods and shapes (a
-    matrix stays 2-D and its ``sum`` takes no ``keepdims``). A masked array is
-    refused, since the view would drop its mask silently.
+    """``x``, with an np.matrix viewed as the plain 2-d ndarray of its data (the
+    primitives rely on ndarray's methods and shapes); a masked array is refused,
+    since the view would drop its mask silently. Anything else is returned as is.
     """
-    if type(x) is np.ndarray or not isinstance(x, np.ndarray):
+    if type(x) is np.ndarray or not isinstance(x, REINTERPRETED):
         return x
     if isinstance(x, np.ma.MaskedArray):
         raise ArraySubclassError(

@@ -33,9 +33,12 @@ def _nearby(args):
                                  for x in leaves])
 
 
-def given_check_grads(f, *strategies, order=2, modes=("fwd", "rev"), jit=True,
-                      vmap=True, atol=None, rtol=None, eps=None, max_examples=None):
-    """Check ``f`` at many arguments, one drawn from each of ``strategies``.
+def given_check_grads(f, *strategies, args=None, order=2, modes=("fwd", "rev"),
+                      jit=True, vmap=True, atol=None, rtol=None, eps=None,
+                      max_examples=None):
+    """Check ``f`` at many arguments, one drawn from each of ``strategies`` (or
+    all of them at once from ``args``, a strategy of tuples such as
+    `fgrad.testing.strategies.broadcasting_arrays`).
 
     On every draw: `check_grads` (``modes``, up to ``order``: forward and
     reverse against finite differences and against each other), then, unless
@@ -51,7 +54,7 @@ def given_check_grads(f, *strategies, order=2, modes=("fwd", "rev"), jit=True,
     """
     name = getattr(f, "__name__", repr(f))
 
-    @given(st.tuples(*strategies))
+    @given(st.tuples(*strategies) if args is None else args.map(tuple))
     def check(args):
         note(f"{name} failed at the arguments {args!r}")
         check_grads(f, args, order=order, modes=modes, atol=atol, rtol=rtol, eps=eps)
