@@ -10,6 +10,9 @@ import fgrad.numpy as fnp
 from fgrad.errors import ArraySubclassError, DerivativeConversionError, RetracingWarning
 from fgrad.transforms import jit as jit_module
 
+# np.matrix is what users pass here, deprecated or not
+pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+
 X = np.array([0.5, 1.0, 2.0])
 
 

@@ -162,10 +162,11 @@ def dot(a, b):
 
 
 def outer(a, b):
-    """Outer product of the flattened inputs."""
-    a = _shape.reshape(_as_operand(a), (-1,))
-    b = _shape.reshape(_as_operand(b), (-1,))
-    return einsum("i,j->ij", a, b)
+    """Outer product of the flattened inputs: NumPy's ``multiply.outer``, so
+    the products (overflow to inf and nan included) are NumPy's own."""
+    a = _shape.reshape(_as_operand(a), (-1, 1))
+    b = _shape.reshape(_as_operand(b), (1, -1))
+    return _ew.multiply(a, b)
 
 
 def vdot(a, b):
