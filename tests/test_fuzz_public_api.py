@@ -19,7 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.errors import ArraySubclassError, FgradError
+from fgrad.errors import FgradError
 
 # np.matrix is what users pass here, deprecated or not
 pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
