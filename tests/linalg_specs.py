@@ -15,6 +15,9 @@ import fgrad.numpy as fnp
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import linalg as _linalg
 from fgrad.primitives.shape import swap_last_axes as _swap
+# the matrix strategies are fgrad's public ones; `batches` and `well_conditioned`
+# stay importable from here for the spec modules that use them
+from fgrad.testing.strategies import batch_shapes as batches  # noqa: F401
 from fgrad.testing.strategies import well_conditioned
 from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, spec, values
 
