@@ -103,3 +103,13 @@ def test_max_traces_replaces_the_warning_with_an_error():
         warnings.simplefilter("error", RetracingWarning)
         for n in range(1, 60):
             f(np.ones(n))
+
+
+def test_matrix_tangents_and_cotangents_are_plain_arrays_too():
+    m = np.matrix([[1.0], [2.0], [3.0]])
+    _, tangent = fgrad.jvp(lambda a: fnp.sum(fnp.sin(a) * a), (m,), (m,))
+    np.testing.assert_allclose(tangent, np.sum((np.cos(m.A) * m.A + np.sin(m.A)) * m.A))
+    _, vjp_fn = fgrad.vjp(lambda a: a * 2.0, np.ones((3, 1)))
+    (ct,) = vjp_fn(m)
+    assert type(ct) is np.ndarray
+    np.testing.assert_array_equal(ct, 2 * m.A)

@@ -420,6 +420,7 @@ def vjp(fun, *primals, has_aux=False):
 
     def vjp_fn(ct):
         ct_leaves, ct_tree = tree_flatten(ct)
+        ct_leaves = list(map(plain_array, ct_leaves))
         if ct_tree != out_tree:
             raise CotangentError(
                 f"the cotangent passed to the vjp function of {name} has structure "
@@ -464,8 +465,9 @@ def jvp(fun, primals, tangents):
                         f"argument), got {type(primals).__name__} and "
                         f"{type(tangents).__name__}: write jvp(f, (x,), (v,)).")
     p_leaves, p_tree = tree_flatten(tuple(primals))
-    p_leaves = list(map(plain_array, p_leaves))
     t_leaves, t_tree = tree_flatten(tuple(tangents))
+    p_leaves = list(map(plain_array, p_leaves))      # np.matrix -> ndarray
+    t_leaves = list(map(plain_array, t_leaves))
     if p_tree != t_tree:
         raise CotangentError(f"jvp of {name}: tangents have structure {t_tree}, but "
                              f"primals have structure {p_tree}.")
