@@ -19,6 +19,7 @@ from fgrad.testing import (
 )
 from fgrad.testing import strategies as fst
 from fgrad.testing.properties import given_check_grads
+from primitive_specs import SPECS
 
 # -- strategies: inside their domains --------------------------------------------------
 
@@ -172,3 +173,8 @@ def test_a_linear_but_wrong_rule_fails_against_finite_differences():
     with pytest.raises(GradientCheckError, match="finite-difference"):
         check_custom_vjp(_rule(lambda r, ct: (fnp.sum(ct * r[1], axis=0), 2 * ct * r[0])),
                          (X, Y))
+
+
+def test_the_suites_spec_tables_refuse_a_name_registered_twice():
+    with pytest.raises(KeyError, match="spec 'sum' is registered twice; give the second"):
+        SPECS["sum"] = SPECS["sum"]
