@@ -15,6 +15,7 @@ from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.core.trace import plain_array as _plain_array
 from fgrad.numpy import _manipulation as _fshape
+from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import nn as _nn
@@ -489,7 +490,7 @@ def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
 def diff(a, n=1, axis=-1):
     """The ``n``-th discrete difference along ``axis``."""
     if not isinstance(a, _Tracer) and not hasattr(a, "dtype"):
-        a = _np.asarray(a)                      # a list
+        a = _asarray(a)                         # a list
     ndim = _get_aval(a).ndim
     ax = _normalize_axis(axis, ndim)[0]
     # NumPy's diff of booleans is "changed" (not_equal): booleans do not subtract
