@@ -11,6 +11,7 @@ exactly what they expect:
 NonScalarOutputError
 """
 from fgrad.core.errors import ArgnumError as ArgnumError
+from fgrad.core.errors import ArraySubclassError as ArraySubclassError
 from fgrad.core.errors import BackendMismatchError as BackendMismatchError
 from fgrad.core.errors import BatchAxisError as BatchAxisError
 from fgrad.core.errors import BatchedConversionError as BatchedConversionError
@@ -18,6 +19,7 @@ from fgrad.core.errors import ConcretizationError as ConcretizationError
 from fgrad.core.errors import ControlFlowError as ControlFlowError
 from fgrad.core.errors import CotangentError as CotangentError
 from fgrad.core.errors import CustomRuleError as CustomRuleError
+from fgrad.core.errors import DerivativeConversionError as DerivativeConversionError
 from fgrad.core.errors import DeviceError as DeviceError
 from fgrad.core.errors import FgradError as FgradError
 from fgrad.core.errors import ImmutableArrayError as ImmutableArrayError
@@ -31,6 +33,7 @@ from fgrad.core.errors import NonFiniteError as NonFiniteError
 from fgrad.core.errors import NonScalarOutputError as NonScalarOutputError
 from fgrad.core.errors import NumpyArgumentError as NumpyArgumentError
 from fgrad.core.errors import NumpyFunctionError as NumpyFunctionError
+from fgrad.core.errors import RetracingWarning as RetracingWarning
 from fgrad.core.errors import StaticArgumentError as StaticArgumentError
 from fgrad.core.errors import TapError as TapError
 from fgrad.core.errors import TraceLimitError as TraceLimitError
@@ -62,4 +65,7 @@ __all__ = [
     "TapError",
     "NonFiniteError",
     "NumpyArgumentError",
+    "DerivativeConversionError",
+    "RetracingWarning",
+    "ArraySubclassError",
 ]

@@ -1,6 +1,7 @@
 """Helpers the primitive families share: shape rules and broadcasting."""
 import numpy as np
 
+from fgrad.core.errors import NumpyArgumentError
 from fgrad.core.trace import ShapedArray, get_aval
 
 
@@ -54,7 +55,8 @@ def normalize_axis(axis, ndim):
             raise np.exceptions.AxisError(a, ndim)
         out.append(a % ndim if ndim else 0)
     if len(set(out)) != len(out):
-        raise ValueError(f"repeated axis in {axis}")
+        raise NumpyArgumentError(f"axis={tuple(axis)} names an axis twice: list each "
+                                 "axis once")
     return tuple(sorted(out))
 
 

@@ -17,7 +17,8 @@ def _full_like_abstract(x, fill_value, dtype):
 
 
 def _full_like_impl(x, fill_value, dtype):
-    return array_module(x).full(getattr(x, "shape", ()), fill_value, dtype)
+    # a list's shape too (np.zeros_like([1, 2]) is [0, 0]), not only an array's
+    return array_module(x).full(get_aval(x).shape, fill_value, dtype)
 
 
 full_like_p = Primitive("full_like", _full_like_impl, _full_like_abstract,

@@ -1,4 +1,6 @@
 """Matrix products: matmul (with NumPy's 1-d and batch broadcasting), and dot."""
+import math
+
 import numpy as np
 
 from fgrad.core.backend import array_module
@@ -75,13 +77,14 @@ def dot(a, b):
     of ``b`` (the last if ``b`` is 1-d); scalars multiply."""
     a_aval, b_aval = get_aval(a), get_aval(b)
     if a_aval.ndim == 0 or b_aval.ndim == 0:
-        return a * b
+        return multiply(a, b)       # not `a * b`: NumPy's operator on two arrays
     if b_aval.ndim <= 2:
         return matmul(a, b)
     # N-d b: contract with its axis -2, keeping b's other axes in order.
     k = b_aval.shape[-2]
     rest = b_aval.shape[:-2] + b_aval.shape[-1:]
-    b2 = reshape(moveaxis_to_front(b, b_aval.ndim - 2), (k, -1))
+    b2 = reshape(moveaxis_to_front(b, b_aval.ndim - 2), (k, math.prod(rest)))  # not -1:
+    # an empty b has no size to infer it from
     return reshape(matmul(a, b2), a_aval.shape[:-1] + rest)
 
 
@@ -130,7 +133,7 @@ matmul_p.batch = _matmul_batch
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from fgrad.primitives.elementwise import unbroadcast  # noqa: E402
+from fgrad.primitives.elementwise import multiply, unbroadcast  # noqa: E402
 from fgrad.primitives.shape import (  # noqa: E402
     expand_dims, moveaxis_to_front, reshape, swap_last_axes,
 )

@@ -6,7 +6,7 @@ import operator
 import numpy as np
 
 from fgrad.core.backend import array_module
-from fgrad.core.trace import Primitive, ShapedArray, get_aval
+from fgrad.core.trace import Primitive, ShapedArray, get_aval, plain_array
 
 from fgrad.primitives.base import normalize_axis, result_dtype
 from fgrad.primitives.batching import reduction_batch_rule, single_axis_batch_rule
@@ -243,9 +243,18 @@ all_p.batch = reduction_batch_rule(all_p)
 any_p.batch = reduction_batch_rule(any_p)
 
 
+def reduced_axes(axis, ndim):
+    """The axes a reduction sums over: `normalize_axis`, except that an int
+    axis 0 or -1 of a 0-d array reduces nothing, as in NumPy's ufunc reductions
+    (``np.sum(np.float64(1), axis=0)``), whose methods refuse the tuple ``(0,)``."""
+    if ndim == 0 and isinstance(axis, (int, np.integer)) and axis in (0, -1):
+        return ()
+    return normalize_axis(axis, ndim)
+
+
 def _reducer(prim):
     def reduce(x, axis=None, keepdims=False):
-        return prim.bind(x, axis=normalize_axis(axis, get_aval(x).ndim),
+        return prim.bind(x, axis=reduced_axes(axis, get_aval(x).ndim),
                          keepdims=bool(keepdims))
     reduce.__name__ = prim.name
     return reduce
@@ -259,7 +268,13 @@ prod = _reducer(prod_p)
 
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean: ``sum / count``, in float64 for integer inputs."""
+    x = plain_array(x)              # a masked array is refused before its axes are read
     aval = get_aval(x)
+    if aval.ndim == 0 and axis is not None and axis != ():
+        raise np.exceptions.AxisError(0, 0)     # NumPy's mean has no 0-d leniency
+    if aval.dtype.kind not in "biufc":
+        raise TypeError(f"mean of a non-numeric array (dtype {aval.dtype}): pass "
+                        "numbers (None or strings have no mean)")
     axes = normalize_axis(axis, aval.ndim)
     count = math.prod(aval.shape[a] for a in axes)
     if aval.dtype.kind not in "fc":

@@ -15,40 +15,15 @@ import fgrad.numpy as fnp
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import linalg as _linalg
 from fgrad.primitives.shape import swap_last_axes as _swap
+# the matrix strategies are fgrad's public ones; `batches` and `well_conditioned`
+# stay importable from here for the spec modules that use them
+from fgrad.testing.strategies import batch_shapes as batches  # noqa: F401
+from fgrad.testing.strategies import well_conditioned
 from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, spec, values
 
 L = fnp.linalg
 
 # -- matrices -------------------------------------------------------------------------
-
-
-def _orthogonal(raw):
-    q, r = np.linalg.qr(raw)
-    return q * np.where(np.diagonal(r, axis1=-2, axis2=-1) < 0, -1.0, 1.0)[..., None, :]
-
-
-def batches():
-    return st.sampled_from([(), (2,), (1,), (2, 1)])
-
-
-@st.composite
-def well_conditioned(draw, n=None, m=None, batch=None, symmetric=False):
-    """``Q1 diag(s) Q2^T`` with singular values in [1, 3], spaced when symmetric."""
-    batch = draw(batches()) if batch is None else batch
-    n = draw(st.integers(1, 3)) if n is None else n
-    m = n if m is None else m
-    k = min(n, m)
-    q1 = _orthogonal(draw(arrays(batch + (n, n))) + 3 * np.eye(n))
-    q2 = q1 if symmetric else _orthogonal(draw(arrays(batch + (m, m))) + 3 * np.eye(m))
-    # distinct singular values: 1, 1.6, 2.2 (+ a drawn offset), so eigh/svd
-    # derivatives are well away from the degenerate case
-    s = 1.0 + 0.6 * np.arange(k) + draw(st.floats(0, 0.3))
-    if symmetric and draw(st.booleans()):
-        s = s * np.where(np.arange(k) % 2, -1.0, 1.0)   # indefinite too
-    middle = np.zeros(batch + (n, m))
-    idx = np.arange(k)
-    middle[..., idx, idx] = s
-    return q1[..., :, :n] @ middle @ np.swapaxes(q2, -1, -2)
 
 
 def _flip(v):

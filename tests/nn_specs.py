@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import fgrad
 import fgrad.numpy as fnp
 from fgrad import nn
-from primitive_specs import SPECS, Case, arrays, shapes, spec, values
+from primitive_specs import SPECS, Case, arrays, away_from, shapes, spec, values
 from fgrad.nn import _padding
 
 
@@ -28,7 +28,7 @@ def _spaced_unique(draw_seed, shape, step=0.1):
 
 
 def _away(lo, hi, gap=0.05):
-    return values(lo, hi).filter(lambda v: abs(v) > gap)
+    return away_from((0.0,), gap, lo, hi)
 
 
 # -- activations ------------------------------------------------------------------

@@ -11,16 +11,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fgrad.numpy as fnp
+from fgrad.testing.strategies import broadcasting_arrays
 from primitive_specs import (NONDIFF_SPECS, SPECS, Case, _nondiff, arrays,
                              away_from_zero, shapes, spaced, values)
 from fgrad.numpy._reductions import QUANTILE_METHODS
 
 
 def _pair(dx, dy, max_dims=3):
-    return hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=max_dims,
-                                             max_side=3).flatmap(
-        lambda bs: st.tuples(arrays(bs.input_shapes[0], dx),
-                             arrays(bs.input_shapes[1], dy)))
+    return broadcasting_arrays(dx, dy, max_dims=max_dims)
 
 
 def _joined(*parts):

@@ -19,6 +19,17 @@ from hypothesis.extra import numpy as hnp
 
 import fgrad
 import fgrad.numpy as fnp
+# the building blocks are fgrad's public strategies (one copy, exercised here);
+# the spec modules import them from here (`from primitive_specs import arrays`)
+from fgrad.testing.strategies import (  # noqa: F401
+    arrays,
+    away_from,
+    away_from_zero,
+    broadcasting_arrays,
+    shapes,
+    spaced,
+    values,
+)
 
 
 @dataclass
@@ -51,32 +62,6 @@ def spec(*names):
             SPECS[name] = make_strategy(name)
         return make_strategy
     return register
-
-
-# -- building blocks -------------------------------------------------------------
-
-def shapes(min_dims=0, max_dims=3, min_side=1, max_side=4):
-    return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side,
-                            max_side=max_side)
-
-
-def values(lo=-2.0, hi=2.0):
-    return st.floats(lo, hi, allow_nan=False, allow_infinity=False, width=64)
-
-
-def spaced(lo=-2.0, hi=2.0):
-    """Values on a grid 0.1 apart (plus an offset): no ties, no exact kinks."""
-    n = int(round((hi - lo) * 10))
-    return st.integers(0, n).map(lambda i: lo + i / 10 + 0.013)
-
-
-def arrays(shape, elements=None, unique=False):
-    return hnp.arrays(np.float64, shape,
-                      elements=values() if elements is None else elements, unique=unique)
-
-
-def away_from_zero(lo, hi, gap=0.2):
-    return values(lo, hi).filter(lambda v: abs(v) > gap)
 
 
 # -- elementwise ------------------------------------------------------------------
@@ -124,10 +109,7 @@ BINARY = {  # name: (fgrad function, numpy function, domain of x, domain of y)
 
 def binary(name):
     f, ref, dx, dy = BINARY[name]
-    return hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3) \
-        .flatmap(lambda bs: st.tuples(arrays(bs.input_shapes[0], dx),
-                                      arrays(bs.input_shapes[1], dy))) \
-        .map(lambda xy: Case(f, xy, ref))
+    return broadcasting_arrays(dx, dy).map(lambda xy: Case(f, xy, ref))
 
 
 for _name in BINARY:

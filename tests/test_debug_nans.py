@@ -290,3 +290,31 @@ def test_control_flow_under_debug_nans_computes_what_it_computes_off():
     for a, b in zip(got, expected):
         for u, v in zip(fgrad.tree.tree_flatten(a)[0], fgrad.tree.tree_flatten(b)[0]):
             np.testing.assert_allclose(u, v)
+
+
+# vmap of a cond whose examples disagree runs every branch on every example and
+# selects per example: a NaN in an unselected lane is not an error (issue 19)
+
+def _log_if_positive(x):
+    return lax.cond(x > 0, fnp.log, fnp.negative, x)
+
+
+@pytest.mark.parametrize("transform", [
+    lambda f: fgrad.jit(fgrad.vmap(f)),
+    fgrad.vmap,
+    lambda f: fgrad.grad(lambda x: fnp.sum(fgrad.vmap(f)(x))),
+    lambda f: fgrad.jit(fgrad.grad(lambda x: fnp.sum(fgrad.vmap(f)(x)))),
+])
+def test_nans_in_unselected_lanes_of_a_batched_cond_are_not_reported(transform):
+    x = np.array([-1.0, 2.0])
+    expected = transform(_log_if_positive)(x)
+    with np.errstate(invalid="ignore"), fgrad.debug_nans():
+        np.testing.assert_allclose(transform(_log_if_positive)(x), expected)
+
+
+def test_a_nan_in_a_selected_lane_of_a_batched_cond_is_still_reported():
+    def f(x):
+        return lax.cond(x > 0, lambda v: fnp.log(v - 5.0), fnp.negative, x)  # batched-cond
+    with np.errstate(invalid="ignore"), fgrad.debug_nans():
+        with pytest.raises(NonFiniteError, match=r"'where' produced nan.*\n.*batched-cond"):
+            fgrad.jit(fgrad.vmap(f))(np.array([-1.0, 2.0]))

@@ -13,6 +13,7 @@ from fgrad.errors import BatchAxisError, BatchedConversionError, CustomRuleError
     LoopBatchingWarning
 from fgrad.interpreters.batching import _loop_rule
 from fgrad.primitives.indexing import getitem
+from fgrad.testing.strategies import in_axes_for
 from primitive_specs import NONDIFF_SPECS, SPECS
 
 RNG = np.random.default_rng(0)
@@ -33,19 +34,6 @@ def _examples(args, axes, n):
     return examples, batched
 
 
-@st.composite
-def _batching(draw, args):
-    """A batch size and one in_axes entry per argument (None, or any position,
-    negative too), with at least one argument mapped."""
-    n = draw(st.integers(1, 3))
-    axes = [draw(st.one_of(st.none(), st.integers(-np.ndim(a) - 1, np.ndim(a))))
-            for a in args]
-    if all(ax is None for ax in axes):
-        i = draw(st.integers(0, len(args) - 1))
-        axes[i] = draw(st.integers(0, np.ndim(args[i])))
-    return n, tuple(axes)
-
-
 # ---------------------------------------------------------------------------
 # The dispatch table
 # ---------------------------------------------------------------------------
@@ -63,7 +51,7 @@ def test_vmap_matches_a_loop_over_examples(name):
     """vmap over drawn axes equals stacking per-example results, and the
     gradient through the batched function equals the gradient through the loop."""
     @given(SPECS[name].flatmap(lambda case: st.tuples(st.just(case),
-                                                      _batching(case.args))))
+                                                      in_axes_for(case.args))))
     def check(drawn):
         case, (n, axes) = drawn
         examples, bargs = _examples(case.args, axes, n)
@@ -95,7 +83,7 @@ def test_vmap_matches_a_loop_over_examples(name):
 @pytest.mark.parametrize("name", sorted(NONDIFF_SPECS))
 def test_vmap_of_nondifferentiable_primitives(name):
     @given(NONDIFF_SPECS[name].flatmap(lambda case: st.tuples(st.just(case),
-                                                              _batching(case[2]))))
+                                                              in_axes_for(case[2]))))
     def check(drawn):
         (f, _, args), (n, axes) = drawn
         examples, bargs = _examples(args, axes, n)

@@ -14,6 +14,7 @@ input, a constant, or anything that might share memory with a live value.
 import functools
 import linecache
 import math
+import weakref
 
 import numpy as np
 
@@ -266,13 +267,16 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
     lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
     source = "\n".join(lines) + "\n"
     filename = f"<fgrad.jit {name} {id(graph):x}>"
-    # registered with linecache so tracebacks through compiled code show the line
-    if len(source) < _LINECACHE_LIMIT:
-        linecache.cache[filename] = (len(source), None, source.splitlines(True),
-                                     filename)
     exec(compile(source, filename, "exec"), namespace)
     compiled = Compiled(namespace[name], source, graph)
     compiled.graph = graph
+    # registered with linecache so tracebacks through compiled code show the
+    # line, for as long as the code lives: linecache never drops an entry it
+    # cannot reload from a file, so a program jitting fresh functions would grow
+    if len(source) < _LINECACHE_LIMIT:
+        linecache.cache[filename] = (len(source), None, source.splitlines(True),
+                                     filename)
+        weakref.finalize(compiled, linecache.cache.pop, filename, None)
     return compiled
 
 

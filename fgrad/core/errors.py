@@ -166,6 +166,29 @@ class NumpyArgumentError(FgradError, ValueError):
     """
 
 
+class DerivativeConversionError(FgradError, TypeError):
+    """``float()``, ``int()``, ``complex()``, ``.item()`` or ``.tolist()`` of a
+    value that fgrad is differentiating: the plain Python number would drop its
+    derivative silently, so fgrad refuses (as JAX does).
+
+    >>> fgrad.grad(lambda a: float(fnp.sum(a)))(x)     # doctest: +SKIP
+    DerivativeConversionError: float() of an array that is being differentiated ...
+
+    Fix: keep the value an array (``fnp.sum(a)``, not ``float(fnp.sum(a))``), or
+    call ``fgrad.stop_gradient`` on it first if it is meant to be a constant.
+    """
+
+
+class RetracingWarning(UserWarning):
+    """A jitted function was traced again and again (a new shape, dtype or static
+    value on many calls): each trace stages and compiles it anew."""
+
+
+class ArraySubclassError(FgradError, TypeError):
+    """An array subclass fgrad cannot convert without changing its meaning (a
+    masked array: converting it would drop the mask)."""
+
+
 # Users meet these as fgrad.errors.X (the public module re-exports them): name
 # them so in tracebacks and reprs, and so pickling finds them there.
 for _cls in list(globals().values()):

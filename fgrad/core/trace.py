@@ -19,6 +19,8 @@ import threading
 import numpy as np
 
 from fgrad.core.errors import (
+    ArraySubclassError,
+    DerivativeConversionError,
     ImmutableArrayError,
     MissingRuleError,
     NumpyFunctionError,
@@ -225,6 +227,8 @@ class Primitive:
                 trace = a.owner
                 if top is None or trace.level > top.level:
                     top = trace
+            elif type(a) is not np.ndarray and isinstance(a, REINTERPRETED):
+                args = tuple(map(plain_array, args))    # np.matrix, masked
         if top is None:
             return self.impl(*args, **params)
         if not top.active:
@@ -619,6 +623,34 @@ class EagerTracer(Tracer):
     def concrete(self):
         return full_lower(self.primal)
 
+    # A Python number made from a value being differentiated would carry no
+    # derivative: refuse instead of returning a silent zero (JAX's choice).
+    # Integer and boolean values carry none, so they still convert.
+    def __float__(self):
+        return float(self._derivative_free("float()"))
+
+    def __int__(self):
+        return int(self._derivative_free("int()"))
+
+    def __complex__(self):
+        return complex(self._derivative_free("complex()"))
+
+    def item(self):
+        return self._derivative_free(".item()").item()
+
+    def tolist(self):
+        return self._derivative_free(".tolist()").tolist()
+
+    def _derivative_free(self, how):
+        if self.dtype.kind in "fc":
+            raise DerivativeConversionError(
+                f"{how} of an array that is being differentiated ({self.aval}) "
+                "would return a plain Python number and drop its derivative "
+                "silently. Keep it an array (write fnp.sum(x), not "
+                "float(fnp.sum(x))), or call fgrad.stop_gradient(x) first if it "
+                "is meant to be a constant.")
+        return self.concrete()
+
 
 def _suggestion(name, method):
     if method == "reduce":
@@ -626,6 +658,27 @@ def _suggestion(name, method):
     return ("Call the fgrad.numpy function of the same name (import fgrad.numpy as "
             "fnp), or, if fgrad lacks it, define it with fgrad.primitive and "
             "fgrad.defvjp / fgrad.defjvp.")
+
+
+# NumPy subclasses that change what an array means: np.matrix (2-D always, `*`
+# is a matrix product, its `sum` has no `keepdims`) and masked arrays. Other
+# subclasses (np.memmap, a device backend's array type) behave as ndarrays.
+REINTERPRETED = (np.matrix, np.ma.MaskedArray)
+
+
+def plain_array(x):
+    """``x``, with an np.matrix viewed as the plain 2-d ndarray of its data (the
+    primitives rely on ndarray's methods and shapes); a masked array is refused,
+    since the view would drop its mask silently. Anything else is returned as is.
+    """
+    if type(x) is np.ndarray or not isinstance(x, REINTERPRETED):
+        return x
+    if isinstance(x, np.ma.MaskedArray):
+        raise ArraySubclassError(
+            "fgrad got a masked array: fgrad works on plain arrays, and converting "
+            "it would drop the mask silently. Pass x.filled(value) to give masked "
+            "entries a value, or x.data to ignore the mask explicitly.")
+    return x.view(np.ndarray)
 
 
 def full_lower(x):

@@ -37,6 +37,7 @@ from fgrad.interpreters.custom_rules import call_jvp_rule
 from fgrad.interpreters.forward import JVPTrace
 from fgrad.interpreters.reverse import NEEDED_ONE, ReverseTrace, accumulate, ct_or_zero
 from fgrad.interpreters.sources import describe_source, user_source
+from fgrad.interpreters.staging import UNSELECTED
 
 
 @contextlib.contextmanager
@@ -148,7 +149,13 @@ def _tangent_context(context, prim, source):
     return (f"tangent of the {context[0]}", context[1], source, context[3])
 
 
+def _unchecked(context):
+    return context is not None and UNSELECTED in context[0]
+
+
 def _check_outputs(values, prim, context, source, args):
+    if _unchecked(context):
+        return
     for value in values:
         bad = non_finite(value)
         if bad is not None:
@@ -360,6 +367,8 @@ def run_checked(graph, args):
         tag = sources.get(eqn.outvars[0]) if eqn.outvars else None
         pass_, prim, source, _ = tag if tag is not None else ("forward", eqn.prim,
                                                                None, None)
+        if _unchecked(tag):
+            continue
         origin = next((masked[v] for v in eqn.invars if v in masked), None)
         if pass_ == "reverse":
             if _is_where(prim):

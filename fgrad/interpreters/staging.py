@@ -179,6 +179,25 @@ class DebugStagingTrace(StagingTrace):
         return out
 
 
+# The debug_nans pass of equations whose values are partly thrown away: the
+# branches of a `cond` that vmap runs on every example before each example
+# selects its own. A NaN in an unselected lane is no error (the log of the
+# negative examples that an `x > 0` branch never keeps); one in a selected lane
+# reaches the select that follows, which is checked.
+UNSELECTED = "every branch, before selecting"
+
+
+@contextlib.contextmanager
+def unselected_lanes():
+    """Stage or run the equations inside with the `UNSELECTED` tag: unchecked."""
+    previous = trace_state.nan_context
+    trace_state.nan_context = (UNSELECTED, None, None, None)
+    try:
+        yield
+    finally:
+        trace_state.nan_context = previous
+
+
 @contextlib.contextmanager
 def gc_paused():
     """Suspend the cyclic garbage collector while building a graph.
@@ -241,6 +260,8 @@ def eval_graph(graph, args):
             run(eqn)
         return [read(v) for v in graph.outvars]
     previous = trace_state.nan_context
+    if previous is not None and previous[0] == UNSELECTED:
+        sources = {}                # unchecked stays unchecked, whatever the lines
     try:
         for eqn in graph.eqns:
             tag = sources.get(eqn.outvars[0]) if eqn.outvars else None

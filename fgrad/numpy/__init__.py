@@ -137,7 +137,7 @@ def astype(x, dtype):
 
 
 # -- products ---------------------------------------------------------------------
-matmul, dot = _products.matmul, _products.dot
+matmul = _products.matmul
 
 
 # -- the rest of NumPy's surface, from private modules ---------------------------
@@ -338,6 +338,7 @@ _install_methods()
 # -- einsum and the products built on it, linalg, fft --------------------------------
 from fgrad.numpy import fft, linalg  # noqa: E402,F401
 from fgrad.numpy._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
+from fgrad.numpy._products import dot  # noqa: E402,F401
 
 # Tracers route NumPy's own functions (``np.sin(tracer)``) to this namespace.
 _Tracer.numpy_namespace = _sys.modules[__name__]

@@ -13,6 +13,7 @@ from fgrad.core.backend import array_module as _xp
 from fgrad.core.backend import asarray_on, module_of_leaves
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
+from fgrad.core.trace import plain_array as _plain_array
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.elementwise import convert_element_type as _convert_element_type
 
@@ -70,7 +71,8 @@ def isrealobj(x):
 def copy(a):
     """A copy of ``a``; arrays are immutable under transformations, so a traced
     value is returned as is."""
-    return a if isinstance(a, _Tracer) else _xp(a).copy(a)
+    # a subclass is copied as a plain array (np.matrix) or refused (masked)
+    return a if isinstance(a, _Tracer) else _xp(a).copy(_plain_array(a))
 
 
 # -- building arrays from sequences that may hold tracers --------------------------

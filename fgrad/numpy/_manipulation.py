@@ -15,6 +15,7 @@ from fgrad.core.backend import asarray_on as _asarray_on
 from fgrad.core.backend import module_of_leaves as _module_of_leaves
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
+from fgrad.core.trace import plain_array as _plain_array
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import indexing as _indexing
@@ -267,7 +268,7 @@ def sort(a, axis=-1, kind=None, stable=None):
     """``a`` sorted along ``axis``: a gather by the sorting permutation, so the
     derivative of each output element goes to the input element it came from."""
     if not isinstance(a, _Tracer):
-        return _xp(a).sort(a, axis=axis, kind=kind, stable=stable)
+        return _xp(a).sort(_plain_array(a), axis=axis, kind=kind, stable=stable)
     if axis is None:
         a, axis = ravel(a), 0
     axis = _axis(axis, _get_aval(a).ndim)

@@ -11,6 +11,7 @@ from fgrad.core.trace import Tracer, get_aval
 from fgrad.numpy._arrays import asarray
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import products as _products
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.base import normalize_axis
 
@@ -143,17 +144,29 @@ def tensordot(a, b, axes=2):
 def inner(a, b):
     """Inner product over the last axes (NumPy's ``inner``; scalars multiply)."""
     a, b = _as_operand(a), _as_operand(b)
-    na, nb = get_aval(a).ndim, get_aval(b).ndim
-    if na == 0 or nb == 0:
+    sa, sb = get_aval(a).shape, get_aval(b).shape
+    if not sa or not sb:
         return _ew.multiply(a, b)
+    if sa[-1] != sb[-1]:            # the contraction does not broadcast a size-1 axis
+        raise ValueError(f"inner: shapes {sa} and {sb} not aligned: {sa[-1]} (last "
+                         f"axis of a) != {sb[-1]} (last axis of b)")
     return tensordot(a, b, axes=([-1], [-1]))
 
 
+def dot(a, b):
+    """NumPy's ``dot``: products over the last axis of ``a`` and the second-to-last
+    of ``b`` (the last if ``b`` is 1-d); scalars multiply. Python numbers and
+    lists become arrays first, as NumPy's dot converts them (so a Python float
+    makes the result float64, unlike ``a * 2.0``)."""
+    return _products.dot(_as_operand(a), _as_operand(b))
+
+
 def outer(a, b):
-    """Outer product of the flattened inputs."""
-    a = _shape.reshape(_as_operand(a), (-1,))
-    b = _shape.reshape(_as_operand(b), (-1,))
-    return einsum("i,j->ij", a, b)
+    """Outer product of the flattened inputs: NumPy's ``multiply.outer``, so
+    the products (overflow to inf and nan included) are NumPy's own."""
+    a = _shape.reshape(_as_operand(a), (-1, 1))
+    b = _shape.reshape(_as_operand(b), (1, -1))
+    return _ew.multiply(a, b)
 
 
 def vdot(a, b):

@@ -13,7 +13,9 @@ from fgrad.core.backend import asarray_on as _asarray_on
 from fgrad.core.errors import NumpyArgumentError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
+from fgrad.core.trace import plain_array as _plain_array
 from fgrad.numpy import _manipulation as _fshape
+from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import nn as _nn
@@ -39,7 +41,7 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
     np.float64(1.6666666666666667)
     """
     if not isinstance(a, _Tracer):
-        return _xp(a).var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return _xp(a).var(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     if _get_aval(a).dtype.kind not in "fc":
         a = _ew.convert_element_type(a, _np.float64)
     centered = a - _red.mean(a, axis, keepdims=True)
@@ -54,7 +56,7 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
 def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
     """Standard deviation, ``sqrt(var)`` (its derivative is infinite at 0)."""
     if not isinstance(a, _Tracer):
-        return _xp(a).std(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return _xp(a).std(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     return _ew.sqrt(var(a, axis, dtype, ddof, keepdims))
 
 
@@ -67,7 +69,7 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
     1.5
     """
     if not isinstance(a, _Tracer) and not isinstance(weights, _Tracer):
-        return _xp(a).average(a, axis=axis, weights=weights, returned=returned,
+        return _xp(a).average(_plain_array(a), axis=axis, weights=weights, returned=returned,
                            keepdims=keepdims)
     if weights is None:
         avg = _red.mean(a, axis, keepdims)
@@ -299,7 +301,7 @@ def percentile(a, q, axis=None, keepdims=False, method="linear"):
 def median(a, axis=None, keepdims=False):
     """The median over ``axis``: the 0.5 quantile."""
     if not isinstance(a, _Tracer):
-        return _xp(a).median(a, axis=axis, keepdims=keepdims)
+        return _xp(a).median(_plain_array(a), axis=axis, keepdims=keepdims)
     return quantile(a, 0.5, axis, keepdims)
 
 
@@ -308,7 +310,7 @@ def median(a, axis=None, keepdims=False):
 def _axis_param(axis, ndim):
     if axis is None:
         return None
-    return _normalize_axis(axis, ndim)
+    return _red.reduced_axes(axis, ndim)
 
 
 def all(a, axis=None, keepdims=False):
@@ -351,7 +353,7 @@ def argsort(a, axis=-1, kind=None, stable=None):
 def count_nonzero(a, axis=None, keepdims=False):
     """How many elements are nonzero (no derivative)."""
     a = _concrete(a)
-    return _xp(a).count_nonzero(a, axis=axis, keepdims=keepdims)
+    return _xp(a).count_nonzero(_plain_array(a), axis=axis, keepdims=keepdims)
 
 
 def _concrete(x):
@@ -401,14 +403,14 @@ def _safe_root(s, p):
 def nansum(a, axis=None, keepdims=False):
     """Sum treating nan as zero; nan entries get a zero derivative."""
     if not isinstance(a, _Tracer):
-        return _xp(a).nansum(a, axis=axis, keepdims=keepdims)
+        return _xp(a).nansum(_plain_array(a), axis=axis, keepdims=keepdims)
     return _red.sum_(_ew.where(_ew.isnan(a), 0.0, a), axis, keepdims)
 
 
 def nanmean(a, axis=None, keepdims=False):
     """Mean of the entries that are not nan."""
     if not isinstance(a, _Tracer):
-        return _xp(a).nanmean(a, axis=axis, keepdims=keepdims)
+        return _xp(a).nanmean(_plain_array(a), axis=axis, keepdims=keepdims)
     present = _ew.logical_not(_ew.isnan(a))
     count = _red.sum_(_ew.convert_element_type(present, _get_aval(a).dtype), axis,
                       keepdims)
@@ -436,14 +438,14 @@ def nanmax(a, axis=None, keepdims=False):
     array([0. , 0. , 0.5, 0.5])
     """
     if not isinstance(a, _Tracer):
-        return _xp(a).nanmax(a, axis=axis, keepdims=keepdims)
+        return _xp(a).nanmax(_plain_array(a), axis=axis, keepdims=keepdims)
     return _nan_extremum(a, axis, keepdims, _red.max_, -_np.inf)
 
 
 def nanmin(a, axis=None, keepdims=False):
     """Minimum over ``axis`` ignoring nan; see `nanmax`."""
     if not isinstance(a, _Tracer):
-        return _xp(a).nanmin(a, axis=axis, keepdims=keepdims)
+        return _xp(a).nanmin(_plain_array(a), axis=axis, keepdims=keepdims)
     return _nan_extremum(a, axis, keepdims, _red.min_, _np.inf)
 
 
@@ -457,7 +459,7 @@ def nanvar(a, axis=None, dtype=None, ddof=0, keepdims=False):
     np.float64(1.0)
     """
     if not isinstance(a, _Tracer):
-        return _xp(a).nanvar(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return _xp(a).nanvar(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     if _get_aval(a).dtype.kind not in "fc":
         return var(a, axis, dtype, ddof, keepdims)
     present = _ew.logical_not(_ew.isnan(a))
@@ -481,17 +483,21 @@ def nanvar(a, axis=None, dtype=None, ddof=0, keepdims=False):
 def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
     """Standard deviation of the entries that are not nan, ``sqrt(nanvar)``."""
     if not isinstance(a, _Tracer):
-        return _xp(a).nanstd(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return _xp(a).nanstd(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     return _ew.sqrt(nanvar(a, axis, dtype, ddof, keepdims))
 
 
 def diff(a, n=1, axis=-1):
     """The ``n``-th discrete difference along ``axis``."""
+    if not isinstance(a, _Tracer) and not hasattr(a, "dtype"):
+        a = _asarray(a)                         # a list
     ndim = _get_aval(a).ndim
     ax = _normalize_axis(axis, ndim)[0]
+    # NumPy's diff of booleans is "changed" (not_equal): booleans do not subtract
+    step = _ew.not_equal if _get_aval(a).dtype == _np.bool_ else _ew.subtract
     for _ in range(n):
         length = _get_aval(a).shape[ax]
-        a = slice_axis(a, ax, 1, length) - slice_axis(a, ax, 0, _builtins_max(length - 1, 0))
+        a = step(slice_axis(a, ax, 1, length), slice_axis(a, ax, 0, _builtins_max(length - 1, 0)))
     return a
 
 
@@ -504,19 +510,19 @@ def _builtins_max(a, b):
 def nonzero(a):
     """Indices of the nonzero elements (no derivative)."""
     a = _concrete(a)
-    return _xp(a).nonzero(a)
+    return _xp(a).nonzero(_plain_array(a))
 
 
 def flatnonzero(a):
     """Indices of the nonzero elements of the flattened array."""
     a = _concrete(a)
-    return _xp(a).flatnonzero(a)
+    return _xp(a).flatnonzero(_plain_array(a))
 
 
 def argwhere(a):
     """Indices of the nonzero elements, one row each."""
     a = _concrete(a)
-    return _xp(a).argwhere(a)
+    return _xp(a).argwhere(_plain_array(a))
 
 
 def searchsorted(a, v, side="left", sorter=None):

@@ -14,6 +14,7 @@ paths: a ``cond`` whose predicate differs between examples runs every branch on
 the whole batch and selects per example, and a ``while_loop`` whose predicate
 differs runs until no example wants another step, freezing finished examples.
 """
+import contextlib
 import functools
 
 import numpy as np
@@ -23,7 +24,7 @@ from fgrad.core.errors import ControlFlowError
 from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval, nans_enabled
 from fgrad.interpreters.batching import batch_graph
 from fgrad.interpreters.nan_checking import run_checked
-from fgrad.interpreters.staging import eval_graph, stage
+from fgrad.interpreters.staging import eval_graph, stage, unselected_lanes
 from fgrad.primitives.batching import axis_size, batch_to_front, move_axis
 from fgrad.primitives.creation import zeros_like
 from fgrad.primitives.elementwise import add, greater_equal, where
@@ -188,7 +189,9 @@ def _cond_batch(args, dims, *, branches):
     # examples disagree: every branch runs on the whole batch, then each example
     # keeps its own branch's result (index clamped into range, as in impl)
     force = [True] * len(branches[0].outvars)
-    results = [_eval(_batch_graph(g, op_dims, size, force)[0], ops) for g in branches]
+    with unselected_lanes() if nans_enabled() else contextlib.nullcontext():
+        results = [_eval(_batch_graph(g, op_dims, size, force)[0], ops)
+                   for g in branches]
     index = move_axis(index, dims[0], 0)
     out = list(results[0])
     for k in range(1, len(branches)):

@@ -16,7 +16,14 @@ from fgrad.core.backend import (
     module_of_leaves,
 )
 from fgrad.core.errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
-from fgrad.core.trace import Tracer, get_aval, nans_enabled, new_trace, trace_state
+from fgrad.core.trace import (
+    Tracer,
+    get_aval,
+    nans_enabled,
+    new_trace,
+    plain_array,
+    trace_state,
+)
 from fgrad.core.tree import tree_flatten, tree_map, tree_structure, tree_unflatten
 from fgrad.interpreters.compiled_sweep import SweepCache, compiled_sweep, large_enough
 from fgrad.interpreters.forward import JVPTrace, JVPTracer
@@ -58,6 +65,7 @@ def _normalize_argnums(argnums, nargs, fname):
 def _as_input(x, what, allow_complex=True, xp=np):
     """A differentiated leaf as an array of module ``xp``, refusing integers and
     booleans (a Python scalar next to device arrays goes to the device)."""
+    x = plain_array(x)
     if not isinstance(x, Tracer) and not hasattr(x, "dtype"):
         x = asarray_on(xp, x)
     dtype = get_aval(x).dtype
@@ -412,6 +420,7 @@ def vjp(fun, *primals, has_aux=False):
 
     def vjp_fn(ct):
         ct_leaves, ct_tree = tree_flatten(ct)
+        ct_leaves = list(map(plain_array, ct_leaves))
         if ct_tree != out_tree:
             raise CotangentError(
                 f"the cotangent passed to the vjp function of {name} has structure "
@@ -457,6 +466,8 @@ def jvp(fun, primals, tangents):
                         f"{type(tangents).__name__}: write jvp(f, (x,), (v,)).")
     p_leaves, p_tree = tree_flatten(tuple(primals))
     t_leaves, t_tree = tree_flatten(tuple(tangents))
+    p_leaves = list(map(plain_array, p_leaves))      # np.matrix -> ndarray
+    t_leaves = list(map(plain_array, t_leaves))
     if p_tree != t_tree:
         raise CotangentError(f"jvp of {name}: tangents have structure {t_tree}, but "
                              f"primals have structure {p_tree}.")

@@ -21,6 +21,7 @@ import functools
 import inspect
 import logging
 import os
+import warnings
 
 import numpy as np
 
@@ -34,9 +35,22 @@ from fgrad.compiler.passes import (
     substituter,
 )
 from fgrad.core.backend import array_module, backend_name
-from fgrad.core.errors import ArgnumError, InvalidInputError, StaticArgumentError, TraceLimitError
+from fgrad.core.errors import (
+    ArgnumError,
+    InvalidInputError,
+    RetracingWarning,
+    StaticArgumentError,
+    TraceLimitError,
+)
 from fgrad.core.graph import Equation, Graph, Literal, Var
-from fgrad.core.trace import Primitive, Tracer, Zero, get_aval, nans_enabled
+from fgrad.core.trace import (
+    Primitive,
+    Tracer,
+    Zero,
+    get_aval,
+    nans_enabled,
+    plain_array,
+)
 from fgrad.core.tree import tree_flatten, tree_unflatten
 from fgrad.interpreters.batching import batch_graph
 from fgrad.interpreters.nan_checking import run_checked
@@ -49,6 +63,9 @@ from fgrad.transforms.differentiation import jvp, vjp
 RETRACE_ENV = "FGRAD_LOG_RETRACE"
 # signatures a jitted function keeps compiled (the oldest traced goes first)
 CACHE_SIZE = 64
+# traces of one jitted function after which it warns (once) that it keeps
+# retracing: usually a shape or static value that changes on every call
+RETRACE_WARNING_AFTER = 32
 _log = logging.getLogger("fgrad.jit")
 
 # ---------------------------------------------------------------------------
@@ -462,6 +479,7 @@ class JitFunction:
         else:
             dyn_args, dyn_kwargs, statics = args, kwargs, ()
         leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+        leaves = list(map(plain_array, leaves))     # np.matrix -> ndarray
         debug = nans_enabled()
         try:
             sig = tuple(map(_leaf_signature, leaves))
@@ -521,6 +539,14 @@ class JitFunction:
             if os.environ.get(RETRACE_ENV, "") not in ("", "0"):
                 _log.warning("fgrad.jit: retracing %s (trace %d): %s", self.__name__,
                              self._traces + 1, change)
+            if self._traces == RETRACE_WARNING_AFTER and self.max_traces is None:
+                warnings.warn(
+                    f"{self.__name__} has been traced {self._traces + 1} times (the "
+                    f"latest because {change}): each new shape, dtype, pytree "
+                    "structure or static value stages and compiles it again. Keep "
+                    "shapes fixed (pad batches), or pass jit(f, max_traces=N) to make "
+                    "retracing an error (and silence this warning).",
+                    RetracingWarning, stacklevel=3)
         elif self.max_traces is not None and self.max_traces < 1:
             raise TraceLimitError(f"{self.__name__} has max_traces={self.max_traces}, "
                                   "so it may not be traced at all.")

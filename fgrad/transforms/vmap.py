@@ -8,7 +8,7 @@ function runs once, and each output leaf has its batch axis moved to the place
 import functools
 
 from fgrad.core.errors import BatchAxisError
-from fgrad.core.trace import Tracer, get_aval, new_trace
+from fgrad.core.trace import Tracer, get_aval, new_trace, plain_array
 from fgrad.core.tree import broadcast_prefix, tree_flatten, tree_unflatten
 from fgrad.interpreters.batching import BatchTrace, BatchTracer
 from fgrad.primitives.batching import move_axis
@@ -44,6 +44,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
     def batched(*args, **kwargs):
         name = getattr(fun, "__name__", type(fun).__name__)
         leaves, in_tree = tree_flatten((args, kwargs))
+        leaves = list(map(plain_array, leaves))     # np.matrix -> ndarray
         fast = None if kwargs or axis_size is not None else _plain_axes(in_axes, args,
                                                                        leaves)
         if fast is not None:

@@ -1,4 +1,4 @@
-"""Checking derivatives: `check_grads`, and hypothesis strategies for arrays.
+"""Checking derivatives against finite differences: `check_grads`.
 
 `check_grads` compares forward and reverse mode against central finite
 differences along random directions, then recurses on the derivative functions
@@ -19,7 +19,8 @@ class GradientCheckError(FgradError, AssertionError):
 
 # The checks compare numbers on the host: finite differences are test
 # arithmetic, so copying device results back here is the point, not a leak.
-def _host(x):
+def to_host(x):
+    """``x`` as a NumPy array on the host (device results are copied back)."""
     return np.asarray(device_put(x, "cpu"))
 
 
@@ -34,7 +35,7 @@ def _inner(xs, ys):
     # arrays it is the ordinary dot product.
     total = 0.0
     for x, y in zip(xs, ys):
-        total = total + np.sum(np.real(_host(x) * _host(y)))
+        total = total + np.sum(np.real(to_host(x) * to_host(y)))
     return float(total)
 
 
@@ -45,7 +46,7 @@ def _directions(v):
         return [v]
     real_part, imag_part = [], []
     for x in v:
-        h = _host(x)
+        h = to_host(x)
         if h.dtype.kind == "c":
             real_part.append(_on_backend_of(np.asarray(np.real(h), h.dtype), x))
             imag_part.append(_on_backend_of(np.asarray(1j * np.imag(h), h.dtype), x))
@@ -55,7 +56,8 @@ def _directions(v):
     return [v, real_part, imag_part]
 
 
-def _random_like(leaves, rng):
+def random_like(leaves, rng):
+    """A standard-normal array (complex for complex leaves) like each leaf."""
     out = []
     for x in leaves:
         aval = get_aval(x)
@@ -67,7 +69,7 @@ def _random_like(leaves, rng):
 
 
 def _axpy(a, xs, ys):
-    return [_on_backend_of(np.asarray(_host(y) + a * _host(x), get_aval(y).dtype), y)
+    return [_on_backend_of(np.asarray(to_host(y) + a * to_host(x), get_aval(y).dtype), y)
             for x, y in zip(xs, ys)]
 
 
@@ -111,8 +113,8 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None,
 
     out = f_flat(*leaves)
     out_leaves, out_tree = tree_flatten(out)
-    v = _random_like(leaves, rng)
-    u = _random_like(out_leaves, rng)
+    v = random_like(leaves, rng)
+    u = random_like(out_leaves, rng)
     for direction in _directions(v):
         _check_first_order(f, f_flat, leaves, direction, u, out_tree, modes, atol,
                            rtol, eps)
@@ -133,7 +135,7 @@ def _check_first_order(f, f_flat, leaves, v, u, out_tree, modes, atol, rtol, eps
     def central(h):
         plus = tree_flatten(f_flat(*_axpy(h, v, leaves)))[0]
         minus = tree_flatten(f_flat(*_axpy(-h, v, leaves)))[0]
-        return [(_host(p) - _host(m)) / (2 * h) for p, m in zip(plus, minus)]
+        return [(to_host(p) - to_host(m)) / (2 * h) for p, m in zip(plus, minus)]
 
     # Richardson extrapolation of two central differences cancels their O(eps^2)
     # error term, so functions with large third derivatives (a few steps of a
@@ -144,7 +146,7 @@ def _check_first_order(f, f_flat, leaves, v, u, out_tree, modes, atol, rtol, eps
         _, t_out = jvp(f_flat, tuple(leaves), tuple(v))
         t_leaves = tree_flatten(t_out)[0]
         for j, (t, d) in enumerate(zip(t_leaves, fd)):
-            _close(_host(t), d, atol, rtol,
+            _close(to_host(t), d, atol, rtol,
                    f"JVP of {_name(f)} (output leaf {j}) vs finite differences")
     if "rev" in modes:
         _, vjp_fn = vjp(f_flat, *leaves)
