@@ -19,6 +19,7 @@ parallelism is Dask's: its threads, or its worker processes.
 import benchmarks  # noqa: F401  (pins BLAS threads; first import)
 
 import argparse
+import collections
 import contextlib
 import itertools
 import os
@@ -36,7 +37,7 @@ import fgrad.numpy as fnp
 try:
     import dask
     import dask.array as da
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster, get_task_stream
 except ImportError as err:      # a benchmark of fgrad.dask has nothing to run without it
     raise SystemExit(f"bench_dask needs pip install -e '.[dask]' ({err})") from err
 
@@ -120,7 +121,9 @@ def speed(repeats):
     def threads():
         with dask.config.set(scheduler="threads"):
             return g(fresh(), Xd, yd)
-    check, ref = threads(), eager(fresh(), X, y)
+    with dask.config.set(scheduler="threads"):
+        check = g(params, Xd, yd)
+    ref = eager(params, X, y)
     assert np.allclose(check[1]["w"], ref[1]["w"], rtol=1e-12, atol=0)
     with contextlib.ExitStack() as stack:
         one, client_1 = _on_cluster(stack, 1)
@@ -130,6 +133,8 @@ def speed(repeats):
             "threads": threads, "cluster-1": one, "cluster-2": two}, repeats)
         peaks = {1: sorted(client_1.run(_peak_rss_mb).values()),
                  2: sorted(client_2.run(_peak_rss_mb).values())}
+        busy = {1: _chunk_seconds_per_worker(client_1, one),
+                2: _chunk_seconds_per_worker(client_2, two)}
     floor = rows["floor"][0]
     print(f"\n{ROWS:.0e} x {FEATURES} float64 ({ROWS * FEATURES * 8 / 1e6:.0f} MB), "
           f"chunks of {CHUNK:.0e} rows, {os.cpu_count()} cores, {repeats} repeats "
@@ -143,6 +148,23 @@ def speed(repeats):
     for n, p in peaks.items():
         print(f"peak RSS per worker, {n} worker(s) holding the data: "
               + ", ".join(f"{mb:.0f} MB" for mb in p))
+    for n, (wall, seconds) in busy.items():
+        print(f"one call on {n} worker(s): {wall * 1e3:.0f} ms wall, chunk tasks computing "
+              + ", ".join(f"{s * 1e3:.0f} ms" for s in seconds) + " per worker")
+
+
+def _chunk_seconds_per_worker(client, call):
+    """(wall seconds of one call, seconds each worker spent in chunk tasks)."""
+    with get_task_stream(client) as stream:
+        start = time.perf_counter()
+        call()
+        wall = time.perf_counter() - start
+    seconds = collections.Counter()
+    for task in stream.data:
+        if "fgrad-grad-chunk" in str(task["key"]):
+            seconds[task["worker"]] += sum(s["stop"] - s["start"] for s in task["startstops"]
+                                           if s["action"] == "compute")
+    return wall, sorted(seconds.values())
 
 
 def full(epochs, batch_chunks, memory_limit):
@@ -189,7 +211,7 @@ def main():
                         help="also train on 10^7 rows in zarr (minutes)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-chunks", type=int, default=10)
-    parser.add_argument("--memory-limit", default="1GB")
+    parser.add_argument("--memory-limit", default="400MB")
     parser.add_argument("--skip-speed", action="store_true")
     args = parser.parse_args()
     if not args.skip_speed:

@@ -21,6 +21,7 @@ Dask is imported only when these functions are called (``pip install
 array([6., 6., 6.])
 """
 import collections
+import importlib
 import threading
 import uuid
 from typing import NamedTuple
@@ -45,18 +46,11 @@ CACHE_SIZE = 16
 def _require(module):
     """Import an optional package of the ``dask`` extra, or say how to get it."""
     try:
-        if module == "dask":
-            import dask
-            import dask.array
-            return dask
-        if module == "tqdm":
-            import tqdm
-            return tqdm
+        return importlib.import_module(module)
     except ImportError as err:
         raise OptionalDependencyError(
-            f"fgrad.dask needs {module}, which is not installed ({err}); install it with "
-            f"pip install 'fgrad[dask]'") from err
-    raise ValueError(f"not an optional package of fgrad.dask: {module}")
+            f"fgrad.dask needs {module.split('.')[0]}, which is not installed ({err}); "
+            f"install it with pip install 'fgrad[dask]'") from err
 
 
 # ---------------------------------------------------------------------------
@@ -214,8 +208,7 @@ def _check_reduce(reduce, fname):
 
 def _graph(spec, args, fname):
     """The Delayed ``(value, grads)`` of the whole data, after checking ``args``."""
-    dask = _require("dask")
-    import dask.array as da
+    dask, da = _require("dask"), _require("dask.array")
     row_chunks = _check_batch_args(args, spec.batch_args, fname, da)
     _check_in_memory(args, spec.batch_args, fname, dask)
     fixed = [a for i, a in enumerate(args) if i not in spec.batch_args]
@@ -273,7 +266,7 @@ def value_and_grad(loss, argnums=0, has_aux=False, *, reduce="mean", batch_args=
     (5.0, array([-10., -10.]))
     """
     fname = "fgrad.dask.value_and_grad"
-    _require("dask")
+    _require("dask.array")
     _check_reduce(reduce, fname)
     batch_args = _as_positions(batch_args, "batch_args", fname)
     positions = _as_positions(argnums, "argnums", fname)
@@ -350,8 +343,7 @@ def fit(loss, params, X, y, optimizer, *, epochs=1, batch_chunks=None, reduce="m
     (array([0., 1., 2., 3.]), 60)
     """
     fname = "fgrad.dask.fit"
-    dask = _require("dask")
-    import dask.array as da
+    dask, da = _require("dask"), _require("dask.array")
     tqdm = _require("tqdm") if progress else None
     # checked now, so that a bad argument fails before the first step
     n_chunks = len(_check_batch_args((params, X, y), (1, 2), fname, da))
