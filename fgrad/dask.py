@@ -276,6 +276,9 @@ def value_and_grad(loss, argnums=0, has_aux=False, *, reduce="mean", batch_args=
     key = f"fgrad-dask-{uuid.uuid4().hex}"
 
     def value_and_grad_over_chunks(*args):
+        if max(positions) >= len(args):
+            raise ArgnumError(f"{fname}: argnums={argnums!r} names argument {max(positions)}, "
+                              f"but the function was called with {len(args)} arguments")
         spec = _ChunkSpec(key, loss, argnums, has_aux, reduce, jit, len(args), batch_args)
         (result,) = _require("dask").compute(_graph(spec, args, fname))
         return result

@@ -204,6 +204,9 @@ def test_bad_input_is_refused_before_any_task_runs():
         fdask.grad(logistic, reduce="avg")
     with pytest.raises(ArgnumError, match=r"argnums=1 and batch_args=\(1, 2\) overlap"):
         fdask.grad(logistic, argnums=1)
+    with pytest.raises(ArgnumError, match=r"argnums=3 names argument 3, but the function was "
+                                          r"called with 3 arguments"):
+        fdask.grad(logistic, argnums=3)(PARAMS, Xd, yd)
 
 
 @needs_dask
