@@ -27,7 +27,8 @@ LAYER_NAMES = {"fgrad.core": "core", "fgrad.primitives": "primitives (the rules)
                "fgrad.interpreters": "interpreters", "fgrad.compiler": "compiler",
                "fgrad.transforms": "transforms",
                "fgrad.numpy": "libraries: fgrad.numpy and the public faces of lower layers",
-               "fgrad.nn": "libraries built on fgrad.numpy, and tools", "fgrad.demo": "demo"}
+               "fgrad.nn": "libraries built on fgrad.numpy, and tools",
+               "fgrad.dask": "scale-out on Dask", "fgrad.demo": "demo"}
 
 
 def module_sources(root=ROOT):

@@ -20,6 +20,7 @@ from fgrad.core.errors import ControlFlowError as ControlFlowError
 from fgrad.core.errors import CotangentError as CotangentError
 from fgrad.core.errors import CustomRuleError as CustomRuleError
 from fgrad.core.errors import DerivativeConversionError as DerivativeConversionError
+from fgrad.core.errors import DaskArgumentError as DaskArgumentError
 from fgrad.core.errors import DeviceError as DeviceError
 from fgrad.core.errors import FgradError as FgradError
 from fgrad.core.errors import ImmutableArrayError as ImmutableArrayError
@@ -34,6 +35,7 @@ from fgrad.core.errors import NonScalarOutputError as NonScalarOutputError
 from fgrad.core.errors import NumpyArgumentError as NumpyArgumentError
 from fgrad.core.errors import NumpyFunctionError as NumpyFunctionError
 from fgrad.core.errors import RetracingWarning as RetracingWarning
+from fgrad.core.errors import OptionalDependencyError as OptionalDependencyError
 from fgrad.core.errors import StaticArgumentError as StaticArgumentError
 from fgrad.core.errors import TapError as TapError
 from fgrad.core.errors import TraceLimitError as TraceLimitError
@@ -68,4 +70,6 @@ __all__ = [
     "DerivativeConversionError",
     "RetracingWarning",
     "ArraySubclassError",
+    "DaskArgumentError",
+    "OptionalDependencyError",
 ]

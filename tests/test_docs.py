@@ -42,8 +42,14 @@ def test_code_blocks_run(page):
                 from err
 
 
+# modules whose examples need an optional package (skipped where it is missing)
+DOCTEST_REQUIRES = {"fgrad.dask": "dask"}
+
+
 @pytest.mark.parametrize("module", DOCTEST_MODULES)
 def test_docstring_examples(module):
+    if module in DOCTEST_REQUIRES:
+        pytest.importorskip(DOCTEST_REQUIRES[module])
     mod = importlib.import_module(module)
     result = doctest.testmod(mod, extraglobs={"np": np, "fgrad": fgrad},
                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

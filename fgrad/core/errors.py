@@ -189,6 +189,25 @@ class ArraySubclassError(FgradError, TypeError):
     masked array: converting it would drop the mask)."""
 
 
+class DaskArgumentError(FgradError, ValueError):
+    """`fgrad.dask` got arguments it cannot split into row chunks.
+
+    >>> fgrad.dask.grad(loss)(params, X, y_numpy)        # doctest: +SKIP
+    DaskArgumentError: fgrad.dask.grad: argument 2 is a numpy.ndarray ...
+
+    Raised before any task is submitted: batch arguments that are not Dask
+    arrays, chunked along an axis other than the rows or with row chunks that
+    differ between arguments, an unknown ``reduce``, parameters that are Dask
+    arrays. Fix: follow the message; it names the argument and the call to make
+    (``da.from_array``, ``rechunk``, ``compute``).
+    """
+
+
+class OptionalDependencyError(FgradError, ImportError):
+    """A feature needs a package that is not installed (the message names the
+    extra to install, e.g. ``pip install 'fgrad[dask]'``)."""
+
+
 # Users meet these as fgrad.errors.X (the public module re-exports them): name
 # them so in tracebacks and reprs, and so pickling finds them there.
 for _cls in list(globals().values()):

@@ -1,0 +1,224 @@
+"""fgrad.dask: the cost of chunking, the speed-up of a second worker, memory per worker.
+
+Run ``python -m benchmarks.bench_dask`` from the repository root (needs
+``pip install -e '.[dask]'``); ``--full`` adds the out-of-core example of
+docs/scaling.md: logistic regression on 10^7 rows stored in zarr, trained with
+`fgrad.dask.fit` on a LocalCluster of two workers with a memory limit, with its
+time and peak memory per worker. Prints a Markdown table; asserts nothing about
+speed. BLAS is pinned to one thread (the benchmarks package), so the only
+parallelism is Dask's: its threads, or its worker processes.
+
+| row | what runs |
+|---|---|
+| `floor` | ``fgrad.value_and_grad(loss)`` on the NumPy arrays (10^6 x 64), in this process |
+| `floor-jit` | the same under ``fgrad.jit`` (what each chunk task runs) |
+| `threads` | ``fgrad.dask.value_and_grad``, same arrays in chunks of 10^5 rows, threads |
+| `cluster-1` | a LocalCluster of 1 single-threaded worker process, data persisted on it |
+| `cluster-2` | 2 such workers |
+"""
+import benchmarks  # noqa: F401  (pins BLAS threads; first import)
+
+import argparse
+import collections
+import contextlib
+import itertools
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+import fgrad
+import fgrad.dask as fdask
+import fgrad.numpy as fnp
+
+try:
+    import dask
+    import dask.array as da
+    from distributed import Client, LocalCluster, get_task_stream
+except ImportError as err:      # a benchmark of fgrad.dask has nothing to run without it
+    raise SystemExit(f"bench_dask needs pip install -e '.[dask]' ({err})") from err
+
+ROWS, FEATURES, CHUNK = 10 ** 6, 64, 10 ** 5
+FULL_ROWS, FULL_FEATURES, FULL_CHUNK = 10 ** 7, 16, 250_000
+
+
+def logistic(params, X, y):
+    z = X @ params["w"] + params["b"]
+    return fnp.mean(fnp.logaddexp(0.0, z) - y * z)
+
+
+def _params(features):
+    return {"w": np.zeros(features), "b": np.zeros(())}
+
+
+def _interleaved_seconds(calls, repeats):
+    """{name: (median, best)} seconds per call, the calls taken in turn in every
+    repeat so that a busy moment of a shared machine hits them all alike."""
+    for fn in calls.values():
+        fn()                                # warm: compile, load, connect
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(t), min(t)) for name, t in times.items()}
+
+
+def _dataset(rows, features, chunk, seed=0):
+    """Random logistic-regression data as a Dask array (built where it is computed)."""
+    rng = da.random.default_rng(seed)
+    X = rng.standard_normal((rows, features), chunks=(chunk, features))
+    w_true = np.linspace(-1.0, 1.0, features)
+    y = (X @ w_true + rng.standard_normal(rows, chunks=chunk) > 0).astype(float)
+    return X, y
+
+
+def _peak_rss_mb():
+    """This process's peak resident memory (Linux: VmHWM, which exec resets,
+    unlike getrusage's ru_maxrss, which a worker inherits from its parent)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def _fresh_params(features):
+    """New parameters per call: the same ones would give the same Dask keys, and
+    a cluster may answer from the previous call's results."""
+    step = itertools.count()
+    return lambda: {"w": np.full(features, 1e-3 * next(step)), "b": np.zeros(())}
+
+
+def _on_cluster(stack, n_workers, memory_limit="2GB"):
+    """A gradient call on a new LocalCluster of ``n_workers`` single-threaded
+    worker processes holding the data, and that cluster's client."""
+    cluster = stack.enter_context(LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, processes=True,
+        memory_limit=memory_limit, dashboard_address=None))
+    client = stack.enter_context(Client(cluster, set_as_default=False))
+    X, y = client.persist(list(_dataset(ROWS, FEATURES, CHUNK)))
+    g, params = fdask.value_and_grad(logistic), _fresh_params(FEATURES)
+
+    def call():
+        with dask.config.set(scheduler=client.get):
+            return g(params(), X, y)
+    return call, client
+
+
+def speed(repeats):
+    X, y = dask.compute(*_dataset(ROWS, FEATURES, CHUNK), scheduler="threads")
+    params = _params(FEATURES)
+    eager = fgrad.value_and_grad(logistic)
+    jitted = fgrad.jit(fgrad.value_and_grad(logistic))
+    Xd, yd = da.from_array(X, chunks=(CHUNK, -1)), da.from_array(y, chunks=CHUNK)
+    g, fresh = fdask.value_and_grad(logistic), _fresh_params(FEATURES)
+
+    def threads():
+        with dask.config.set(scheduler="threads"):
+            return g(fresh(), Xd, yd)
+    with dask.config.set(scheduler="threads"):
+        check = g(params, Xd, yd)
+    ref = eager(params, X, y)
+    assert np.allclose(check[1]["w"], ref[1]["w"], rtol=1e-12, atol=0)
+    with contextlib.ExitStack() as stack:
+        one, client_1 = _on_cluster(stack, 1)
+        two, client_2 = _on_cluster(stack, 2)
+        rows = _interleaved_seconds({
+            "floor": lambda: eager(params, X, y), "floor-jit": lambda: jitted(params, X, y),
+            "threads": threads, "cluster-1": one, "cluster-2": two}, repeats)
+        peaks = {1: sorted(client_1.run(_peak_rss_mb).values()),
+                 2: sorted(client_2.run(_peak_rss_mb).values())}
+        busy = {1: _chunk_seconds_per_worker(client_1, one),
+                2: _chunk_seconds_per_worker(client_2, two)}
+    floor = rows["floor"][0]
+    print(f"\n{ROWS:.0e} x {FEATURES} float64 ({ROWS * FEATURES * 8 / 1e6:.0f} MB), "
+          f"chunks of {CHUNK:.0e} rows, {os.cpu_count()} cores, {repeats} repeats "
+          f"interleaved\n")
+    print("| row | median | best | median vs floor |\n|---|---|---|---|")
+    for name, (median, best) in rows.items():
+        print(f"| {name} | {median * 1e3:.0f} ms | {best * 1e3:.0f} ms | "
+              f"{median / floor:.2f}x |")
+    print(f"\n2 workers vs 1: {rows['cluster-1'][0] / rows['cluster-2'][0]:.2f}x faster "
+          f"(best: {rows['cluster-1'][1] / rows['cluster-2'][1]:.2f}x)")
+    for n, p in peaks.items():
+        print(f"peak RSS per worker, {n} worker(s) holding the data: "
+              + ", ".join(f"{mb:.0f} MB" for mb in p))
+    for n, (wall, seconds) in busy.items():
+        print(f"one call on {n} worker(s): {wall * 1e3:.0f} ms wall, chunk tasks computing "
+              + ", ".join(f"{s * 1e3:.0f} ms" for s in seconds) + " per worker")
+
+
+def _chunk_seconds_per_worker(client, call):
+    """(wall seconds of one call, seconds each worker spent in chunk tasks)."""
+    with get_task_stream(client) as stream:
+        start = time.perf_counter()
+        call()
+        wall = time.perf_counter() - start
+    seconds = collections.Counter()
+    for task in stream.data:
+        if "fgrad-grad-chunk" in str(task["key"]):
+            seconds[task["worker"]] += sum(s["stop"] - s["start"] for s in task["startstops"]
+                                           if s["action"] == "compute")
+    return wall, sorted(seconds.values())
+
+
+def full(epochs, batch_chunks, memory_limit):
+    """Logistic regression on 10^7 rows in zarr, trained on two workers."""
+    path = tempfile.mkdtemp(prefix="fgrad-bench-dask-")
+    try:
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                          memory_limit=memory_limit, dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            start = time.perf_counter()
+            X, y = _dataset(FULL_ROWS, FULL_FEATURES, FULL_CHUNK)
+            da.to_zarr(X, os.path.join(path, "X.zarr"))
+            da.to_zarr(y, os.path.join(path, "y.zarr"))
+            written = time.perf_counter() - start
+            X = da.from_zarr(os.path.join(path, "X.zarr"))
+            y = da.from_zarr(os.path.join(path, "y.zarr"))
+            client.restart()            # peak memory of the training alone
+            pids = client.run(os.getpid)
+            start = time.perf_counter()
+            result = fdask.fit(logistic, _params(FULL_FEATURES), X, y,
+                               fgrad.optim.adam(0.1), epochs=epochs,
+                               batch_chunks=batch_chunks)
+            trained = time.perf_counter() - start
+            peaks = sorted(client.run(_peak_rss_mb).values())
+            restarted = len(set(pids.values()) - set(client.run(os.getpid).values()))
+        size = FULL_ROWS * FULL_FEATURES * 8 / 1e9
+        steps = len(result.history)
+        print(f"\n{FULL_ROWS:.0e} x {FULL_FEATURES} float64 in zarr ({size:.2f} GB), chunks of "
+              f"{FULL_CHUNK} rows, 2 workers x 1 thread, memory_limit={memory_limit}")
+        print(f"written in {written:.1f} s; trained {epochs} epochs ({steps} steps of "
+              f"{batch_chunks} chunks) in {trained:.1f} s ({trained / epochs:.1f} s per pass "
+              f"over the data)")
+        print(f"loss {result.history[0]:.4f} -> {result.history[-1]:.4f}; peak RSS per "
+              f"worker: " + ", ".join(f"{mb:.0f} MB" for mb in peaks)
+              + f"; workers restarted: {restarted}")
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--full", action="store_true",
+                        help="also train on 10^7 rows in zarr (minutes)")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-chunks", type=int, default=10)
+    parser.add_argument("--memory-limit", default="400MB")
+    parser.add_argument("--skip-speed", action="store_true")
+    args = parser.parse_args()
+    if not args.skip_speed:
+        speed(args.repeats)
+    if args.full:
+        full(args.epochs, args.batch_chunks, args.memory_limit)
+
+
+if __name__ == "__main__":
+    main()
