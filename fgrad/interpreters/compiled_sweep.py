@@ -15,6 +15,8 @@ call; smaller ones when a structure comes back, so a one-off call never pays
 for staging. Anything the compiler cannot stage (a rule that branches on a
 value, a one-off custom rule) keeps the eager sweep.
 """
+import numpy as np
+
 from fgrad.core.trace import ShapedArray, Tracer, primitive_table
 from fgrad.interpreters.reverse import ReverseTrace, backward_pass
 from fgrad.interpreters.staging import gc_paused, shaped, stage
@@ -71,23 +73,35 @@ def _describe(value, arrays, index):
 def structure(eqns):
     """``(key, arrays)`` of a recorded graph, or ``(None, None)`` if it cannot be staged.
 
-    This runs on every call that may use a compiled sweep, so it is kept lean.
+    This runs on every call that may use a compiled sweep, once per equation,
+    so the common cases are written out here: a value met before is a dict
+    probe, a NumPy array met first is described inline; `_describe` handles
+    the rest.
     """
     arrays, index = [], {}
     key = []
-    table = primitive_table
+    add = key.append
+    table_get = primitive_table.get
+    index_get = index.get
+    ndarray = np.ndarray
     for prim, in_nodes, out, args, ans, params in eqns:
-        if table.get(prim.name) is not prim:
+        if table_get(prim.name) is not prim:
             return None, None               # a one-off rule (custom_vjp, ...)
-        described = [_describe(a, arrays, index) for a in args]
-        if type(out) is tuple:
-            described += [_describe(a, arrays, index) for a in ans]
-        else:
-            described.append(_describe(ans, arrays, index))
-        if None in described:
-            return None, None
-        key.append((prim, tuple(in_nodes), out,
-                    tuple(sorted(params.items())) if params else (), tuple(described)))
+        described = []
+        for value in (*args, *ans) if type(out) is tuple else (*args, ans):
+            d = index_get(id(value))
+            if d is None:
+                if value.__class__ is ndarray:
+                    d = index[id(value)] = len(arrays)
+                    arrays.append(value)
+                    d = ("array", value.shape, value.dtype, d)
+                else:
+                    d = _describe(value, arrays, index)
+                    if d is None:
+                        return None, None
+            described.append(d)
+        add((prim, in_nodes if type(in_nodes) is tuple else tuple(in_nodes), out,
+             tuple(sorted(params.items())) if params else (), tuple(described)))
     key = tuple(key)
     try:
         hash(key)

@@ -59,9 +59,12 @@ def _prune(prim, in_nodes, primals, ans):
     residuals.
     """
     threshold = PRUNE_MIN_BYTES
-    if getattr(ans, "nbytes", -1) < threshold and not any(
-            getattr(p, "nbytes", -1) >= threshold for p in primals):
-        return primals, ans                 # nothing worth dropping
+    if getattr(ans, "nbytes", -1) < threshold:
+        for p in primals:               # a loop, not any(): this runs per operation
+            if getattr(p, "nbytes", -1) >= threshold:
+                break
+        else:
+            return primals, ans                 # nothing worth dropping
     keep_args, keep_ans = prim.residuals(tuple([n is not None for n in in_nodes]))
     saved = primals
     for i, p in enumerate(primals):
@@ -94,7 +97,8 @@ class ReverseTrace(Trace):
 
     def unwrap(self, args):
         """``(primals, input nodes)`` of ``args``: this trace's tracers give their
-        primal and node; anything else is a constant (node None)."""
+        primal and node; anything else is a constant (node None). The nodes are
+        a tuple: equations keep them, and the compiled sweep's key reads them."""
         primals, in_nodes = [], []
         for a in args:
             if isinstance(a, ReverseTracer) and a.owner is self:
@@ -103,20 +107,25 @@ class ReverseTrace(Trace):
             else:
                 primals.append(a)
                 in_nodes.append(None)
-        return primals, in_nodes
+        return primals, tuple(in_nodes)
 
     def process(self, prim, args, params):
         if len(args) == 1:                       # the common unary case, unrolled
             x = args[0]
-            primals, in_nodes = [x.primal], [x.node]
-        else:
-            primals, in_nodes = self.unwrap(args)
-        for p in primals:
+            p = x.primal
+            primals, in_nodes = [p], (x.node,)
             if isinstance(p, Tracer):           # an outer transformation's value
                 ans = self.evaluate_traced(prim, primals, params)
-                break
+            else:
+                ans = prim.impl(p, **params) if params else prim.impl(p)
         else:
-            ans = prim.impl(*primals, **params)
+            primals, in_nodes = self.unwrap(args)
+            for p in primals:
+                if isinstance(p, Tracer):
+                    ans = self.evaluate_traced(prim, primals, params)
+                    break
+            else:
+                ans = prim.impl(*primals, **params) if params else prim.impl(*primals)
         if prim.nondiff:
             return ans
         return self.record(prim, in_nodes, primals, ans, params)
