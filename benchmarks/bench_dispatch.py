@@ -26,15 +26,17 @@ the eager sweep (graphs seen once), per equation of a chain of ``sin``
   rule call       the VJP rule, its NumPy work included
   bookkeeping     popping equations and cotangents, accumulating
 
-``--json FILE`` writes the figures; ``--svg OUT BEFORE.json AFTER.json [...]``
-draws them as stacked bars (needs matplotlib), the chart in
-docs/performance.md. Run it on a quiet machine, or compare runs taken
+``--json FILE`` writes the figures; ``--svg OUT.svg LABEL=FILE[,FILE...] ...``
+draws them as stacked bars, one per label, each the phase-by-phase median of
+its files (needs matplotlib): the chart in docs/performance.md, whose figures
+go to OUT.json beside it. Run it on a quiet machine, or compare runs taken
 alternately: every phase is the fastest of several repeats.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -48,7 +50,7 @@ from fgrad.interpreters.compiled_sweep import structure
 from fgrad.interpreters.reverse import NEEDED_ONE, ReverseTrace, ReverseTracer, backward_pass
 from fgrad.primitives.elementwise import sin_p
 
-from .bench_engine import CHAIN_OPS, CHAIN_SIZE, RNG_SEED, chain_function
+from .bench_engine import CHAIN_OPS, CHAIN_SIZE, RNG_SEED, chain_function, chain_workload
 
 FORWARD = ("numpy", "backend lookup", "wrapper", "inspection", "unwrapping",
            "recording", "tracer")
@@ -57,19 +59,28 @@ EAGER_SWEEP = ("rule call", "bookkeeping")
 # recorded operations per timed loop: enough that the loop's own cost vanishes,
 # few enough that the recorded graph stays small
 BATCH = 200
+# timed loops per figure: many short ones, so that the fastest catches a quiet
+# moment of a shared machine (whose speed can change by half for seconds)
+REPEATS = 40
 
 
-def best_ns(fn, loops, repeats=15):
+def best_ns(fn, loops, repeats=REPEATS):
     """Fastest per-iteration time of ``fn(loops)`` over ``repeats`` calls, in ns.
 
     The minimum, not the median: other tenants of a shared machine only ever
-    add time.
+    add time. The cycle collector is off while timing, as in `timeit`: when it
+    runs depends on everything allocated before, not on the phase measured.
     """
     times = []
-    for _ in range(repeats):
-        start = time.perf_counter_ns()
-        fn(loops)
-        times.append((time.perf_counter_ns() - start) / loops)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter_ns()
+            fn(loops)
+            times.append((time.perf_counter_ns() - start) / loops)
+    finally:
+        gc.enable()
     return min(times)
 
 
@@ -88,7 +99,7 @@ def empty_loop(n):
 
 def forward_phases(x):
     """Per-operation nanoseconds of the recording phases (see the module doc)."""
-    loop = best_ns(empty_loop, BATCH)
+    loop = best_ns(empty_loop, BATCH // 4)
     sin = np.sin
     out = {}
     with new_trace(ReverseTrace) as trace:
@@ -103,7 +114,7 @@ def forward_phases(x):
         ans = sin(x)
 
         def timed(fn, *args):
-            return best_ns(loop_of(fn, *args), BATCH) - loop
+            return best_ns(loop_of(fn, *args), BATCH // 4) - loop
 
         def cleared(fn, *args):
             def run(n):
@@ -114,10 +125,10 @@ def forward_phases(x):
         numpy = timed(sin, x)
         impl = timed(sin_p.impl, x)
         tracer = timed(ReverseTracer, trace, ans, node)
-        record = best_ns(record_batch, BATCH) - loop
-        process = best_ns(cleared(trace.process, sin_p, (t,), {}), BATCH) - loop
-        bind = best_ns(cleared(sin_p.bind, t), BATCH) - loop
-        wrapper = best_ns(cleared(fnp.sin, t), BATCH) - loop
+        record = best_ns(record_batch, BATCH // 4) - loop
+        process = best_ns(cleared(trace.process, sin_p, (t,), {}), BATCH // 4) - loop
+        bind = best_ns(cleared(sin_p.bind, t), BATCH // 4) - loop
+        wrapper = best_ns(cleared(fnp.sin, t), BATCH // 4) - loop
         trace.eqns.clear()
     out["numpy"] = numpy
     out["backend lookup"] = impl - numpy
@@ -149,12 +160,12 @@ def chain_phases(x, forward_total):
     g = fgrad.grad(f)
     for _ in range(5):                       # the structure comes back: compiled
         g(x)
-    grad_ns = best_ns(loop_of(g, x), 20, repeats=9) / CHAIN_OPS
+    grad_ns = best_ns(loop_of(g, x), 4) / CHAIN_OPS
     recorded = recorder(f, x)
     trace, _ = recorded()
     n_eqns = len(trace.eqns)
-    record_ns = best_ns(loop_of(recorded), 20, repeats=9) / n_eqns
-    structure_ns = best_ns(loop_of(structure, trace.eqns), 20, repeats=9) / n_eqns
+    record_ns = best_ns(loop_of(recorded), 4) / n_eqns
+    structure_ns = best_ns(loop_of(structure, trace.eqns), 4) / n_eqns
     return {"other operations": record_ns - forward_total,
             "structure": structure_ns,
             "compiled sweep": grad_ns - record_ns - structure_ns}, grad_ns
@@ -173,10 +184,9 @@ def eager_sweep_phases(x):
         for _ in range(n):
             trace, out = recorded()
             backward_pass(trace, {out.node: np.ones(())})
-    sweep_ns = (best_ns(sweeps, 5, repeats=9)
-                - best_ns(loop_of(recorded), 5, repeats=9)) / (CHAIN_OPS + 1)
+    sweep_ns = (best_ns(sweeps, 2) - best_ns(loop_of(recorded), 2)) / (CHAIN_OPS + 1)
     ans, ct = np.sin(x), np.ones_like(x)
-    rule_ns = best_ns(loop_of(sin_p.vjp, ct, ans, NEEDED_ONE, x), BATCH)
+    rule_ns = best_ns(loop_of(sin_p.vjp, ct, ans, NEEDED_ONE, x), BATCH // 4)
     return {"rule call": rule_ns, "bookkeeping": sweep_ns - rule_ns}
 
 
@@ -184,8 +194,10 @@ def measure():
     x = np.random.default_rng(RNG_SEED).standard_normal(CHAIN_SIZE)
     forward = forward_phases(x)
     backward, grad_ns = chain_phases(x, sum(forward.values()))
+    floor_ns = best_ns(loop_of(chain_workload().floor), 4) / CHAIN_OPS
     return {"forward": forward, "backward": backward,
-            "eager sweep": eager_sweep_phases(x), "grad per op": grad_ns}
+            "eager sweep": eager_sweep_phases(x), "grad per op": grad_ns,
+            "numpy per op": floor_ns}
 
 
 def report(figures, label=""):
@@ -199,8 +211,24 @@ def report(figures, label=""):
     lines.append("-- eager sweep of a sin chain (graphs seen once), per equation")
     for name in EAGER_SWEEP:
         lines.append(f"{name:<16}{figures['eager sweep'][name]:>8.0f}")
-    lines.append(f"grad of the {CHAIN_OPS}-op chain: {figures['grad per op']:.0f} ns per op")
+    lines.append(f"grad of the {CHAIN_OPS}-op chain: {figures['grad per op']:.0f} ns per op, "
+                 f"{figures['grad per op'] / figures['numpy per op']:.2f}x the hand-written "
+                 f"NumPy gradient's {figures['numpy per op']:.0f} ns")
     return "\n".join(lines)
+
+
+def median_of(runs):
+    """Phase by phase, the median of several runs' figures (taken alternately
+    with another checkout on a shared machine, each run's figures can be off)."""
+    def median(values):
+        values = sorted(values)
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    out = {key: median([r[key] for r in runs]) for key in ("grad per op", "numpy per op")}
+    for section in ("forward", "backward", "eager sweep"):
+        out[section] = {name: median([r[section][name] for r in runs])
+                        for name in runs[0][section]}
+    return out
 
 
 def plot(svg_path, runs):
@@ -221,12 +249,16 @@ def plot(svg_path, runs):
             ax.barh(row, width, left=left, color=colors[i % len(colors)],
                     edgecolor="white", label=name if row == 0 else None)
             left += width
+    goal = 4 * runs[-1][1]["numpy per op"]
+    ax.axvline(goal, color="black", linestyle="--", linewidth=1)
+    ax.text(goal, -0.6, " 4x NumPy (the goal)", fontsize="small", va="bottom")
     ax.set_yticks(range(len(runs)), [label for label, _ in runs])
     ax.invert_yaxis()
-    ax.set_xlabel(f"ns per operation (sin on {CHAIN_SIZE} elements under grad)")
-    ax.legend(ncol=5, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.45),
+    ax.set_xlabel(f"ns per operation of grad of the chain-grad row: the phases of one "
+                  f"sin on {CHAIN_SIZE} elements, then the rest")
+    ax.legend(ncol=5, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.3),
               frameon=False)
-    ax.set_title("Where the time of one traced operation goes")
+    ax.set_title("Where the time of one traced operation goes", pad=18)
     fig.savefig(svg_path, bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
 
@@ -237,16 +269,22 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     parser.add_argument("--svg", nargs="+", metavar=("OUT", "LABEL=FILE"),
-                        help="draw OUT.svg from saved runs (LABEL=FILE ...) and exit")
+                        help="draw OUT.svg from saved runs (LABEL=FILE[,FILE...] ...), "
+                             "each label the median of its files, and exit")
     args = parser.parse_args(argv)
     if args.svg:
         out, *saved = args.svg
         runs = []
         for item in saved:
-            label, _, path = item.partition("=")
-            with open(path) as fh:
-                runs.append((label, json.load(fh)))
+            label, _, paths = item.partition("=")
+            figures = []
+            for path in paths.split(","):
+                with open(path) as fh:
+                    figures.append(json.load(fh))
+            runs.append((label, median_of(figures)))
         plot(out, runs)
+        with open(out.rsplit(".", 1)[0] + ".json", "w") as fh:
+            json.dump(dict(runs), fh, indent=1)     # the figures drawn, for the record
         return
     figures = measure()
     print(report(figures))
