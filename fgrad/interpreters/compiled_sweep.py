@@ -65,9 +65,10 @@ def _describe(value, arrays, index):
         return ("aval", value.shape, value.dtype, value.weak_type)
     if isinstance(value, Tracer) or not (hasattr(value, "shape") and hasattr(value, "dtype")):
         return None
-    i = index[id(value)] = len(arrays)
+    index[id(value)] = len(arrays)
     arrays.append(value)
-    return ("array", value.shape, value.dtype, i)
+    # its position in ``arrays`` follows from the key before it
+    return (value.shape, value.dtype)
 
 
 def structure(eqns):
@@ -88,17 +89,32 @@ def structure(eqns):
         if table_get(prim.name) is not prim:
             return None, None               # a one-off rule (custom_vjp, ...)
         described = []
-        for value in (*args, *ans) if type(out) is tuple else (*args, ans):
+        for value in args:
             d = index_get(id(value))
             if d is None:
-                if value.__class__ is ndarray:
-                    d = index[id(value)] = len(arrays)
+                if value.__class__ is ndarray:   # first seen: its place is implied
+                    index[id(value)] = len(arrays)
                     arrays.append(value)
-                    d = ("array", value.shape, value.dtype, d)
+                    d = (value.shape, value.dtype)
                 else:
                     d = _describe(value, arrays, index)
                     if d is None:
                         return None, None
+            described.append(d)
+        if type(out) is tuple:
+            for value in ans:
+                d = _describe(value, arrays, index)
+                if d is None:
+                    return None, None
+                described.append(d)
+        elif ans.__class__ is ndarray and id(ans) not in index:
+            index[id(ans)] = len(arrays)
+            arrays.append(ans)
+            described.append((ans.shape, ans.dtype))
+        else:
+            d = _describe(ans, arrays, index)
+            if d is None:
+                return None, None
             described.append(d)
         add((prim, in_nodes if type(in_nodes) is tuple else tuple(in_nodes), out,
              tuple(sorted(params.items())) if params else (), tuple(described)))

@@ -56,15 +56,9 @@ def _prune(prim, in_nodes, primals, ans):
     This is what keeps reverse mode's memory close to a hand-written gradient:
     ``a + b`` holds neither operand, ``exp(x)`` holds only its output. Integer
     arrays (indices, masks) are always kept: they are inputs to the rules, not
-    residuals.
+    residuals. `ReverseTrace.record` calls it only when some array is large.
     """
     threshold = PRUNE_MIN_BYTES
-    if getattr(ans, "nbytes", -1) < threshold:
-        for p in primals:               # a loop, not any(): this runs per operation
-            if getattr(p, "nbytes", -1) >= threshold:
-                break
-        else:
-            return primals, ans                 # nothing worth dropping
     keep_args, keep_ans = prim.residuals(tuple([n is not None for n in in_nodes]))
     saved = primals
     for i, p in enumerate(primals):
@@ -119,7 +113,19 @@ class ReverseTrace(Trace):
             else:
                 ans = prim.impl(p, **params) if params else prim.impl(p)
         else:
-            primals, in_nodes = self.unwrap(args)
+            if len(args) == 2:                   # binary operations, unrolled too
+                x, y = args
+                if isinstance(x, ReverseTracer) and x.owner is self:
+                    px, nx = x.primal, x.node
+                else:
+                    px, nx = x, None
+                if isinstance(y, ReverseTracer) and y.owner is self:
+                    py, ny = y.primal, y.node
+                else:
+                    py, ny = y, None
+                primals, in_nodes = [px, py], (nx, ny)
+            else:
+                primals, in_nodes = self.unwrap(args)
             for p in primals:
                 if isinstance(p, Tracer):
                     ans = self.evaluate_traced(prim, primals, params)
@@ -151,10 +157,20 @@ class ReverseTrace(Trace):
             return ans
         node = self.num_nodes
         self.num_nodes = node + 1
-        saved_args, saved_ans = primals, ans
         if prim.vjp_reads is not None and self.prune_residuals:
-            saved_args, saved_ans = _prune(prim, in_nodes, primals, ans)
-        self.eqns.append((prim, in_nodes, node, saved_args, saved_ans, params))
+            # most operations are on small arrays, where there is nothing worth
+            # dropping: tested here, before any call
+            large = getattr(ans, "nbytes", -1) >= PRUNE_MIN_BYTES
+            if not large:
+                for p in primals:
+                    if getattr(p, "nbytes", -1) >= PRUNE_MIN_BYTES:
+                        large = True
+                        break
+            if large:
+                saved_args, saved_ans = _prune(prim, in_nodes, primals, ans)
+                self.eqns.append((prim, in_nodes, node, saved_args, saved_ans, params))
+                return ReverseTracer(self, ans, node)
+        self.eqns.append((prim, in_nodes, node, primals, ans, params))
         return ReverseTracer(self, ans, node)
 
     def _record_multiple(self, prim, in_nodes, primals, ans, params):
