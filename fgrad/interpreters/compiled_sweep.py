@@ -18,7 +18,7 @@ value, a one-off custom rule) keeps the eager sweep.
 import numpy as np
 
 from fgrad.core.trace import ShapedArray, Tracer, primitive_table
-from fgrad.interpreters.reverse import ReverseTrace, backward_pass
+from fgrad.interpreters.reverse import PY_SCALARS, ReverseTrace, backward_pass
 from fgrad.interpreters.staging import gc_paused, shaped, stage
 
 # Differentiated inputs at least this large (in bytes, all together) get a
@@ -33,8 +33,6 @@ CACHE_SIZE = 8
 NOT_STAGEABLE = object()
 # a structure recorded once, to be compiled if it comes back
 SEEN_ONCE = object()
-# recorded values that are constants of a staged sweep, described by value
-PY_SCALARS = (bool, int, float, complex)
 
 
 class Replay:

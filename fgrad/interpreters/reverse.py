@@ -12,6 +12,8 @@ from, or ``None`` for a constant. `fgrad.core.graph` prints and checks such list
 """
 import sys
 
+import numpy as np
+
 from fgrad.core.backend import array_module
 from fgrad.core.errors import MissingRuleError
 from fgrad.core.graph import check_graph
@@ -44,6 +46,9 @@ def _dtype_kind(x):
     except AttributeError:
         return get_aval(x).dtype.kind
 
+
+# recorded values that are Python numbers (operands NumPy computes with as is)
+PY_SCALARS = (bool, int, float, complex)
 
 # Residuals smaller than this are kept whole: dropping them saves no memory
 # worth its cost. Tests set it to 0 so every rule runs on pruned residuals.
@@ -78,6 +83,8 @@ class ReverseTrace(Trace):
     __slots__ = ("eqns", "num_nodes")
     # whether to drop the residuals the VJP rules do not read (see `_prune`)
     prune_residuals = True
+    # whether a dead temporary's buffer may take a result (`binary_into_operand`)
+    reuse_temporaries = True
 
     def __init__(self, level):
         super().__init__(level)
@@ -135,6 +142,42 @@ class ReverseTrace(Trace):
         if prim.nondiff:
             return ans
         return self.record(prim, in_nodes, primals, ans, params)
+
+    def binary_into_operand(self, prim, ufunc, x, y):
+        """``prim(x, y)`` written into the buffer of ``x``'s primal, or None.
+
+        The caller (`fgrad.numpy`'s operators) has made sure that no one can
+        reach the tracer ``x`` once the operation returns: it is a temporary
+        of the user's expression, as in ``sin(x) * e + x ** 2``. Its buffer is
+        reused when it is large, a NumPy array owning its memory, held by
+        ``x`` alone (no equation keeps it), of the result's shape and dtype,
+        and not read by the VJP; that saves one array of the forward pass's
+        peak, as NumPy's own elision of temporaries does for ``a * b + c``.
+        None means the ordinary path must run.
+        """
+        px = x.primal
+        if px.__class__ is not np.ndarray or px.nbytes < PRUNE_MIN_BYTES \
+                or px.base is not None or not px.flags.writeable \
+                or px.dtype.kind not in "fc" or prim.vjp_reads is None:
+            return None
+        if isinstance(y, Tracer):
+            if not (isinstance(y, ReverseTracer) and y.owner is self):
+                return None                     # another trace decides
+            py, ny = y.primal, y.node
+        else:
+            py, ny = y, None
+        if py.__class__ is not np.ndarray and py.__class__ not in PY_SCALARS:
+            return None
+        if 0 in prim.residuals((True, ny is not None))[0]:
+            return None                         # the VJP reads x
+        # x.primal, the name px, and getrefcount's own argument: nothing else
+        if sys.getrefcount(px) != 3 or np.result_type(px, py) != px.dtype \
+                or np.shape(py) != px.shape and np.broadcast_shapes(
+                    px.shape, np.shape(py)) != px.shape:
+            return None
+        aval = get_aval(px)
+        ans = ufunc(px, py, out=px)
+        return self.record(prim, (x.node, ny), [aval, py], ans, {})
 
     def evaluate_traced(self, prim, primals, params):
         """Evaluate ``prim`` on primals some of which are outer tracers."""
