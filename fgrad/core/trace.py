@@ -404,7 +404,7 @@ class Trace:
     def process(self, prim, args, params):
         raise NotImplementedError
 
-    def binary_into_operand(self, prim, ufunc, x, y):
+    def binary_into_operand(self, prim, x, y):
         """``prim(x, y)`` written into the buffer of ``x``, a tracer of this
         trace that no one can reach after the call, or None to bind as usual."""
         return None

@@ -143,7 +143,7 @@ class ReverseTrace(Trace):
             return ans
         return self.record(prim, in_nodes, primals, ans, params)
 
-    def binary_into_operand(self, prim, ufunc, x, y):
+    def binary_into_operand(self, prim, x, y):
         """``prim(x, y)`` written into the buffer of ``x``'s primal, or None.
 
         The caller (`fgrad.numpy`'s operators) has made sure that no one can
@@ -170,13 +170,14 @@ class ReverseTrace(Trace):
             return None
         if 0 in prim.residuals((True, ny is not None))[0]:
             return None                         # the VJP reads x
+        y_shape = py.shape if py.__class__ is np.ndarray else ()
         # x.primal, the name px, and getrefcount's own argument: nothing else
         if sys.getrefcount(px) != 3 or np.result_type(px, py) != px.dtype \
-                or np.shape(py) != px.shape and np.broadcast_shapes(
-                    px.shape, np.shape(py)) != px.shape:
+                or y_shape != px.shape and np.broadcast_shapes(
+                    px.shape, y_shape) != px.shape:
             return None
         aval = get_aval(px)
-        ans = ufunc(px, py, out=px)
+        ans = getattr(array_module(px), prim.ufunc_name)(px, py, out=px)
         return self.record(prim, (x.node, ny), [aval, py], ans, {})
 
     def evaluate_traced(self, prim, primals, params):
@@ -282,6 +283,9 @@ def backward_pass(trace, seeds):
                 continue
             previous = cts.get(node)
             cts[node] = arg_ct if previous is None else accumulate(previous, arg_ct)
+        # this equation's residuals and cotangents go now, not when the next
+        # equation's overwrite these names
+        ct = args = ans = arg_cts = arg_ct = previous = None
     return cts
 
 

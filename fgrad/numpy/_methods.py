@@ -3,8 +3,6 @@
 They live here, not in `fgrad.core.trace`, because they call fgrad.numpy functions and
 the core must not depend on any primitive.
 """
-import numpy as np
-
 from fgrad.core.trace import Tracer, get_aval
 from fgrad.numpy._temporaries import reusing_operator
 from fgrad.primitives import elementwise as ew
@@ -25,8 +23,7 @@ for _name, _fn in _BINARY.items():
 # a dead temporary's buffer takes the result of these (fgrad.numpy._temporaries)
 for _name, _prim in {"add": ew.add_p, "sub": ew.subtract_p, "mul": ew.multiply_p,
                      "truediv": ew.divide_p}.items():
-    setattr(Tracer, f"__{_name}__", reusing_operator(
-        _BINARY[_name], _prim, getattr(np, _prim.ufunc_name)))
+    setattr(Tracer, f"__{_name}__", reusing_operator(_BINARY[_name], _prim))
 
 for _name, _fn in {"lt": ew.less, "le": ew.less_equal, "gt": ew.greater,
                    "ge": ew.greater_equal, "eq": ew.equal, "ne": ew.not_equal}.items():

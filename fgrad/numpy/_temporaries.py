@@ -54,10 +54,10 @@ def _measure():
 TEMPORARY_REFS = _measure()
 
 
-def reusing_operator(fn, prim, ufunc):
-    """The tracer method for the binary operator ``fn`` (a binding function of
-    ``prim``, computed by the NumPy ``ufunc``), writing into its left operand
-    when that is a dead temporary of reverse mode."""
+def reusing_operator(fn, prim):
+    """The tracer method for the binary operator ``fn`` (the binding function
+    of the ufunc primitive ``prim``), writing into its left operand when that
+    is a dead temporary of reverse mode."""
     if TEMPORARY_REFS is None:
         return fn
     getrefcount, getframe, opcodes = sys.getrefcount, sys._getframe, _BINARY_OPCODES
@@ -67,7 +67,7 @@ def reusing_operator(fn, prim, ufunc):
             trace = self.owner
             frame = getframe(1)
             if trace.active and frame.f_code.co_code[frame.f_lasti] in opcodes:
-                out = trace.binary_into_operand(prim, ufunc, self, other)
+                out = trace.binary_into_operand(prim, self, other)
                 if out is not None:
                     return out
         return fn(self, other)
