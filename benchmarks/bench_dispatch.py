@@ -26,6 +26,11 @@ the eager sweep (graphs seen once), per equation of a chain of ``sin``
   rule call       the VJP rule, its NumPy work included
   bookkeeping     popping equations and cotangents, accumulating
 
+and ``sin`` called as ``fgrad.numpy.sin`` (a thin wrapper) or as ``numpy.sin``
+(a tracer's ``__array_ufunc__``), outside and inside ``grad``: the two ways
+``fgrad.numpy`` could spell an elementwise function, measured against each
+other.
+
 ``--json FILE`` writes the figures; ``--svg OUT.svg LABEL=FILE[,FILE...] ...``
 draws them as stacked bars, one per label, each the phase-by-phase median of
 its files (needs matplotlib): the chart in docs/performance.md, whose figures
@@ -190,6 +195,27 @@ def eager_sweep_phases(x):
     return {"rule call": rule_ns, "bookkeeping": sweep_ns - rule_ns}
 
 
+def ufunc_protocol_phases(x):
+    """``sin`` outside and inside ``grad``, called two ways: as
+    ``fgrad.numpy.sin`` (a thin wrapper that calls ``numpy.sin`` on a NumPy
+    array and binds otherwise) and as ``numpy.sin`` itself, which reaches a
+    tracer's ``__array_ufunc__``. Making ``fgrad.numpy.sin`` be ``numpy.sin``
+    would save the wrapper outside transformations and pay the protocol inside."""
+    loop = best_ns(empty_loop, BATCH // 4)
+    out = {"numpy.sin outside": best_ns(loop_of(np.sin, x), BATCH // 4) - loop,
+           "fgrad.numpy.sin outside": best_ns(loop_of(fnp.sin, x), BATCH // 4) - loop}
+    with new_trace(ReverseTrace) as trace:
+        t = trace.new_input(x)
+        for name, fn in (("fgrad.numpy.sin traced", fnp.sin), ("numpy.sin traced", np.sin)):
+            def run(n, fn=fn):
+                trace.eqns.clear()
+                for _ in range(n):
+                    fn(t)
+            out[name] = best_ns(run, BATCH // 4) - loop
+        trace.eqns.clear()
+    return out
+
+
 def measure():
     x = np.random.default_rng(RNG_SEED).standard_normal(CHAIN_SIZE)
     forward = forward_phases(x)
@@ -197,7 +223,7 @@ def measure():
     floor_ns = best_ns(loop_of(chain_workload().floor), 4) / CHAIN_OPS
     return {"forward": forward, "backward": backward,
             "eager sweep": eager_sweep_phases(x), "grad per op": grad_ns,
-            "numpy per op": floor_ns}
+            "numpy per op": floor_ns, "ufunc protocol": ufunc_protocol_phases(x)}
 
 
 def report(figures, label=""):
@@ -211,6 +237,9 @@ def report(figures, label=""):
     lines.append("-- eager sweep of a sin chain (graphs seen once), per equation")
     for name in EAGER_SWEEP:
         lines.append(f"{name:<16}{figures['eager sweep'][name]:>8.0f}")
+    lines.append("-- sin called as fgrad.numpy.sin or as numpy.sin (__array_ufunc__)")
+    for name, ns in figures["ufunc protocol"].items():
+        lines.append(f"{name:<26}{ns:>8.0f}")
     lines.append(f"grad of the {CHAIN_OPS}-op chain: {figures['grad per op']:.0f} ns per op, "
                  f"{figures['grad per op'] / figures['numpy per op']:.2f}x the hand-written "
                  f"NumPy gradient's {figures['numpy per op']:.0f} ns")
@@ -225,9 +254,9 @@ def median_of(runs):
         mid = len(values) // 2
         return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
     out = {key: median([r[key] for r in runs]) for key in ("grad per op", "numpy per op")}
-    for section in ("forward", "backward", "eager sweep"):
+    for section in ("forward", "backward", "eager sweep", "ufunc protocol"):
         out[section] = {name: median([r[section][name] for r in runs])
-                        for name in runs[0][section]}
+                        for name in runs[0].get(section, {})}
     return out
 
 
