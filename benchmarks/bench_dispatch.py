@@ -266,6 +266,7 @@ def plot(svg_path, runs):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    matplotlib.rcParams["svg.hashsalt"] = "fgrad"   # the same ids on every run
 
     names = FORWARD + BACKWARD
     colors = plt.get_cmap("tab10").colors
