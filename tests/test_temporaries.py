@@ -7,6 +7,7 @@ The conftest makes every array large enough to reuse (PRUNE_MIN_BYTES = 0).
 import operator
 import sys
 import sysconfig
+import threading
 import tracemalloc
 
 import numpy as np
@@ -115,3 +116,32 @@ def test_forward_peak_is_numpys():
         tracemalloc.stop()
     assert peak < 4.3 * x.nbytes, peak / x.nbytes
 
+
+
+def test_eight_threads_get_one_threads_gradients_bit_for_bit():
+    """Reused buffers, compiled sweeps and the trace stack under 8 threads at
+    once: every thread's gradients equal the ones computed alone."""
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(2000) for _ in range(8)]
+
+    def chain(x):
+        for _ in range(20):
+            x = fnp.tanh(x * 1.01 + 0.1)
+        return fnp.sum(x)
+    funs = [fgrad.grad(temporaries_only), fgrad.grad(chain), fgrad.grad(held_then_read)]
+    alone = [[g(x) for g in funs] for x in inputs]
+    together = [None] * 8
+    barrier = threading.Barrier(8)
+
+    def work(i):
+        barrier.wait()
+        for _ in range(20):                 # many interleavings
+            together[i] = [g(inputs[i]) for g in funs]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got, want in zip(together, alone):
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
