@@ -18,7 +18,8 @@ import fgrad.numpy as fnp
 from fgrad.interpreters.reverse import ReverseTrace
 
 # where reference counts tell a temporary from a variable (fgrad.numpy._temporaries)
-COUNTS_TELL = sys.version_info < (3, 14) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+COUNTS_TELL = (3, 11) <= sys.version_info < (3, 14) \
+    and not sysconfig.get_config_var("Py_GIL_DISABLED")
 
 
 def held_then_read(x):

@@ -13,19 +13,17 @@ temporary from NumPy, so that saving is made here, on the tracer:
   after the call.
 
 When both hold, the tracer's trace decides whether the buffer can take the
-result (`Trace.binary_into_operand`; reverse mode's reuses a primal's). On interpreters where the
-count cannot tell a temporary from a variable (Python 3.14 lends stack
-references; free-threaded builds count differently) the operators stay the
-plain binding functions.
+result (`Trace.binary_into_operand`; reverse mode's reuses a primal's). Where
+the count cannot tell a temporary from a variable (Python 3.14 lends stack
+references; free-threaded builds count differently), and on 3.10, the
+operators stay the plain binding functions.
 """
 import dis
 import sys
 import sysconfig
 
-# the opcodes of ``a + b`` and its siblings, across Python versions
-_BINARY_OPCODES = frozenset(dis.opmap[name] for name in (
-    "BINARY_OP", "BINARY_ADD", "BINARY_SUBTRACT", "BINARY_MULTIPLY",
-    "BINARY_TRUE_DIVIDE") if name in dis.opmap)
+# the opcode of ``a + b`` and its siblings (Python 3.11 to 3.13)
+_BINARY_OP = dis.opmap.get("BINARY_OP")
 
 
 class _Probe:
@@ -43,7 +41,10 @@ def _probe_counts():
 
 
 def _measure():
-    if sys.version_info >= (3, 14) or sysconfig.get_config_var("Py_GIL_DISABLED"):
+    # 3.11 to 3.13 hold strong references on the stack and name the caller's
+    # instruction by its byte offset, as `reusing_operator` reads it
+    if not (3, 11) <= sys.version_info < (3, 14) \
+            or sysconfig.get_config_var("Py_GIL_DISABLED"):
         return None
     temporary, variable = _probe_counts()
     return temporary if variable == temporary + 1 else None
@@ -60,13 +61,13 @@ def reusing_operator(fn, prim):
     is a dead temporary of reverse mode."""
     if TEMPORARY_REFS is None:
         return fn
-    getrefcount, getframe, opcodes = sys.getrefcount, sys._getframe, _BINARY_OPCODES
+    getrefcount, getframe, binary_op = sys.getrefcount, sys._getframe, _BINARY_OP
 
     def method(self, other):
         if getrefcount(self) == TEMPORARY_REFS and self.owner.reuse_temporaries:
             trace = self.owner
             frame = getframe(1)
-            if trace.active and frame.f_code.co_code[frame.f_lasti] in opcodes:
+            if trace.active and frame.f_code.co_code[frame.f_lasti] == binary_op:
                 out = trace.binary_into_operand(prim, self, other)
                 if out is not None:
                     return out
