@@ -53,6 +53,12 @@ def in_a_list(x):
     return fnp.sum(total * parts[0] + parts[2])
 
 
+def broadcasting_both_ways(x):
+    m = np.linspace(0.0, 1.0, 3 * x.size).reshape(3, x.size)
+    # (n,) times (3, n) makes a new array; (3, n) plus (n,) may reuse the left
+    return fnp.sum((fnp.sin(x) * 2.0) * m + (fnp.cos(x) + m[0]))
+
+
 def value_and_grad_with(monkeypatch, fun, reuse, *args):
     with monkeypatch.context() as patch:
         patch.setattr(ReverseTrace, "reuse_temporaries", reuse)
@@ -60,7 +66,7 @@ def value_and_grad_with(monkeypatch, fun, reuse, *args):
 
 
 @pytest.mark.parametrize("fun", [held_then_read, temporaries_only, same_temporary_twice,
-                                 through_c_code, in_a_list])
+                                 through_c_code, in_a_list, broadcasting_both_ways])
 def test_reuse_changes_no_value(monkeypatch, fun):
     x = np.random.default_rng(0).standard_normal(257)
     value, (g,) = value_and_grad_with(monkeypatch, fun, True, x)

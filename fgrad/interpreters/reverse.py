@@ -170,12 +170,13 @@ class ReverseTrace(Trace):
             return None
         if 0 in prim.residuals((True, ny is not None))[0]:
             return None                         # the VJP reads x
-        y_shape = py.shape if py.__class__ is np.ndarray else ()
         # x.primal, the name px, and getrefcount's own argument: nothing else
-        if sys.getrefcount(px) != 3 or np.result_type(px, py) != px.dtype \
-                or y_shape != px.shape and np.broadcast_shapes(
-                    px.shape, y_shape) != px.shape:
+        if sys.getrefcount(px) != 3 or np.result_type(px, py) != px.dtype:
             return None
+        y_shape = py.shape if py.__class__ is np.ndarray else ()
+        if y_shape != px.shape and (len(y_shape) > px.ndim or any(
+                d not in (1, e) for d, e in zip(reversed(y_shape), reversed(px.shape)))):
+            return None             # y broadcasts x up (or not at all): a new array
         aval = get_aval(px)
         ans = getattr(array_module(px), prim.ufunc_name)(px, py, out=px)
         return self.record(prim, (x.node, ny), [aval, py], ans, {})
