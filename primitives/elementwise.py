@@ -23,6 +23,11 @@ FAMILY = "primitives/elementwise.py"
 _NUMPY_UFUNCS = {}
 
 
+# operands NumPy computes with: the eager fast path of impls and binders
+_PLAIN_TYPES = frozenset({np.ndarray, float, int, np.float64, np.float32,
+                          np.complex128, np.complex64, np.int64, np.bool_, bool})
+
+
 def _ufunc_primitive(name, nondiff=False, np_name=None):
     np_fn = getattr(np, np_name or name)
     xp_name = np_name or name
@@ -30,6 +35,23 @@ def _ufunc_primitive(name, nondiff=False, np_name=None):
     def impl(*args):
         xp = array_module(*args)
         return (np_fn if xp is np else getattr(xp, xp_name))(*args)
+    # NumPy operands skip the backend lookup (the test `_binder` makes outside
+    # transformations, made here for traced values: impl runs once per operation)
+    nin = getattr(np_fn, "nin", None)
+    if nin == 1:
+        on_any_backend = impl
+
+        def impl(x):
+            if x.__class__ is np.ndarray:
+                return np_fn(x)
+            return on_any_backend(x)
+    elif nin == 2:
+        on_any_backend, plain = impl, _PLAIN_TYPES
+
+        def impl(x, y):
+            if x.__class__ in plain and y.__class__ in plain:
+                return np_fn(x, y)
+            return on_any_backend(x, y)
     prim = Primitive(name, impl, elementwise_abstract(np_fn), nondiff=nondiff,
                      family=FAMILY)
     prim.batch = broadcasting_batch_rule(prim)
@@ -297,8 +319,6 @@ conj_p.def_jvp(lambda t, ans, x: conj(t))
 
 # Types NumPy computes on directly; a tracer or a foreign backend's array is never
 # one of them, so for these the binder may skip bind (and array_module) entirely.
-_PLAIN_TYPES = frozenset({np.ndarray, float, int, np.float64, np.float32,
-                          np.complex128, np.complex64, np.int64, np.bool_, bool})
 
 
 def _binder(prim):

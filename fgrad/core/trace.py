@@ -397,6 +397,9 @@ class Trace:
     """An interpreter of primitives at one nesting level."""
 
     __slots__ = ("level", "active")
+    # whether `binary_into_operand` may write into a dead temporary's buffer
+    # (reverse mode's, where fgrad.numpy's operators ask it to)
+    reuse_temporaries = False
 
     def __init__(self, level):
         self.level = level
@@ -404,6 +407,11 @@ class Trace:
 
     def process(self, prim, args, params):
         raise NotImplementedError
+
+    def binary_into_operand(self, prim, x, y):
+        """``prim(x, y)`` written into the buffer of ``x``, a tracer of this
+        trace that no one can reach after the call, or None to bind as usual."""
+        return None
 
     def process_custom_vjp(self, fun, fwd, bwd, args):
         raise NotImplementedError

@@ -15,8 +15,10 @@ call; smaller ones when a structure comes back, so a one-off call never pays
 for staging. Anything the compiler cannot stage (a rule that branches on a
 value, a one-off custom rule) keeps the eager sweep.
 """
+import numpy as np
+
 from fgrad.core.trace import ShapedArray, Tracer, primitive_table
-from fgrad.interpreters.reverse import ReverseTrace, backward_pass
+from fgrad.interpreters.reverse import PY_SCALARS, ReverseTrace, backward_pass
 from fgrad.interpreters.staging import gc_paused, shaped, stage
 
 # Differentiated inputs at least this large (in bytes, all together) get a
@@ -31,8 +33,6 @@ CACHE_SIZE = 8
 NOT_STAGEABLE = object()
 # a structure recorded once, to be compiled if it comes back
 SEEN_ONCE = object()
-# recorded values that are constants of a staged sweep, described by value
-PY_SCALARS = (bool, int, float, complex)
 
 
 class Replay:
@@ -63,31 +63,59 @@ def _describe(value, arrays, index):
         return ("aval", value.shape, value.dtype, value.weak_type)
     if isinstance(value, Tracer) or not (hasattr(value, "shape") and hasattr(value, "dtype")):
         return None
-    i = index[id(value)] = len(arrays)
+    index[id(value)] = len(arrays)
     arrays.append(value)
-    return ("array", value.shape, value.dtype, i)
+    # its position in ``arrays`` follows from the key before it
+    return (value.shape, value.dtype)
 
 
 def structure(eqns):
     """``(key, arrays)`` of a recorded graph, or ``(None, None)`` if it cannot be staged.
 
-    This runs on every call that may use a compiled sweep, so it is kept lean.
+    This runs on every call that may use a compiled sweep, once per equation,
+    so the common cases are written out here: a value met before is a dict
+    probe, a NumPy array met first is described inline; `_describe` handles
+    the rest.
     """
     arrays, index = [], {}
     key = []
-    table = primitive_table
+    add = key.append
+    table_get = primitive_table.get
+    index_get = index.get
+    ndarray = np.ndarray
     for prim, in_nodes, out, args, ans, params in eqns:
-        if table.get(prim.name) is not prim:
+        if table_get(prim.name) is not prim:
             return None, None               # a one-off rule (custom_vjp, ...)
-        described = [_describe(a, arrays, index) for a in args]
+        described = []
+        for value in args:
+            d = index_get(id(value))
+            if d is None:
+                if value.__class__ is ndarray:   # first seen: its place is implied
+                    index[id(value)] = len(arrays)
+                    arrays.append(value)
+                    d = (value.shape, value.dtype)
+                else:
+                    d = _describe(value, arrays, index)
+                    if d is None:
+                        return None, None
+            described.append(d)
         if type(out) is tuple:
-            described += [_describe(a, arrays, index) for a in ans]
+            for value in ans:
+                d = _describe(value, arrays, index)
+                if d is None:
+                    return None, None
+                described.append(d)
+        elif ans.__class__ is ndarray and id(ans) not in index:
+            index[id(ans)] = len(arrays)
+            arrays.append(ans)
+            described.append((ans.shape, ans.dtype))
         else:
-            described.append(_describe(ans, arrays, index))
-        if None in described:
-            return None, None
-        key.append((prim, tuple(in_nodes), out,
-                    tuple(sorted(params.items())) if params else (), tuple(described)))
+            d = _describe(ans, arrays, index)
+            if d is None:
+                return None, None
+            described.append(d)
+        add((prim, in_nodes if type(in_nodes) is tuple else tuple(in_nodes), out,
+             tuple(sorted(params.items())) if params else (), tuple(described)))
     key = tuple(key)
     try:
         hash(key)

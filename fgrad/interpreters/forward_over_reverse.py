@@ -79,6 +79,7 @@ class RecordTrace(ReverseTrace):
 
     __slots__ = ("outer",)
     prune_residuals = False
+    reuse_temporaries = False       # the tangent pass reads every operand
 
     def __init__(self, level, outer):
         super().__init__(level)

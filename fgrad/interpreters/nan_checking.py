@@ -189,6 +189,8 @@ class DebugReverseTrace(ReverseTrace):
     """A `ReverseTrace` that checks forward values and remembers source lines."""
 
     __slots__ = ("sources",)
+    # its messages show the operands of the operation that went wrong
+    reuse_temporaries = False
 
     def __init__(self, level):
         super().__init__(level)

@@ -12,6 +12,8 @@ from, or ``None`` for a constant. `fgrad.core.graph` prints and checks such list
 """
 import sys
 
+import numpy as np
+
 from fgrad.core.backend import array_module
 from fgrad.core.errors import MissingRuleError
 from fgrad.core.graph import check_graph
@@ -45,6 +47,9 @@ def _dtype_kind(x):
         return get_aval(x).dtype.kind
 
 
+# recorded values that are Python numbers (operands NumPy computes with as is)
+PY_SCALARS = (bool, int, float, complex)
+
 # Residuals smaller than this are kept whole: dropping them saves no memory
 # worth its cost. Tests set it to 0 so every rule runs on pruned residuals.
 PRUNE_MIN_BYTES = 8192
@@ -56,12 +61,9 @@ def _prune(prim, in_nodes, primals, ans):
     This is what keeps reverse mode's memory close to a hand-written gradient:
     ``a + b`` holds neither operand, ``exp(x)`` holds only its output. Integer
     arrays (indices, masks) are always kept: they are inputs to the rules, not
-    residuals.
+    residuals. `ReverseTrace.record` calls it only when some array is large.
     """
     threshold = PRUNE_MIN_BYTES
-    if getattr(ans, "nbytes", -1) < threshold and not any(
-            getattr(p, "nbytes", -1) >= threshold for p in primals):
-        return primals, ans                 # nothing worth dropping
     keep_args, keep_ans = prim.residuals(tuple([n is not None for n in in_nodes]))
     saved = primals
     for i, p in enumerate(primals):
@@ -81,6 +83,8 @@ class ReverseTrace(Trace):
     __slots__ = ("eqns", "num_nodes")
     # whether to drop the residuals the VJP rules do not read (see `_prune`)
     prune_residuals = True
+    # whether a dead temporary's buffer may take a result (`binary_into_operand`)
+    reuse_temporaries = True
 
     def __init__(self, level):
         super().__init__(level)
@@ -94,7 +98,8 @@ class ReverseTrace(Trace):
 
     def unwrap(self, args):
         """``(primals, input nodes)`` of ``args``: this trace's tracers give their
-        primal and node; anything else is a constant (node None)."""
+        primal and node; anything else is a constant (node None). The nodes are
+        a tuple: equations keep them, and the compiled sweep's key reads them."""
         primals, in_nodes = [], []
         for a in args:
             if isinstance(a, ReverseTracer) and a.owner is self:
@@ -103,23 +108,78 @@ class ReverseTrace(Trace):
             else:
                 primals.append(a)
                 in_nodes.append(None)
-        return primals, in_nodes
+        return primals, tuple(in_nodes)
 
     def process(self, prim, args, params):
         if len(args) == 1:                       # the common unary case, unrolled
             x = args[0]
-            primals, in_nodes = [x.primal], [x.node]
-        else:
-            primals, in_nodes = self.unwrap(args)
-        for p in primals:
+            p = x.primal
+            primals, in_nodes = [p], (x.node,)
             if isinstance(p, Tracer):           # an outer transformation's value
                 ans = self.evaluate_traced(prim, primals, params)
-                break
+            else:
+                ans = prim.impl(p, **params) if params else prim.impl(p)
         else:
-            ans = prim.impl(*primals, **params)
+            if len(args) == 2:                   # binary operations, unrolled too
+                x, y = args
+                if isinstance(x, ReverseTracer) and x.owner is self:
+                    px, nx = x.primal, x.node
+                else:
+                    px, nx = x, None
+                if isinstance(y, ReverseTracer) and y.owner is self:
+                    py, ny = y.primal, y.node
+                else:
+                    py, ny = y, None
+                primals, in_nodes = [px, py], (nx, ny)
+            else:
+                primals, in_nodes = self.unwrap(args)
+            for p in primals:
+                if isinstance(p, Tracer):
+                    ans = self.evaluate_traced(prim, primals, params)
+                    break
+            else:
+                ans = prim.impl(*primals, **params) if params else prim.impl(*primals)
         if prim.nondiff:
             return ans
         return self.record(prim, in_nodes, primals, ans, params)
+
+    def binary_into_operand(self, prim, x, y):
+        """``prim(x, y)`` written into the buffer of ``x``'s primal, or None.
+
+        The caller (`fgrad.numpy`'s operators) has made sure that no one can
+        reach the tracer ``x`` once the operation returns: it is a temporary
+        of the user's expression, as in ``sin(x) * e + x ** 2``. Its buffer is
+        reused when it is large, a NumPy array owning its memory, held by
+        ``x`` alone (no equation keeps it), of the result's shape and dtype,
+        and not read by the VJP; that saves one array of the forward pass's
+        peak, as NumPy's own elision of temporaries does for ``a * b + c``.
+        None means the ordinary path must run.
+        """
+        px = x.primal
+        if px.__class__ is not np.ndarray or px.nbytes < PRUNE_MIN_BYTES \
+                or px.base is not None or not px.flags.writeable \
+                or px.dtype.kind not in "fc" or prim.vjp_reads is None:
+            return None
+        if isinstance(y, Tracer):
+            if not (isinstance(y, ReverseTracer) and y.owner is self):
+                return None                     # another trace decides
+            py, ny = y.primal, y.node
+        else:
+            py, ny = y, None
+        if py.__class__ is not np.ndarray and py.__class__ not in PY_SCALARS:
+            return None
+        if 0 in prim.residuals((True, ny is not None))[0]:
+            return None                         # the VJP reads x
+        # x.primal, the name px, and getrefcount's own argument: nothing else
+        if sys.getrefcount(px) != 3 or np.result_type(px, py) != px.dtype:
+            return None
+        y_shape = py.shape if py.__class__ is np.ndarray else ()
+        if y_shape != px.shape and (len(y_shape) > px.ndim or any(
+                d not in (1, e) for d, e in zip(reversed(y_shape), reversed(px.shape)))):
+            return None             # y broadcasts x up (or not at all): a new array
+        aval = get_aval(px)
+        ans = getattr(array_module(px), prim.ufunc_name)(px, py, out=px)
+        return self.record(prim, (x.node, ny), [aval, py], ans, {})
 
     def evaluate_traced(self, prim, primals, params):
         """Evaluate ``prim`` on primals some of which are outer tracers."""
@@ -142,10 +202,20 @@ class ReverseTrace(Trace):
             return ans
         node = self.num_nodes
         self.num_nodes = node + 1
-        saved_args, saved_ans = primals, ans
         if prim.vjp_reads is not None and self.prune_residuals:
-            saved_args, saved_ans = _prune(prim, in_nodes, primals, ans)
-        self.eqns.append((prim, in_nodes, node, saved_args, saved_ans, params))
+            # most operations are on small arrays, where there is nothing worth
+            # dropping: tested here, before any call
+            large = getattr(ans, "nbytes", -1) >= PRUNE_MIN_BYTES
+            if not large:
+                for p in primals:
+                    if getattr(p, "nbytes", -1) >= PRUNE_MIN_BYTES:
+                        large = True
+                        break
+            if large:
+                saved_args, saved_ans = _prune(prim, in_nodes, primals, ans)
+                self.eqns.append((prim, in_nodes, node, saved_args, saved_ans, params))
+                return ReverseTracer(self, ans, node)
+        self.eqns.append((prim, in_nodes, node, primals, ans, params))
         return ReverseTracer(self, ans, node)
 
     def _record_multiple(self, prim, in_nodes, primals, ans, params):
@@ -214,6 +284,9 @@ def backward_pass(trace, seeds):
                 continue
             previous = cts.get(node)
             cts[node] = arg_ct if previous is None else accumulate(previous, arg_ct)
+        # this equation's residuals and cotangents go now, not when the next
+        # equation's overwrite these names
+        ct = args = ans = arg_cts = arg_ct = previous = None
     return cts
 
 

@@ -4,6 +4,7 @@ They live here, not in `fgrad.core.trace`, because they call fgrad.numpy functio
 the core must not depend on any primitive.
 """
 from fgrad.core.trace import Tracer, get_aval
+from fgrad.numpy._temporaries import reusing_operator
 from fgrad.primitives import elementwise as ew
 from fgrad.primitives import indexing, products, reductions, shape
 
@@ -19,6 +20,10 @@ _BINARY = {"add": ew.add, "sub": ew.subtract, "mul": ew.multiply,
 for _name, _fn in _BINARY.items():
     setattr(Tracer, f"__{_name}__", _fn)
     setattr(Tracer, f"__r{_name}__", _swap(_fn))
+# a dead temporary's buffer takes the result of these (fgrad.numpy._temporaries)
+for _name, _prim in {"add": ew.add_p, "sub": ew.subtract_p, "mul": ew.multiply_p,
+                     "truediv": ew.divide_p}.items():
+    setattr(Tracer, f"__{_name}__", reusing_operator(_BINARY[_name], _prim))
 
 for _name, _fn in {"lt": ew.less, "le": ew.less_equal, "gt": ew.greater,
                    "ge": ew.greater_equal, "eq": ew.equal, "ne": ew.not_equal}.items():
