@@ -25,6 +25,8 @@ import os
 import numpy as np
 
 from fgrad.compiler.codegen import compile_graph
+from fgrad.compiler.cpu_fusion import cpu_kernels
+from fgrad.compiler.cpu_fusion import enabled as cpu_fusion_enabled
 from fgrad.compiler.parallel import ParallelCompiled
 from fgrad.compiler.passes import (
     effectful,
@@ -56,21 +58,39 @@ _log = logging.getLogger("fgrad.jit")
 # ---------------------------------------------------------------------------
 
 
+def fuses(graph):
+    """Whether jit compiles ``graph`` with fused CPU kernels: unless the jitted
+    function said ``fuse=False`` (a mark on its graphs), when numba is
+    installed and ``FGRAD_JIT_FUSE`` is not ``0``."""
+    return graph.compiled.get(_FUSE, True) and cpu_fusion_enabled()
+
+
 def compiled_for(graph, xp, parallel=False):
     """The graph's compiled code for backend ``xp`` (compiled once, kept on it)."""
+    fuse = fuses(graph)
     if parallel:
-        compiled = graph.compiled.get((xp, "parallel"))
+        compiled = graph.compiled.get((xp, "parallel", fuse))
         if compiled is None:
             sequential = compiled_for(graph, xp)
             compiled = ParallelCompiled(sequential.graph, sequential, xp)
             if not any(compiled.big):       # nothing worth a thread: plain code
                 compiled = sequential
-            graph.compiled[(xp, "parallel")] = compiled
+            graph.compiled[(xp, "parallel", fuse)] = compiled
         return compiled
-    compiled = graph.compiled.get(xp)
+    compiled = graph.compiled.get((xp, fuse))
     if compiled is None:
-        compiled = graph.compiled[xp] = compile_graph(graph, xp)
+        compiled = graph.compiled[(xp, fuse)] = compile_graph(graph, xp, fuse_cpu=fuse)
     return compiled
+
+
+# the key of ``graph.compiled`` that marks a graph of a ``jit(fuse=False)``
+_FUSE = "fuse"
+
+
+def _mark_unfused(graph, like):
+    if like.compiled.get(_FUSE, True) is False:
+        graph.compiled[_FUSE] = False
+    return graph
 
 
 def _call_impl(*args, graph, name):
@@ -185,7 +205,7 @@ class _VJPSplit:
                           [Equation(e.prim, [read(v) for v in e.invars], e.outvars, e.params)
                            for e in self.backward.eqns],
                           [read(v) for v in self.backward.outvars])
-            self._seeded[unit] = graph
+            self._seeded[unit] = graph = _mark_unfused(graph, self.backward)
         return graph
 
 
@@ -241,9 +261,10 @@ def _vjp_split(graph, needed):
         if type(v) is Var and v not in computed_later:
             residuals[v] = None
     residuals = list(residuals)
-    split = _VJPSplit(Graph(staged.invars[:n_args], forward_eqns,
-                            list(staged.outvars[:n_out]) + residuals),
-                      Graph(residuals + list(ct_vars), backward_eqns, ct_outs),
+    split = _VJPSplit(_mark_unfused(Graph(staged.invars[:n_args], forward_eqns,
+                                          list(staged.outvars[:n_out]) + residuals), graph),
+                      _mark_unfused(Graph(residuals + list(ct_vars), backward_eqns,
+                                          ct_outs), graph),
                       positions)
     graph.compiled[key] = split
     return split
@@ -350,13 +371,16 @@ class _Entry:
 class Lowered:
     """What jit made of one call: the staged graph, the optimised one, the code.
 
-    ``print(f_jit.lower(x).source)`` shows the generated Python.
+    ``print(f_jit.lower(x).source)`` shows the generated Python;
+    ``kernels`` lists the fused CPU kernels it calls (each with its
+    ``source``), empty when nothing was fused.
     """
 
     def __init__(self, graph, compiled):
         self.graph = graph
         self.optimized = compiled.graph
         self.source = compiled.source
+        self.kernels = cpu_kernels(compiled)
 
     def __str__(self):
         return self.source
@@ -374,10 +398,11 @@ class JitFunction:
     """
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), max_traces=None,
-                 prim=jit_call_p, parallel=False):
+                 prim=jit_call_p, parallel=False, fuse=True):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.parallel = parallel
+        self.fuse = bool(fuse)
         self._prim = prim
         nums = (static_argnums,) if isinstance(static_argnums, int) else \
             tuple(static_argnums)
@@ -542,6 +567,8 @@ class JitFunction:
             return out_leaves
         with gc_paused():
             graph, captured = stage(flat_fun, [shaped(x) for x in leaves])
+        if not self.fuse:
+            graph.compiled[_FUSE] = False
         return _Entry(graph, out_tree_box[0], record), captured
 
     def _record(self, args, kwargs, statics, leaves, tree, sig):
@@ -670,7 +697,7 @@ def _describe_change(old, new):
 
 
 def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
-        parallel=False):
+        parallel=False, fuse=True):
     """Stage ``fun`` once per input signature and replay it as compiled code.
 
     The signature is the arguments' pytree structure, every leaf's shape, dtype
@@ -689,6 +716,12 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     It applies to calls with arrays; a parallel jitted function called under
     another transformation runs its graph sequentially.
 
+    With numba installed, groups of elementwise operations (and a ``sum``,
+    ``max`` or ``min`` of them over all axes) on NumPy arrays run as fused,
+    compiled CPU kernels (`fgrad.compiler.cpu_fusion`; docs/jit.md).
+    ``fuse=False``, or the environment variable ``FGRAD_JIT_FUSE=0``, turns
+    that off: the code is then NumPy calls, one per equation.
+
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) ** 2))
     >>> float(f(np.zeros(3)))
@@ -699,9 +732,9 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
                                  static_argnames=static_argnames, max_traces=max_traces,
-                                 parallel=parallel)
+                                 parallel=parallel, fuse=fuse)
     return JitFunction(fun, static_argnums, static_argnames, max_traces,
-                       parallel=parallel)
+                       parallel=parallel, fuse=fuse)
 
 
 def make_graph(fun, static_argnums=()):
@@ -741,7 +774,8 @@ def checkpoint(fun):
     >>> float(fgrad.grad(lambda x: layer(layer(x)))(0.0))
     4.0
     """
-    return JitFunction(fun, prim=checkpoint_p)
+    # eager code: no kernels compiled for it
+    return JitFunction(fun, prim=checkpoint_p, fuse=False)
 
 
 def optimized_graph(graph, xp=np):
