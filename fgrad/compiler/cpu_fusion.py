@@ -52,7 +52,7 @@ FUSE_ENV = "FGRAD_JIT_FUSE"
 KERNEL_CACHE_SIZE = 256
 # longest run of operations in one kernel: LLVM's compile time grows faster
 # than linearly with the loop body, so a longer group is cut into pieces
-MAX_KERNEL_OPS = 48
+MAX_KERNEL_OPS = 128
 
 # ---------------------------------------------------------------------------
 # The per-operation table: Python text numba compiles
@@ -400,41 +400,67 @@ _PY_SCALARS = (bool, int, float)
 
 
 def _make_call(kernel, inputs, modes, outputs, reduced, shape):
-    """The Python function that checks, flattens, allocates and calls."""
+    """The Python function that checks, flattens, allocates and calls.
+
+    It is generated per kernel (the checks and allocations written out, no
+    loops), as this is the whole per-call cost of a kernel on small arrays.
+    """
     size = math.prod(shape)
     expected = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in inputs]
-    out_specs = [np.dtype(v.aval.dtype) for v in outputs]
-    red_specs = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in reduced]
-    empty, ravel = np.empty, np.ravel
+    namespace = {"kernel": kernel, "empty": np.empty, "np": np,
+                 "admit": functools.partial(_admit, expected=expected, shape=shape)}
+    args = [f"x{j}" for j in range(len(inputs))]
+    checks = []
+    for j, (want_shape, want_dtype) in enumerate(expected):
+        namespace[f"S{j}"], namespace[f"D{j}"] = want_shape, want_dtype
+        checks.append(f"x{j}.shape != S{j} or x{j}.dtype != D{j}")
+    lines = [f"def call({', '.join(args)}):"]
+    if checks:
+        lines += ["    try:",
+                  f"        bad = {' or '.join(checks)}",
+                  "    except AttributeError:         # a Python number",
+                  "        bad = True",
+                  "    if bad:",
+                  f"        {', '.join(args)}, = admit({', '.join(args)})"]
+    flat = []
+    for j, mode in enumerate(modes):
+        flat.append(f"x{j}.ravel()" if mode != "copy" else
+                    f"np.ascontiguousarray(np.broadcast_to(x{j}, SHAPE)).ravel()")
+    namespace["SHAPE"] = shape
+    for j, v in enumerate(outputs):
+        namespace[f"O{j}"] = np.dtype(v.aval.dtype)
+        lines.append(f"    o{j} = empty(SHAPE, O{j})")
+    flat += [f"o{j}.ravel()" for j in range(len(outputs))]
+    lines.append(f"    r = kernel({size}, {', '.join(flat)})")
+    results = [f"o{j}" for j in range(len(outputs))]
+    for r, v in enumerate(reduced):
+        namespace[f"R{r}"] = np.dtype(v.aval.dtype)
+        if v.aval.shape:            # keepdims
+            namespace[f"RS{r}"] = tuple(v.aval.shape)
+            results.append(f"np.full(RS{r}, r[{r}], R{r})")
+        else:                       # a NumPy scalar, as ndarray.sum returns
+            results.append(f"R{r}.type(r[{r}])")
+    lines.append(f"    return ({''.join(x + ', ' for x in results)})")
+    exec(compile("\n".join(lines) + "\n", "<fgrad cpu kernel call>", "exec"), namespace)
+    return namespace["call"]
 
-    def check(args):
-        for j, (x, (want_shape, want_dtype)) in enumerate(zip(args, expected)):
-            got = (tuple(getattr(x, "shape", ())), np.dtype(getattr(x, "dtype", type(x))))
-            if got != (want_shape, want_dtype):
-                raise InvalidInputError(
-                    f"a fused kernel built for {want_dtype.name}{list(want_shape)} as "
-                    f"input {j} received {got[1].name}{list(got[0])}: compiled code runs "
-                    "only on the shapes and dtypes it was traced for; call the jitted "
-                    "function (it retraces) instead of its compiled graph.")
 
-    def prepare(x, mode):
-        if mode == "copy":
-            return np.ascontiguousarray(np.broadcast_to(x, shape)).ravel()
-        return ravel(x)
-
-    def call(*args):
-        for j, (x, (want_shape, want_dtype)) in enumerate(zip(args, expected)):
-            if type(x) in _PY_SCALARS and not want_shape:   # a weakly typed number
-                args = args[:j] + (np.asarray(x, want_dtype),) + args[j + 1:]
-            elif x.shape != want_shape or x.dtype != want_dtype:
-                check(args)
-        outs = [empty(shape, d) for d in out_specs]
-        flat = [prepare(x, m) for x, m in zip(args, modes)]
-        results = kernel(size, *flat, *[ravel(o) for o in outs])
-        reductions = [np.asarray(r, dtype=d).reshape(s) if s else d.type(r)
-                      for r, (s, d) in zip(results, red_specs)]
-        return (*outs, *reductions)
-    return call
+def _admit(*args, expected, shape):
+    """The arguments, Python numbers made arrays; or `InvalidInputError` for
+    an array the kernel was not built for."""
+    admitted = []
+    for j, (x, (want_shape, want_dtype)) in enumerate(zip(args, expected)):
+        if type(x) in _PY_SCALARS and not want_shape:       # a weakly typed number
+            x = np.asarray(x, want_dtype)
+        got = (tuple(getattr(x, "shape", ())), np.dtype(getattr(x, "dtype", type(x))))
+        if got != (want_shape, want_dtype):
+            raise InvalidInputError(
+                f"a fused kernel built for {want_dtype.name}{list(want_shape)} as "
+                f"input {j} received {got[1].name}{list(got[0])}: compiled code runs "
+                "only on the shapes and dtypes it was traced for; call the jitted "
+                "function (it retraces) instead of its compiled graph.")
+        admitted.append(x)
+    return admitted
 
 
 def _cpu_fused_impl(*args, kernel):
