@@ -140,7 +140,7 @@ def test_a_long_chain_is_cut_into_bounded_kernels_with_the_same_result():
     x = np.linspace(-1, 1, 5)
     f_jit = fgrad.jit(f)
     kernels = _kernels(f_jit, x)
-    assert len(kernels) >= 4 and max(k.size for k in kernels) <= cpu_fusion.MAX_KERNEL_OPS
+    assert len(kernels) >= 2 and max(k.size for k in kernels) <= cpu_fusion.MAX_KERNEL_OPS
     _same(f_jit(x), _unfused(f, x))
     got = fgrad.jit(fgrad.grad(f))(x)
     _same(got, fgrad.grad(f)(x))
