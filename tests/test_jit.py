@@ -377,3 +377,20 @@ def test_the_cache_of_signatures_is_bounded():
     assert f.cache_info().traces == CACHE_SIZE + 40
     assert float(f(np.ones(CACHE_SIZE + 39))) == CACHE_SIZE + 39   # kept: no retrace
     assert f.cache_info().traces == CACHE_SIZE + 40
+
+
+def test_repeated_calls_with_arrays_give_what_the_first_call_gave():
+    # the second call on the same shapes and dtypes skips flattening the
+    # arguments: it must still copy an input it would return, rebuild the
+    # output pytree, and retrace for a new dtype
+    same = fgrad.jit(lambda a: a)
+    x = np.ones(3)
+    assert same(x) is not x and same(x) is not x
+    tree = fgrad.jit(lambda a, b: (a + b, {"s": a * 2.0}))
+    for _ in range(2):
+        out = tree(x, x)
+        np.testing.assert_array_equal(out[0], 2 * x)
+        np.testing.assert_array_equal(out[1]["s"], 2 * x)
+    assert tree(x.astype(np.float32), x.astype(np.float32))[0].dtype == np.float32
+    info = tree.cache_info()
+    assert (info.hits, info.traces) == (1, 2)

@@ -329,6 +329,8 @@ def _bind_call(prim, leaves, graph, name, parallel):
 # ---------------------------------------------------------------------------
 
 _PY_SCALARS = (bool, int, float, complex)
+_NDARRAY = np.ndarray
+_LEAF = object()
 
 
 def _leaf_signature(x):
@@ -425,6 +427,10 @@ class JitFunction:
         self._misses = 0
         self._traces = 0
         self._last_record = None
+        # the fast path of a call with positional NumPy arrays only: (shape,
+        # dtype) of each -> (entry, compiled code); None where static
+        # arguments make every call take the full path
+        self._fast = None if (nums or names) else {}
 
     def __repr__(self):
         return f"<jit of {getattr(self.fun, '__qualname__', self.fun)!r}>"
@@ -482,6 +488,28 @@ class JitFunction:
         return self._params[where] if where < len(self._params) else f"arg{where}"
 
     def __call__(self, *args, **kwargs):
+        fast = self._fast
+        if fast is not None and not kwargs:
+            # positional NumPy arrays: their shapes and dtypes are the whole
+            # signature, looked up without flattening a pytree
+            key = []
+            for a in args:
+                if type(a) is not _NDARRAY:
+                    break
+                key.append(a.shape)
+                key.append(a.dtype)
+            else:
+                hit = fast.get(tuple(key))
+                if hit is not None and not nans_enabled():
+                    entry, run, single = hit
+                    self._hits += 1
+                    outs = run(*args)
+                    if entry.returns_input:
+                        outs = _not_aliasing(outs, args)
+                    return outs[0] if single else tree_unflatten(entry.out_tree, list(outs))
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         if self.static_argnums or self.static_argnames:
             dyn_args, dyn_kwargs, statics = self._split(args, kwargs)
         else:
@@ -519,6 +547,17 @@ class JitFunction:
             xp = array_module(*leaves)
             run = entry.run = compiled_for(entry.graph, xp, self.parallel)
             entry.returns_input = _returns_input(run)
+        fast = self._fast
+        if fast is not None and not kwargs and key is not None and \
+                all(type(a) is _NDARRAY for a in args):
+            if len(fast) >= CACHE_SIZE:     # bounded like the signature cache
+                fast.clear()
+            # the generated function itself, not its wrapper; and whether the
+            # output is one array (no pytree to rebuild)
+            fast[tuple(x for a in args for x in (a.shape, a.dtype))] = (
+                entry, getattr(run, "fn", run),
+                entry.out_tree.num_leaves == 1 and
+                tree_unflatten(entry.out_tree, [_LEAF]) is _LEAF)
         outs = run(*leaves)
         if entry.returns_input:
             outs = _not_aliasing(outs, leaves)
@@ -615,6 +654,8 @@ class JitFunction:
     def clear_cache(self):
         """Forget every compilation (the counters are kept)."""
         self._cache.clear()
+        if self._fast is not None:
+            self._fast.clear()
         self._last_record = None
 
     def lower(self, *args, **kwargs):
