@@ -14,6 +14,15 @@ fused_only = pytest.mark.skipif(not cpu_fusion.enabled(),
                                 reason="numba missing or FGRAD_JIT_FUSE=0")
 
 
+@pytest.fixture(autouse=True)
+def always_fuse(monkeypatch):
+    """Kernels cost nothing to call: every group of two or more operations is
+    fused, so these small examples exercise the kernels (the cost model has
+    its own test)."""
+    monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)
+    monkeypatch.setattr(cpu_fusion, "KERNEL_ARRAY_NS", 0)
+
+
 def _kernels(f_jit, *args):
     return f_jit.lower(*args).kernels
 
@@ -164,8 +173,9 @@ def test_kernels_release_the_gil_and_are_cached_by_source():
     (b,) = _kernels(fgrad.jit(lambda y: fnp.exp(fnp.sin(y))), x + 1)
     assert a.fn.targetoptions["nogil"] and a.fn is b.fn
     # threads calling one kernel at once get their own results
-    f_jit = fgrad.jit(lambda x: fnp.exp(fnp.sin(x)))
+    f_jit = fgrad.jit(lambda x: fnp.sin(x) * x + x * 2.0 - 1.0)
     inputs = [np.full(10_000, float(k)) for k in range(4)]
+    assert len(_kernels(f_jit, inputs[0])) == 1
     results = [None] * 4
 
     def work(k):
@@ -176,7 +186,8 @@ def test_kernels_release_the_gil_and_are_cached_by_source():
     for t in threads:
         t.join()
     for k in range(4):
-        np.testing.assert_allclose(results[k], np.exp(np.sin(inputs[k])), rtol=1e-15)
+        x = inputs[k]
+        np.testing.assert_allclose(results[k], np.sin(x) * x + x * 2.0 - 1.0, rtol=1e-15)
 
 
 @fused_only
@@ -194,6 +205,17 @@ def test_compiled_code_refuses_a_shape_or_dtype_it_was_not_built_for():
     _same(f_jit(np.ones(2), np.ones(2)), np.sin(np.ones(2)) + 1.0)
     assert f_jit(np.ones(3, np.float32), np.ones(3, np.float32)).dtype == np.float32
     assert f_jit.cache_info().traces == 3
+
+
+def test_the_cost_model_leaves_slow_functions_on_large_arrays_to_numpy(monkeypatch):
+    monkeypatch.undo()                   # the real costs
+    # tanh one element at a time is ~10x NumPy's SIMD loop: on an RNN state a
+    # kernel would lose; a long arithmetic chain on the same array wins
+    tanh_add = fgrad.make_graph(lambda a, b: fnp.tanh(a + b))(np.ones((8, 32)), np.ones(32))
+    assert not cpu_fusion.worth_fusing(tanh_add.eqns, 2, 1, 256)
+    chain = fgrad.make_graph(lambda a: fnp.tanh(a * 2.0 + a * a - 1.0) * a)(np.ones(4))
+    assert cpu_fusion.worth_fusing(chain.eqns, 1, 1, 4)            # dispatch-bound
+    assert cpu_fusion.worth_fusing(chain.eqns[:-2], 1, 1, 10_000)   # memory-bound
 
 
 def test_fusion_off_gives_exactly_the_numpy_code(monkeypatch):

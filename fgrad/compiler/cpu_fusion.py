@@ -192,6 +192,52 @@ def _numba_installed():
 # ---------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------
+# When a kernel pays: a rough cost model
+# ---------------------------------------------------------------------------
+#
+# A kernel saves the per-call cost of every NumPy call it replaces and every
+# pass over memory between them, but computes transcendental functions one
+# element at a time with the C library, where NumPy's SIMD loops are several
+# times faster (tanh: about 11 ns against 1 ns per element on an AVX2 core).
+# So tanh(a + b) on an RNN's 8x32 state stays two NumPy calls, while the long
+# chains of jit(grad(f)) and elementwise work on large arrays are fused. The
+# figures are nanoseconds, measured once on an x86-64 core; only their ratios
+# matter.
+
+NUMPY_CALL_NS = 700         # one ufunc call from generated code
+KERNEL_CALL_NS = 2000       # the checking wrapper and numba's dispatch
+KERNEL_ARRAY_NS = 100       # ... per array argument
+_CACHE_ELEMENTS = 1 << 17   # about 1 MB of float64: beyond it, memory bandwidth
+# per element and operation: (NumPy's loop, the kernel's) where they differ
+# from a plain arithmetic operation
+_ELEMENT_NS = {"exp": (0.6, 4.1), "exp2": (0.6, 4.1), "expm1": (0.9, 7.0),
+               "log": (0.7, 3.3), "log2": (0.7, 3.3), "log10": (0.7, 3.5),
+               "log1p": (0.9, 7.1), "sin": (5.0, 5.0), "cos": (4.2, 4.1),
+               "tan": (1.1, 5.7), "tanh": (1.1, 11.1), "sinh": (1.0, 9.7),
+               "cosh": (0.8, 7.4), "arcsin": (1.0, 10.1), "arccos": (1.0, 10.1),
+               "arctan": (1.0, 3.5), "arcsinh": (1.3, 12.0), "arccosh": (1.3, 12.0),
+               "arctanh": (1.3, 16.9), "power": (5.0, 8.0), "cbrt": (2.0, 8.0),
+               "sqrt": (0.7, 0.7), "divide": (0.5, 0.5), "arctan2": (4.0, 8.0),
+               "hypot": (1.0, 3.0), "fmod": (3.0, 6.0)}
+_PLAIN_NS = 0.2
+
+
+def worth_fusing(eqns, n_inputs, n_outputs, size):
+    """Whether one kernel for ``eqns`` (``size`` elements each) is estimated
+    faster than their NumPy calls."""
+    memory = 0.3 if size < _CACHE_ELEMENTS else 1.5       # per array pass, ns
+    numpy_ns = fused_ns = 0.0
+    for e in eqns:
+        name = _op_name(e.prim) or e.prim.name
+        np_ns, kernel_ns = _ELEMENT_NS.get(name, (_PLAIN_NS, _PLAIN_NS))
+        numpy_ns += NUMPY_CALL_NS + size * (np_ns + memory * (len(e.invars) + 1))
+        fused_ns += size * kernel_ns
+    fused_ns += KERNEL_CALL_NS + KERNEL_ARRAY_NS * (n_inputs + n_outputs) + \
+        size * memory * (n_inputs + n_outputs)
+    return fused_ns < numpy_ns
+
+
 def _attach_reductions(graph, groups):
     """``[(members, reductions)]``: each group with the full reductions of its
     values that may join it (the kernel takes the reduction's place, so no
@@ -500,6 +546,9 @@ def fuse_for_cpu(graph):
             source, inputs, modes, outputs, reduced = kernel_source(graph, run, reds, readers)
             if not inputs:
                 continue                  # a constant: folding's business
+            if not worth_fusing([graph.eqns[k] for k in run + reds], len(inputs),
+                                len(outputs), math.prod(shape)):
+                continue
             signature = _numba_signature(inputs, outputs, len(reds), reduced)
             digest = hashlib.sha256(source.encode()).hexdigest()[:12]
             fn = _compiled(source, signature)
