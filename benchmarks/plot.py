@@ -33,6 +33,10 @@ def _workloads(results):
     return names
 
 
+def _ratio(r):
+    return f"{r:.2f}x" if r < 100 else f"{r:.0f}x"
+
+
 def _time(seconds):
     if seconds < 1e-3:
         return f"{seconds * 1e6:.3g} µs"
@@ -52,7 +56,7 @@ def markdown(results, header):
              "|---|" + "---:|" * len(libs)]
     for w in workloads:
         lines.append(f"| {w} | " + " | ".join(
-            f"{cell[w, lib][1]:.2f}x" if (w, lib) in cell else "—" for lib in libs) + " |")
+            _ratio(cell[w, lib][1]) if (w, lib) in cell else "—" for lib in libs) + " |")
     lines += ["", "Time per call:", "",
               "| workload | " + " | ".join(libs) + " |",
               "|---|" + "---:|" * len(libs)]

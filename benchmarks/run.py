@@ -16,6 +16,7 @@ import benchmarks  # noqa: F401  (side effect: thread pinning)
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import pkgutil
 import platform
@@ -210,6 +211,12 @@ def main(argv=None) -> None:
     for peer in peers.values():
         status = peer.version if peer.available else peer.reason
         header.append(f"  {peer.name + ':':10} {status}")
+    if "fgrad" in peers:
+        try:            # fgrad.jit's kernels; read without importing numba
+            header.append(f"  {'numba:':10} {importlib.metadata.version('numba')} "
+                          "(fgrad's jit extra)")
+        except importlib.metadata.PackageNotFoundError:
+            header.append(f"  {'numba:':10} not installed: jit runs unfused")
     print("\n".join(header))
     print()
 

@@ -41,7 +41,8 @@ import os
 
 import numpy as np
 
-from fgrad.compiler.fusion import compute_dtypes, operand_rule, plan_groups, reader_counts
+from fgrad.compiler.fusion import (compute_dtypes, elementwise_name, operand_rule, plan_groups,
+                                   reader_counts)
 from fgrad.compiler.kernel_cache import load_or_build
 from fgrad.core.errors import InvalidInputError
 from fgrad.core.graph import Equation, Graph, Literal, Var
@@ -111,10 +112,7 @@ _REDUCTIONS = {
 
 
 def _op_name(prim):
-    name = getattr(prim, "ufunc_name", None)
-    if name is None and prim.name in ("where", "convert_element_type") \
-            and prim.family == "primitives/elementwise.py":
-        name = prim.name
+    name = elementwise_name(prim)
     return name if name in _TEMPLATES else None
 
 

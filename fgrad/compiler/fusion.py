@@ -112,12 +112,19 @@ for _name, _c in (("sqrt", "sqrt"), ("exp", "exp"), ("exp2", "exp2"),
     _TEMPLATES[_name] = (_OUT, _fn(_c), None)
 
 
-def _op_name(prim):
-    """The `_TEMPLATES` key of an elementwise primitive, else None."""
+def elementwise_name(prim):
+    """The operation an elementwise primitive performs (its ufunc's name, or
+    ``where`` / ``convert_element_type``), else None."""
     name = getattr(prim, "ufunc_name", None)
     if name is None and prim.name in ("where", "convert_element_type") \
             and prim.family == "primitives/elementwise.py":
         name = prim.name
+    return name
+
+
+def _op_name(prim):
+    """The `_TEMPLATES` key of an elementwise primitive, else None."""
+    name = elementwise_name(prim)
     return name if name in _TEMPLATES else None
 
 
