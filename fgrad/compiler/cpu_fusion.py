@@ -149,7 +149,13 @@ def _template(eqn):
 
 
 def cpu_fusable(eqn):
-    """Whether ``eqn`` can be written into a fused CPU kernel."""
+    """Whether ``eqn`` can be written into a fused CPU kernel.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda x: fnp.sin(x) // 2)(np.ones(3))
+    >>> [cpu_fusable(e) for e in g.eqns]            # floor_divide stays NumPy
+    [True, False]
+    """
     return _template(eqn) is not None
 
 
@@ -174,7 +180,13 @@ def _reduction_of(eqn, shape):
 
 def enabled():
     """Whether jit fuses on the CPU by default: numba importable and
-    ``FGRAD_JIT_FUSE`` not ``0``."""
+    ``FGRAD_JIT_FUSE`` not ``0``.
+
+    >>> import os
+    >>> enabled() == (importlib.util.find_spec("numba") is not None
+    ...               and os.environ.get("FGRAD_JIT_FUSE", "1") != "0")
+    True
+    """
     if os.environ.get(FUSE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
     return _numba_installed()
@@ -223,7 +235,15 @@ _PLAIN_NS = 0.2
 
 def worth_fusing(eqns, n_inputs, n_outputs, size):
     """Whether one kernel for ``eqns`` (``size`` elements each) is estimated
-    faster than their NumPy calls."""
+    faster than their NumPy calls.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda a: fnp.tanh(a + 1.0))(np.ones(256))
+    >>> worth_fusing(g.eqns, 1, 1, 256)       # NumPy's SIMD tanh wins
+    False
+    >>> worth_fusing(g.eqns * 20, 1, 1, 4)    # 40 calls on 4 elements: dispatch wins
+    True
+    """
     memory = 0.3 if size < _CACHE_ELEMENTS else 1.5       # per array pass, ns
     numpy_ns = fused_ns = 0.0
     for e in eqns:
@@ -565,5 +585,11 @@ def fuse_for_cpu(graph):
 
 
 def cpu_kernels(compiled):
-    """The `CpuKernel` s in a compiled graph (a `Compiled`), in order."""
+    """The `CpuKernel` s in a compiled graph (a `Compiled`), in order.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> from fgrad.compiler.codegen import compile_graph
+    >>> cpu_kernels(compile_graph(fgrad.make_graph(fnp.sin)(np.ones(2))))
+    []
+    """
     return [e.params["kernel"] for e in compiled.graph.eqns if e.prim is cpu_fused_p]

@@ -40,7 +40,12 @@ _log = logging.getLogger("fgrad.jit")
 
 def cache_dir():
     """The disk cache's directory (created private), or None when it is off or
-    unsafe to use."""
+    unsafe to use.
+
+    >>> root = cache_dir()
+    >>> root is None or os.stat(root).st_mode & 0o777 == 0o700
+    True
+    """
     configured = os.environ.get(CACHE_ENV)
     if configured is not None and configured.strip().lower() in ("0", "off", "false", "no"):
         return None
@@ -66,7 +71,8 @@ def cache_dir():
 
 
 def entry_key(source, signature):
-    """The name of a kernel's cache entry: what its compiled code depends on."""
+    """The name of a kernel's cache entry: what its compiled code depends on
+    (40 hex digits of a SHA-256)."""
     import numba
     text = "\n".join([f"format {_FORMAT}", f"numba {numba.__version__}",
                       f"python {sys.version}", f"machine {platform.machine()}",
@@ -76,7 +82,8 @@ def entry_key(source, signature):
 
 def load_or_build(source, signature):
     """The numba function for ``source`` compiled for ``signature``: from the
-    disk cache when a valid entry exists, else compiled (and stored)."""
+    disk cache when a valid entry exists, else compiled (and stored). Used by
+    `fgrad.compiler.cpu_fusion`, which writes the sources."""
     root = cache_dir()
     if root is None:
         return _compile(_module_from_text(source), signature, cache=False)
@@ -138,7 +145,11 @@ def _digest(path):
 
 
 def verify(entry, key):
-    """Whether ``entry`` is complete and fgrad's own for ``key``."""
+    """Whether ``entry`` is complete and fgrad's own for ``key``.
+
+    >>> verify("/nonexistent/entry", "0" * 40)
+    False
+    """
     try:
         with open(os.path.join(entry, _MANIFEST), encoding="utf-8") as f:
             manifest = json.load(f)
