@@ -11,8 +11,14 @@ Workloads:
   jit-mlp8      jit(grad) of the MLP at batch 8 (overhead-dominated)
   jit-rnn       jit(grad) of a 50-step tanh RNN (hidden 32, batch 8)
   jit-elem      jit(grad) of the 10^6-element elementwise function: time, peak memory
-  jit-compile   staging + compiling a 1,000-equation graph (fgrad only; the floor
-                is evaluating the same 1,000 NumPy calls once)
+  jit-compile   the first call of a jitted 1,000-equation program: staging and
+                compiling (the floor is evaluating the same 1,000 NumPy calls once)
+  jit-scan      jit(grad) of the same RNN written with lax.scan
+  jit-sin       jit(sin) on 8 elements: what a cached call costs
+
+The ``fgrad-unfused`` rows are ``jit(..., fuse=False)``: NumPy calls, one per
+equation, as without numba; the ``fgrad`` rows fuse elementwise groups into
+numba kernels (docs/jit.md).
 """
 
 from __future__ import annotations
@@ -23,11 +29,18 @@ from .bench_engine import (RNG_SEED, _chain_floor_steps, _jax_blocking, _torch_g
                            chain_function, elementwise_function, mlp_loss_function,
                            CHAIN_OPS, CHAIN_SIZE, ELEMENTWISE_SIZE, MLP_SIZES)
 from .harness import Workload
-from fgrad.compiler.codegen import compile_graph
 
 
-def _jit_grad(p, f):
-    return p.module.jit(p.module.grad(f))
+def _jit_grad(p, f, **options):
+    return p.module.jit(p.module.grad(f), **options)
+
+
+def _unfused(f):
+    """The ``fgrad-unfused`` row: ``jit(..., fuse=False)``, one NumPy call per
+    equation (what jit does without numba), timed in the same run."""
+    def builder(p):
+        return f(p, fuse=False)
+    return builder
 
 
 # --- the 200-op chain ------------------------------------------------------------------
@@ -47,8 +60,8 @@ def jit_chain_workload() -> Workload:
                 g = g * d
         return g
 
-    def fgrad_(p):
-        g = _jit_grad(p, chain_function(p.np))
+    def fgrad_(p, **options):
+        g = _jit_grad(p, chain_function(p.np), **options)
         return lambda: g(x)
 
     def fgrad_eager(p):
@@ -73,8 +86,8 @@ def jit_chain_workload() -> Workload:
         "jit-chain",
         f"jit(grad) of the {CHAIN_OPS}-op elementwise chain on {CHAIN_SIZE} elements "
         "(autograd, torch: eager)",
-        floor, {"fgrad": fgrad_, "fgrad-eager": fgrad_eager, "autograd": autograd_,
-                "jax": jax_, "torch": torch_})
+        floor, {"fgrad": fgrad_, "fgrad-unfused": _unfused(fgrad_), "fgrad-eager": fgrad_eager,
+                "autograd": autograd_, "jax": jax_, "torch": torch_})
 
 
 # --- MLP at batch 8 -------------------------------------------------------------------
@@ -102,8 +115,8 @@ def jit_mlp8_workload() -> Workload:
         dh = (dz @ w2.T) * (1.0 - h * h)
         return (x.T @ dh, dh.sum(axis=0), h.T @ dz, dz.sum(axis=0))
 
-    def fgrad_(p):
-        g = _jit_grad(p, mlp_loss_function(p.np))
+    def fgrad_(p, **options):
+        g = _jit_grad(p, mlp_loss_function(p.np), **options)
         return lambda: g(params, x, onehot)
 
     def autograd_(p):
@@ -125,7 +138,8 @@ def jit_mlp8_workload() -> Workload:
     return Workload(
         "jit-mlp8",
         f"jit(grad) of the {'-'.join(map(str, MLP_SIZES))} MLP at batch {MLP8_BATCH}",
-        floor, {"fgrad": fgrad_, "autograd": autograd_, "jax": jax_, "torch": torch_},
+        floor, {"fgrad": fgrad_, "fgrad-unfused": _unfused(fgrad_), "autograd": autograd_,
+                "jax": jax_, "torch": torch_},
         input_nbytes=sum(a.nbytes for a in params))
 
 
@@ -165,8 +179,8 @@ def jit_rnn_workload() -> Workload:
             dh = da @ w.T
         return dw, du
 
-    def fgrad_(p):
-        g = _jit_grad(p, rnn_loss_function(p.np))
+    def fgrad_(p, **options):
+        g = _jit_grad(p, rnn_loss_function(p.np), **options)
         return lambda: g(params, xs)
 
     def autograd_(p):
@@ -187,7 +201,72 @@ def jit_rnn_workload() -> Workload:
     return Workload(
         "jit-rnn",
         f"jit(grad) of a {RNN_STEPS}-step tanh RNN, hidden {RNN_HIDDEN}, batch {RNN_BATCH}",
-        floor, {"fgrad": fgrad_, "autograd": autograd_, "jax": jax_, "torch": torch_})
+        floor, {"fgrad": fgrad_, "fgrad-unfused": _unfused(fgrad_), "autograd": autograd_,
+                "jax": jax_, "torch": torch_})
+
+
+# --- the same RNN as a lax.scan under jit -----------------------------------------------
+
+def rnn_scan_loss_function(p):
+    """The RNN of `rnn_loss_function` as one ``lax.scan`` over the time steps."""
+    xp, lax = p.np, p.module.lax
+
+    def loss(params, xs):
+        w, u = params
+
+        def step(h, x_t):
+            h = xp.tanh(h @ w + x_t @ u)
+            return h, None
+        h, _ = lax.scan(step, xs[0] @ u * 0.0, xs)
+        return xp.sum(h)
+    return loss
+
+
+def jit_scan_workload() -> Workload:
+    rnn = jit_rnn_workload()
+    rng = np.random.default_rng(RNG_SEED)
+    params = (rng.standard_normal((RNN_HIDDEN, RNN_HIDDEN)) / np.sqrt(RNN_HIDDEN),
+              rng.standard_normal((RNN_INPUT, RNN_HIDDEN)) / np.sqrt(RNN_INPUT))
+    xs = rng.standard_normal((RNN_STEPS, RNN_BATCH, RNN_INPUT))
+
+    def fgrad_(p, **options):
+        g = _jit_grad(p, rnn_scan_loss_function(p), **options)
+        return lambda: g(params, xs)
+
+    def jax_(p):
+        g = _jit_grad(p, rnn_scan_loss_function(p))
+        pj, xj = tuple(p.np.asarray(a) for a in params), p.np.asarray(xs)
+        return _jax_blocking(p.module, lambda: g(pj, xj))
+
+    return Workload(
+        "jit-scan",
+        f"jit(grad) of the {RNN_STEPS}-step RNN written with lax.scan (floor: jit-rnn's)",
+        rnn.floor, {"fgrad": fgrad_, "fgrad-unfused": _unfused(fgrad_), "jax": jax_})
+
+
+# --- jit(sin): the cost of a cached call ------------------------------------------------
+
+SIN_SIZE = 8
+
+
+def jit_sin_workload() -> Workload:
+    x = np.random.default_rng(RNG_SEED).standard_normal(SIN_SIZE)
+
+    def floor():
+        return np.sin(x)
+
+    def fgrad_(p, **options):
+        f = p.module.jit(p.np.sin, **options)
+        return lambda: f(x)
+
+    def jax_(p):
+        f, xj = p.module.jit(p.np.sin), p.np.asarray(x)
+        return _jax_blocking(p.module, lambda: f(xj))
+
+    return Workload(
+        "jit-sin",
+        f"jit(sin) on {SIN_SIZE} elements, a cached call (dispatch cost)",
+        floor, {"fgrad": fgrad_, "jax": jax_})
 
 
 # --- 10^6-element gradient: memory --------------------------------------------------------
@@ -199,8 +278,8 @@ def jit_elementwise_workload() -> Workload:
         e = np.exp(-(x * x) / 4.0)
         return (np.cos(x) - 0.5 * x * np.sin(x)) * e + 2.0 * x
 
-    def fgrad_(p):
-        g = _jit_grad(p, elementwise_function(p.np))
+    def fgrad_(p, **options):
+        g = _jit_grad(p, elementwise_function(p.np), **options)
         return lambda: g(x)
 
     def fgrad_eager(p):
@@ -225,8 +304,8 @@ def jit_elementwise_workload() -> Workload:
         "jit-elem",
         f"jit(grad) of sum(sin(x)*exp(-x*x/4) + x**2) on {ELEMENTWISE_SIZE:.0e} elements; "
         "memory = tracemalloc peak / x.nbytes",
-        floor, {"fgrad": fgrad_, "fgrad-eager": fgrad_eager, "autograd": autograd_,
-                "jax": jax_, "torch": torch_},
+        floor, {"fgrad": fgrad_, "fgrad-unfused": _unfused(fgrad_), "fgrad-eager": fgrad_eager,
+                "autograd": autograd_, "jax": jax_, "torch": torch_},
         input_nbytes=x.nbytes)
 
 
@@ -250,20 +329,23 @@ def jit_compile_workload() -> Workload:
     def floor():
         return program(np)(x)
 
-    def fgrad_(p):
-        fgrad = p.module
-        f = program(p.np)
+    def fgrad_(p, **options):
+        # a new jitted function per call: staged, optimised and compiled each
+        # time; fused kernels come from the in-memory cache after the first
+        # call (a cold process: benchmarks/compile_cost.py)
+        fgrad, f = p.module, program(p.np)
+        return lambda: fgrad.jit(lambda v: f(v), **options)(x)
 
-        def stage_and_compile():
-            graph = fgrad.make_graph(f)(x)
-            return compile_graph(graph)(x)[0]
-        return stage_and_compile
+    def jax_(p):
+        jax, f, xj = p.module, program(p.np), p.np.asarray(x)
+        # a new function per call: traced, lowered and compiled by XLA each time
+        return _jax_blocking(jax, lambda: jax.jit(lambda v: f(v))(xj))
 
     return Workload(
         "jit-compile",
-        f"make_graph + compile of a {COMPILE_EQNS}-equation program, then one run "
-        "(floor: the 1,000 NumPy calls once)",
-        floor, {"fgrad": fgrad_})
+        f"jit of a {COMPILE_EQNS}-equation program, first call (stage, compile, run; "
+        "floor: the 1,000 NumPy calls once)",
+        floor, {"fgrad": fgrad_, "fgrad-unfused": _unfused(fgrad_), "jax": jax_})
 
 
 WORKLOADS = {
@@ -272,4 +354,6 @@ WORKLOADS = {
     "jit-rnn": jit_rnn_workload,
     "jit-elem": jit_elementwise_workload,
     "jit-compile": jit_compile_workload,
+    "jit-scan": jit_scan_workload,
+    "jit-sin": jit_sin_workload,
 }

@@ -1,4 +1,5 @@
-"""Entry point: ``python -m benchmarks.run [--quick] [--only NAME[,NAME]] [--libs LIB[,LIB]]``.
+"""Entry point: ``python -m benchmarks.run [--quick] [--only NAME[,NAME]] [--libs LIB[,LIB]]
+[--plot DIR]``.
 
 Runs every workload (from every ``benchmarks/bench_*.py`` module's ``WORKLOADS``)
 with the hand-written NumPy floor and each available library, in this one
@@ -15,12 +16,15 @@ import benchmarks  # noqa: F401  (side effect: thread pinning)
 
 import argparse
 import importlib
+import importlib.metadata
+import os
 import pkgutil
 import platform
 import sys
 import time
 import traceback
 
+from . import plot
 from .harness import Settings, Timing, compare, peak_memory, time_call
 from .peers import ORDER, load_peers, thread_report
 
@@ -134,13 +138,18 @@ def _rows(builders):
     return sorted(builders.items(), key=lambda item: rank(item[0]))
 
 
-def run_workload(workload, peers, settings: Settings, warnings: list[str]) -> None:
+def run_workload(workload, peers, settings: Settings, warnings: list[str],
+                 results: list | None = None) -> None:
+    """Print the workload's rows; append ``(workload, library, seconds, ratio)``
+    for each timed row to ``results`` (for --plot)."""
+    results = [] if results is None else results
     floor_result = workload.floor()
     line, floor_time = measure(workload, "numpy", workload.floor, None, None,
                                peers["numpy"], settings, warnings)
     print(line, flush=True)
     if floor_time is None:
         return  # the floor itself failed: there is nothing to take ratios against
+    results.append((workload.name, "numpy", floor_time.seconds, 1.0))
     for lib, builder in _rows(workload.builders):
         # "fgrad-eager" is a second fgrad row: the part before '-' names the library
         peer = peers.get(lib.split("-")[0])
@@ -154,8 +163,12 @@ def run_workload(workload, peers, settings: Settings, warnings: list[str]) -> No
             print(row(workload.name, lib, "-", "", "", "", "", "", f"error: {type(exc).__name__}"),
                   flush=True)
             continue
-        line, _ = measure(workload, lib, fn, floor_result, floor_time, peer, settings, warnings)
+        line, timing = measure(workload, lib, fn, floor_result, floor_time, peer, settings,
+                               warnings)
         print(line, flush=True)
+        if timing is not None:
+            results.append((workload.name, lib, timing.seconds,
+                            timing.seconds / floor_time.seconds))
 
 
 def main(argv=None) -> None:
@@ -171,6 +184,10 @@ def main(argv=None) -> None:
     parser.add_argument("--best", action="store_true",
                         help="report each row's fastest repeat instead of the median "
                              "(steadier on a shared machine)")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="also write DIR/benchmarks.svg (a bar chart of the ratios to "
+                             "the floor; needs matplotlib) and DIR/benchmarks.md (the "
+                             "figures as Markdown tables, with the run's header)")
     args = parser.parse_args(argv)
 
     factories = discover_workloads()
@@ -185,14 +202,22 @@ def main(argv=None) -> None:
 
     started = time.perf_counter()
     peers = load_peers(libs)
-    print(f"fgrad benchmarks ({'quick' if args.quick else 'full'}): "
-          f"loops of ~{settings.target * 1e3:.0f} ms, "
-          f"{'best' if settings.best else 'median'} of {settings.repeats}, "
-          f"float64, one thread")
-    print(f"python {platform.python_version()} on {platform.machine()}, {thread_report(peers)}")
+    header = [f"fgrad benchmarks ({'quick' if args.quick else 'full'}): "
+              f"loops of ~{settings.target * 1e3:.0f} ms, "
+              f"{'best' if settings.best else 'median'} of {settings.repeats}, "
+              f"float64, one thread",
+              f"python {platform.python_version()} on {platform.machine()} "
+              f"({os.cpu_count()} cores), {thread_report(peers)}"]
     for peer in peers.values():
         status = peer.version if peer.available else peer.reason
-        print(f"  {peer.name + ':':10} {status}")
+        header.append(f"  {peer.name + ':':10} {status}")
+    if "fgrad" in peers:
+        try:            # fgrad.jit's kernels; read without importing numba
+            header.append(f"  {'numba:':10} {importlib.metadata.version('numba')} "
+                          "(fgrad's jit extra)")
+        except importlib.metadata.PackageNotFoundError:
+            header.append(f"  {'numba:':10} not installed: jit runs unfused")
+    print("\n".join(header))
     print()
 
     workloads = [factories[name]() for name in names]
@@ -207,8 +232,12 @@ def main(argv=None) -> None:
     print(row(*("-" * max(width, len(title)) for title, width in COLUMNS)))
 
     warnings: list[str] = []
+    results: list = []
     for w in workloads:
-        run_workload(w, peers, settings, warnings)
+        run_workload(w, peers, settings, warnings, results)
+    if args.plot:
+        for path in plot.write(args.plot, results, header):
+            print(f"wrote {path}")
 
     print()
     for message in warnings:

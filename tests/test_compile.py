@@ -62,7 +62,7 @@ def test_symbolic_zeros_never_reach_the_generated_code():
     g = fgrad.make_graph(f)(np.ones(3), np.ones(3))
     opt = C.optimize(g)
     assert _names(opt) == ["multiply", "sum"]       # x * 2.0, then the sum
-    source = fgrad.jit(f).lower(np.ones(3), np.ones(3)).source
+    source = fgrad.jit(f, fuse=False).lower(np.ones(3), np.ones(3)).source
     assert "full_like" not in source and "zeros" not in source
     np.testing.assert_allclose(fgrad.jit(f)(np.ones(3), np.ones(3)), f(np.ones(3),
                                                                        np.ones(3)))
@@ -84,7 +84,7 @@ def test_buffer_reuse_writes_into_dying_intermediates_only():
         return fnp.exp(fnp.sin(x) * 2.0) + 1.0
     x = np.linspace(0, 1, 5)
     x.flags.writeable = False               # writing into the input would raise
-    f_jit = fgrad.jit(f)
+    f_jit = fgrad.jit(f, fuse=False)
     source = f_jit.lower(x).source
     assert "out=a0" not in source
     assert source.count("out=") == 3        # multiply, exp and add reuse sin's buffer
@@ -111,7 +111,7 @@ def test_python_scalars_become_constants_of_the_ufunc_dtype(dtype):
     def f(x):
         return (x * 1.01 + 0.1) / 3 - 2 ** 0.5
     x = (np.linspace(-1, 1, 7) + (0.5j if dtype is np.complex64 else 0)).astype(dtype)
-    f_jit = fgrad.jit(f)
+    f_jit = fgrad.jit(f, fuse=False)
     source = f_jit.lower(x).source
     assert "1.01" not in source and "0.1" not in source, source
     out = f_jit(x)
@@ -123,7 +123,7 @@ def test_python_scalars_stay_literals_where_the_dtype_would_change():
     def f(i, x):
         return i * 1.5 + x * 1e300     # int input promotes; 1e300 overflows float32
     i, x = np.arange(3), np.ones(3, np.float32)
-    f_jit = fgrad.jit(f)
+    f_jit = fgrad.jit(f, fuse=False)
     assert "1.5" in f_jit.lower(i, x).source and "1e+300" in f_jit.lower(i, x).source
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(f_jit(i, x), f(i, x))
@@ -139,7 +139,7 @@ def test_buffer_reuse_never_writes_into_a_live_value_or_a_view():
     t, u = fgrad.jit(f)(x)
     np.testing.assert_array_equal(t, np.sin(x).reshape(2, 3))
     np.testing.assert_allclose(u, 2 * np.exp(np.sin(x)))
-    assert "out=v1" not in fgrad.jit(f).lower(x).source.split("exp")[1].split("\n")[0]
+    assert "out=v1" not in fgrad.jit(f, fuse=False).lower(x).source.split("exp")[1].split("\n")[0]
 
 
 def test_outputs_that_are_constants_are_fresh_copies():
@@ -150,7 +150,7 @@ def test_outputs_that_are_constants_are_fresh_copies():
 
 
 def test_generated_source_is_straight_line_python_calling_numpy():
-    f = fgrad.jit(lambda x: fnp.sum(fnp.tanh(x) ** 2))
+    f = fgrad.jit(lambda x: fnp.sum(fnp.tanh(x) ** 2), fuse=False)
     lowered = f.lower(np.ones(4))
     lines = lowered.source.splitlines()
     assert lines[0] == "def staged(a0):"

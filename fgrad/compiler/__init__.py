@@ -4,6 +4,8 @@
   zeros and ones, common subexpressions, dead code).
 - `codegen`: Python source for a graph, with buffer reuse; `compile_graph`.
 - `fusion`: elementwise groups and the backend kernels they become.
+- `cpu_fusion`: the same groups on NumPy as numba kernels (under jit).
+- `kernel_cache`: compiling those kernels, and the private disk cache.
 - `parallel`: independent large equations run on worker threads.
 
 The compiler knows graphs and primitives' ``impl`` columns, never tracing.

@@ -18,6 +18,7 @@ import weakref
 
 import numpy as np
 
+from fgrad.compiler.cpu_fusion import fuse_for_cpu
 from fgrad.compiler.fusion import fuse_elementwise
 from fgrad.compiler.passes import on_backend, optimize
 from fgrad.core.backend import elementwise_kernel_maker
@@ -284,12 +285,15 @@ def _copy(x):
     return x.copy()
 
 
-def compile_graph(graph, xp=np, name="staged", optimize_graph=True, fuse=True):
+def compile_graph(graph, xp=np, name="staged", optimize_graph=True, fuse=True,
+                  fuse_cpu=False):
     """Optimise ``graph`` and generate its code; returns a `Compiled` callable.
 
     On a backend registered with an ``elementwise_kernel`` hook (CuPy), chains
     of elementwise equations then become one generated kernel each
-    (`fgrad.compiler.fusion`); on NumPy the code is the same either way.
+    (`fgrad.compiler.fusion`). On NumPy, ``fuse_cpu=True`` (what `jit` passes
+    when numba is installed) makes them numba kernels
+    (`fgrad.compiler.cpu_fusion`); otherwise the code is NumPy calls.
     """
     with gc_paused():
         if optimize_graph:
@@ -297,4 +301,6 @@ def compile_graph(graph, xp=np, name="staged", optimize_graph=True, fuse=True):
             make_kernel = elementwise_kernel_maker(xp) if fuse else None
             if make_kernel is not None:
                 graph = fuse_elementwise(graph, make_kernel)
+            elif fuse and fuse_cpu and xp is np:
+                graph = fuse_for_cpu(graph)
         return generate(graph, xp, name)

@@ -112,12 +112,19 @@ for _name, _c in (("sqrt", "sqrt"), ("exp", "exp"), ("exp2", "exp2"),
     _TEMPLATES[_name] = (_OUT, _fn(_c), None)
 
 
-def _op_name(prim):
-    """The `_TEMPLATES` key of an elementwise primitive, else None."""
+def elementwise_name(prim):
+    """The operation an elementwise primitive performs (its ufunc's name, or
+    ``where`` / ``convert_element_type``), else None."""
     name = getattr(prim, "ufunc_name", None)
     if name is None and prim.name in ("where", "convert_element_type") \
             and prim.family == "primitives/elementwise.py":
         name = prim.name
+    return name
+
+
+def _op_name(prim):
+    """The `_TEMPLATES` key of an elementwise primitive, else None."""
+    name = elementwise_name(prim)
     return name if name in _TEMPLATES else None
 
 
@@ -125,7 +132,12 @@ def _common_dtype(avals):
     return np.result_type(*(dummy(a) for a in avals))
 
 
-def _compute_dtypes(rule, eqn):
+def operand_rule(name):
+    """How an operation's operands are cast (one of the rules above)."""
+    return _TEMPLATES[name][0]
+
+
+def compute_dtypes(rule, eqn):
     """The dtype each operand is cast to, and the dtype that picks the template."""
     out = eqn.outvars[0].aval.dtype
     avals = [v.aval for v in eqn.invars]
@@ -157,7 +169,7 @@ def _template(eqn):
         return None
     rule, float_template, int_template = _TEMPLATES[name]
     try:
-        operand_dtypes, compute = _compute_dtypes(rule, eqn)
+        operand_dtypes, compute = compute_dtypes(rule, eqn)
     except (TypeError, ValueError):
         return None
     if compute not in _C_TYPES:
@@ -185,27 +197,30 @@ class _Group:
         self.members, self.shape, self.open = [], shape, True
 
 
-def plan_groups(graph):
-    """Lists of equation indices to fuse, each in graph order (two or more each).
+def plan_groups(graph, can_fuse=None, min_size=2):
+    """Lists of equation indices to fuse, each in graph order (``min_size`` or
+    more each); ``can_fuse(eqn)`` says which equations may join (`fusable`).
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x: fnp.sum(fnp.exp(fnp.sin(x) * 2.0)) + x)(np.ones(3))
     >>> [[g.eqns[k].prim.name for k in group] for group in plan_groups(g)]
     [['sin', 'multiply', 'exp']]
     """
+    can_fuse = fusable if can_fuse is None else can_fuse
     group_of_var = {}               # a member's output var -> its group
     groups = []
     for k, eqn in enumerate(graph.eqns):
         read = [group_of_var.get(v) for v in eqn.invars if type(v) is Var]
         read = [g for g in read if g is not None]
         joining = []
-        if fusable(eqn):
+        ok = can_fuse(eqn)
+        if ok:
             shape = eqn.outvars[0].aval.shape
             joining = [g for g in read if g.open and g.shape == shape]
         for g in read:
             if not any(g is j for j in joining):
                 g.open = False            # read from outside: nothing joins it now
-        if not fusable(eqn):
+        if not ok:
             continue
         if joining:
             target = joining[0]
@@ -220,7 +235,7 @@ def plan_groups(graph):
             groups.append(target)
         target.members.append(k)
         group_of_var[eqn.outvars[0]] = target
-    return [sorted(g.members) for g in groups if len(g.members) >= 2]
+    return [sorted(g.members) for g in groups if len(g.members) >= min_size]
 
 
 # ---------------------------------------------------------------------------
@@ -312,7 +327,8 @@ fused_elementwise_p = Primitive("fused_elementwise", _fused_impl, _fused_abstrac
                                 multiple_results=True, register=False)
 
 
-def _reader_counts(graph):
+def reader_counts(graph):
+    """How many times each variable is read (by equations and as an output)."""
     counts = collections.Counter()
     for e in graph.eqns:
         counts.update(v for v in e.invars if type(v) is Var)
@@ -328,7 +344,7 @@ def kernel_text(graph, members, readers=None, splat=True):
     equation outside the group or returned by the graph. ``splat=True``
     inlines constant arrays that hold a single value.
     """
-    readers = _reader_counts(graph) if readers is None else readers
+    readers = reader_counts(graph) if readers is None else readers
     eqns = [graph.eqns[k] for k in members]
     inside = {e.outvars[0] for e in eqns}
     inner = collections.Counter(v for e in eqns for v in e.invars if type(v) is Var)
@@ -401,7 +417,7 @@ def fuse_elementwise(graph, make_kernel):
         return graph
     replace = {}                     # last member index -> fused equation
     skip = set()
-    readers = _reader_counts(graph)
+    readers = reader_counts(graph)
     for members in groups:
         shape = graph.eqns[members[-1]].outvars[0].aval.shape
         for splat in (True, False):

@@ -26,6 +26,8 @@ import warnings
 import numpy as np
 
 from fgrad.compiler.codegen import compile_graph
+from fgrad.compiler.cpu_fusion import cpu_kernels
+from fgrad.compiler.cpu_fusion import enabled as cpu_fusion_enabled
 from fgrad.compiler.parallel import ParallelCompiled
 from fgrad.compiler.passes import (
     effectful,
@@ -73,21 +75,39 @@ _log = logging.getLogger("fgrad.jit")
 # ---------------------------------------------------------------------------
 
 
+def fuses(graph):
+    """Whether jit compiles ``graph`` with fused CPU kernels: unless the jitted
+    function said ``fuse=False`` (a mark on its graphs), when numba is
+    installed and ``FGRAD_JIT_FUSE`` is not ``0``."""
+    return graph.compiled.get(_FUSE, True) and cpu_fusion_enabled()
+
+
 def compiled_for(graph, xp, parallel=False):
     """The graph's compiled code for backend ``xp`` (compiled once, kept on it)."""
+    fuse = fuses(graph)
     if parallel:
-        compiled = graph.compiled.get((xp, "parallel"))
+        compiled = graph.compiled.get((xp, "parallel", fuse))
         if compiled is None:
             sequential = compiled_for(graph, xp)
             compiled = ParallelCompiled(sequential.graph, sequential, xp)
             if not any(compiled.big):       # nothing worth a thread: plain code
                 compiled = sequential
-            graph.compiled[(xp, "parallel")] = compiled
+            graph.compiled[(xp, "parallel", fuse)] = compiled
         return compiled
-    compiled = graph.compiled.get(xp)
+    compiled = graph.compiled.get((xp, fuse))
     if compiled is None:
-        compiled = graph.compiled[xp] = compile_graph(graph, xp)
+        compiled = graph.compiled[(xp, fuse)] = compile_graph(graph, xp, fuse_cpu=fuse)
     return compiled
+
+
+# the key of ``graph.compiled`` that marks a graph of a ``jit(fuse=False)``
+_FUSE = "fuse"
+
+
+def _mark_unfused(graph, like):
+    if like.compiled.get(_FUSE, True) is False:
+        graph.compiled[_FUSE] = False
+    return graph
 
 
 def _call_impl(*args, graph, name):
@@ -202,7 +222,7 @@ class _VJPSplit:
                           [Equation(e.prim, [read(v) for v in e.invars], e.outvars, e.params)
                            for e in self.backward.eqns],
                           [read(v) for v in self.backward.outvars])
-            self._seeded[unit] = graph
+            self._seeded[unit] = graph = _mark_unfused(graph, self.backward)
         return graph
 
 
@@ -258,9 +278,10 @@ def _vjp_split(graph, needed):
         if type(v) is Var and v not in computed_later:
             residuals[v] = None
     residuals = list(residuals)
-    split = _VJPSplit(Graph(staged.invars[:n_args], forward_eqns,
-                            list(staged.outvars[:n_out]) + residuals),
-                      Graph(residuals + list(ct_vars), backward_eqns, ct_outs),
+    split = _VJPSplit(_mark_unfused(Graph(staged.invars[:n_args], forward_eqns,
+                                          list(staged.outvars[:n_out]) + residuals), graph),
+                      _mark_unfused(Graph(residuals + list(ct_vars), backward_eqns,
+                                          ct_outs), graph),
                       positions)
     graph.compiled[key] = split
     return split
@@ -325,6 +346,8 @@ def _bind_call(prim, leaves, graph, name, parallel):
 # ---------------------------------------------------------------------------
 
 _PY_SCALARS = (bool, int, float, complex)
+_NDARRAY = np.ndarray
+_LEAF = object()
 
 
 def _leaf_signature(x):
@@ -367,13 +390,16 @@ class _Entry:
 class Lowered:
     """What jit made of one call: the staged graph, the optimised one, the code.
 
-    ``print(f_jit.lower(x).source)`` shows the generated Python.
+    ``print(f_jit.lower(x).source)`` shows the generated Python;
+    ``kernels`` lists the fused CPU kernels it calls (each with its
+    ``source``), empty when nothing was fused.
     """
 
     def __init__(self, graph, compiled):
         self.graph = graph
         self.optimized = compiled.graph
         self.source = compiled.source
+        self.kernels = cpu_kernels(compiled)
 
     def __str__(self):
         return self.source
@@ -391,10 +417,11 @@ class JitFunction:
     """
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), max_traces=None,
-                 prim=jit_call_p, parallel=False):
+                 prim=jit_call_p, parallel=False, fuse=True):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.parallel = parallel
+        self.fuse = bool(fuse)
         self._prim = prim
         nums = (static_argnums,) if isinstance(static_argnums, int) else \
             tuple(static_argnums)
@@ -417,6 +444,10 @@ class JitFunction:
         self._misses = 0
         self._traces = 0
         self._last_record = None
+        # the fast path of a call with positional NumPy arrays only: (shape,
+        # dtype) of each -> (entry, compiled code); None where static
+        # arguments make every call take the full path
+        self._fast = None if (nums or names) else {}
 
     def __repr__(self):
         return f"<jit of {getattr(self.fun, '__qualname__', self.fun)!r}>"
@@ -474,6 +505,28 @@ class JitFunction:
         return self._params[where] if where < len(self._params) else f"arg{where}"
 
     def __call__(self, *args, **kwargs):
+        fast = self._fast
+        if fast is not None and not kwargs:
+            # positional NumPy arrays: their shapes and dtypes are the whole
+            # signature, looked up without flattening a pytree
+            key = []
+            for a in args:
+                if type(a) is not _NDARRAY:
+                    break
+                key.append(a.shape)
+                key.append(a.dtype)
+            else:
+                hit = fast.get(tuple(key))
+                if hit is not None and not nans_enabled():
+                    entry, run, single = hit
+                    self._hits += 1
+                    outs = run(*args)
+                    if entry.returns_input:
+                        outs = _not_aliasing(outs, args)
+                    return outs[0] if single else tree_unflatten(entry.out_tree, list(outs))
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         if self.static_argnums or self.static_argnames:
             dyn_args, dyn_kwargs, statics = self._split(args, kwargs)
         else:
@@ -512,6 +565,17 @@ class JitFunction:
             xp = array_module(*leaves)
             run = entry.run = compiled_for(entry.graph, xp, self.parallel)
             entry.returns_input = _returns_input(run)
+        fast = self._fast
+        if fast is not None and not kwargs and key is not None and \
+                all(type(a) is _NDARRAY for a in args):
+            if len(fast) >= CACHE_SIZE:     # bounded like the signature cache
+                fast.clear()
+            # the generated function itself, not its wrapper; and whether the
+            # output is one array (no pytree to rebuild)
+            fast[tuple(x for a in args for x in (a.shape, a.dtype))] = (
+                entry, getattr(run, "fn", run),
+                entry.out_tree.num_leaves == 1 and
+                tree_unflatten(entry.out_tree, [_LEAF]) is _LEAF)
         outs = run(*leaves)
         if entry.returns_input:
             outs = _not_aliasing(outs, leaves)
@@ -568,6 +632,8 @@ class JitFunction:
             return out_leaves
         with gc_paused():
             graph, captured = stage(flat_fun, [shaped(x) for x in leaves])
+        if not self.fuse:
+            graph.compiled[_FUSE] = False
         return _Entry(graph, out_tree_box[0], record), captured
 
     def _record(self, args, kwargs, statics, leaves, tree, sig):
@@ -614,6 +680,8 @@ class JitFunction:
     def clear_cache(self):
         """Forget every compilation (the counters are kept)."""
         self._cache.clear()
+        if self._fast is not None:
+            self._fast.clear()
         self._last_record = None
 
     def lower(self, *args, **kwargs):
@@ -696,7 +764,7 @@ def _describe_change(old, new):
 
 
 def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
-        parallel=False):
+        parallel=False, fuse=True):
     """Stage ``fun`` once per input signature and replay it as compiled code.
 
     The signature is the arguments' pytree structure, every leaf's shape, dtype
@@ -715,6 +783,12 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     It applies to calls with arrays; a parallel jitted function called under
     another transformation runs its graph sequentially.
 
+    With numba installed, groups of elementwise operations (and a ``sum``,
+    ``max`` or ``min`` of them over all axes) on NumPy arrays run as fused,
+    compiled CPU kernels (`fgrad.compiler.cpu_fusion`; docs/jit.md).
+    ``fuse=False``, or the environment variable ``FGRAD_JIT_FUSE=0``, turns
+    that off: the code is then NumPy calls, one per equation.
+
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) ** 2))
     >>> float(f(np.zeros(3)))
@@ -725,9 +799,9 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
                                  static_argnames=static_argnames, max_traces=max_traces,
-                                 parallel=parallel)
+                                 parallel=parallel, fuse=fuse)
     return JitFunction(fun, static_argnums, static_argnames, max_traces,
-                       parallel=parallel)
+                       parallel=parallel, fuse=fuse)
 
 
 def make_graph(fun, static_argnums=()):
@@ -767,7 +841,8 @@ def checkpoint(fun):
     >>> float(fgrad.grad(lambda x: layer(layer(x)))(0.0))
     4.0
     """
-    return JitFunction(fun, prim=checkpoint_p)
+    # eager code: no kernels compiled for it
+    return JitFunction(fun, prim=checkpoint_p, fuse=False)
 
 
 def optimized_graph(graph, xp=np):

@@ -1,0 +1,106 @@
+"""First-call cost of jit in fresh processes: ``python -m benchmarks.compile_cost``.
+
+The ``jit-compile`` row of `benchmarks.run` repeats the first call in one
+process, where fused kernels come from the in-memory cache after the first
+time. This measures what a user meets: a fresh interpreter calling a jitted
+1,000-equation program (``jit-compile``'s) and ``jit(grad)`` of the 200-op
+chain (``jit-chain``'s) once, timed from the call (imports excluded; numba's
+own start-up, paid on the first kernel, included):
+
+- fgrad, empty kernel cache (a new private directory);
+- fgrad, a second process on the cache the first one filled;
+- fgrad with ``FGRAD_JIT_FUSE=0`` (NumPy calls, nothing to compile);
+- jax.jit, when jax is installed.
+
+Each figure is the best of ``--repeats`` fresh processes (default 3).
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+_PROGRAMS = {
+    "jit-compile": """
+def program(xp, lib):
+    cycle = (lambda v: xp.sin(v), lambda v: v * 1.01, lambda v: v + 0.1,
+             lambda v: xp.tanh(v))
+    def f(v):
+        for i in range(1000):
+            v = cycle[i % 4](v)
+        return v
+    return lib.jit(f)
+""",
+    "jit-chain": """
+from benchmarks.bench_engine import chain_function
+def program(xp, lib):
+    return lib.jit(lib.grad(chain_function(xp)))
+""",
+}
+
+_FGRAD = """
+import time, numpy as np, fgrad, fgrad.numpy as fnp
+{program}
+x = np.random.default_rng(0).standard_normal(16)
+f = program(fnp, fgrad)
+t = time.perf_counter()
+f(x)
+print(time.perf_counter() - t)
+"""
+
+_JAX = """
+import time, numpy as np, jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+{program}
+x = jnp.asarray(np.random.default_rng(0).standard_normal(16))
+f = program(jnp, jax)
+t = time.perf_counter()
+f(x).block_until_ready()
+print(time.perf_counter() - t)
+"""
+
+
+def _seconds(code, env):
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=600,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if done.returncode:
+        raise RuntimeError(done.stderr[-2000:])
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compile_cost",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    try:
+        import jax  # noqa: F401
+        have_jax = True
+    except ImportError:
+        have_jax = False
+    print(f"{'program':12}  {'fgrad cold':>11}  {'2nd process':>11}  {'unfused':>9}  "
+          f"{'jax.jit':>9}")
+    for name, program in _PROGRAMS.items():
+        fgrad_code = _FGRAD.format(program=program)
+        cold, warm = [], []
+        for _ in range(args.repeats):
+            cache = tempfile.mkdtemp(prefix="fgrad-kernels-")
+            try:
+                env = {"FGRAD_KERNEL_CACHE": os.path.join(cache, "k"), "FGRAD_JIT_FUSE": "1"}
+                cold.append(_seconds(fgrad_code, env))
+                warm.append(_seconds(fgrad_code, env))
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+        unfused = min(_seconds(fgrad_code, {"FGRAD_JIT_FUSE": "0"})
+                      for _ in range(args.repeats))
+        jax_time = min(_seconds(_JAX.format(program=program), {})
+                       for _ in range(args.repeats)) if have_jax else float("nan")
+        print(f"{name:12}  {min(cold):>10.3f}s  {min(warm):>10.3f}s  {unfused:>8.3f}s  "
+              f"{jax_time:>8.3f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

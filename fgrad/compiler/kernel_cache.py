@@ -1,0 +1,195 @@
+"""Compiling fused CPU kernels with numba, and keeping them on disk.
+
+`load_or_build` turns a kernel's Python source into a numba function compiled
+for one signature (GIL released, NumPy's error model). A compilation is kept
+in a per-user directory, so a second process loads it instead of compiling:
+
+- the directory is ``$FGRAD_KERNEL_CACHE`` if set (``0`` or ``off`` turns the
+  disk cache off), else ``$XDG_CACHE_HOME/fgrad/kernels`` (``~/.cache/...``);
+  it is created with mode 0700, and a directory that is not the user's own,
+  or that others may read or write, is not used;
+- one entry per kernel, a directory named by the SHA-256 of its source, its
+  signature and the numba, Python and machine versions. It holds the source
+  file, numba's own cache files for it, and a ``MANIFEST`` that fgrad writes
+  last, with that key and the SHA-256 of every other file;
+- an entry is loaded only when its manifest names the same key and every
+  checksum matches. A truncated, corrupt or foreign entry is moved aside and
+  deleted, and the kernel is compiled again — numba never reads its files;
+- an entry is built in a private temporary directory and renamed into place
+  in one step, so two processes filling the cache at once each compile, one
+  rename wins, and nobody ever sees half an entry.
+"""
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import uuid
+
+import numpy as np
+
+CACHE_ENV = "FGRAD_KERNEL_CACHE"
+_MANIFEST = "MANIFEST"
+_FORMAT = 1
+_log = logging.getLogger("fgrad.jit")
+
+
+def cache_dir():
+    """The disk cache's directory (created private), or None when it is off or
+    unsafe to use.
+
+    >>> root = cache_dir()
+    >>> root is None or os.stat(root).st_mode & 0o777 == 0o700
+    True
+    """
+    configured = os.environ.get(CACHE_ENV)
+    if configured is not None and configured.strip().lower() in ("0", "off", "false", "no"):
+        return None
+    if configured:
+        root = os.path.abspath(os.path.expanduser(configured))
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+            os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "fgrad", "kernels")
+    try:
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        info = os.stat(root)
+    except OSError as error:
+        _log.warning("fgrad.jit: kernel cache %s unusable (%s); compiling in memory",
+                     root, error)
+        return None
+    if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o077):
+        _log.warning("fgrad.jit: kernel cache %s is not private to this user (owner "
+                     "%d, mode %o); compiling in memory. Remove it or set %s.",
+                     root, info.st_uid, info.st_mode & 0o777, CACHE_ENV)
+        return None
+    return root
+
+
+def entry_key(source, signature):
+    """The name of a kernel's cache entry: what its compiled code depends on
+    (40 hex digits of a SHA-256)."""
+    import numba
+    text = "\n".join([f"format {_FORMAT}", f"numba {numba.__version__}",
+                      f"python {sys.version}", f"machine {platform.machine()}",
+                      f"signature {signature}", source])
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def load_or_build(source, signature):
+    """The numba function for ``source`` compiled for ``signature``: from the
+    disk cache when a valid entry exists, else compiled (and stored). Used by
+    `fgrad.compiler.cpu_fusion`, which writes the sources."""
+    root = cache_dir()
+    if root is None:
+        return _compile(_module_from_text(source), signature, cache=False)
+    key = entry_key(source, signature)
+    entry = os.path.join(root, key)
+    if os.path.isdir(entry):
+        if verify(entry, key):
+            fn = _compile_file(entry, key, signature)
+            _log.debug("fgrad.jit: kernel %s loaded from the disk cache", key)
+            return fn
+        _discard(root, entry)
+    return _build(root, entry, key, source, signature)
+
+
+def _compile(module, signature, cache):
+    import numba
+    return numba.njit(signature, nogil=True, error_model="numpy", cache=cache)(
+        module.kernel)
+
+
+def _module_from_text(source):
+    namespace = {"np": np}
+    exec(compile(source, "<fgrad cpu kernel>", "exec"), namespace)
+
+    class Module:
+        kernel = namespace["kernel"]
+    return Module
+
+
+def _compile_file(directory, key, signature):
+    """Compile (or load from numba's cache files) the kernel in ``directory``."""
+    # the module's name is the same in every process: numba's cached code
+    # refers to it, and looks it up in sys.modules while loading
+    name = f"fgrad_kernel_{key}"
+    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, "kernel.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        return _compile(module, signature, cache=True)
+    finally:
+        sys.modules.pop(name, None)
+
+
+def _files(directory):
+    """Every file under ``directory`` but the manifest, relative, sorted."""
+    found = []
+    for folder, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.relpath(os.path.join(folder, name), directory)
+            if path != _MANIFEST:
+                found.append(path)
+    return sorted(found)
+
+
+def _digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def verify(entry, key):
+    """Whether ``entry`` is complete and fgrad's own for ``key``.
+
+    >>> verify("/nonexistent/entry", "0" * 40)
+    False
+    """
+    try:
+        with open(os.path.join(entry, _MANIFEST), encoding="utf-8") as f:
+            manifest = json.load(f)
+        files = _files(entry)
+        return (isinstance(manifest, dict) and manifest.get("format") == _FORMAT
+                and manifest.get("key") == key
+                and manifest.get("files") == {p: _digest(os.path.join(entry, p))
+                                              for p in files}
+                and "kernel.py" in files and len(files) > 1)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+
+
+def _discard(root, entry):
+    _log.warning("fgrad.jit: kernel cache entry %s is incomplete or corrupt; "
+                 "compiling it again", entry)
+    trash = os.path.join(root, f".trash-{uuid.uuid4().hex}")
+    try:
+        os.rename(entry, trash)         # atomic: nobody loads it from now on
+    except OSError:
+        return                          # already moved by another process
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _build(root, entry, key, source, signature):
+    staging = tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=root)
+    try:
+        with open(os.path.join(staging, "kernel.py"), "w", encoding="utf-8") as f:
+            f.write("import numpy as np\n\n" + source)
+        fn = _compile_file(staging, key, signature)
+        manifest = {"format": _FORMAT, "key": key,
+                    "files": {p: _digest(os.path.join(staging, p))
+                              for p in _files(staging)}}
+        with open(os.path.join(staging, _MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(manifest, f)
+        try:
+            os.rename(staging, entry)   # in one step; fails if another won
+        except OSError:
+            pass
+        _log.debug("fgrad.jit: kernel %s compiled", key)
+        return fn
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

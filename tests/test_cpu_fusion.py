@@ -1,0 +1,237 @@
+"""Fused CPU kernels under jit (numba): NumPy's semantics, the fallback, bad input."""
+import threading
+
+import numpy as np
+import pytest
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.compiler import cpu_fusion
+from fgrad.errors import InvalidInputError
+from fgrad.transforms.jit import compiled_for
+
+fused_only = pytest.mark.skipif(not cpu_fusion.enabled(),
+                                reason="numba missing or FGRAD_JIT_FUSE=0")
+
+
+@pytest.fixture(autouse=True)
+def always_fuse(monkeypatch):
+    """Kernels cost nothing to call: every group of two or more operations is
+    fused, so these small examples exercise the kernels (the cost model has
+    its own test)."""
+    monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)
+    monkeypatch.setattr(cpu_fusion, "KERNEL_ARRAY_NS", 0)
+
+
+def _kernels(f_jit, *args):
+    return f_jit.lower(*args).kernels
+
+
+def _unfused(f, *args):
+    return fgrad.jit(f, fuse=False)(*args)
+
+
+def _same(got, want):
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_allclose(np.asarray(got, float), np.asarray(want, float),
+                               rtol=1e-6 if np.asarray(want).dtype == np.float32 else 1e-13,
+                               atol=0, equal_nan=True)
+
+
+_SPECIAL = np.array([-2.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 3.0, np.nan, np.inf, -np.inf,
+                     1e300])
+_UNARY = ["sqrt", "exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "arcsin",
+          "arctanh", "floor", "rint", "isnan", "isinf", "signbit", "negative",
+          "square", "absolute"]
+_BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
+           "less", "equal", "arctan2", "hypot", "fmod"]
+
+
+def _operands(dtype):
+    if dtype == np.bool_:
+        x = _SPECIAL > 0
+    elif np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        x = np.array([info.min, info.max, 0, 1, 2, 3, 7, 100 % info.max, info.max - 1,
+                      info.min + 1, 5, 9], dtype=dtype)
+    else:
+        x = _SPECIAL.astype(dtype)
+    return x, np.roll(x, 5)
+
+
+@fused_only
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int8, np.uint8, np.int64,
+                                   np.bool_])
+def test_every_operation_matches_numpy_with_nan_inf_and_wraparound(dtype):
+    # each operation in a two-operation group (so it is fused), on special values:
+    # NaN, inf, signed zeros, overflowing integers; dtypes exactly NumPy's
+    x, y = _operands(dtype)
+    fused = 0
+    with np.errstate(all="ignore"):
+        for name in _UNARY + _BINARY:
+            fn = getattr(fnp, name)
+            f = (lambda a, b, fn=fn: fn(a + b)) if name in _UNARY else \
+                (lambda a, b, fn=fn: fn(a * b, b))
+            try:
+                want = _unfused(f, x, y)
+            except Exception:               # not defined for this dtype in NumPy
+                continue
+            f_jit = fgrad.jit(f)
+            _same(f_jit(x, y), want)
+            fused += bool(_kernels(f_jit, x, y))
+    assert fused >= 4
+
+
+@fused_only
+def test_float32_stays_float32_and_python_scalars_do_not_promote():
+    x = np.linspace(-1, 1, 7, dtype=np.float32)
+    f_jit = fgrad.jit(lambda x: fnp.tanh(x * 2.5 + 1.0) - x / 3.0)
+    out = f_jit(x)
+    assert out.dtype == np.float32 and len(_kernels(f_jit, x)) == 1
+    _same(out, _unfused(lambda x: fnp.tanh(x * 2.5 + 1.0) - x / 3.0, x))
+
+
+@fused_only
+def test_mixed_dtypes_promote_as_numpy_does():
+    i = np.arange(6, dtype=np.int32)
+    h = np.linspace(0, 1, 6, dtype=np.float32)
+    d = np.linspace(0, 1, 6)
+    for f in (lambda i, h, d: i * h + h, lambda i, h, d: (i + 1) * d - h,
+              lambda i, h, d: fnp.where(i > 2, h * 2.0, d + 1.0)):
+        _same(fgrad.jit(f)(i, h, d), _unfused(f, i, h, d))
+
+
+@fused_only
+@pytest.mark.parametrize("reduce", ["sum", "max", "min", "mean"])
+def test_a_full_reduction_ends_the_group(reduce):
+    x = np.linspace(-2, 2, 11)
+    f = lambda x: getattr(fnp, reduce)(fnp.sin(x) ** 2 + x)    # noqa: E731
+    f_jit = fgrad.jit(f)
+    (kernel,) = _kernels(f_jit, x)
+    assert kernel.reductions and "for i in range(n)" in kernel.source
+    out = f_jit(x)
+    assert type(out) is type(_unfused(f, x))
+    _same(out, _unfused(f, x))
+    x[3] = np.nan                              # NaN propagates through max and min
+    assert np.isnan(f_jit(x))
+
+
+@fused_only
+def test_reductions_keep_numpy_dtypes_and_keepdims():
+    i = np.arange(-5, 7, dtype=np.int8).reshape(3, 4)
+    x = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
+    for f, args in ((lambda i: fnp.sum(i * 3), (i,)),
+                    (lambda i: fnp.max(i - 1, keepdims=True), (i,)),
+                    (lambda x: fnp.sum(fnp.exp(x) * 2.0, axis=(0, 1), keepdims=True), (x,)),
+                    (lambda x: fnp.sum(x * x, axis=1), (x,))):   # a partial sum: not fused
+        out = fgrad.jit(f)(*args)
+        want = _unfused(f, *args)
+        assert out.shape == want.shape
+        _same(out, want)
+
+
+@fused_only
+def test_broadcast_inputs_bias_rows_scalars_and_columns():
+    x = np.linspace(-1, 1, 12).reshape(3, 4)
+    row, col, one = np.linspace(0, 1, 4), np.linspace(0, 1, 3).reshape(3, 1), np.ones((1, 1))
+    f = lambda x, r, c, o: fnp.tanh(x * r + c) * o - r         # noqa: E731
+    f_jit = fgrad.jit(f)
+    _same(f_jit(x, row, col, one), _unfused(f, x, row, col, one))
+    _same(f_jit(x.T.copy().T, row, col, one), _unfused(f, x, row, col, one))
+
+
+@fused_only
+def test_a_long_chain_is_cut_into_bounded_kernels_with_the_same_result():
+    def f(x):
+        for k in range(130):
+            x = fnp.sin(x) * 1.01 if k % 2 else x + 0.1
+        return fnp.sum(x)
+    x = np.linspace(-1, 1, 5)
+    f_jit = fgrad.jit(f)
+    kernels = _kernels(f_jit, x)
+    assert len(kernels) >= 2 and max(k.size for k in kernels) <= cpu_fusion.MAX_KERNEL_OPS
+    _same(f_jit(x), _unfused(f, x))
+    got = fgrad.jit(fgrad.grad(f))(x)
+    _same(got, fgrad.grad(f)(x))
+
+
+@fused_only
+def test_values_read_outside_the_group_are_written_out():
+    # the sum may not take the kernel's place: the matmul between reads the group
+    def f(x, w):
+        h = fnp.tanh(x * 2.0 + 1.0)
+        return fnp.sum(h @ w) + fnp.sum(h)
+    x, w = np.linspace(-1, 1, 6).reshape(2, 3), np.ones((3, 2))
+    _same(fgrad.jit(f)(x, w), _unfused(f, x, w))
+    _same(fgrad.jit(fgrad.grad(f))(x, w), fgrad.grad(f)(x, w))
+
+
+@fused_only
+def test_kernels_release_the_gil_and_are_cached_by_source():
+    x = np.linspace(0, 1, 9)
+    (a,) = _kernels(fgrad.jit(lambda x: fnp.exp(fnp.sin(x))), x)
+    (b,) = _kernels(fgrad.jit(lambda y: fnp.exp(fnp.sin(y))), x + 1)
+    assert a.fn.targetoptions["nogil"] and a.fn is b.fn
+    # threads calling one kernel at once get their own results
+    f_jit = fgrad.jit(lambda x: fnp.sin(x) * x + x * 2.0 - 1.0)
+    inputs = [np.full(10_000, float(k)) for k in range(4)]
+    assert len(_kernels(f_jit, inputs[0])) == 1
+    results = [None] * 4
+
+    def work(k):
+        results[k] = f_jit(inputs[k])
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(4):
+        x = inputs[k]
+        np.testing.assert_allclose(results[k], np.sin(x) * x + x * 2.0 - 1.0, rtol=1e-15)
+
+
+@fused_only
+def test_compiled_code_refuses_a_shape_or_dtype_it_was_not_built_for():
+    f_jit = fgrad.jit(lambda x, y: fnp.sin(x) * y + 1.0)
+    x = np.ones(4)
+    f_jit(x, x)
+    compiled = compiled_for(next(iter(f_jit._cache.values())).graph, np)
+    with pytest.raises(InvalidInputError, match=r"built for float64\[4\].*received "
+                                                r"float64\[2\]"):
+        compiled(np.ones(2), np.ones(2))
+    with pytest.raises(InvalidInputError, match=r"received int64\[4\]"):
+        compiled(x, np.ones(4, dtype=np.int64))
+    # through jit itself, a new shape or dtype retraces
+    _same(f_jit(np.ones(2), np.ones(2)), np.sin(np.ones(2)) + 1.0)
+    assert f_jit(np.ones(3, np.float32), np.ones(3, np.float32)).dtype == np.float32
+    assert f_jit.cache_info().traces == 3
+
+
+def test_the_cost_model_leaves_slow_functions_on_large_arrays_to_numpy(monkeypatch):
+    monkeypatch.undo()                   # the real costs
+    # tanh one element at a time is ~10x NumPy's SIMD loop: on an RNN state a
+    # kernel would lose; a long arithmetic chain on the same array wins
+    tanh_add = fgrad.make_graph(lambda a, b: fnp.tanh(a + b))(np.ones((8, 32)), np.ones(32))
+    assert not cpu_fusion.worth_fusing(tanh_add.eqns, 2, 1, 256)
+    chain = fgrad.make_graph(lambda a: fnp.tanh(a * 2.0 + a * a - 1.0) * a)(np.ones(4))
+    assert cpu_fusion.worth_fusing(chain.eqns, 1, 1, 4)            # dispatch-bound
+    assert cpu_fusion.worth_fusing(chain.eqns[:-2], 1, 1, 10_000)   # memory-bound
+
+
+def test_fusion_off_gives_exactly_the_numpy_code(monkeypatch):
+    f = lambda x: fnp.sum(fnp.sin(x) * 2.0 + x)      # noqa: E731
+    x = np.linspace(0, 1, 5)
+    off = fgrad.jit(f, fuse=False).lower(x)
+    assert not off.kernels and "cpu_fused" not in off.source and "sin" in off.source
+    monkeypatch.setenv(cpu_fusion.FUSE_ENV, "0")
+    assert not cpu_fusion.enabled()
+    by_env = fgrad.jit(f).lower(x)
+    assert by_env.source == off.source and not by_env.kernels
+    # and under grad: the backward half of a fuse=False function stays unfused
+    g = fgrad.jit(f, fuse=False)
+    monkeypatch.delenv(cpu_fusion.FUSE_ENV)
+    np.testing.assert_allclose(fgrad.grad(g)(x), 2 * np.cos(x) + 1)
+    (entry,) = g._cache.values()
+    split = entry.graph.compiled[("vjp split", (True,))]
+    assert all(not cpu_fusion.cpu_kernels(c) for graph in split._seeded.values()
+               for key, c in graph.compiled.items() if isinstance(key, tuple))
