@@ -51,11 +51,30 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
     return _with_dtype(_red.sum_(squared, axis, keepdims) / n, dtype)
 
 
+def safe_sqrt(sq):
+    """``sqrt(sq)`` whose derivative at ``sq == 0`` is 0 instead of nan.
+
+    The double-where: sqrt's derivative is infinite at 0, so the zero case takes
+    a branch whose input is a harmless 1 and whose output is 0, and no
+    ``inf * 0 = nan`` reaches the gradient.
+    """
+    zero = _ew.equal(sq, 0)
+    return _ew.where(zero, 0.0, _ew.sqrt(_ew.where(zero, 1.0, sq)))
+
+
 def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
-    """Standard deviation, ``sqrt(var)`` (its derivative is infinite at 0)."""
+    """Standard deviation, ``sqrt(var)``.
+
+    Where the variance is 0 (a constant slice, a single element) the derivative
+    is 0, autograd's finite choice, rather than ``inf * 0 = nan``.
+
+    >>> import fgrad
+    >>> fgrad.grad(std)(_np.ones(3))
+    array([0., 0., 0.])
+    """
     if not isinstance(a, _Tracer):
         return _xp(a).std(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    return _ew.sqrt(var(a, axis, dtype, ddof, keepdims))
+    return safe_sqrt(var(a, axis, dtype, ddof, keepdims))
 
 
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
@@ -482,7 +501,7 @@ def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
     """Standard deviation of the entries that are not nan, ``sqrt(nanvar)``."""
     if not isinstance(a, _Tracer):
         return _xp(a).nanstd(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    return _ew.sqrt(nanvar(a, axis, dtype, ddof, keepdims))
+    return safe_sqrt(nanvar(a, axis, dtype, ddof, keepdims))
 
 
 def diff(a, n=1, axis=-1):

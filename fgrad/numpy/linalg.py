@@ -34,6 +34,7 @@ import numpy as _np
 
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import asarray as _asarray
+from fgrad.numpy._reductions import safe_sqrt as _safe_sqrt
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import linalg as _la
@@ -219,14 +220,6 @@ def _abs_squared(x):
     if _get_aval(x).dtype.kind == "c":
         return _ew.real(x * _ew.conj(x))
     return x * x
-
-
-def _safe_sqrt(sq):
-    # The double-where: sqrt's derivative is infinite at 0, so the zero case
-    # takes a branch whose input is a harmless 1 and whose output is 0, and no
-    # inf * 0 = nan reaches the gradient.
-    zero = _ew.equal(sq, 0)
-    return _ew.where(zero, 0.0, _ew.sqrt(_ew.where(zero, 1.0, sq)))
 
 
 def _safe_root(total, p):

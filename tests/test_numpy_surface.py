@@ -1,0 +1,116 @@
+"""The NumPy surface of issue 17 beyond the systematic specs
+(tests/numpy_surface_specs.py): array-likes holding tracers in every kind of
+function, integer casts, type checks, and autograd's finite edge derivatives."""
+import numpy as np
+import pytest
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.testing import check_grads
+
+# -- array-likes holding tracers ----------------------------------------------------
+
+
+def test_lists_of_tracers_reach_every_kind_of_function():
+    a, b = 0.7, -1.3
+    cases = {
+        "mean": lambda a, b: fnp.mean([a, b]),
+        "sin": lambda a, b: fnp.sum(fnp.sin([a, b * a])),
+        "add": lambda a, b: fnp.sum(fnp.add([a, 1.0], [[b], [a]])),
+        "where": lambda a, b: fnp.sum(fnp.where([True, False], [a, b], 0.0)),
+        "average_weights": lambda a, b: fnp.average(np.array([1.0, 3.0]), weights=[a, b]),
+        "linalg.norm": lambda a, b: fnp.linalg.norm([a, b, 1.0]),
+        "fft.fft": lambda a, b: fnp.sum(fnp.abs(fnp.fft.fft([a, b, 0.5]))),
+        "stack": lambda a, b: fnp.sum(fnp.stack([[a, b], (b, 2.0)]) ** 2),
+        "dot": lambda a, b: fnp.dot([a, b], [b, 3.0]),
+    }
+    for name, f in cases.items():
+        check_grads(f, (a, b), order=2, modes=("fwd", "rev"))
+        np.testing.assert_allclose(f(a, b), f(np.float64(a), np.float64(b)), err_msg=name)
+
+
+def test_full_with_a_traced_fill_works_at_second_order_inside_a_custom_rule():
+    @fgrad.custom_vjp
+    def total(x):
+        return fnp.sum(x ** 3)
+
+    def fwd(x):
+        return total(x), x
+
+    def bwd(x, g):
+        # the rule a user writes: the cotangent broadcast with fnp.full
+        return (fnp.full(x.shape, g) * 3 * x ** 2,)
+
+    total.defvjp(fwd, bwd)
+    x = np.array([1.0, -2.0])
+    np.testing.assert_allclose(fgrad.grad(total)(x), 3 * x ** 2)
+    hess = fgrad.jacrev(fgrad.grad(total))(x)         # reverse over reverse
+    np.testing.assert_allclose(hess, np.diag(6 * x))
+    check_grads(lambda g: fnp.full_like(x, g) * x, (0.5,), order=2, modes=("fwd", "rev"))
+
+
+def test_linspace_with_traced_endpoints_matches_numpy():
+    start, stop = np.array([0.0, 1.0]), np.array([[2.0, 3.0], [4.0, 5.0]])
+    for kwargs in ({}, {"endpoint": False}, {"axis": -1}, {"num": 1}, {"num": 0}):
+        got = fgrad.jit(lambda a, b, kw=kwargs: fnp.linspace(a, b, **{"num": 4, **kw}))(
+            start, stop)
+        want = np.linspace(start, stop, **{"num": 4, **kwargs})
+        np.testing.assert_allclose(got, want)
+        assert got.shape == want.shape
+    y, step = fgrad.jit(lambda b: fnp.linspace(0.0, b, 5, retstep=True))(2.0)
+    np.testing.assert_allclose(step, 0.5)
+    g = fgrad.grad(lambda b: fnp.linspace(1.0, b, 5)[1])(2.0)
+    np.testing.assert_allclose(g, 0.25)
+
+
+def test_integer_casts_of_tracers_are_constants_with_zero_derivative():
+    x = np.array([1.5, -2.5, 3.7])
+    for cast in (lambda x: x.astype(int), lambda x: fnp.array(x, dtype=int),
+                 lambda x: fnp.asarray(x, dtype=np.int32), lambda x: fnp.astype(x, bool)):
+        g = fgrad.grad(lambda x: fnp.sum(cast(x) * x))(x)
+        np.testing.assert_array_equal(g, np.asarray(cast(x)))
+        _, t = fgrad.jvp(lambda x: cast(x) * 1.0, (x,), (np.ones(3),))
+        np.testing.assert_array_equal(t, np.zeros(3))
+
+
+# -- type checks -------------------------------------------------------------------------
+
+def test_isinstance_ndarray_holds_for_tracers_and_arrays_alike():
+    seen = []
+
+    def f(x):
+        seen.append(isinstance(x, fnp.ndarray))
+        return fnp.sum(x)
+
+    for transform in (fgrad.grad, fgrad.jit, fgrad.vmap,
+                      lambda f: lambda x: fgrad.jvp(f, (x,), (x,))):
+        transform(f)(np.ones((2, 2)))
+    assert seen == [True] * 4
+    assert isinstance(np.ones(2), fnp.ndarray)
+    assert not isinstance([1.0], fnp.ndarray) and not isinstance(1.0, fnp.ndarray)
+    assert issubclass(np.ndarray, fnp.ndarray)
+    # calling it still builds NumPy's array
+    assert type(fnp.ndarray((2, 3))) is np.ndarray
+
+
+# -- autograd's finite choices at the edges ---------------------------------------------------
+
+def test_edge_derivatives_are_finite_as_in_autograd():
+    assert fgrad.grad(lambda y: 0.0 ** y)(2.0) == 0.0
+    np.testing.assert_array_equal(fgrad.grad(fnp.std)(np.ones(3)), np.zeros(3))
+    assert fgrad.grad(fnp.std)(1.5) == 0.0
+    np.testing.assert_array_equal(fgrad.grad(lambda x: fnp.std(x, axis=0).sum())(
+        np.ones((1, 3))), np.zeros((1, 3)))
+    np.testing.assert_array_equal(fgrad.grad(fnp.nanstd)(np.array([2.0, np.nan, 2.0])),
+                                  np.zeros(3))
+    np.testing.assert_array_equal(fgrad.grad(fnp.linalg.norm)(np.zeros((2, 2))),
+                                  np.zeros((2, 2)))
+    assert fgrad.grad(fnp.linalg.norm)(0.0) == 0.0
+    np.testing.assert_array_equal(fgrad.hessian(fnp.std)(np.ones(2)), np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize(("fn", "x"), [(fnp.std, np.full(3, 2.0)),
+                                       (fnp.linalg.norm, np.zeros(3))])
+def test_edge_derivatives_agree_in_forward_mode(fn, x):
+    _, t = fgrad.jvp(fn, (x,), (np.ones(3),))
+    assert t == 0.0
