@@ -8,7 +8,7 @@ are NumPy's own functions.
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from primitive_specs import SPECS, Case, arrays, shapes
+from primitive_specs import SPECS, Case, arrays, shapes, spaced, values
 
 import fgrad.numpy as fnp
 
@@ -71,3 +71,76 @@ def _linspace(draw):
 
 
 SPECS["linspace"] = _linspace()
+
+
+# -- names added to match NumPy ------------------------------------------------------------
+
+def _with_nans(x, mask):
+    return np.where(mask, np.nan, x)
+
+
+@st.composite
+def _nan_pair(draw):
+    (sx, sy), _ = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2,
+                                                        max_side=3))
+    x = draw(arrays(sx, spaced(-2, 2)))
+    y = draw(arrays(sy, spaced(-2, 2))) + 0.0123      # never tied with x
+    # nan on at most one side of each pair, where the other value then wins
+    x = _with_nans(x, draw(hnp.arrays(np.bool_, sx)))
+    return x, y
+
+
+for _name in ("fmax", "fmin"):
+    SPECS[_name] = _nan_pair().map(lambda xy, n=_name: Case(
+        getattr(fnp, n), xy, getattr(np, n)))
+
+
+def _nan_scan(fgrad_fn, np_fn, reduction=False):
+    @st.composite
+    def case(draw):
+        shape = draw(shapes(max_dims=2))
+        ndim = len(shape)
+        axis = draw(st.none() | st.integers(-ndim, ndim - 1)) if ndim else None
+        x = draw(arrays(shape, values(0.5, 1.5)))
+        x = _with_nans(x, draw(hnp.arrays(np.bool_, shape)))
+        return Case(lambda x: fgrad_fn(x, axis=axis), (x,), lambda x: np_fn(x, axis=axis))
+    return case()
+
+
+SPECS["nanprod"] = _nan_scan(fnp.nanprod, np.nanprod)
+SPECS["nancumsum"] = _nan_scan(fnp.nancumsum, np.nancumsum)
+SPECS["nancumprod"] = _nan_scan(fnp.nancumprod, np.nancumprod)
+
+
+@st.composite
+def _rollaxis(draw):
+    shape = draw(shapes(min_dims=1))
+    ndim = len(shape)
+    axis = draw(st.integers(-ndim, ndim - 1))
+    start = draw(st.integers(-ndim, ndim))
+    return Case(lambda x: fnp.rollaxis(x, axis, start), (draw(arrays(shape)),),
+                lambda x: np.rollaxis(x, axis, start))
+
+
+SPECS["rollaxis"] = _rollaxis()
+SPECS["matrix_transpose"] = shapes(min_dims=2).flatmap(arrays).map(
+    lambda x: Case(fnp.matrix_transpose, (x,), np.matrix_transpose))
+
+
+@st.composite
+def _partition(draw):
+    shape = draw(shapes(min_dims=1))
+    kth = draw(st.integers(0, shape[-1] - 1))
+    x = draw(arrays(shape, spaced(-5, 5), unique=True))
+
+    # the kth element and the sums of each side: what NumPy specifies
+    def summary(mod):
+        def fn(x):
+            p = mod.partition(x, kth)
+            return mod.stack([mod.sum(p[..., :kth], -1), p[..., kth],
+                              mod.sum(p[..., kth + 1:], -1)])
+        return fn
+    return Case(summary(fnp), (x,), summary(np))
+
+
+SPECS["partition"] = _partition()

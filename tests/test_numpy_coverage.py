@@ -9,6 +9,7 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
+from fgrad.testing import check_grads
 from primitive_specs import NONDIFF_SPECS, SPECS
 
 X = np.array([[0.5, -1.5, 0.0], [2.0, 0.5, -0.25]])
@@ -19,12 +20,19 @@ NONDIFF_FUNCTIONS = {
     "count_nonzero": (X,), "fix": (X,), "zeros_like": (X,), "ones_like": (X,),
     "empty_like": (X,), "nonzero": (X,), "flatnonzero": (X,), "argwhere": (X,),
     "searchsorted": (np.sort(X.ravel()), X), "unique": (X,),
+    "iscomplex": (X,), "isreal": (X,), "nanargmax": (X,), "nanargmin": (X,),
+    "isposinf": (np.array([np.inf, 0.5, -1.0]),), "isneginf": (np.array([-np.inf, 0.5, 1.0]),),
 }
 # name -> arguments: questions about shape and dtype
 QUERIES = {
     "shape": (X,), "ndim": (X,), "size": (X,), "result_type": (X,),
     "isscalar": (X,), "iscomplexobj": (X,), "isrealobj": (X,),
 }
+
+
+# name -> arguments: differentiable, but the result's type depends on the values, so
+# they need concrete values (not under jit or vmap): checked by finite differences
+CONCRETE_ONLY = {"real_if_close": (X + 1e-18j,)}
 
 
 def _public_callables():
@@ -37,7 +45,8 @@ def _public_callables():
 
 
 def test_every_public_function_is_covered():
-    covered = set(SPECS) | set(NONDIFF_SPECS) | set(NONDIFF_FUNCTIONS) | set(QUERIES)
+    covered = (set(SPECS) | set(NONDIFF_SPECS) | set(NONDIFF_FUNCTIONS) | set(QUERIES)
+               | set(CONCRETE_ONLY))
     covered_objects = {id(getattr(fnp, n)) for n in covered if hasattr(fnp, n)}
     missing = [name for name, obj in _public_callables()
                if name not in covered and id(obj) not in covered_objects
@@ -81,3 +90,11 @@ def test_queries_answer_the_same_for_tracers(name):
     fgrad.grad(f)(args[0])
     assert seen == [expected]
     assert getattr(fnp, name)(*args) == expected
+
+
+@pytest.mark.parametrize("name", sorted(CONCRETE_ONLY))
+def test_value_dependent_functions_match_numpy_and_finite_differences(name):
+    args = CONCRETE_ONLY[name]
+    fn = getattr(fnp, name)
+    np.testing.assert_array_equal(fn(*args), getattr(np, name)(*args))
+    check_grads(lambda x: fnp.real(fn(x)) * 2.0, args, order=2, modes=("fwd", "rev"))

@@ -290,6 +290,26 @@ from fgrad.numpy._reductions import (  # noqa: E402,F401
     unique,
     var,
 )
+from fgrad.numpy._extras import (  # noqa: E402,F401
+    c_,
+    fmax,
+    fmin,
+    iscomplex,
+    isneginf,
+    isposinf,
+    isreal,
+    matrix_transpose,
+    nanargmax,
+    nanargmin,
+    nancumprod,
+    nancumsum,
+    nanprod,
+    partition,
+    r_,
+    real_if_close,
+    rollaxis,
+)
+from fgrad.numpy._passthrough import EXPORTS as _PASSTHROUGH  # noqa: E402
 from fgrad.numpy._signal import convolve, correlate, ediff1d, gradient, interp  # noqa: E402,F401
 from fgrad.numpy._ufuncs import (  # noqa: E402,F401
     bitwise_and,
@@ -369,6 +389,11 @@ _install_methods()
 # -- einsum and the products built on it, linalg, fft --------------------------------
 from fgrad.numpy import fft, linalg  # noqa: E402,F401
 from fgrad.numpy._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
+
+# NumPy's utilities that are not array math (errstate, printoptions, scalar types)
+globals().update(_PASSTHROUGH)
+# NumPy 2's array-API spellings
+permute_dims, concat, pow = transpose, concatenate, power
 
 # every function takes lists holding tracers where NumPy takes array_like
 _wrap_namespace(globals(), _SEQUENCE_FUNCTIONS)

@@ -1,0 +1,218 @@
+"""The rest of NumPy's everyday surface, as composites of fgrad.numpy functions:
+nan-ignoring extrema and scans, complex-part tests, axis helpers, aliases of
+NumPy 2's array-API names, ``partition`` and the index tricks ``r_`` / ``c_``.
+
+Each is differentiable wherever its building blocks are; outside every
+transformation each calls NumPy directly.
+"""
+import numpy as _np
+
+from fgrad.core.backend import array_module as _xp
+from fgrad.core.errors import NumpyArgumentError
+from fgrad.core.trace import Tracer as _Tracer
+from fgrad.core.trace import get_aval as _get_aval
+from fgrad.numpy import _manipulation as _m
+from fgrad.numpy import _reductions as _r
+from fgrad.primitives import creation as _creation
+from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import reductions as _red
+from fgrad.primitives import shape as _shape
+from fgrad.primitives.array_likes import contains_tracer, lift
+from fgrad.primitives.base import normalize_axis as _normalize_axis
+
+
+def _traced(*args):
+    return any(isinstance(a, _Tracer) for a in args)
+
+
+# -- elementwise --------------------------------------------------------------------
+
+def fmax(x1, x2):
+    """Elementwise maximum that ignores nan: the other value wins where one is
+    nan. The derivative follows `maximum` (ties share it evenly).
+
+    >>> fmax(_np.array([1.0, _np.nan, 3.0]), _np.array([2.0, 0.5, _np.nan]))
+    array([2. , 0.5, 3. ])
+    """
+    if not _traced(x1, x2):
+        return _xp(x1, x2).fmax(x1, x2)
+    return _ew.where(_ew.isnan(x2), x1, _ew.where(_ew.isnan(x1), x2, _ew.maximum(x1, x2)))
+
+
+def fmin(x1, x2):
+    """Elementwise minimum that ignores nan (see `fmax`)."""
+    if not _traced(x1, x2):
+        return _xp(x1, x2).fmin(x1, x2)
+    return _ew.where(_ew.isnan(x2), x1, _ew.where(_ew.isnan(x1), x2, _ew.minimum(x1, x2)))
+
+
+def iscomplex(x):
+    """True where the imaginary part is non-zero (no derivative)."""
+    if not isinstance(x, _Tracer):
+        return _np.iscomplex(x)
+    if _get_aval(x).dtype.kind != "c":
+        return _creation.zeros_like(x, _np.bool_)
+    return _ew.not_equal(_ew.imag(x), 0)
+
+
+def isreal(x):
+    """True where the imaginary part is zero (no derivative)."""
+    return _ew.logical_not(iscomplex(x))
+
+
+def isposinf(x):
+    """True at +inf (no derivative)."""
+    if not isinstance(x, _Tracer):
+        return _np.isposinf(x)
+    return _ew.logical_and(_ew.isinf(x), _ew.logical_not(_ew.signbit(x)))
+
+
+def isneginf(x):
+    """True at -inf (no derivative)."""
+    if not isinstance(x, _Tracer):
+        return _np.isneginf(x)
+    return _ew.logical_and(_ew.isinf(x), _ew.signbit(x))
+
+
+def real_if_close(a, tol=100):
+    """The real part of complex ``a`` when every imaginary part is within ``tol``
+    machine epsilons of 0, else ``a``. Which one depends on the values, so it
+    needs a concrete ``a`` (not under `jit`); the derivative flows through
+    `real`.
+
+    >>> real_if_close(_np.array([1.0 + 1e-17j, 2.0]))
+    array([1., 2.])
+    """
+    if not isinstance(a, _Tracer):
+        return _np.real_if_close(a, tol)
+    dtype = _get_aval(a).dtype
+    if dtype.kind != "c":
+        return a
+    limit = tol * _np.finfo(dtype).eps if tol > 1 else tol
+    if bool(_red.all_p.bind(_ew.less(_ew.absolute(_ew.imag(a)), limit), axis=None,
+                            keepdims=False)):
+        return _ew.real(a)
+    return a
+
+
+# -- nan-ignoring reductions and scans -------------------------------------------------
+
+def _nan_to(a, fill):
+    if _get_aval(a).dtype.kind not in "fc":
+        return a
+    return _ew.where(_ew.isnan(a), fill, a)
+
+
+def nanprod(a, axis=None, keepdims=False):
+    """Product treating nan as 1; nan entries get a zero derivative."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).nanprod(a, axis=axis, keepdims=keepdims)
+    return _red.prod(_nan_to(a, 1.0), axis, keepdims)
+
+
+def nancumsum(a, axis=None):
+    """Cumulative sum treating nan as 0."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).nancumsum(a, axis=axis)
+    return _r.cumsum(_nan_to(a, 0.0), axis)
+
+
+def nancumprod(a, axis=None):
+    """Cumulative product treating nan as 1."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).nancumprod(a, axis=axis)
+    return _r.cumprod(_nan_to(a, 1.0), axis)
+
+
+def nanargmax(a, axis=None, keepdims=False):
+    """Index of the maximum ignoring nan (no derivative)."""
+    if not isinstance(a, _Tracer):
+        return _np.nanargmax(a, axis=axis, keepdims=keepdims)
+    return _r.argmax(_nan_to(a, -_np.inf), axis, keepdims)
+
+
+def nanargmin(a, axis=None, keepdims=False):
+    """Index of the minimum ignoring nan (no derivative)."""
+    if not isinstance(a, _Tracer):
+        return _np.nanargmin(a, axis=axis, keepdims=keepdims)
+    return _r.argmin(_nan_to(a, _np.inf), axis, keepdims)
+
+
+# -- axes and NumPy 2's array-API names -----------------------------------------------------
+
+def rollaxis(a, axis, start=0):
+    """Roll ``axis`` backwards until it lies before position ``start``
+    (NumPy's older spelling of `moveaxis`).
+
+    >>> rollaxis(_np.ones((2, 3, 4)), 2).shape
+    (4, 2, 3)
+    """
+    ndim = _get_aval(a).ndim
+    axis = _normalize_axis(axis, ndim)[0]
+    if not -ndim <= start <= ndim:
+        raise NumpyArgumentError(f"rollaxis: start {start} is out of bounds for "
+                                 f"an array of {ndim} dimensions")
+    start = start + ndim if start < 0 else start
+    if start > axis:
+        start -= 1
+    return _m.moveaxis(a, axis, start) if axis != start else a
+
+
+def matrix_transpose(x):
+    """Swap the last two axes (NumPy 2's ``matrix_transpose``, ``x.mT``)."""
+    if _get_aval(x).ndim < 2:
+        raise NumpyArgumentError("matrix_transpose needs an array of at least 2 "
+                                 "dimensions")
+    return _shape.swap_last_axes(x)
+
+
+def partition(a, kth, axis=-1, kind="introselect", order=None):
+    """``a`` with each ``kth`` element where sorting would put it, smaller ones
+    before and larger ones after.
+
+    Outside transformations this is NumPy's; under one the result is fully
+    sorted along ``axis``, which is one valid partition (NumPy leaves the order
+    within each side unspecified). The derivative follows the permutation.
+    """
+    if not isinstance(a, _Tracer):
+        return _xp(a).partition(a, kth, axis=axis, kind=kind, order=order)
+    return _m.sort(a, axis)
+
+
+# -- index tricks -------------------------------------------------------------------------
+
+class _Concatenator:
+    """``r_[...]`` / ``c_[...]`` that also accept traced elements."""
+
+    def __init__(self, numpy_version, columns):
+        self._numpy = numpy_version
+        self._columns = columns
+
+    def __getitem__(self, key):
+        items = key if isinstance(key, tuple) else (key,)
+        if not any(contains_tracer(item) for item in items):
+            return self._numpy[key]
+        parts = []
+        for item in items:
+            if isinstance(item, str):
+                raise NumpyArgumentError(
+                    "r_/c_ with traced elements take no directive strings "
+                    f"({item!r}); use fnp.concatenate / fnp.stack with an axis")
+            if isinstance(item, slice):
+                item = self._numpy[item]
+            item = lift(item)
+            ndim = _get_aval(item).ndim
+            if self._columns:
+                # c_: 1-d items become columns, and everything joins on the last axis
+                item = _shape.reshape(item, (-1, 1)) if ndim < 2 else item
+            elif ndim == 0:
+                item = _shape.reshape(item, (1,))
+            parts.append(item)
+        return _shape.concatenate(parts, -1 if self._columns else 0)
+
+    def __len__(self):
+        return 0
+
+
+r_ = _Concatenator(_np.r_, columns=False)
+c_ = _Concatenator(_np.c_, columns=True)
