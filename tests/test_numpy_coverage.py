@@ -10,6 +10,7 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.testing import check_grads
+from numpy_not_provided import NOT_PROVIDED, PAGE, markdown, rendered_on_page
 from primitive_specs import NONDIFF_SPECS, SPECS
 
 X = np.array([[0.5, -1.5, 0.0], [2.0, 0.5, -0.25]])
@@ -20,6 +21,8 @@ NONDIFF_FUNCTIONS = {
     "count_nonzero": (X,), "fix": (X,), "zeros_like": (X,), "ones_like": (X,),
     "empty_like": (X,), "nonzero": (X,), "flatnonzero": (X,), "argwhere": (X,),
     "searchsorted": (np.sort(X.ravel()), X), "unique": (X,),
+    "tril_indices_from": (X,), "triu_indices_from": (X, 1),
+    "diag_indices_from": (X[:, :2],),
     "iscomplex": (X,), "isreal": (X,), "nanargmax": (X,), "nanargmin": (X,),
     "isposinf": (np.array([np.inf, 0.5, -1.0]),), "isneginf": (np.array([-np.inf, 0.5, 1.0]),),
 }
@@ -98,3 +101,76 @@ def test_value_dependent_functions_match_numpy_and_finite_differences(name):
     fn = getattr(fnp, name)
     np.testing.assert_array_equal(fn(*args), getattr(np, name)(*args))
     check_grads(lambda x: fnp.real(fn(x)) * 2.0, args, order=2, modes=("fwd", "rev"))
+
+
+# -- every public callable of NumPy: provided (with a spec) or listed with a reason -----
+
+NAMESPACES = {"": (np, fnp), "linalg.": (np.linalg, fnp.linalg), "fft.": (np.fft, fnp.fft)}
+# provided submodule names -> the spec that exercises them (one spec draws several)
+COVERED_BY = {
+    "linalg.eigvalsh": "eigh", "linalg.svdvals": "svd", "linalg.lstsq": "lstsq",
+    **{f"fft.{n}": "fft" for n in ("fft", "ifft", "rfft", "irfft", "fft2", "ifft2",
+                                   "fftn", "ifftn", "rfft2", "rfftn", "irfft2", "irfftn")},
+    "fft.ifftshift": "fftshift",
+}
+
+
+def _numpy_callables():
+    for prefix, (np_module, fgrad_module) in NAMESPACES.items():
+        for name in sorted(dir(np_module)):
+            obj = getattr(np_module, name)
+            if not name.startswith("_") and callable(obj) \
+                    and not isinstance(obj, types.ModuleType):
+                yield prefix + name, name, fgrad_module
+
+
+def test_every_numpy_callable_is_provided_or_listed_with_a_reason():
+    unaccounted = [key for key, name, mod in _numpy_callables()
+                   if not hasattr(mod, name) and key not in NOT_PROVIDED]
+    assert not unaccounted, (
+        "NumPy callables that fgrad.numpy neither provides nor lists in "
+        f"tests/numpy_not_provided.py (with a reason): {unaccounted}")
+    both = [key for key, name, mod in _numpy_callables()
+            if hasattr(mod, name) and key in NOT_PROVIDED]
+    assert not both, f"provided, so remove from tests/numpy_not_provided.py: {both}"
+
+
+def test_the_not_provided_table_names_only_numpy_callables():
+    known = {key for key, _, _ in _numpy_callables()}
+    stale = sorted(set(NOT_PROVIDED) - known)
+    assert not stale, f"tests/numpy_not_provided.py lists names NumPy lacks: {stale}"
+
+
+def test_every_provided_submodule_function_has_a_spec():
+    covered = set(SPECS) | set(NONDIFF_SPECS)
+    missing = []
+    for key, name, mod in _numpy_callables():
+        if key.startswith(("linalg.", "fft.")) and hasattr(mod, name) \
+                and not isinstance(getattr(mod, name), type) \
+                and name not in covered and COVERED_BY.get(key) not in covered \
+                and getattr(mod, name) is not getattr(np.fft, name, None) \
+                and key not in ("fft.fftfreq", "fft.rfftfreq", "linalg.lstsq"):
+            missing.append(key)
+    assert not missing, f"fgrad.numpy.linalg / .fft functions without a spec: {missing}"
+
+
+def test_fftfreq_takes_only_sizes_and_matches_numpy():
+    for name in ("fftfreq", "rfftfreq"):
+        np.testing.assert_array_equal(getattr(fnp.fft, name)(5, 0.5),
+                                      getattr(np.fft, name)(5, 0.5))
+
+
+def test_docs_show_the_current_not_provided_table():
+    assert rendered_on_page(PAGE.read_text()) == markdown(), (
+        "docs/numpy.md's table of names not provided is stale: run "
+        "`python tests/numpy_not_provided.py`")
+
+
+def test_lstsq_matches_numpy_and_finite_differences():
+    # its rank needs concrete values (not under jit or vmap), so no spec of its own
+    a = np.array([[1.0, 0.5], [0.2, 2.0], [-1.0, 0.3]])
+    b = np.array([1.0, -2.0, 0.5])
+    for got, want in zip(fnp.linalg.lstsq(a, b), np.linalg.lstsq(a, b)):
+        np.testing.assert_allclose(got, want)
+    check_grads(lambda a, b: fnp.linalg.lstsq(a, b)[0], (a, b), order=2,
+                modes=("fwd", "rev"))

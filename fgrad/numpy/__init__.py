@@ -171,6 +171,7 @@ from fgrad.numpy._arrays import (  # noqa: E402,F401
     complex_,
     copy,
     diag_indices,
+    diag_indices_from,
     euler_gamma,
     float_,
     floating,
@@ -198,7 +199,9 @@ from fgrad.numpy._arrays import (  # noqa: E402,F401
     size,
     tri,
     tril_indices,
+    tril_indices_from,
     triu_indices,
+    triu_indices_from,
     uint16,
     unsignedinteger,
 )

@@ -47,6 +47,27 @@ def size(a, axis=None):
     return int(_math.prod(a.shape)) if axis is None else a.shape[axis]
 
 
+def tril_indices_from(arr, k=0):
+    """Indices of the lower triangle of the 2-d ``arr`` (its shape only)."""
+    rows, cols = shape(arr)
+    return _np.tril_indices(rows, k, cols)
+
+
+def triu_indices_from(arr, k=0):
+    """Indices of the upper triangle of the 2-d ``arr`` (its shape only)."""
+    rows, cols = shape(arr)
+    return _np.triu_indices(rows, k, cols)
+
+
+def diag_indices_from(arr):
+    """Indices of the main diagonal of the square ``arr`` (its shape only)."""
+    sides = shape(arr)
+    if len(set(sides)) != 1 or len(sides) < 2:
+        raise ValueError("diag_indices_from needs an array of at least 2 dimensions, "
+                         "all of equal length")
+    return _np.diag_indices(sides[0], len(sides))
+
+
 def result_type(*arrays_and_dtypes):
     """NumPy's ``result_type``; tracers count by their dtype."""
     return _np.result_type(*(_get_aval(a).dtype if isinstance(a, _Tracer) else a

@@ -2,7 +2,8 @@
 ``import fgrad.numpy as np`` can replace ``import numpy as np`` in a whole script.
 
 Floating-point error control, printing options, scalar types and dtype
-queries, and window or index builders that take only integers: none has an
+queries (``common_type`` and ``iterable`` read only a tracer's dtype and
+length), and window or index builders that take only integers: none has an
 array input to differentiate, so the object is NumPy's own (``fnp.errstate is
 numpy.errstate``).
 """
@@ -16,6 +17,7 @@ generic character flexible complexfloating object_ str_ bytes_ void
 byte short intc long longlong ubyte ushort uintc uint ulong ulonglong uintp
 half single double longdouble csingle cdouble clongdouble
 isdtype min_scalar_type mintypecode typename broadcast_shapes ix_ mask_indices
+common_type iterable
 bartlett blackman hamming hanning kaiser
 ndindex get_include show_config show_runtime info
 """.split()
