@@ -144,3 +144,38 @@ def _partition(draw):
 
 
 SPECS["partition"] = _partition()
+
+
+@st.composite
+def _cumulative(draw, name):
+    shape = draw(shapes(min_dims=1, max_dims=2))
+    ndim = len(shape)
+    axis = draw(st.integers(-ndim, ndim - 1)) if ndim > 1 else None
+    include = draw(st.booleans())
+    x = draw(arrays(shape, values(0.5, 1.5)))
+    return Case(lambda x: getattr(fnp, name)(x, axis=axis, include_initial=include), (x,),
+                lambda x: getattr(np, name)(x, axis=axis, include_initial=include))
+
+
+SPECS["cumulative_sum"] = _cumulative("cumulative_sum")
+SPECS["cumulative_prod"] = _cumulative("cumulative_prod")
+SPECS["vecdot"] = st.tuples(st.integers(1, 3), _pair(max_dims=2)).flatmap(
+    # batch shapes broadcast; the vector axis (last) has the same length n
+    lambda d: st.tuples(arrays(d[1][0].shape + (d[0],)), arrays(d[1][1].shape + (d[0],))))\
+    .map(lambda xy: Case(fnp.vecdot, xy, np.vecdot))
+
+
+@st.composite
+def _trapezoid(draw):
+    shape = draw(shapes(min_dims=1, max_dims=2, min_side=2))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    y = draw(arrays(shape))
+    if draw(st.booleans()):
+        return Case(lambda y: fnp.trapezoid(y, dx=0.5, axis=axis), (y,),
+                    lambda y: np.trapezoid(y, dx=0.5, axis=axis))
+    x = np.cumsum(draw(arrays((shape[axis],), values(0.2, 1.0))))
+    return Case(lambda y, x: fnp.trapezoid(y, x, axis=axis), (y, x),
+                lambda y, x: np.trapezoid(y, x, axis=axis))
+
+
+SPECS["trapezoid"] = _trapezoid()

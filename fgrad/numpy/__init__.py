@@ -295,6 +295,8 @@ from fgrad.numpy._reductions import (  # noqa: E402,F401
 )
 from fgrad.numpy._extras import (  # noqa: E402,F401
     c_,
+    cumulative_prod,
+    cumulative_sum,
     fmax,
     fmin,
     iscomplex,
@@ -311,6 +313,8 @@ from fgrad.numpy._extras import (  # noqa: E402,F401
     r_,
     real_if_close,
     rollaxis,
+    trapezoid,
+    vecdot,
 )
 from fgrad.numpy._passthrough import EXPORTS as _PASSTHROUGH  # noqa: E402
 from fgrad.numpy._signal import convolve, correlate, ediff1d, gradient, interp  # noqa: E402,F401

@@ -19,6 +19,7 @@ from fgrad.primitives import reductions as _red
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.array_likes import contains_tracer, lift
 from fgrad.primitives.base import normalize_axis as _normalize_axis
+from fgrad.primitives.indexing import slice_axis as _slice_axis
 
 
 def _traced(*args):
@@ -216,3 +217,72 @@ class _Concatenator:
 
 r_ = _Concatenator(_np.r_, columns=False)
 c_ = _Concatenator(_np.c_, columns=True)
+
+
+# -- NumPy 2's scans and vector products ------------------------------------------------
+
+def _cumulative(scan, x, axis, dtype, include_initial, initial):
+    ndim = _get_aval(x).ndim
+    if axis is None:
+        if ndim > 1:
+            raise NumpyArgumentError("cumulative_sum / cumulative_prod need axis= for "
+                                     "an array of more than one dimension")
+        axis = 0
+    out = scan(x, axis, dtype)
+    if not include_initial:
+        return out
+    axis = _normalize_axis(axis, ndim)[0]
+    shape = list(_get_aval(out).shape)
+    shape[axis] = 1
+    first = _np.full(shape, initial, _get_aval(out).dtype)
+    return _shape.concatenate([first, out], axis)
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+    """NumPy 2's ``cumulative_sum``: `cumsum` with an optional leading 0.
+
+    >>> cumulative_sum(_np.array([1.0, 2.0]), include_initial=True)
+    array([0., 1., 3.])
+    """
+    return _cumulative(_r.cumsum, x, axis, dtype, include_initial, 0)
+
+
+def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
+    """NumPy 2's ``cumulative_prod``: `cumprod` with an optional leading 1."""
+    return _cumulative(_r.cumprod, x, axis, dtype, include_initial, 1)
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    """Dot products of vectors along ``axis`` (the first argument conjugated),
+    broadcast over the rest.
+
+    >>> vecdot(_np.array([[1.0, 2.0]]), _np.array([3.0, 4.0]))
+    array([11.])
+    """
+    if not _traced(x1, x2):
+        return _xp(x1, x2).vecdot(x1, x2, axis=axis)
+    if _get_aval(x1).dtype.kind == "c":
+        x1 = _ew.conj(x1)
+    return _red.sum_(_ew.multiply(x1, x2), axis, False)
+
+
+def trapezoid(y, x=None, dx=1.0, axis=-1):
+    """The integral of ``y`` by the trapezoidal rule along ``axis``, with sample
+    points ``x`` or spacing ``dx``; differentiable in ``y`` and ``x``.
+
+    >>> float(trapezoid(_np.array([1.0, 2.0, 3.0])))
+    4.0
+    """
+    if not _traced(y, x, dx):
+        return _np.trapezoid(y, x, dx, axis)
+    ndim = _get_aval(y).ndim
+    axis = _normalize_axis(axis, ndim)[0]
+    n = _get_aval(y).shape[axis]
+    if x is None:
+        d = dx
+    else:
+        d = _r.diff(x, axis=-1 if _get_aval(x).ndim == 1 else axis)
+        if _get_aval(x).ndim == 1 and axis != ndim - 1:
+            d = _shape.reshape(d, (-1,) + (1,) * (ndim - 1 - axis))
+    return _red.sum_(d * (_slice_axis(y, axis, 1, n) + _slice_axis(y, axis, 0, n - 1))
+                     / 2.0, axis, False)
