@@ -127,7 +127,7 @@ tri_like_p.batch = lambda args, dims, **params: (tri_like_p.bind(args[0], **para
                                                  None)
 
 
-def _leading_batch_rule(prim):
+def leading_batch_rule(prim):
     """Batching for a primitive batched over leading axes (as NumPy's linalg):
     each mapped operand's batch axis goes first, padded with length-1 axes so it
     lines up across operands with different numbers of batch dimensions; every
@@ -177,7 +177,7 @@ def _solve_jvp(tangents, ans, a, b):
 
 solve_p.def_vjp_joint(_solve_vjp)
 solve_p.def_jvp_joint(_solve_jvp)
-_leading_batch_rule(solve_p)
+leading_batch_rule(solve_p)
 
 
 def solve(a, b):
@@ -199,7 +199,7 @@ inv_p = Primitive("inv", lambda a: array_module(a).linalg.inv(a), _inv_abstract,
 inv_p.def_vjp(lambda ct, ans, a: cast_like(-matmul(_T(ans), matmul(ct, _T(ans))),
                                             get_aval(a)))
 inv_p.def_jvp(lambda t, ans, a: -matmul(ans, matmul(t, ans)))
-_leading_batch_rule(inv_p)
+leading_batch_rule(inv_p)
 
 
 def inv(a):
@@ -218,7 +218,7 @@ det_p = Primitive("det", lambda a: array_module(a).linalg.det(a), _det_abstract,
 det_p.def_vjp(lambda ct, ans, a: cast_like(
     expand_dims(ct * ans, (-2, -1)) * _T(inv(a)), get_aval(a)))
 det_p.def_jvp(lambda t, ans, a: ans * _trace(solve(a, t)))
-_leading_batch_rule(det_p)
+leading_batch_rule(det_p)
 
 
 def det(a):
@@ -266,7 +266,7 @@ def _slogdet_jvp(tangents, ans, a):
 
 slogdet_p.def_vjp_joint(_slogdet_vjp)
 slogdet_p.def_jvp_joint(_slogdet_jvp)
-_leading_batch_rule(slogdet_p)
+leading_batch_rule(slogdet_p)
 
 
 def slogdet(a):
@@ -308,7 +308,7 @@ def _cholesky_jvp(t, ans, a):
 
 cholesky_p.def_vjp(_cholesky_vjp)
 cholesky_p.def_jvp(_cholesky_jvp)
-_leading_batch_rule(cholesky_p)
+leading_batch_rule(cholesky_p)
 
 
 def cholesky(a):
@@ -415,7 +415,7 @@ def _qr_jvp(tangents, ans, a):
 
 qr_p.def_vjp_joint(_qr_vjp)
 qr_p.def_jvp_joint(_qr_jvp)
-_leading_batch_rule(qr_p)
+leading_batch_rule(qr_p)
 
 
 def qr(a):
@@ -478,7 +478,7 @@ def _eigh_jvp(tangents, ans, a):
 
 eigh_p.def_vjp_joint(_eigh_vjp)
 eigh_p.def_jvp_joint(_eigh_jvp)
-_leading_batch_rule(eigh_p)
+leading_batch_rule(eigh_p)
 
 
 def eigh(a):
@@ -635,7 +635,7 @@ def _svd_jvp(tangents, ans, a, full_matrices):
 
 svd_p.def_vjp_joint(_svd_vjp)
 svd_p.def_jvp_joint(_svd_jvp)
-_leading_batch_rule(svd_p)
+leading_batch_rule(svd_p)
 
 
 def svd(a, full_matrices=False):
@@ -694,7 +694,7 @@ def _pinv_vjp(ct, ans, a, rcond, hermitian):
 
 pinv_p.def_vjp(_pinv_vjp)
 pinv_p.def_jvp(_pinv_jvp)
-_leading_batch_rule(pinv_p)
+leading_batch_rule(pinv_p)
 
 
 def pinv(a, rcond=None, hermitian=False):

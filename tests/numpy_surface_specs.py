@@ -179,3 +179,34 @@ def _trapezoid(draw):
 
 
 SPECS["trapezoid"] = _trapezoid()
+
+
+# -- linalg.eig: phase-invariant functions of the eigenvectors ------------------------------
+
+def _eig_summary(mod):
+    def fn(a, b=None):
+        a = a if b is None else a + 1j * b
+        w, v = mod.linalg.eig(a)
+        parts = [mod.real(w), mod.imag(w), mod.real(v * mod.conj(v))]   # |v|^2, smooth at 0
+        return mod.concatenate([mod.reshape(p, (-1,)) for p in parts])
+    return fn
+
+
+@st.composite
+def _eig(draw):
+    n = draw(st.integers(1, 3))
+    batch = draw(st.sampled_from([(), (2,)]))
+    # spread diagonal + a dense perturbation: distinct eigenvalues, some complex
+    # pairs, and never a triangular matrix (whose eigenvalue order LAPACK
+    # changes under the finite-difference steps)
+    spread = np.diag(np.linspace(0.0, 1.5 * (n - 1), n))
+    dense = 0.3 * np.cos(np.arange(1.0, n * n + 1)).reshape(n, n)
+    a = spread + dense + 0.4 * draw(arrays(batch + (n, n)))
+    if draw(st.booleans()):
+        b = 0.4 * draw(arrays(batch + (n, n)))
+        return Case(_eig_summary(fnp), (a, b), _eig_summary(np),
+                    tol={"atol": 1e-4, "rtol": 1e-4})
+    return Case(_eig_summary(fnp), (a,), _eig_summary(np), tol={"atol": 1e-4, "rtol": 1e-4})
+
+
+SPECS["eig"] = _eig()

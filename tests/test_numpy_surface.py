@@ -114,3 +114,29 @@ def test_edge_derivatives_are_finite_as_in_autograd():
 def test_edge_derivatives_agree_in_forward_mode(fn, x):
     _, t = fgrad.jvp(fn, (x,), (np.ones(3),))
     assert t == 0.0
+
+
+# -- linalg.eig ------------------------------------------------------------------------------
+
+def test_eig_matches_numpy_batched_under_every_transformation():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 3, 3)) + 1j * rng.standard_normal((2, 3, 3))
+    w_ref = np.linalg.eigvals(a)
+    for transform in (fgrad.jit, fgrad.vmap):
+        w = transform(fnp.linalg.eigvals)(a)
+        np.testing.assert_allclose(w, w_ref, atol=1e-12)
+    w, v = fgrad.jit(fnp.linalg.eig)(a)
+    np.testing.assert_allclose(a @ v, v * w[..., None, :], atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=-2), 1.0)
+
+
+def test_eig_of_a_real_matrix_is_complex_under_a_transformation():
+    a = np.array([[2.0, 1.0], [0.5, 3.0]])
+    assert fnp.linalg.eigvals(a).dtype == np.float64            # NumPy's, eagerly
+    w = fgrad.jit(fnp.linalg.eigvals)(a)
+    assert w.dtype == np.complex128
+    np.testing.assert_allclose(np.sort(w.real), np.sort(np.linalg.eigvals(a)))
+    assert fgrad.jit(fnp.linalg.eigvals)(a.astype(np.float32)).dtype == np.complex64
+    # the gradient of the sum of eigenvalues is the identity (the trace's)
+    np.testing.assert_allclose(fgrad.grad(lambda a: fnp.real(fnp.linalg.eigvals(a)).sum())(a),
+                               np.eye(2), atol=1e-12)

@@ -35,6 +35,8 @@ import numpy as _np
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.numpy._reductions import safe_sqrt as _safe_sqrt
+from fgrad.core.trace import Tracer as _Tracer
+from fgrad.primitives import eig as _eig
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import linalg as _la
@@ -47,6 +49,7 @@ LinAlgError = _np.linalg.LinAlgError
 
 SlogdetResult = _namedtuple("SlogdetResult", ["sign", "logabsdet"])
 EighResult = _namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+EigResult = _namedtuple("EigResult", ["eigenvalues", "eigenvectors"])
 QRResult = _namedtuple("QRResult", ["Q", "R"])
 SVDResult = _namedtuple("SVDResult", ["U", "S", "Vh"])
 
@@ -148,6 +151,34 @@ def eigh(a, UPLO="L"):
 def eigvalsh(a, UPLO="L"):
     """Eigenvalues of symmetric matrices, ascending."""
     return eigh(a, UPLO).eigenvalues
+
+
+def eig(a):
+    """Eigenvalues and unit-norm eigenvectors (columns) of general square
+    matrices, real or complex, batched; differentiable in both.
+
+    Under a transformation both are complex (the shape rule cannot know that
+    every eigenvalue of a real matrix is real, as NumPy checks on the values);
+    outside one this is NumPy's ``eig``. Only phase-invariant functions of the
+    eigenvectors have meaningful derivatives (see the module notes).
+
+    >>> import numpy as np, fgrad
+    >>> a = np.array([[2.0, 1.0], [0.0, 3.0]])
+    >>> g = fgrad.grad(lambda a: eigvals(a).real.sum())(a)   # the trace's gradient
+    >>> np.allclose(g, np.eye(2))
+    True
+    """
+    if not isinstance(a, _Tracer):
+        return EigResult(*_np.linalg.eig(a))
+    return EigResult(*_eig.eig(_as_array(a)))
+
+
+def eigvals(a):
+    """Eigenvalues of general square matrices (see `eig`); derivative
+    ``dw = diag(v^-1 da v)``."""
+    if not isinstance(a, _Tracer):
+        return _np.linalg.eigvals(a)
+    return _eig.eig(_as_array(a))[0]
 
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
