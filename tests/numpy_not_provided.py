@@ -74,7 +74,7 @@ def markdown():
 
 def rendered_on_page(text):
     """The table as it stands on the page (``None`` when the markers are missing)."""
-    found = re.search(re.escape(BEGIN) + ".*?" + re.escape(END), text, re.S)
+    found = re.search(re.escape(BEGIN) + ".*?" + re.escape(END), text, re.DOTALL)
     return found.group(0) if found else None
 
 

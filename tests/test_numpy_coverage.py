@@ -6,12 +6,12 @@ import types
 
 import numpy as np
 import pytest
+from numpy_not_provided import NOT_PROVIDED, PAGE, markdown, rendered_on_page
+from primitive_specs import NONDIFF_SPECS, SPECS
 
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.testing import check_grads
-from numpy_not_provided import NOT_PROVIDED, PAGE, markdown, rendered_on_page
-from primitive_specs import NONDIFF_SPECS, SPECS
 
 X = np.array([[0.5, -1.5, 0.0], [2.0, 0.5, -0.25]])
 

@@ -57,7 +57,7 @@ def test_linspace_with_traced_endpoints_matches_numpy():
         want = np.linspace(start, stop, **{"num": 4, **kwargs})
         np.testing.assert_allclose(got, want)
         assert got.shape == want.shape
-    y, step = fgrad.jit(lambda b: fnp.linspace(0.0, b, 5, retstep=True))(2.0)
+    _, step = fgrad.jit(lambda b: fnp.linspace(0.0, b, 5, retstep=True))(2.0)
     np.testing.assert_allclose(step, 0.5)
     g = fgrad.grad(lambda b: fnp.linspace(1.0, b, 5)[1])(2.0)
     np.testing.assert_allclose(g, 0.25)
@@ -67,9 +67,9 @@ def test_integer_casts_of_tracers_are_constants_with_zero_derivative():
     x = np.array([1.5, -2.5, 3.7])
     for cast in (lambda x: x.astype(int), lambda x: fnp.array(x, dtype=int),
                  lambda x: fnp.asarray(x, dtype=np.int32), lambda x: fnp.astype(x, bool)):
-        g = fgrad.grad(lambda x: fnp.sum(cast(x) * x))(x)
+        g = fgrad.grad(lambda x, cast=cast: fnp.sum(cast(x) * x))(x)
         np.testing.assert_array_equal(g, np.asarray(cast(x)))
-        _, t = fgrad.jvp(lambda x: cast(x) * 1.0, (x,), (np.ones(3),))
+        _, t = fgrad.jvp(lambda x, cast=cast: cast(x) * 1.0, (x,), (np.ones(3),))
         np.testing.assert_array_equal(t, np.zeros(3))
 
 

@@ -225,6 +225,29 @@ from fgrad.numpy._elementwise import (  # noqa: E402,F401
     round,
     sinc,
 )
+from fgrad.numpy._extras import (  # noqa: E402,F401
+    c_,
+    cumulative_prod,
+    cumulative_sum,
+    fmax,
+    fmin,
+    iscomplex,
+    isneginf,
+    isposinf,
+    isreal,
+    matrix_transpose,
+    nanargmax,
+    nanargmin,
+    nancumprod,
+    nancumsum,
+    nanprod,
+    partition,
+    r_,
+    real_if_close,
+    rollaxis,
+    trapezoid,
+    vecdot,
+)
 from fgrad.numpy._manipulation import (  # noqa: E402,F401
     append,
     array_split,
@@ -263,6 +286,7 @@ from fgrad.numpy._manipulation import (  # noqa: E402,F401
     vsplit,
     vstack,
 )
+from fgrad.numpy._passthrough import EXPORTS as _PASSTHROUGH  # noqa: E402
 from fgrad.numpy._reductions import (  # noqa: E402,F401
     all,
     any,
@@ -293,30 +317,6 @@ from fgrad.numpy._reductions import (  # noqa: E402,F401
     unique,
     var,
 )
-from fgrad.numpy._extras import (  # noqa: E402,F401
-    c_,
-    cumulative_prod,
-    cumulative_sum,
-    fmax,
-    fmin,
-    iscomplex,
-    isneginf,
-    isposinf,
-    isreal,
-    matrix_transpose,
-    nanargmax,
-    nanargmin,
-    nancumprod,
-    nancumsum,
-    nanprod,
-    partition,
-    r_,
-    real_if_close,
-    rollaxis,
-    trapezoid,
-    vecdot,
-)
-from fgrad.numpy._passthrough import EXPORTS as _PASSTHROUGH  # noqa: E402
 from fgrad.numpy._signal import convolve, correlate, ediff1d, gradient, interp  # noqa: E402,F401
 from fgrad.numpy._ufuncs import (  # noqa: E402,F401
     bitwise_and,

@@ -10,17 +10,17 @@ numpy.errstate``).
 import numpy as _np
 
 # names that exist on every platform NumPy supports
-_NAMES = """
-errstate seterr geterr seterrcall geterrcall set_printoptions get_printoptions
-printoptions getbufsize setbufsize
-generic character flexible complexfloating object_ str_ bytes_ void
-byte short intc long longlong ubyte ushort uintc uint ulong ulonglong uintp
-half single double longdouble csingle cdouble clongdouble
-isdtype min_scalar_type mintypecode typename broadcast_shapes ix_ mask_indices
-common_type iterable
-bartlett blackman hamming hanning kaiser
-ndindex get_include show_config show_runtime info
-""".split()
+_NAMES = [
+    "errstate", "seterr", "geterr", "seterrcall", "geterrcall", "set_printoptions",
+    "get_printoptions", "printoptions", "getbufsize", "setbufsize", "generic",
+    "character", "flexible", "complexfloating", "object_", "str_", "bytes_", "void",
+    "byte", "short", "intc", "long", "longlong", "ubyte", "ushort", "uintc", "uint",
+    "ulong", "ulonglong", "uintp", "half", "single", "double", "longdouble", "csingle",
+    "cdouble", "clongdouble", "isdtype", "min_scalar_type", "mintypecode", "typename",
+    "broadcast_shapes", "ix_", "mask_indices", "common_type", "iterable", "bartlett",
+    "blackman", "hamming", "hanning", "kaiser", "ndindex", "get_include",
+    "show_config", "show_runtime", "info",
+]
 # extended-precision names only some platforms have
 _PLATFORM_NAMES = ("float96", "float128", "complex192", "complex256")
 

@@ -32,10 +32,10 @@ from collections import namedtuple as _namedtuple
 
 import numpy as _np
 
+from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.numpy._reductions import safe_sqrt as _safe_sqrt
-from fgrad.core.trace import Tracer as _Tracer
 from fgrad.primitives import eig as _eig
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import elementwise as _ew
