@@ -210,3 +210,49 @@ def _eig(draw):
 
 
 SPECS["eig"] = _eig()
+
+
+# -- numpy.linalg's array-API names and the tensor helpers ------------------------------------
+
+def _linalg_case(call, *arg_shapes, tol=None, well=None):
+    """``call(module, *args)`` on fgrad.numpy and NumPy, for arguments of the
+    given shapes (``well`` transforms them, e.g. towards invertible)."""
+    def build(args):
+        args = tuple(well(a) for a in args) if well else args
+        return Case(lambda *a: call(fnp, *a), args, lambda *a: call(np, *a),
+                    tol=tol or {})
+    return st.tuples(*(arrays(s) for s in arg_shapes)).map(build)
+
+
+def _invertible(a):
+    # distinct singular values and column sums (no ties for max / min / svd),
+    # and no zero entry (where abs, in the 1- and inf-norms, has its kink)
+    n = a.shape[-1]
+    dense = 0.3 + 0.1 * np.cos(np.arange(1.0, n * n + 1)).reshape(n, n)
+    return a * 0.05 + dense + np.diag(np.linspace(2.0, 4.0, n))
+
+
+_TOL = {"atol": 1e-4, "rtol": 1e-4}
+SPECS["linalg.cross"] = _linalg_case(lambda m, x, y: m.linalg.cross(x, y), (2, 3), (3,))
+SPECS["linalg.diagonal"] = _linalg_case(lambda m, x: m.linalg.diagonal(x, offset=1), (2, 3, 3))
+SPECS["linalg.trace"] = _linalg_case(lambda m, x: m.linalg.trace(x), (2, 3, 3))
+SPECS["linalg.outer"] = _linalg_case(lambda m, x, y: m.linalg.outer(x, y), (3,), (2,))
+SPECS["linalg.matrix_norm"] = st.sampled_from(["fro", "nuc", 1, np.inf]).flatmap(
+    lambda o: _linalg_case(lambda m, x: m.linalg.matrix_norm(x, ord=o), (2, 3, 3),
+                           well=_invertible, tol=_TOL))
+SPECS["linalg.vector_norm"] = st.sampled_from([None, 1, (0, 2)]).flatmap(
+    lambda ax: _linalg_case(lambda m, x: m.linalg.vector_norm(x, axis=ax, ord=3,
+                                                              keepdims=ax == 1),
+                            (2, 3, 2), well=lambda a: a + 3.0))
+SPECS["linalg.multi_dot"] = _linalg_case(
+    lambda m, v, a, b, w: m.linalg.multi_dot([v, a, b, w]), (3,), (3, 2), (2, 4), (4,))
+SPECS["linalg.cond"] = st.sampled_from([None, 1, -2, "fro"]).flatmap(
+    lambda p: _linalg_case(lambda m, x: m.linalg.cond(x, p), (2, 2), well=_invertible,
+                           tol=_TOL))
+SPECS["linalg.tensorsolve"] = _linalg_case(
+    lambda m, a, b: m.linalg.tensorsolve(a, b), (6, 2, 3), (6,),
+    well=lambda a: _invertible(a.reshape(6, 6)).reshape(a.shape) if a.size == 36 else a,
+    tol=_TOL)
+SPECS["linalg.tensorinv"] = _linalg_case(
+    lambda m, a: m.linalg.tensorinv(a, 2), (2, 3, 6),
+    well=lambda a: _invertible(a.reshape(6, 6)).reshape(a.shape), tol=_TOL)
