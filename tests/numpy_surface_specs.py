@@ -256,3 +256,71 @@ SPECS["linalg.tensorsolve"] = _linalg_case(
 SPECS["linalg.tensorinv"] = _linalg_case(
     lambda m, a: m.linalg.tensorinv(a, 2), (2, 3, 6),
     well=lambda a: _invertible(a.reshape(6, 6)).reshape(a.shape), tol=_TOL)
+
+
+# -- nan-ignoring quantiles ------------------------------------------------------------------
+
+@st.composite
+def _nan_quantile(draw, name, scale):
+    shape = draw(shapes(min_dims=1, max_dims=2))
+    ndim = len(shape)
+    axis = draw(st.none() | st.integers(-ndim, ndim - 1))
+    keepdims = draw(st.booleans())
+    method = draw(st.sampled_from(["linear", "lower", "higher", "nearest", "midpoint"]))
+    q = draw(st.sampled_from([0.0, 0.2, 0.5, 0.9, 1.0, (0.25, 0.75)]))
+    q = np.asarray(q) * scale if isinstance(q, tuple) else q * scale
+    x = draw(arrays(shape, spaced(-5, 5), unique=True))
+    nan = draw(hnp.arrays(np.bool_, shape))
+    # the first entry of every reduced slice stays a number: no all-nan slice
+    if axis is None:
+        nan.reshape(-1)[0] = False
+    else:
+        index = [slice(None)] * ndim
+        index[axis] = 0
+        nan[tuple(index)] = False
+    x = np.where(nan, np.nan, x)
+    if name == "nanmedian":
+        return Case(lambda x: fnp.nanmedian(x, axis=axis, keepdims=keepdims), (x,),
+                    lambda x: np.nanmedian(x, axis=axis, keepdims=keepdims))
+    # an array q makes NumPy compute in float64: no float32 check then
+    return Case(lambda x: getattr(fnp, name)(x, q, axis=axis, keepdims=keepdims,
+                                             method=method), (x,),
+                lambda x: getattr(np, name)(x, q, axis=axis, keepdims=keepdims,
+                                            method=method),
+                float32=not isinstance(q, np.ndarray))
+
+
+SPECS["nanquantile"] = _nan_quantile("nanquantile", 1.0)
+SPECS["nanpercentile"] = _nan_quantile("nanpercentile", 100.0)
+SPECS["nanmedian"] = _nan_quantile("nanmedian", 1.0)   # q unused
+
+
+# -- quantile / percentile weights= (NumPy 2, inverted_cdf) -----------------------------------
+
+@st.composite
+def _weighted_quantile(draw, name, scale):
+    shape = draw(shapes(min_dims=1, max_dims=2))
+    ndim = len(shape)
+    axis = draw(st.none() | st.integers(-ndim, ndim - 1))
+    keepdims = draw(st.booleans())
+    q = draw(st.sampled_from([0.0, 0.3, 0.5, 1.0, (0.2, 0.8)]))
+    q = np.asarray(q) * scale if isinstance(q, tuple) else q * scale
+    x = draw(arrays(shape, spaced(-5, 5), unique=True))
+    along = axis is not None and ndim > 1 and draw(st.booleans())
+    w_shape = (shape[axis],) if along else shape
+    # the weights are constants: they choose which value, with no derivative
+    w = draw(arrays(w_shape, st.sampled_from([0.0, 0.5, 1.0, 2.0])))
+    # never all zero along a reduced slice
+    if axis is None or along:
+        w.reshape(-1)[-1] = 1.0
+    else:
+        index = [slice(None)] * ndim
+        index[axis] = -1
+        w[tuple(index)] = 1.0
+    kw = {"axis": axis, "keepdims": keepdims, "method": "inverted_cdf", "weights": w}
+    return Case(lambda x: getattr(fnp, name)(x, q, **kw), (x,),
+                lambda x: getattr(np, name)(x, q, **kw), float32=not isinstance(q, np.ndarray))
+
+
+SPECS["quantile_weights"] = _weighted_quantile("quantile", 1.0)
+SPECS["percentile_weights"] = _weighted_quantile("percentile", 100.0)

@@ -140,3 +140,24 @@ def test_eig_of_a_real_matrix_is_complex_under_a_transformation():
     # the gradient of the sum of eigenvalues is the identity (the trace's)
     np.testing.assert_allclose(fgrad.grad(lambda a: fnp.real(fnp.linalg.eigvals(a)).sum())(a),
                                np.eye(2), atol=1e-12)
+
+
+# -- quantile weights ---------------------------------------------------------------------------
+
+def test_quantile_weights_choose_the_value_and_get_no_derivative():
+    x, w = np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 3.0])
+    gx, gw = fgrad.grad(lambda x, w: fnp.quantile(x, 0.5, method="inverted_cdf",
+                                                  weights=w), (0, 1))(x, w)
+    np.testing.assert_array_equal(gx, [0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(gw, np.zeros(3))
+    with pytest.raises(fgrad.errors.NumpyArgumentError, match="inverted_cdf"):
+        fnp.quantile(x, 0.5, weights=w)
+
+
+def test_nanquantile_names_the_methods_it_supports_under_transformations():
+    with pytest.raises(fgrad.errors.NumpyArgumentError, match="linear, lower"):
+        fgrad.jit(lambda x: fnp.nanquantile(x, 0.5, method="hazen"))(np.ones(3))
+    with np.errstate(all="ignore"):
+        got = fgrad.jit(lambda x: fnp.nanmedian(x, axis=1))(np.array([[np.nan, np.nan],
+                                                                      [1.0, np.nan]]))
+    np.testing.assert_array_equal(got, [np.nan, 1.0])

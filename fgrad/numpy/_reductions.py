@@ -230,7 +230,7 @@ def _check_method(method, name):
             f"supported here: {', '.join(QUANTILE_METHODS)}")
 
 
-def quantile(a, q, axis=None, keepdims=False, method="linear"):
+def quantile(a, q, axis=None, keepdims=False, method="linear", *, weights=None):
     """The ``q``-th quantiles (0 <= q <= 1) of ``a`` over ``axis``.
 
     ``method`` is any of NumPy 2's: ``'linear'`` (default), ``'lower'``,
@@ -245,12 +245,26 @@ def quantile(a, q, axis=None, keepdims=False, method="linear"):
     2.5
     >>> float(quantile(_np.array([3.0, 1.0, 2.0, 4.0]), 0.5, method="lower"))
     2.0
+
+    ``weights`` (NumPy 2, with ``method='inverted_cdf'`` only): the first sorted
+    value whose cumulative weight reaches ``q`` of the total. The weights pick
+    which value that is, so they get no derivative.
+
+    >>> float(quantile(_np.array([1.0, 2.0, 3.0]), 0.5, method="inverted_cdf",
+    ...                weights=_np.array([1.0, 0.0, 3.0])))
+    3.0
     """
     _check_method(method, "quantile")
-    if not isinstance(a, _Tracer):
+    if weights is not None and method != "inverted_cdf":
+        raise NumpyArgumentError(
+            f"quantile: weights= needs method='inverted_cdf' (as in NumPy), got {method!r}")
+    if not isinstance(a, _Tracer) and not isinstance(weights, _Tracer):
         xp = _xp(a)
+        extra = {} if weights is None else {"weights": weights}
         return xp.quantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
-                           axis=axis, keepdims=keepdims, method=method)
+                           axis=axis, keepdims=keepdims, method=method, **extra)
+    if weights is not None:
+        return _weighted_quantile(a, _static_floats(q), axis, keepdims, weights)
     out = _quantile(a, _static_floats(q), axis, keepdims, method)
     # NumPy keeps a's precision for a Python float q, and for methods that pick
     # one order statistic; it promotes to q's float64 otherwise
@@ -304,15 +318,61 @@ def _quantile(a, q_arr, axis, keepdims, method="linear"):
     return _shape.reshape(out, q_arr.shape + _get_aval(results[0]).shape)
 
 
-def percentile(a, q, axis=None, keepdims=False, method="linear"):
-    """The ``q``-th percentiles (0 <= q <= 100); see `quantile` for ``method``."""
-    _check_method(method, "percentile")
+def _weighted_quantile(a, q_arr, axis, keepdims, weights):
+    if ((q_arr < 0) | (q_arr > 1)).any():
+        raise ValueError("quantiles must be in the range [0, 1]")
     if not isinstance(a, _Tracer):
+        a = _asarray_on(_xp(weights), a)
+    ndim = _get_aval(a).ndim
+    w = _creation.stop_gradient(weights)
+    if axis is None:
+        x, w, ax = _shape.reshape(a, (-1,)), _shape.reshape(w, (-1,)), 0
+    else:
+        axes = _normalize_axis(axis, ndim)
+        if len(axes) != 1:
+            raise NotImplementedError("fgrad.numpy.quantile reduces one axis or all")
+        x, ax = a, axes[0]
+        if _get_aval(w).ndim == 1 and ndim > 1:       # weights along the axis
+            w = _shape.reshape(w, tuple(-1 if i == ax else 1 for i in range(ndim)))
+    w = _shape.broadcast_to(w, _get_aval(x).shape)
+    order = argsort(x, axis=ax)
+    s = _fshape.take_along_axis(x, order, ax)
+    cdf = _red.cumsum(_ew.convert_element_type(_fshape.take_along_axis(w, order, ax),
+                                               _np.float64), ax)
+    n = _get_aval(cdf).shape[ax]
+    cdf = cdf / slice_axis(cdf, ax, n - 1, n)                  # normalised, as NumPy's
+    # leading zero weights never hold the quantile, not even q = 0 (NumPy's rule)
+    zero = _ew.equal(cdf, 0)
+    last = n - 1
+    results = []
+    for qk in q_arr.ravel():
+        # the first position whose cumulative weight reaches q
+        below = _ew.convert_element_type(
+            _ew.logical_or(_ew.less(cdf, float(qk)), zero), _np.int64)
+        k = _ew.minimum(_red.sum_(below, ax, True), last)
+        value = _fshape.take_along_axis(s, k, ax)
+        if not keepdims:
+            value = _shape.squeeze(value, (ax,))
+        elif axis is None:
+            value = _shape.reshape(value, (1,) * ndim)
+        results.append(value)
+    if q_arr.ndim == 0:
+        return results[0]
+    return _shape.reshape(_shape.stack(results, axis=0),
+                          q_arr.shape + _get_aval(results[0]).shape)
+
+
+def percentile(a, q, axis=None, keepdims=False, method="linear", *, weights=None):
+    """The ``q``-th percentiles (0 <= q <= 100); see `quantile` for ``method``
+    and ``weights``."""
+    _check_method(method, "percentile")
+    if not isinstance(a, _Tracer) and not isinstance(weights, _Tracer):
         xp = _xp(a)
+        extra = {} if weights is None else {"weights": weights}
         return xp.percentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
-                             axis=axis, keepdims=keepdims, method=method)
+                             axis=axis, keepdims=keepdims, method=method, **extra)
     return quantile(a, q / 100 if type(q) in (int, float)
-                    else _static_floats(q) / 100, axis, keepdims, method)
+                    else _static_floats(q) / 100, axis, keepdims, method, weights=weights)
 
 
 def median(a, axis=None, keepdims=False):
