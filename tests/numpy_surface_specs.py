@@ -8,9 +8,10 @@ are NumPy's own functions.
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from primitive_specs import SPECS, Case, arrays, shapes, spaced, values
+from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, spaced, values
 
 import fgrad.numpy as fnp
+from fgrad.primitives import search as fsearch
 
 
 def _pair(max_dims=2):
@@ -324,3 +325,32 @@ def _weighted_quantile(draw, name, scale):
 
 SPECS["quantile_weights"] = _weighted_quantile("quantile", 1.0)
 SPECS["percentile_weights"] = _weighted_quantile("percentile", 100.0)
+
+
+# -- the searchsorted primitive (interp's segment search) ------------------------------------
+
+@st.composite
+def _searchsorted(draw):
+    a = np.sort(draw(arrays((draw(st.integers(1, 5)),), spaced(-2, 2), unique=True)))
+    v = draw(arrays(draw(shapes(max_dims=2)), spaced(-2.5, 2.5)))
+    side = draw(st.sampled_from(["left", "right"]))
+    return (lambda a, v: fsearch.searchsorted(a, v, side),
+            lambda a, v: np.searchsorted(a, v, side), (a, v))
+
+
+NONDIFF_SPECS["searchsorted"] = _searchsorted()
+
+
+# -- convolve / correlate on long operands: the FFT path ------------------------------------
+
+@st.composite
+def _long_sequences(draw):
+    name = draw(st.sampled_from(["convolve", "correlate"]))
+    mode = draw(st.sampled_from(["full", "same", "valid"]))
+    n, m = draw(st.integers(65, 90)), draw(st.integers(65, 90))
+    a, v = draw(arrays((n,))), draw(arrays((m,)))
+    return Case(lambda a, v: getattr(fnp, name)(a, v, mode), (a, v),
+                lambda a, v: getattr(np, name)(a, v, mode))
+
+
+SPECS["convolve_fft"] = _long_sequences()

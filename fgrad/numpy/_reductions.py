@@ -18,6 +18,7 @@ from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import nn as _nn
 from fgrad.primitives import reductions as _red
+from fgrad.primitives import search as _search
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.base import normalize_axis as _normalize_axis
 from fgrad.primitives.indexing import slice_axis
@@ -599,7 +600,12 @@ def argwhere(a):
 
 
 def searchsorted(a, v, side="left", sorter=None):
-    """Where ``v`` would be inserted into sorted ``a`` (no derivative)."""
+    """Where ``v`` would be inserted into sorted ``a`` (no derivative); a
+    primitive for a traced 1-d ``a`` or ``v`` without ``sorter``, so it works
+    under `jit`."""
+    if sorter is None and (isinstance(a, _Tracer) or isinstance(v, _Tracer)) \
+            and _get_aval(a).ndim == 1:
+        return _search.searchsorted(a, v, side)
     a, v = _concrete(a), _concrete(v)
     return _xp(a, v).searchsorted(a, v, side=side, sorter=sorter)
 

@@ -16,10 +16,12 @@ from fgrad.core.errors import NumpyArgumentError as _ArgumentError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy import _manipulation as _fshape
+from fgrad.numpy import fft as _fft
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import indexing as _indexing
 from fgrad.primitives import reductions as _red
+from fgrad.primitives import search as _search
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.base import normalize_axis as _normalize_axis
 
@@ -44,14 +46,37 @@ def _check_operands(name, a, v):
     return _get_aval(a).shape[0], _get_aval(v).shape[0]
 
 
+# Above this length of the shorter operand, the convolution goes through the FFT
+# (O((n + m) log(n + m)) time and O(n + m) memory); below it, the sliding windows
+# of the longer operand are gathered, at most this many per output.
+FFT_THRESHOLD = 64
+
+
+def _full_convolution(a, u):
+    """The full linear convolution of 1-d ``a`` and ``u`` (length n + m - 1),
+    differentiable in both, in memory linear in n + m."""
+    n, m = _get_aval(a).shape[0], _get_aval(u).shape[0]
+    length = n + m - 1
+    if min(n, m) > FFT_THRESHOLD:
+        if _get_aval(a).dtype.kind == "c" or _get_aval(u).dtype.kind == "c":
+            return _fft.ifft(_fft.fft(a, length) * _fft.fft(u, length), length)
+        dtype = _np.result_type(_get_aval(a).dtype, _get_aval(u).dtype)
+        out = _fft.irfft(_fft.rfft(a, length) * _fft.rfft(u, length), length)
+        return _ew.convert_element_type(out, dtype)
+    # convolution commutes: gather windows of the longer, weighted by the shorter
+    long, short = (a, u) if n >= m else (u, a)
+    k = min(n, m)
+    padded = _fshape.pad(long, (k - 1, k - 1))
+    rows = _np.arange(length)[:, None] + _np.arange(k)[None, :]
+    return _indexing.getitem(padded, rows) @ _fshape.flip(short, 0)
+
+
 def _correlate_rows(a, w, start, length):
     """Rows ``start:start + length`` of the full correlation
-    ``c[k] = sum_j a_padded[k + j] * w[j]``: one gather of the sliding windows
-    and one matrix-vector product, so both operands get their derivative."""
-    m = _get_aval(w).shape[0]
-    padded = _fshape.pad(a, (m - 1, m - 1))
-    rows = _np.arange(start, start + length)[:, None] + _np.arange(m)[None, :]
-    return _indexing.getitem(padded, rows) @ w
+    ``c[k] = sum_j a_padded[k + j] * w[j]``, the full convolution of ``a`` with
+    ``w`` reversed."""
+    full = _full_convolution(a, _fshape.flip(w, 0))
+    return _indexing.slice_axis(full, 0, start, start + length)
 
 
 _MODES = ("full", "same", "valid")
@@ -154,10 +179,10 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     if n == 1:
         out = _ew.add(_ew.multiply(x, 0.0), fp[0])
     else:
-        # the segment x falls in: the last knot at or below it (the comparisons
-        # carry no derivative), kept inside [0, n - 2] so both ends exist
-        below = _red.sum_(_ew.convert_element_type(
-            _ew.greater_equal(_shape.expand_dims(x, -1), xp), _np.int64), -1)
+        # the segment x falls in: the last knot at or below it (a search, with
+        # no derivative, in O(n + x.size) memory), kept inside [0, n - 2] so
+        # both ends exist
+        below = _search.searchsorted(xp, x, side="right")
         j = _ew.minimum(_ew.maximum(below - 1, 0), n - 2)
         x0, x1 = _fshape.take(xp, j), _fshape.take(xp, j + 1)
         f0, f1 = _fshape.take(fp, j), _fshape.take(fp, j + 1)
