@@ -354,3 +354,16 @@ def _long_sequences(draw):
 
 
 SPECS["convolve_fft"] = _long_sequences()
+
+
+@st.composite
+def _interp_knots(draw):
+    # knots near a fixed grid that the spaced() draws of x never reach
+    knots = np.array([-1.5, -0.4, 0.3, 0.6, 1.2]) + draw(arrays((5,), values(-0.04, 0.04)))
+    x = draw(arrays(draw(shapes(max_dims=2)), spaced(-2.5, 2.5)))
+    fp = draw(arrays((5,)))
+    return Case(lambda x, xp, fp: fnp.interp(x, xp, fp), (x, knots, fp),
+                lambda x, xp, fp: np.interp(x, xp, fp), float32=False)
+
+
+SPECS["interp_knots"] = _interp_knots()

@@ -4,7 +4,7 @@
 Every index these functions compute comes from static shapes (or, for
 ``interp``, from comparisons that carry no derivative), so the derivatives are
 those of the gathers and products: ``convolve`` and ``correlate`` are
-differentiable in both operands, ``interp`` in ``x`` and ``fp``.
+differentiable in both operands, ``interp`` in ``x``, ``xp`` and ``fp``.
 """
 import numpy as _np
 
@@ -137,9 +137,8 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     """Piecewise-linear interpolation of the points ``(xp, fp)`` at ``x``.
 
     Differentiable in ``x`` (the slope of the segment ``x`` falls in; 0
-    outside ``[xp[0], xp[-1]]``) and in ``fp`` (and ``left``/``right``).
-    ``xp`` is treated as a constant: it gets no derivative, even when traced
-    (``stop_gradient``). At a knot the derivative in ``x`` is the slope of the
+    outside ``[xp[0], xp[-1]]``), in ``fp`` (and ``left``/``right``) and in
+    the knots ``xp`` (moving a segment's ends moves the line). At a knot the derivative in ``x`` is the slope of the
     segment to its right (at the last knot, to its left). ``xp`` must be
     increasing (with ``period`` it is sorted modulo the period), as in NumPy.
     The result is float64 (complex128 for complex ``fp``), as NumPy's is.
@@ -151,7 +150,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     if not _traced(x, xp, fp, left, right):
         return _xp(x, xp, fp).interp(x, xp, fp, left=left, right=right, period=period)
     x, fp = _array(x), _array(fp)
-    xp = _creation.stop_gradient(_array(xp))
+    xp = _array(xp)
     xp_aval, fp_aval = _get_aval(xp), _get_aval(fp)
     if xp_aval.ndim != 1 or fp_aval.ndim != 1 or xp_aval.shape != fp_aval.shape:
         raise _ArgumentError(f"interp: xp and fp must be 1-d of the same length, got "
