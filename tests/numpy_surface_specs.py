@@ -367,3 +367,48 @@ def _interp_knots(draw):
 
 
 SPECS["interp_knots"] = _interp_knots()
+
+
+# -- statistics and matrix builders ------------------------------------------------------------
+
+@st.composite
+def _cov(draw, name):
+    rows, cols = draw(st.integers(1, 3)), draw(st.integers(3, 5))
+    m = draw(arrays((rows, cols)))
+    rowvar = draw(st.booleans())
+    if not rowvar:
+        m = m.T
+    with_y = draw(st.booleans())
+    # a fixed irregular pattern: no variable is constant, none collinear
+    m = m * 0.3 + np.sin(np.arange(m.size) * 1.7).reshape(m.shape)
+    kw = {"rowvar": rowvar}
+    if name == "cov":
+        kw["ddof"] = draw(st.sampled_from([None, 0, 2]))
+    if with_y:
+        y = draw(arrays(m.shape)) * 0.3 + np.cos(np.arange(m.size) * 2.3).reshape(m.shape)
+        return Case(lambda m, y: getattr(fnp, name)(m, y, **kw), (m, y),
+                    lambda m, y: getattr(np, name)(m, y, **kw), tol=_TOL, float32=False)
+    # NumPy computes covariances in float64 whatever the input: no float32 check
+    return Case(lambda m: getattr(fnp, name)(m, **kw), (m,),
+                lambda m: getattr(np, name)(m, **kw), tol=_TOL, float32=False)
+
+
+SPECS["cov"] = _cov("cov")
+SPECS["corrcoef"] = _cov("corrcoef")
+SPECS["diagflat"] = st.tuples(shapes(max_dims=2), st.integers(-2, 2)).flatmap(
+    lambda d: arrays(d[0]).map(lambda v: Case(lambda v: fnp.diagflat(v, d[1]), (v,),
+                                              lambda v: np.diagflat(v, d[1]))))
+SPECS["vander"] = st.tuples(shapes(min_dims=1, max_dims=1), st.sampled_from([None, 2, 4]),
+                            st.booleans()).flatmap(
+    lambda d: arrays(d[0]).map(lambda x: Case(
+        lambda x: fnp.vander(x, d[1], d[2]), (x,), lambda x: np.vander(x, d[1], d[2]),
+        float32=False)))               # NumPy's vander promotes float32 to float64
+SPECS["unstack"] = shapes(min_dims=1).flatmap(arrays).map(lambda x: Case(
+    lambda x: fnp.stack(fnp.unstack(x, axis=-1)), (x,),
+    lambda x: np.stack(np.unstack(x, axis=-1))))
+SPECS["matvec"] = st.tuples(st.integers(1, 3), st.integers(1, 3), _pair(max_dims=1)).flatmap(
+    lambda d: st.tuples(arrays(d[2][0].shape + (d[0], d[1])), arrays(d[2][1].shape + (d[1],))))\
+    .map(lambda ab: Case(fnp.matvec, ab, np.matvec))
+SPECS["vecmat"] = st.tuples(st.integers(1, 3), st.integers(1, 3), _pair(max_dims=1)).flatmap(
+    lambda d: st.tuples(arrays(d[2][0].shape + (d[0],)), arrays(d[2][1].shape + (d[0], d[1]))))\
+    .map(lambda ab: Case(fnp.vecmat, ab, np.vecmat))

@@ -227,8 +227,11 @@ from fgrad.numpy._elementwise import (  # noqa: E402,F401
 )
 from fgrad.numpy._extras import (  # noqa: E402,F401
     c_,
+    corrcoef,
+    cov,
     cumulative_prod,
     cumulative_sum,
+    diagflat,
     fmax,
     fmin,
     iscomplex,
@@ -236,6 +239,7 @@ from fgrad.numpy._extras import (  # noqa: E402,F401
     isposinf,
     isreal,
     matrix_transpose,
+    matvec,
     nanargmax,
     nanargmin,
     nancumprod,
@@ -249,7 +253,10 @@ from fgrad.numpy._extras import (  # noqa: E402,F401
     real_if_close,
     rollaxis,
     trapezoid,
+    unstack,
+    vander,
     vecdot,
+    vecmat,
 )
 from fgrad.numpy._manipulation import (  # noqa: E402,F401
     append,

@@ -384,3 +384,95 @@ def nanmedian(a, axis=None, keepdims=False):
     if not isinstance(a, _Tracer):
         return _xp(a).nanmedian(a, axis=axis, keepdims=keepdims)
     return nanquantile(a, 0.5, axis, keepdims)
+
+
+# -- statistics, matrix builders, products with matrices --------------------------------------
+
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None,
+        *, dtype=None):
+    """The covariance matrix of the variables in the rows (``rowvar``) of ``m``
+    (and ``y``); differentiable in the observations. Frequency or analytic
+    weights are not supported under transformations.
+
+    >>> cov(_np.array([[0.0, 1.0, 2.0], [2.0, 1.0, 0.0]]))
+    array([[ 1., -1.],
+           [-1.,  1.]])
+    """
+    if not _traced(m, y):
+        return _np.cov(m, y, rowvar, bias, ddof, fweights, aweights, dtype=dtype)
+    if fweights is not None or aweights is not None:
+        raise NumpyArgumentError("cov: fweights / aweights are not supported under "
+                                 "transformations")
+    x = _m.atleast_2d(lift(m))
+    if not rowvar and _get_aval(x).shape[0] != 1:
+        x = _shape.transpose(x, (1, 0))
+    if y is not None:
+        y = _m.atleast_2d(lift(y))
+        if not rowvar and _get_aval(y).shape[0] != 1:
+            y = _shape.transpose(y, (1, 0))
+        x = _shape.concatenate([x, y], 0)
+    # NumPy computes covariances in at least float64
+    x = _ew.convert_element_type(x, _np.result_type(_get_aval(x).dtype, _np.float64))
+    n = _get_aval(x).shape[1]
+    ddof = (0 if bias else 1) if ddof is None else ddof
+    centred = x - _red.mean(x, 1, True)
+    right = _ew.conj(centred) if _get_aval(centred).dtype.kind == "c" else centred
+    out = (centred @ _shape.transpose(right, (1, 0))) / (n - ddof)
+    out = _shape.squeeze(out, None) if _get_aval(out).shape == (1, 1) else out
+    return out if dtype is None else _ew.convert_element_type(out, dtype)
+
+
+def corrcoef(x, y=None, rowvar=True, *, dtype=None):
+    """Pearson correlation coefficients: `cov` scaled by the standard deviations
+    (clipped to [-1, 1] for real input, as NumPy does)."""
+    if not _traced(x, y):
+        return _np.corrcoef(x, y, rowvar, dtype=dtype)
+    c = cov(x, y, rowvar, dtype=dtype)
+    if _get_aval(c).ndim == 0:
+        return c / c
+    d = _ew.sqrt(_ew.real(_m.diagonal(c, 0, 0, 1)))
+    c = c / _shape.expand_dims(d, 1) / _shape.expand_dims(d, 0)
+    if _get_aval(c).dtype.kind != "c":
+        c = _ew.minimum(_ew.maximum(c, -1.0), 1.0)
+    return c
+
+
+def diagflat(v, k=0):
+    """A 2-d array with the flattened ``v`` on its ``k``-th diagonal."""
+    return _m.diag(_shape.reshape(lift(v), (-1,)), k)
+
+
+def vander(x, N=None, increasing=False):
+    """The Vandermonde matrix of the 1-d ``x``: columns ``x**(N-1), ..., x, 1``
+    (reversed when ``increasing``); differentiable in ``x``."""
+    if not isinstance(x, _Tracer):
+        return _np.vander(x, N, increasing)
+    n = _get_aval(x).shape[0] if N is None else N
+    # NumPy's dtype: x's promoted with the integers (float32 becomes float64)
+    x = _ew.convert_element_type(x, _np.promote_types(_get_aval(x).dtype, _np.int64))
+    powers = _np.arange(n) if increasing else _np.arange(n)[::-1]
+    # x**0 is the constant 1 (power's derivative p * x**(p-1) is nan at x = 0)
+    return _shape.stack([_creation.ones_like(x) if p == 0 else x if p == 1
+                         else _ew.power(x, int(p)) for p in powers], 1)
+
+
+def unstack(x, /, *, axis=0):
+    """The slices of ``x`` along ``axis``, as a tuple (NumPy 2)."""
+    x = lift(x)
+    return tuple(_m.take(x, i, axis) for i in range(_get_aval(x).shape[axis]))
+
+
+def matvec(x1, x2, /):
+    """Matrix-vector products over the last axes, broadcast (NumPy 2)."""
+    if not _traced(x1, x2):
+        return _np.matvec(x1, x2)
+    return _shape.squeeze(x1 @ _shape.expand_dims(x2, -1), (-1,))
+
+
+def vecmat(x1, x2, /):
+    """Vector-matrix products (the vector conjugated), broadcast (NumPy 2)."""
+    if not _traced(x1, x2):
+        return _np.vecmat(x1, x2)
+    if _get_aval(x1).dtype.kind == "c":
+        x1 = _ew.conj(x1)
+    return _shape.squeeze(_shape.expand_dims(x1, -2) @ x2, (-2,))
