@@ -412,3 +412,75 @@ SPECS["matvec"] = st.tuples(st.integers(1, 3), st.integers(1, 3), _pair(max_dims
 SPECS["vecmat"] = st.tuples(st.integers(1, 3), st.integers(1, 3), _pair(max_dims=1)).flatmap(
     lambda d: st.tuples(arrays(d[2][0].shape + (d[0],)), arrays(d[2][1].shape + (d[0], d[1]))))\
     .map(lambda ab: Case(fnp.vecmat, ab, np.vecmat))
+
+
+# -- reshaping by positions, ordering, unwrapping, assembling ---------------------------------
+
+SPECS["resize"] = st.tuples(shapes(max_dims=2), shapes(max_dims=2)).flatmap(
+    lambda d: arrays(d[0]).map(lambda x: Case(lambda x: fnp.resize(x, d[1]), (x,),
+                                              lambda x: np.resize(x, d[1]))))
+
+
+@st.composite
+def _delete(draw):
+    shape = draw(shapes(min_dims=1, max_dims=2, min_side=2))
+    axis = draw(st.none() | st.integers(-len(shape), len(shape) - 1))
+    n = int(np.prod(shape)) if axis is None else shape[axis]
+    obj = draw(st.sampled_from([0, -1, slice(0, None, 2), [0, n - 1]]))
+    return Case(lambda x: fnp.delete(x, obj, axis), (draw(arrays(shape)),),
+                lambda x: np.delete(x, obj, axis))
+
+
+SPECS["delete"] = _delete()
+# distinct real parts, some shared: the order is fixed away from ties
+SPECS["sort_complex"] = st.tuples(arrays((4,), spaced(-2, 2), unique=True),
+                                  arrays((4,), spaced(-2, 2), unique=True)).map(
+    lambda ab: Case(lambda a, b: fnp.real(fnp.sort_complex(fnp.round(a) + 1j * b)) * 1.0
+                    + fnp.imag(fnp.sort_complex(fnp.round(a) + 1j * b)), ab,
+                    lambda a, b: np.real(np.sort_complex(np.round(a) + 1j * b))
+                    + np.imag(np.sort_complex(np.round(a) + 1j * b))))
+
+
+@st.composite
+def _unwrap(draw):
+    steps = draw(arrays((draw(st.integers(1, 6)),), values(-6.0, 6.0)))
+    # keep every jump away from the wrap points (odd multiples of pi)
+    steps = np.where(np.abs(np.remainder(steps + np.pi, 2 * np.pi) - np.pi) < 0.1,
+                     steps + 0.3, steps)
+    return Case(lambda p: fnp.unwrap(p), (np.cumsum(steps),), lambda p: np.unwrap(p))
+
+
+SPECS["unwrap"] = _unwrap()
+
+
+@st.composite
+def _choose(draw):
+    shape = draw(shapes(max_dims=2))
+    k = draw(st.integers(1, 3))
+    index = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, k - 1)))
+    choices = tuple(draw(arrays(shape)) for _ in range(k))
+    return Case(lambda *c: fnp.choose(index, list(c)), choices,
+                lambda *c: np.choose(index, list(c)))
+
+
+SPECS["choose"] = _choose()
+SPECS["block"] = st.tuples(arrays((2, 2)), arrays((2, 1)), arrays((1, 3))).map(
+    lambda abc: Case(lambda a, b, c: fnp.block([[a, b], [c]]), abc,
+                     lambda a, b, c: np.block([[a, b], [c]])))
+
+
+@st.composite
+def _hermitian_fft(draw):
+    n = draw(st.sampled_from([None, 4, 5]))
+    norm = draw(st.sampled_from([None, "ortho", "forward"]))
+    a, b = draw(arrays((4,))), draw(arrays((4,)))
+    if draw(st.booleans()):
+        return Case(lambda a, b: fnp.fft.hfft(a + 1j * b, n, norm=norm), (a, b),
+                    lambda a, b: np.fft.hfft(a + 1j * b, n, norm=norm), tol=_TOL)
+    return Case(lambda a: fnp.real(fnp.fft.ihfft(a, n, norm=norm)) + fnp.imag(
+        fnp.fft.ihfft(a, n, norm=norm)), (a,),
+        lambda a: np.real(np.fft.ihfft(a, n, norm=norm)) + np.imag(
+            np.fft.ihfft(a, n, norm=norm)), tol=_TOL)
+
+
+SPECS["fft.hfft"] = _hermitian_fft()

@@ -23,7 +23,7 @@ NONDIFF_FUNCTIONS = {
     "searchsorted": (np.sort(X.ravel()), X), "unique": (X,),
     "tril_indices_from": (X,), "triu_indices_from": (X, 1),
     "diag_indices_from": (X[:, :2],),
-    "iscomplex": (X,), "isreal": (X,), "nanargmax": (X,), "nanargmin": (X,),
+    "array_equiv": (X[0], X), "iscomplex": (X,), "isreal": (X,), "nanargmax": (X,), "nanargmin": (X,),
     "isposinf": (np.array([np.inf, 0.5, -1.0]),), "isneginf": (np.array([-np.inf, 0.5, 1.0]),),
 }
 # name -> arguments: questions about shape and dtype
@@ -35,7 +35,7 @@ QUERIES = {
 
 # name -> arguments: differentiable, but the result's type depends on the values, so
 # they need concrete values (not under jit or vmap): checked by finite differences
-CONCRETE_ONLY = {"real_if_close": (X + 1e-18j,)}
+CONCRETE_ONLY = {"real_if_close": (X + 1e-18j,), "asarray_chkfinite": (X,)}
 
 
 def _public_callables():
@@ -111,7 +111,7 @@ COVERED_BY = {
     "linalg.eigvalsh": "eigh", "linalg.eigvals": "eig", "linalg.svdvals": "svd", "linalg.lstsq": "lstsq",
     **{f"fft.{n}": "fft" for n in ("fft", "ifft", "rfft", "irfft", "fft2", "ifft2",
                                    "fftn", "ifftn", "rfft2", "rfftn", "irfft2", "irfftn")},
-    "fft.ifftshift": "fftshift",
+    "fft.ifftshift": "fftshift", "fft.ihfft": "fft.hfft",
     # NumPy 2's linalg spellings of fgrad.numpy's own functions
     "linalg.matmul": "matmul", "linalg.matrix_transpose": "matrix_transpose",
     "linalg.vecdot": "vecdot", "linalg.tensordot": "tensordot",
@@ -193,3 +193,8 @@ def test_lstsq_matches_numpy_and_finite_differences():
         np.testing.assert_allclose(got, want)
     check_grads(lambda a, b: fnp.linalg.lstsq(a, b)[0], (a, b), order=2,
                 modes=("fwd", "rev"))
+
+
+def test_asarray_chkfinite_refuses_inf_and_nan_of_traced_values():
+    with pytest.raises(ValueError, match="infs or NaNs"):
+        fgrad.grad(lambda x: fnp.sum(fnp.asarray_chkfinite([x, np.inf])))(1.0)

@@ -226,11 +226,16 @@ from fgrad.numpy._elementwise import (  # noqa: E402,F401
     sinc,
 )
 from fgrad.numpy._extras import (  # noqa: E402,F401
+    array_equiv,
+    asarray_chkfinite,
+    block,
     c_,
+    choose,
     corrcoef,
     cov,
     cumulative_prod,
     cumulative_sum,
+    delete,
     diagflat,
     fmax,
     fmin,
@@ -251,9 +256,12 @@ from fgrad.numpy._extras import (  # noqa: E402,F401
     partition,
     r_,
     real_if_close,
+    resize,
     rollaxis,
+    sort_complex,
     trapezoid,
     unstack,
+    unwrap,
     vander,
     vecdot,
     vecmat,
@@ -366,7 +374,7 @@ floor_divide = _ew.floor_divide
 
 # functions whose list arguments are sequences of separate arrays
 _SEQUENCE_FUNCTIONS = ("concatenate", "concat", "stack", "hstack", "vstack", "dstack",
-                       "column_stack", "row_stack", "select")
+                       "column_stack", "row_stack", "select", "choose")
 
 
 def empty_like(prototype, dtype=None):

@@ -476,3 +476,135 @@ def vecmat(x1, x2, /):
     if _get_aval(x1).dtype.kind == "c":
         x1 = _ew.conj(x1)
     return _shape.squeeze(_shape.expand_dims(x1, -2) @ x2, (-2,))
+
+
+# -- reshaping by value positions -------------------------------------------------------------
+
+def resize(a, new_shape):
+    """``a`` flattened, repeated cyclically to fill ``new_shape`` (NumPy's
+    ``resize``); differentiable as the gather it is."""
+    if not isinstance(a, _Tracer):
+        return _np.resize(a, new_shape)
+    new_shape = (new_shape,) if isinstance(new_shape, int) else tuple(new_shape)
+    flat = _shape.reshape(a, (-1,))
+    size, total = _get_aval(flat).shape[0], int(_np.prod(new_shape))
+    if size == 0 or total == 0:
+        # nothing to repeat (NumPy fills with zeros), or nothing to fill
+        return _np.zeros(new_shape, _get_aval(a).dtype)
+    return _shape.reshape(_m.take(flat, _np.arange(total) % size), new_shape)
+
+
+def delete(arr, obj, axis=None):
+    """``arr`` without the entries ``obj`` (an index, slice or index list, a
+    static parameter) along ``axis`` (of the flattened array when None)."""
+    if not isinstance(arr, _Tracer):
+        return _np.delete(arr, obj, axis)
+    if axis is None:
+        arr, axis = _shape.reshape(arr, (-1,)), 0
+    n = _get_aval(arr).shape[axis]
+    kept = _np.delete(_np.arange(n), obj)
+    return _m.take(arr, kept, axis)
+
+
+def sort_complex(a):
+    """``a`` sorted by real part, then imaginary part, as complex numbers."""
+    if not isinstance(a, _Tracer):
+        return _np.sort_complex(a)
+    dtype = _np.result_type(_get_aval(a).dtype, _np.complex64)
+    a = _ew.convert_element_type(a, dtype)
+    # two stable sorts: by the secondary key, then by the primary one
+    a = _m.take_along_axis(a, _r.argsort(_ew.imag(a), -1, kind="stable"), -1)
+    return _m.take_along_axis(a, _r.argsort(_ew.real(a), -1, kind="stable"), -1)
+
+
+def unwrap(p, discont=None, axis=-1, *, period=2 * _np.pi):
+    """``p`` with jumps larger than ``discont`` (default ``period / 2``) along
+    ``axis`` replaced by their ``period`` complement. The corrections are
+    multiples of ``period`` (piecewise constant), so the derivative is 1."""
+    if not isinstance(p, _Tracer):
+        return _np.unwrap(p, discont, axis, period=period)
+    if _get_aval(p).dtype.kind not in "fc":
+        p = _ew.convert_element_type(p, _np.float64)
+    half = period / 2
+    discont = half if discont is None else discont
+    d = _r.diff(_creation.stop_gradient(p), axis=axis)
+    wrapped = _ew.remainder(d + half, period) - half
+    # NumPy's tie rule: a jump of exactly +half stays +half
+    wrapped = _ew.where(_ew.logical_and(_ew.equal(wrapped, -half), _ew.greater(d, 0)),
+                        half, wrapped)
+    correction = _ew.where(_ew.less(_ew.absolute(d), discont), 0.0, wrapped - d)
+    ax = _normalize_axis(axis, _get_aval(p).ndim)[0]
+    first = _slice_axis(_creation.zeros_like(p), ax, 0, 1)
+    return p + _shape.concatenate([first, _r.cumsum(correction, ax)], ax)
+
+
+def choose(a, choices, mode="raise"):
+    """``choices[a[i]][i]`` elementwise (the index array ``a`` has no
+    derivative; the chosen values do)."""
+    if not _traced(a) and not contains_tracer(choices):
+        return _np.choose(a, choices, mode=mode)
+    if mode != "raise":
+        raise NumpyArgumentError("choose: only mode='raise' is supported under "
+                                 "transformations")
+    stacked = _shape.stack(_m.broadcast_arrays(a, *[lift(c) for c in choices])[1:], 0)
+    index = _shape.expand_dims(_shape.broadcast_to(
+        a, _get_aval(stacked).shape[1:]), 0)
+    return _shape.squeeze(_m.take_along_axis(stacked, index, 0), (0,))
+
+
+def block(arrays):
+    """Assemble an array from nested lists of blocks, the innermost lists joined
+    along the last axis (NumPy's ``block``); differentiable in every block."""
+    if not contains_tracer(arrays):
+        return _np.block(arrays)
+
+    def depth(x):
+        return 1 + depth(x[0]) if isinstance(x, list) and x else 0
+
+    levels = depth(arrays)
+    ndim = max(levels, max(_get_aval(lift(leaf)).ndim for leaf in _leaves(arrays)))
+
+    def assemble(x, level):
+        if not isinstance(x, list):
+            x = lift(x)
+            shape = _get_aval(x).shape
+            return _shape.reshape(x, (1,) * (ndim - len(shape)) + shape)
+        return _shape.concatenate([assemble(item, level + 1) for item in x],
+                                  level - levels)
+    return assemble(arrays, 0)
+
+
+# its nested lists are blocks of different shapes: fgrad.numpy must not stack them
+block.lifts_array_likes = True
+
+
+def _leaves(x):
+    if isinstance(x, list):
+        for item in x:
+            yield from _leaves(item)
+    else:
+        yield x
+
+
+def array_equiv(a1, a2):
+    """True when ``a1`` and ``a2`` broadcast to each other and are equal
+    everywhere (no derivative)."""
+    a1, a2 = lift(a1), lift(a2)
+    try:
+        _np.broadcast_shapes(_get_aval(a1).shape, _get_aval(a2).shape)
+    except ValueError:
+        return False
+    return _red.all_p.bind(_ew.equal(a1, a2), axis=None, keepdims=False)
+
+
+def asarray_chkfinite(a, dtype=None):
+    """``asarray(a)``, refusing inf and nan (which needs concrete values: not
+    under `jit`)."""
+    if not contains_tracer(a):
+        return _np.asarray_chkfinite(a, dtype)
+    a = lift(a)
+    if dtype is not None:
+        a = _ew.convert_element_type(a, dtype)
+    if not bool(_red.all_p.bind(_ew.isfinite(a), axis=None, keepdims=False)):
+        raise ValueError("array must not contain infs or NaNs")
+    return a
