@@ -9,8 +9,8 @@ import numpy as _np
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.primitives import fft as _fft
-from fgrad.primitives.elementwise import conj as _conj
 from fgrad.primitives import shape as _shape
+from fgrad.primitives.elementwise import conj as _conj
 from fgrad.primitives.indexing import slice_axis as _slice_axis
 
 fftfreq, rfftfreq = _np.fft.fftfreq, _np.fft.rfftfreq
@@ -204,7 +204,7 @@ def hfft(a, n=None, axis=-1, norm=None):
 
     >>> import numpy as np
     >>> hfft(np.array([1.0, 2.0, 1.0]))
-    array([6., 0., 2., 0.])
+    array([ 6.,  0., -2.,  0.])
     """
     return irfft(_conj(a), n, axis, _SWAPPED_NORM[norm])
 
