@@ -161,3 +161,15 @@ def test_nanquantile_names_the_methods_it_supports_under_transformations():
         got = fgrad.jit(lambda x: fnp.nanmedian(x, axis=1))(np.array([[np.nan, np.nan],
                                                                       [1.0, np.nan]]))
     np.testing.assert_array_equal(got, [np.nan, 1.0])
+
+
+# -- arguments without a derivative are refused by name, never dropped -----------------------
+
+def test_traced_static_arguments_raise_missing_rule_errors_naming_them():
+    x = np.array([3.0, 1.0, 2.0])
+    cases = [(lambda q: fnp.quantile(x, q), "argument q"),
+             (lambda q: fnp.percentile(x, q * 100), "quantile: .* argument q"),
+             (lambda h: fnp.sum(fnp.gradient(x, h)), r"varargs\[0\]")]
+    for f, name in cases:
+        with pytest.raises(fgrad.errors.MissingRuleError, match=name):
+            fgrad.grad(f)(0.5)

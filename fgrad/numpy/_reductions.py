@@ -10,7 +10,7 @@ import numpy as _np
 
 from fgrad.core.backend import array_module as _xp
 from fgrad.core.backend import asarray_on as _asarray_on
-from fgrad.core.errors import NumpyArgumentError
+from fgrad.core.errors import MissingRuleError, NumpyArgumentError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy import _manipulation as _fshape
@@ -20,6 +20,7 @@ from fgrad.primitives import nn as _nn
 from fgrad.primitives import reductions as _red
 from fgrad.primitives import search as _search
 from fgrad.primitives import shape as _shape
+from fgrad.primitives.array_likes import contains_tracer
 from fgrad.primitives.base import normalize_axis as _normalize_axis
 from fgrad.primitives.indexing import slice_axis
 
@@ -259,7 +260,7 @@ def quantile(a, q, axis=None, keepdims=False, method="linear", *, weights=None):
     if weights is not None and method != "inverted_cdf":
         raise NumpyArgumentError(
             f"quantile: weights= needs method='inverted_cdf' (as in NumPy), got {method!r}")
-    if not isinstance(a, _Tracer) and not isinstance(weights, _Tracer):
+    if not (isinstance(a, _Tracer) or isinstance(weights, _Tracer) or contains_tracer(q)):
         xp = _xp(a)
         extra = {} if weights is None else {"weights": weights}
         return xp.quantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
@@ -275,9 +276,15 @@ def quantile(a, q, axis=None, keepdims=False, method="linear", *, weights=None):
                                                          _np.float64))
 
 
-def _static_floats(q):
+def _static_floats(q, name="quantile"):
     """``q`` (a number, nested list or host array) as a NumPy float64 array: a
-    static parameter, like an axis, not data."""
+    static parameter, like an axis, not data. A traced ``q`` is refused rather
+    than read as a constant, which would drop its derivative silently."""
+    if contains_tracer(q):
+        raise MissingRuleError(
+            f"{name}: no derivative with respect to its argument q (the quantile "
+            "levels) is defined: q is a static parameter. Pass q as a Python number "
+            "or a NumPy array computed outside the transformation.")
     return _np.asarray(_concrete(q), dtype=_np.float64)
 
 
@@ -367,13 +374,14 @@ def percentile(a, q, axis=None, keepdims=False, method="linear", *, weights=None
     """The ``q``-th percentiles (0 <= q <= 100); see `quantile` for ``method``
     and ``weights``."""
     _check_method(method, "percentile")
-    if not isinstance(a, _Tracer) and not isinstance(weights, _Tracer):
+    if not (isinstance(a, _Tracer) or isinstance(weights, _Tracer) or contains_tracer(q)):
         xp = _xp(a)
         extra = {} if weights is None else {"weights": weights}
         return xp.percentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
                              axis=axis, keepdims=keepdims, method=method, **extra)
     return quantile(a, q / 100 if type(q) in (int, float)
-                    else _static_floats(q) / 100, axis, keepdims, method, weights=weights)
+                    else _static_floats(q) / 100, axis, keepdims, method,
+                    weights=weights)
 
 
 def median(a, axis=None, keepdims=False):

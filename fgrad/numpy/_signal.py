@@ -12,17 +12,18 @@ from fgrad.core.backend import array_module as _xp
 from fgrad.core.backend import asarray_on as _asarray_on
 from fgrad.core.backend import device_put as _device_put
 from fgrad.core.backend import module_of_leaves as _module_of_leaves
+from fgrad.core.errors import MissingRuleError as _MissingRuleError
 from fgrad.core.errors import NumpyArgumentError as _ArgumentError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy import _manipulation as _fshape
 from fgrad.numpy import fft as _fft
-from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import indexing as _indexing
 from fgrad.primitives import reductions as _red
 from fgrad.primitives import search as _search
 from fgrad.primitives import shape as _shape
+from fgrad.primitives.array_likes import contains_tracer as _contains_tracer
 from fgrad.primitives.base import normalize_axis as _normalize_axis
 
 
@@ -195,7 +196,14 @@ def interp(x, xp, fp, left=None, right=None, period=None):
 
 def _spacings(varargs, axes, shape):
     """One spacing per axis: a Python float (uniform) or a host array of the
-    coordinate differences, as NumPy's ``gradient`` reads ``varargs``."""
+    coordinate differences, as NumPy's ``gradient`` reads ``varargs``. Traced
+    spacings are refused: read as constants they would lose their derivative."""
+    for i, spacing in enumerate(varargs):
+        if _contains_tracer(spacing):
+            raise _MissingRuleError(
+                f"gradient: no derivative with respect to its spacing argument "
+                f"varargs[{i}] is defined: spacings are static parameters. Pass them "
+                "as numbers or NumPy arrays computed outside the transformation.")
     if len(varargs) == 0:
         return [1.0] * len(axes)
     if len(varargs) == 1 and _np.ndim(_concrete(varargs[0])) == 0:
@@ -280,10 +288,11 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     >>> gradient(_np.array([1.0, 2.0, 4.0, 7.0]))
     array([1. , 1.5, 2.5, 3. ])
     """
-    if not isinstance(f, _Tracer):
+    if not isinstance(f, _Tracer) and not _contains_tracer(list(varargs)):
         xp = _xp(f)
         varargs = [v if _np.ndim(v) == 0 else _asarray_on(xp, v) for v in varargs]
         return xp.gradient(f, *varargs, axis=axis, edge_order=edge_order)
+    f = _array(f)
     aval = _get_aval(f)
     if edge_order not in (1, 2):
         raise _ArgumentError(f"gradient: edge_order must be 1 or 2, got {edge_order!r}")
