@@ -484,3 +484,11 @@ def _hermitian_fft(draw):
 
 
 SPECS["fft.hfft"] = _hermitian_fft()
+
+
+# -- the floating-point grid ----------------------------------------------------------------
+
+NONDIFF_SPECS["spacing"] = shapes().flatmap(lambda s: arrays(s, spaced())).map(
+    lambda x: (fnp.spacing, np.spacing, (x,)))
+SPECS["nextafter"] = _pair(max_dims=2).map(lambda xy: Case(
+    lambda x, y: fnp.nextafter(x, y) * 1.0, xy, lambda x, y: np.nextafter(x, y) * 1.0))

@@ -15,6 +15,7 @@ from fgrad.numpy import _methods  # noqa: F401  (installs the array methods on t
 from fgrad.numpy._array_likes import wrap_namespace as _wrap_namespace
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import float_steps as _float_steps
 from fgrad.primitives import indexing as _indexing
 from fgrad.primitives import products as _products
 from fgrad.primitives import reductions as _red
@@ -414,6 +415,8 @@ _install_methods()
 # -- einsum and the products built on it, linalg, fft --------------------------------
 from fgrad.numpy import fft, linalg  # noqa: E402,F401
 from fgrad.numpy._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
+
+spacing, nextafter = _float_steps.spacing, _float_steps.nextafter
 
 # NumPy's utilities that are not array math (errstate, printoptions, scalar types)
 globals().update(_PASSTHROUGH)
