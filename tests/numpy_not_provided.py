@@ -46,7 +46,7 @@ REASONS = {
         "poly polyadd polyder polydiv polyfit polyint polymul polysub polyval roots",
     "NumPy's own test runner": "test linalg.test fft.test",
     "Not yet provided: differentiable, planned (issue 17 follow-up)":
-        "insert i0",
+        "i0",
 }
 
 NOT_PROVIDED = {name: reason for reason, names in REASONS.items()

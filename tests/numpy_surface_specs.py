@@ -492,3 +492,17 @@ NONDIFF_SPECS["spacing"] = shapes().flatmap(lambda s: arrays(s, spaced())).map(
     lambda x: (fnp.spacing, np.spacing, (x,)))
 SPECS["nextafter"] = _pair(max_dims=2).map(lambda xy: Case(
     lambda x, y: fnp.nextafter(x, y) * 1.0, xy, lambda x, y: np.nextafter(x, y) * 1.0))
+
+
+@st.composite
+def _insert(draw):
+    shape = draw(shapes(min_dims=1, max_dims=2))
+    axis = draw(st.none() | st.integers(-len(shape), len(shape) - 1))
+    n = int(np.prod(shape)) if axis is None else shape[axis]
+    obj = draw(st.sampled_from([0, n, [0, n], slice(0, None, 2)]))
+    values = draw(arrays(draw(st.sampled_from([(), (1,)]))))
+    return Case(lambda x, v: fnp.insert(x, obj, v, axis), (draw(arrays(shape)), values),
+                lambda x, v: np.insert(x, obj, v, axis))
+
+
+SPECS["insert"] = _insert()

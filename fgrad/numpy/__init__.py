@@ -240,6 +240,7 @@ from fgrad.numpy._extras import (  # noqa: E402,F401
     diagflat,
     fmax,
     fmin,
+    insert,
     iscomplex,
     isneginf,
     isposinf,

@@ -608,3 +608,39 @@ def asarray_chkfinite(a, dtype=None):
     if not bool(_red.all_p.bind(_ew.isfinite(a), axis=None, keepdims=False)):
         raise ValueError("array must not contain infs or NaNs")
     return a
+
+
+def insert(arr, obj, values, axis=None):
+    """``arr`` with ``values`` inserted before the indices ``obj`` along ``axis``
+    (of the flattened array when None), as NumPy's ``insert``; differentiable
+    in ``arr`` and ``values``.
+
+    NumPy itself lays out the result, on index arrays: where each output entry
+    comes from, ``arr`` or ``values``; the traced data is then gathered.
+
+    >>> insert(_np.array([1.0, 2.0]), 1, 5.0)
+    array([1., 5., 2.])
+    """
+    if not _traced(arr) and not contains_tracer(values):
+        return _np.insert(arr, obj, values, axis)
+    arr, values = lift(arr), lift(values)
+    arr_shape, val_shape = _get_aval(arr).shape, _get_aval(values).shape
+    n_arr, n_val = int(_np.prod(arr_shape)), int(_np.prod(val_shape))
+    from_arr = _np.insert(_np.arange(n_arr).reshape(arr_shape), obj,
+                          _np.full(val_shape, -1), axis)
+    from_val = _np.insert(_np.full(arr_shape, -1), obj,
+                          _np.arange(n_val).reshape(val_shape), axis)
+    inserted = from_val >= 0
+    flat_arr = _shape.reshape(arr, (-1,))
+    flat_val = _ew.convert_element_type(_shape.reshape(values, (-1,)), _get_aval(arr).dtype)
+    # every output entry gathers from both sources (index 0 where it does not
+    # come from one), and `where` keeps the right one
+    picked_arr = _m.take(flat_arr, _np.maximum(from_arr, 0).reshape(-1)) if n_arr else None
+    picked_val = _m.take(flat_val, _np.maximum(from_val, 0).reshape(-1)) if n_val else None
+    if picked_arr is None:
+        out = picked_val
+    elif picked_val is None:
+        out = picked_arr
+    else:
+        out = _ew.where(inserted.reshape(-1), picked_val, picked_arr)
+    return _shape.reshape(out, inserted.shape)
