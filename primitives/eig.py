@@ -14,16 +14,20 @@ finite differences; derivatives are infinite at repeated eigenvalues. The VJP
 is the transpose of this JVP (fgrad's complex convention: no conjugation).
 """
 import numpy as np
-from opt_einsum import get_symbol
 
 from fgrad.core.backend import array_module
 from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
-from fgrad.primitives.einsum import einsum, identity_like
 from fgrad.primitives.elementwise import cast_like, conj, convert_element_type, real
-from fgrad.primitives.linalg import leading_batch_rule, solve
+from fgrad.primitives.linalg import (
+    diag_embed,
+    inverse_gaps,
+    leading_batch_rule,
+    matrix_diagonal,
+    solve,
+)
 from fgrad.primitives.products import matmul
 from fgrad.primitives.reductions import sum_
-from fgrad.primitives.shape import expand_dims, swap_last_axes
+from fgrad.primitives.shape import swap_last_axes
 
 FAMILY = "primitives/eig.py"
 
@@ -51,26 +55,6 @@ def _eig_impl(a):
 eig_p = Primitive("eig", _eig_impl, _eig_abstract, multiple_results=True, family=FAMILY)
 
 
-def _letters(x, core):
-    return "".join(get_symbol(26 + k) for k in range(get_aval(x).ndim - core))
-
-
-def _diagonal(x):
-    b = _letters(x, 2)
-    return einsum(f"{b}ii->{b}i", x)
-
-
-def _diag_embed(d):
-    return expand_dims(d, -1) * identity_like(d, get_aval(d).shape[-1])
-
-
-def _inverse_gaps(w):
-    # F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it
-    eye = identity_like(w, get_aval(w).shape[-1])
-    gaps = expand_dims(w, -2) - expand_dims(w, -1)
-    return (1 - eye) / (gaps + eye)
-
-
 def _is_zero(x):
     return x is None or type(x) is Zero
 
@@ -83,10 +67,10 @@ def _eig_jvp(tangents, ans, a):
     w, v = ans
     da = _as_complex(tangents[0], w)
     x = solve(v, matmul(da, v))                       # v^-1 da v
-    dv = matmul(v, _inverse_gaps(w) * x)
+    dv = matmul(v, inverse_gaps(w) * x)
     # keep each column at unit norm: remove the real part of v_j^H dv_j
     norm_change = real(sum_(conj(v) * dv, -2, True))
-    return _diagonal(x), dv - v * norm_change
+    return matrix_diagonal(x), dv - v * norm_change
 
 
 def _eig_vjp(ct, ans, needed, a):
@@ -94,12 +78,12 @@ def _eig_vjp(ct, ans, needed, a):
     ct_w, ct_v = ct
     inner = None
     if not _is_zero(ct_w):
-        inner = _diag_embed(_as_complex(ct_w, w))
+        inner = diag_embed(_as_complex(ct_w, w))
     if not _is_zero(ct_v):
         ct_v = _as_complex(ct_v, v)
         # transpose of the unit-norm projection, then of dv = v (F * X)
         ct_v = ct_v - conj(v) * real(sum_(ct_v * v, -2, True))
-        term = _inverse_gaps(w) * matmul(swap_last_axes(v), ct_v)
+        term = inverse_gaps(w) * matmul(swap_last_axes(v), ct_v)
         inner = term if inner is None else inner + term
     # the transpose of X = v^-1 da v: v^-T inner v^T
     vt = swap_last_axes(v)

@@ -68,7 +68,8 @@ def _batch_letters(x, core):
     return "".join(get_symbol(26 + k) for k in range(get_aval(x).ndim - core))
 
 
-def _diagonal(x):
+def matrix_diagonal(x):
+    """The diagonals of the matrices in ``x`` (its last two axes)."""
     b = _batch_letters(x, 2)
     return einsum(f"{b}ii->{b}i", x)
 
@@ -83,7 +84,8 @@ def _eye(x):
     return identity_like(x, get_aval(x).shape[-1])
 
 
-def _diag_embed(v):
+def diag_embed(v):
+    """Matrices with the vectors ``v`` (last axis) on their diagonals."""
     return expand_dims(v, -1) * _eye(v)
 
 
@@ -447,7 +449,7 @@ eigh_p = Primitive("eigh", _eigh_impl, _eigh_abstract, multiple_results=True,
                    family=FAMILY)
 
 
-def _inverse_gaps(w):
+def inverse_gaps(w):
     # F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it. Infinite for
     # repeated eigenvalues: the documented degenerate-spectrum limitation.
     eye = _eye(expand_dims(w, -1) * expand_dims(w, -2))
@@ -462,9 +464,9 @@ def _eigh_vjp(ct, ans, needed, a):
     ct_w, ct_v = ct
     inner = None
     if not _is_zero(ct_w):
-        inner = _diag_embed(ct_w)
+        inner = diag_embed(ct_w)
     if not _is_zero(ct_v):
-        term = _inverse_gaps(w) * matmul(_T(v), ct_v)
+        term = inverse_gaps(w) * matmul(_T(v), ct_v)
         inner = term if inner is None else inner + term
     return (cast_like(matmul(_conj(v), matmul(inner, _T(v))), get_aval(a)),)
 
@@ -472,8 +474,8 @@ def _eigh_vjp(ct, ans, needed, a):
 def _eigh_jvp(tangents, ans, a):
     w, v = ans
     vh_da_v = matmul(conj_transpose(v), matmul(tangents[0], v))
-    dw = _diagonal(vh_da_v)
-    return (real(dw) if _is_complex(dw) else dw), matmul(v, _inverse_gaps(w) * vh_da_v)
+    dw = matrix_diagonal(vh_da_v)
+    return (real(dw) if _is_complex(dw) else dw), matmul(v, inverse_gaps(w) * vh_da_v)
 
 
 eigh_p.def_vjp_joint(_eigh_vjp)
@@ -563,7 +565,7 @@ def _svd_vjp(ct, ans, needed, a, full_matrices):
         ct_vh, ct_vh2 = (slice_axis(ct_vh, last - 1, 0, k),
                          slice_axis(ct_vh, last - 1, k, n))
     s_row, s_col, f = _svd_parts(s)
-    ct_ds = _diag_embed(ct_s) if not _is_zero(ct_s) else None
+    ct_ds = diag_embed(ct_s) if not _is_zero(ct_s) else None
     extra = None
 
     def add(total, term):
@@ -574,7 +576,7 @@ def _svd_vjp(ct, ans, needed, a, full_matrices):
         x = f * ut_ct
         ct_ds = add(ct_ds, (x + conj_transpose(x)) * s_row)
         if _is_complex(ut_ct):
-            ct_ds = add(ct_ds, _diag_embed(1j * imag(_diagonal(ut_ct)) / s))
+            ct_ds = add(ct_ds, diag_embed(1j * imag(matrix_diagonal(ut_ct)) / s))
         if m > n:
             z = ct_u / s_row
             extra = add(extra, matmul(z - matmul(_conj(u), matmul(_T(u), z)),
@@ -608,12 +610,12 @@ def _svd_jvp(tangents, ans, a, full_matrices):
     v = conj_transpose(vh)
     s_row, s_col, f = _svd_parts(s)
     ds_mat = matmul(conj_transpose(u), matmul(da, v))
-    ds = _diagonal(ds_mat)
+    ds = matrix_diagonal(ds_mat)
     dss = ds_mat * s_row
     sds = s_col * ds_mat
     inner_u = f * (dss + conj_transpose(dss))
     if _is_complex(ds_mat):
-        inner_u = inner_u + _diag_embed(1j * imag(ds) / s)
+        inner_u = inner_u + diag_embed(1j * imag(ds) / s)
         ds = real(ds)
     du = matmul(u, inner_u)
     dv = matmul(v, f * (sds + conj_transpose(sds)))

@@ -262,11 +262,17 @@ SPECS["linalg.tensorinv"] = _linalg_case(
 # -- nan-ignoring quantiles ------------------------------------------------------------------
 
 @st.composite
-def _nan_quantile(draw, name, scale):
+def _reduction_layout(draw):
+    """``(shape, axis, keepdims)`` of a reduction over one axis or all."""
     shape = draw(shapes(min_dims=1, max_dims=2))
+    return shape, draw(st.none() | st.integers(-len(shape), len(shape) - 1)), \
+        draw(st.booleans())
+
+
+@st.composite
+def _nan_quantile(draw, name, scale):
+    shape, axis, keepdims = draw(_reduction_layout())
     ndim = len(shape)
-    axis = draw(st.none() | st.integers(-ndim, ndim - 1))
-    keepdims = draw(st.booleans())
     method = draw(st.sampled_from(["linear", "lower", "higher", "nearest", "midpoint"]))
     q = draw(st.sampled_from([0.0, 0.2, 0.5, 0.9, 1.0, (0.25, 0.75)]))
     q = np.asarray(q) * scale if isinstance(q, tuple) else q * scale
@@ -300,10 +306,8 @@ SPECS["nanmedian"] = _nan_quantile("nanmedian", 1.0)   # q unused
 
 @st.composite
 def _weighted_quantile(draw, name, scale):
-    shape = draw(shapes(min_dims=1, max_dims=2))
+    shape, axis, keepdims = draw(_reduction_layout())
     ndim = len(shape)
-    axis = draw(st.none() | st.integers(-ndim, ndim - 1))
-    keepdims = draw(st.booleans())
     q = draw(st.sampled_from([0.0, 0.3, 0.5, 1.0, (0.2, 0.8)]))
     q = np.asarray(q) * scale if isinstance(q, tuple) else q * scale
     x = draw(arrays(shape, spaced(-5, 5), unique=True))
