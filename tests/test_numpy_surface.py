@@ -23,6 +23,7 @@ def test_lists_of_tracers_reach_every_kind_of_function():
         "fft.fft": lambda a, b: fnp.sum(fnp.abs(fnp.fft.fft([a, b, 0.5]))),
         "stack": lambda a, b: fnp.sum(fnp.stack([[a, b], (b, 2.0)]) ** 2),
         "dot": lambda a, b: fnp.dot([a, b], [b, 3.0]),
+        "dot_method": lambda a, b: fnp.array([a, 1.0]).dot([b, a]),
     }
     for name, f in cases.items():
         check_grads(f, (a, b), order=2, modes=("fwd", "rev"))
