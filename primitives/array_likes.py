@@ -20,8 +20,7 @@ def contains_tracer(obj):
 
     Device (CuPy) arrays count as well: NumPy must not convert them either.
     """
-    if isinstance(obj, Tracer) or (hasattr(obj, "dtype") and not isinstance(
-            obj, (np.ndarray, np.generic))):
+    if _on_device_or_traced(obj):
         return True
     if isinstance(obj, (list, tuple)):
         return builtins.any(contains_tracer(o) for o in obj)
@@ -40,9 +39,14 @@ def leaves_of(obj):
 def _stack_nested(obj, xp, dtype):
     if isinstance(obj, (list, tuple)):
         return shape.stack([_stack_nested(o, xp, dtype) for o in obj])
-    if isinstance(obj, Tracer):
+    if _on_device_or_traced(obj):
         return elementwise.convert_element_type(obj, dtype)
     return asarray_on(xp, np.asarray(obj, dtype=dtype))
+
+
+def _on_device_or_traced(obj):
+    return isinstance(obj, Tracer) or (hasattr(obj, "dtype") and not isinstance(
+        obj, (np.ndarray, np.generic)))
 
 
 def stack_nested(obj):

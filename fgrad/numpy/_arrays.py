@@ -5,6 +5,7 @@ Creation functions have no array inputs to differentiate, so they are NumPy's
 abstract value of a tracer instead of converting it.
 """
 import math as _math
+import operator as _operator
 
 import numpy as _np
 
@@ -102,7 +103,7 @@ def array(obj, dtype=None, copy=True):
     """``numpy.array``, which also accepts (nested) lists holding traced values."""
     if isinstance(obj, (list, tuple)) and contains_tracer(obj):
         return _with_dtype(stack_nested(obj), dtype)
-    if isinstance(obj, _Tracer):
+    if contains_tracer(obj):                # a tracer, or a device array
         return _with_dtype(obj, dtype)
     return _np.array(obj, dtype=dtype, copy=copy)
 
@@ -117,8 +118,7 @@ def asarray(obj, dtype=None, *, like=None):
     >>> asarray([1.0, 2.0], like=np.zeros(1))
     array([1., 2.])
     """
-    if isinstance(obj, _Tracer) or (isinstance(obj, (list, tuple))
-                                    and contains_tracer(obj)):
+    if contains_tracer(obj):                # traced, or device data (lists included)
         return array(obj, dtype)
     if like is not None:
         out = asarray_on(module_of_leaves([like]), obj)
@@ -208,17 +208,19 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     """
     if not (contains_tracer(start) or contains_tracer(stop)):
         return _np.linspace(start, stop, num, endpoint, retstep, dtype, axis)
-    num = _operator_index(num)
+    num = _operator.index(num)
     if num < 0:
         raise ValueError(f"Number of samples, {num}, must be non-negative.")
     start, stop = lift(start), lift(stop)
-    computed = _np.result_type(*(_get_aval(v).dtype if isinstance(v, _Tracer) else v
+    computed = _np.result_type(*(_get_aval(v).dtype if hasattr(v, "dtype") else v
                                  for v in (start, stop)), float(num))
     start = _convert_element_type(start, computed)
     stop = _convert_element_type(stop, computed)
     div = num - 1 if endpoint else num
     bshape = _np.broadcast_shapes(_get_aval(start).shape, _get_aval(stop).shape)
-    positions = _np.arange(num, dtype=computed).reshape((-1,) + (1,) * len(bshape))
+    # the sample positions 0..num-1, a constant on the endpoints' backend
+    positions = asarray_on(module_of_leaves([start, stop]), _np.arange(
+        num, dtype=computed).reshape((-1,) + (1,) * len(bshape)))
     delta = stop - start
     step = delta / div if div > 0 else delta * _np.nan
     y = positions * step + start if div > 0 else positions * delta + start
@@ -234,6 +236,3 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     y = _with_dtype(y, dtype)
     return (y, step) if retstep else y
 
-
-def _operator_index(n):
-    return int(_np.asarray(n).item()) if not isinstance(n, int) else n

@@ -8,6 +8,8 @@ transformation each calls NumPy directly.
 import numpy as _np
 
 from fgrad.core.backend import array_module as _xp
+from fgrad.core.backend import asarray_on as _asarray_on
+from fgrad.core.backend import module_of_leaves as _module_of_leaves
 from fgrad.core.errors import NumpyArgumentError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
@@ -50,7 +52,7 @@ def fmin(x1, x2):
 def iscomplex(x):
     """True where the imaginary part is non-zero (no derivative)."""
     if not isinstance(x, _Tracer):
-        return _np.iscomplex(x)
+        return _xp(x).iscomplex(x)
     if _get_aval(x).dtype.kind != "c":
         return _creation.zeros_like(x, _np.bool_)
     return _ew.not_equal(_ew.imag(x), 0)
@@ -64,14 +66,14 @@ def isreal(x):
 def isposinf(x):
     """True at +inf (no derivative)."""
     if not isinstance(x, _Tracer):
-        return _np.isposinf(x)
+        return _xp(x).isposinf(x)
     return _ew.logical_and(_ew.isinf(x), _ew.logical_not(_ew.signbit(x)))
 
 
 def isneginf(x):
     """True at -inf (no derivative)."""
     if not isinstance(x, _Tracer):
-        return _np.isneginf(x)
+        return _xp(x).isneginf(x)
     return _ew.logical_and(_ew.isinf(x), _ew.signbit(x))
 
 
@@ -85,7 +87,7 @@ def real_if_close(a, tol=100):
     array([1., 2.])
     """
     if not isinstance(a, _Tracer):
-        return _np.real_if_close(a, tol)
+        return _xp(a).real_if_close(a, tol)
     dtype = _get_aval(a).dtype
     if dtype.kind != "c":
         return a
@@ -128,14 +130,14 @@ def nancumprod(a, axis=None):
 def nanargmax(a, axis=None, keepdims=False):
     """Index of the maximum ignoring nan (no derivative)."""
     if not isinstance(a, _Tracer):
-        return _np.nanargmax(a, axis=axis, keepdims=keepdims)
+        return _xp(a).nanargmax(a, axis=axis, keepdims=keepdims)
     return _r.argmax(_nan_to(a, -_np.inf), axis, keepdims)
 
 
 def nanargmin(a, axis=None, keepdims=False):
     """Index of the minimum ignoring nan (no derivative)."""
     if not isinstance(a, _Tracer):
-        return _np.nanargmin(a, axis=axis, keepdims=keepdims)
+        return _xp(a).nanargmin(a, axis=axis, keepdims=keepdims)
     return _r.argmin(_nan_to(a, _np.inf), axis, keepdims)
 
 
@@ -232,9 +234,8 @@ def _cumulative(scan, x, axis, dtype, include_initial, initial):
     if not include_initial:
         return out
     axis = _normalize_axis(axis, ndim)[0]
-    shape = list(_get_aval(out).shape)
-    shape[axis] = 1
-    first = _np.full(shape, initial, _get_aval(out).dtype)
+    # the initial value, shaped like one slice along axis, on out's backend
+    first = _creation.full_like(_red.sum_(out, axis, True), initial)
     return _shape.concatenate([first, out], axis)
 
 
@@ -274,7 +275,7 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
     4.0
     """
     if not _traced(y, x, dx):
-        return _np.trapezoid(y, x, dx, axis)
+        return _xp(y, x).trapezoid(y, x, dx, axis)
     ndim = _get_aval(y).ndim
     axis = _normalize_axis(axis, ndim)[0]
     n = _get_aval(y).shape[axis]
@@ -331,7 +332,9 @@ def nanquantile(a, q, axis=None, keepdims=False, method="linear"):
     2.0
     """
     if not isinstance(a, _Tracer):
-        return _xp(a).nanquantile(a, q, axis=axis, keepdims=keepdims, method=method)
+        xp = _xp(a)
+        return xp.nanquantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
+                              axis=axis, keepdims=keepdims, method=method)
     if method not in NAN_QUANTILE_METHODS:
         raise NumpyArgumentError(
             f"nanquantile: method={method!r} is not supported under transformations; "
@@ -374,7 +377,9 @@ def nanquantile(a, q, axis=None, keepdims=False, method="linear"):
 def nanpercentile(a, q, axis=None, keepdims=False, method="linear"):
     """The ``q``-th percentiles (0 <= q <= 100) ignoring nan; see `nanquantile`."""
     if not isinstance(a, _Tracer):
-        return _xp(a).nanpercentile(a, q, axis=axis, keepdims=keepdims, method=method)
+        xp = _xp(a)
+        return xp.nanpercentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
+                                axis=axis, keepdims=keepdims, method=method)
     return nanquantile(a, q / 100 if type(q) in (int, float)
                        else _np.asarray(q, dtype=_np.float64) / 100, axis, keepdims, method)
 
@@ -399,7 +404,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
            [-1.,  1.]])
     """
     if not _traced(m, y):
-        return _np.cov(m, y, rowvar, bias, ddof, fweights, aweights, dtype=dtype)
+        return _xp(m, y).cov(m, y, rowvar, bias, ddof, fweights, aweights, dtype=dtype)
     if fweights is not None or aweights is not None:
         raise NumpyArgumentError("cov: fweights / aweights are not supported under "
                                  "transformations")
@@ -426,7 +431,7 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
     """Pearson correlation coefficients: `cov` scaled by the standard deviations
     (clipped to [-1, 1] for real input, as NumPy does)."""
     if not _traced(x, y):
-        return _np.corrcoef(x, y, rowvar, dtype=dtype)
+        return _xp(x, y).corrcoef(x, y, rowvar, dtype=dtype)
     c = cov(x, y, rowvar, dtype=dtype)
     if _get_aval(c).ndim == 0:
         return c / c
@@ -446,7 +451,7 @@ def vander(x, N=None, increasing=False):
     """The Vandermonde matrix of the 1-d ``x``: columns ``x**(N-1), ..., x, 1``
     (reversed when ``increasing``); differentiable in ``x``."""
     if not isinstance(x, _Tracer):
-        return _np.vander(x, N, increasing)
+        return _xp(x).vander(x, N, increasing)
     n = _get_aval(x).shape[0] if N is None else N
     # NumPy's dtype: x's promoted with the integers (float32 becomes float64)
     x = _ew.convert_element_type(x, _np.promote_types(_get_aval(x).dtype, _np.int64))
@@ -465,14 +470,14 @@ def unstack(x, /, *, axis=0):
 def matvec(x1, x2, /):
     """Matrix-vector products over the last axes, broadcast (NumPy 2)."""
     if not _traced(x1, x2):
-        return _np.matvec(x1, x2)
+        return _xp(x1, x2).matvec(x1, x2)
     return _shape.squeeze(x1 @ _shape.expand_dims(x2, -1), (-1,))
 
 
 def vecmat(x1, x2, /):
     """Vector-matrix products (the vector conjugated), broadcast (NumPy 2)."""
     if not _traced(x1, x2):
-        return _np.vecmat(x1, x2)
+        return _xp(x1, x2).vecmat(x1, x2)
     if _get_aval(x1).dtype.kind == "c":
         x1 = _ew.conj(x1)
     return _shape.squeeze(_shape.expand_dims(x1, -2) @ x2, (-2,))
@@ -484,13 +489,14 @@ def resize(a, new_shape):
     """``a`` flattened, repeated cyclically to fill ``new_shape`` (NumPy's
     ``resize``); differentiable as the gather it is."""
     if not isinstance(a, _Tracer):
-        return _np.resize(a, new_shape)
+        return _xp(a).resize(a, new_shape)
     new_shape = (new_shape,) if isinstance(new_shape, int) else tuple(new_shape)
     flat = _shape.reshape(a, (-1,))
     size, total = _get_aval(flat).shape[0], int(_np.prod(new_shape))
     if size == 0 or total == 0:
-        # nothing to repeat (NumPy fills with zeros), or nothing to fill
-        return _np.zeros(new_shape, _get_aval(a).dtype)
+        # nothing to repeat (NumPy fills with zeros), or nothing to fill: a zero
+        # on a's backend, broadcast
+        return _shape.broadcast_to(_red.sum_(flat, None, False) * 0, new_shape)
     return _shape.reshape(_m.take(flat, _np.arange(total) % size), new_shape)
 
 
@@ -498,7 +504,7 @@ def delete(arr, obj, axis=None):
     """``arr`` without the entries ``obj`` (an index, slice or index list, a
     static parameter) along ``axis`` (of the flattened array when None)."""
     if not isinstance(arr, _Tracer):
-        return _np.delete(arr, obj, axis)
+        return _xp(arr).delete(arr, obj, axis)
     if axis is None:
         arr, axis = _shape.reshape(arr, (-1,)), 0
     n = _get_aval(arr).shape[axis]
@@ -509,7 +515,7 @@ def delete(arr, obj, axis=None):
 def sort_complex(a):
     """``a`` sorted by real part, then imaginary part, as complex numbers."""
     if not isinstance(a, _Tracer):
-        return _np.sort_complex(a)
+        return _xp(a).sort_complex(a)
     dtype = _np.result_type(_get_aval(a).dtype, _np.complex64)
     a = _ew.convert_element_type(a, dtype)
     # two stable sorts: by the secondary key, then by the primary one
@@ -522,7 +528,7 @@ def unwrap(p, discont=None, axis=-1, *, period=2 * _np.pi):
     ``axis`` replaced by their ``period`` complement. The corrections are
     multiples of ``period`` (piecewise constant), so the derivative is 1."""
     if not isinstance(p, _Tracer):
-        return _np.unwrap(p, discont, axis, period=period)
+        return _xp(p).unwrap(p, discont, axis, period=period)
     if _get_aval(p).dtype.kind not in "fc":
         p = _ew.convert_element_type(p, _np.float64)
     half = period / 2
@@ -542,7 +548,7 @@ def choose(a, choices, mode="raise"):
     """``choices[a[i]][i]`` elementwise (the index array ``a`` has no
     derivative; the chosen values do)."""
     if not _traced(a) and not contains_tracer(choices):
-        return _np.choose(a, choices, mode=mode)
+        return _xp(a).choose(a, choices, mode=mode)
     if mode != "raise":
         raise NumpyArgumentError("choose: only mode='raise' is supported under "
                                  "transformations")
@@ -622,7 +628,7 @@ def insert(arr, obj, values, axis=None):
     array([1., 5., 2.])
     """
     if not _traced(arr) and not contains_tracer(values):
-        return _np.insert(arr, obj, values, axis)
+        return _xp(arr).insert(arr, obj, values, axis)
     arr, values = lift(arr), lift(values)
     arr_shape, val_shape = _get_aval(arr).shape, _get_aval(values).shape
     n_arr, n_val = int(_np.prod(arr_shape)), int(_np.prod(val_shape))
@@ -631,6 +637,7 @@ def insert(arr, obj, values, axis=None):
     from_val = _np.insert(_np.full(arr_shape, -1), obj,
                           _np.arange(n_val).reshape(val_shape), axis)
     inserted = from_val >= 0
+    mask = _asarray_on(_module_of_leaves([arr, values]), inserted.reshape(-1))
     flat_arr = _shape.reshape(arr, (-1,))
     flat_val = _ew.convert_element_type(_shape.reshape(values, (-1,)), _get_aval(arr).dtype)
     # every output entry gathers from both sources (index 0 where it does not
@@ -642,5 +649,5 @@ def insert(arr, obj, values, axis=None):
     elif picked_val is None:
         out = picked_arr
     else:
-        out = _ew.where(inserted.reshape(-1), picked_val, picked_arr)
+        out = _ew.where(mask, picked_val, picked_arr)
     return _shape.reshape(out, inserted.shape)

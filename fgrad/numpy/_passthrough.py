@@ -24,5 +24,11 @@ _NAMES = [
 # extended-precision names only some platforms have
 _PLATFORM_NAMES = ("float96", "float128", "complex192", "complex256")
 
-EXPORTS = {name: getattr(_np, name) for name in _NAMES + list(_PLATFORM_NAMES)
-           if hasattr(_np, name)}
+
+
+def _exports():
+    return {name: getattr(_np, name) for name in _NAMES + list(_PLATFORM_NAMES)
+            if hasattr(_np, name)}
+
+
+EXPORTS = _exports()

@@ -10,6 +10,7 @@ import numpy as _np
 
 from fgrad.core.backend import array_module as _xp
 from fgrad.core.backend import asarray_on as _asarray_on
+from fgrad.core.backend import module_of_leaves as _module_of_leaves
 from fgrad.core.errors import MissingRuleError, NumpyArgumentError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
@@ -262,7 +263,7 @@ def quantile(a, q, axis=None, keepdims=False, method="linear", *, weights=None):
             f"quantile: weights= needs method='inverted_cdf' (as in NumPy), got {method!r}")
     if not (isinstance(a, _Tracer) or isinstance(weights, _Tracer) or contains_tracer(q)):
         xp = _xp(a)
-        extra = {} if weights is None else {"weights": weights}
+        extra = {} if weights is None else {"weights": _asarray_on(xp, weights)}
         return xp.quantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
                            axis=axis, keepdims=keepdims, method=method, **extra)
     if weights is not None:
@@ -329,8 +330,11 @@ def _quantile(a, q_arr, axis, keepdims, method="linear"):
 def _weighted_quantile(a, q_arr, axis, keepdims, weights):
     if ((q_arr < 0) | (q_arr > 1)).any():
         raise ValueError("quantiles must be in the range [0, 1]")
+    # the constant side goes to the traced side's backend
     if not isinstance(a, _Tracer):
         a = _asarray_on(_xp(weights), a)
+    if not contains_tracer(weights):
+        weights = _asarray_on(_module_of_leaves([a]), weights)
     ndim = _get_aval(a).ndim
     w = _creation.stop_gradient(weights)
     if axis is None:
@@ -376,7 +380,7 @@ def percentile(a, q, axis=None, keepdims=False, method="linear", *, weights=None
     _check_method(method, "percentile")
     if not (isinstance(a, _Tracer) or isinstance(weights, _Tracer) or contains_tracer(q)):
         xp = _xp(a)
-        extra = {} if weights is None else {"weights": weights}
+        extra = {} if weights is None else {"weights": _asarray_on(xp, weights)}
         return xp.percentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
                              axis=axis, keepdims=keepdims, method=method, **extra)
     return quantile(a, q / 100 if type(q) in (int, float)

@@ -32,6 +32,7 @@ from collections import namedtuple as _namedtuple
 
 import numpy as _np
 
+from fgrad.core.backend import array_module as _xp
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import asarray as _asarray
@@ -175,7 +176,7 @@ def eig(a):
     True
     """
     if not isinstance(a, _Tracer):
-        return EigResult(*_np.linalg.eig(a))
+        return EigResult(*_xp(a).linalg.eig(a))
     return EigResult(*_eig.eig(_as_array(a)))
 
 
@@ -183,7 +184,7 @@ def eigvals(a):
     """Eigenvalues of general square matrices (see `eig`); derivative
     ``dw = diag(v^-1 da v)``."""
     if not isinstance(a, _Tracer):
-        return _np.linalg.eigvals(a)
+        return _xp(a).linalg.eigvals(a)
     return _eig.eig(_as_array(a))[0]
 
 
