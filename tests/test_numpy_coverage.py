@@ -23,7 +23,9 @@ NONDIFF_FUNCTIONS = {
     "searchsorted": (np.sort(X.ravel()), X), "unique": (X,),
     "tril_indices_from": (X,), "triu_indices_from": (X, 1),
     "diag_indices_from": (X[:, :2],),
-    "array_equiv": (X[0], X), "iscomplex": (X,), "isreal": (X,), "nanargmax": (X,), "nanargmin": (X,),
+    "array_equiv": (X[0], X), "iscomplex": (X,),
+    "digitize": (X, np.array([-1.0, 0.25, 1.0])), "isin": (X, np.array([0.5, 2.0])),
+    "argpartition": (X[0], 1), "lexsort": (X,), "isreal": (X,), "nanargmax": (X,), "nanargmin": (X,),
     "isposinf": (np.array([np.inf, 0.5, -1.0]),), "isneginf": (np.array([-np.inf, 0.5, 1.0]),),
 }
 # name -> arguments: questions about shape and dtype

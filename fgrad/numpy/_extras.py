@@ -18,6 +18,7 @@ from fgrad.numpy import _reductions as _r
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import reductions as _red
+from fgrad.primitives import search as _search
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.array_likes import contains_tracer, lift
 from fgrad.primitives.base import normalize_axis as _normalize_axis
@@ -651,3 +652,61 @@ def insert(arr, obj, values, axis=None):
     else:
         out = _ew.where(mask, picked_val, picked_arr)
     return _shape.reshape(out, inserted.shape)
+
+
+# -- index-valued searches (no derivative) ------------------------------------------------------
+
+def digitize(x, bins, right=False):
+    """The index of the bin each ``x`` falls in (no derivative); ``bins``
+    increasing (decreasing bins need concrete values).
+
+    >>> digitize(_np.array([0.5, 1.5, 3.0]), _np.array([1.0, 2.0]))
+    array([0, 1, 2])
+    """
+    if not _traced(x, bins):
+        return _xp(x, bins).digitize(x, bins, right)
+    bins = lift(bins)
+    if not isinstance(bins, _Tracer) and _get_aval(bins).shape[0] > 1 \
+            and bool(bins[0] > bins[-1]):
+        n = _get_aval(bins).shape[0]
+        return n - _search.searchsorted(_m.flip(bins, 0), x, "left" if right else "right")
+    return _search.searchsorted(bins, x, "left" if right else "right")
+
+
+def isin(element, test_elements, assume_unique=False, invert=False, *, kind=None):
+    """True where ``element`` equals one of ``test_elements`` (no derivative).
+
+    >>> isin(_np.array([1.0, 2.0, 3.0]), [2.0, 5.0])
+    array([False,  True, False])
+    """
+    if not _traced(element) and not contains_tracer(test_elements):
+        return _xp(element).isin(element, test_elements, assume_unique=assume_unique,
+                                 invert=invert, kind=kind)
+    element, tests = lift(element), _shape.reshape(lift(_m.as_array(test_elements)), (-1,))
+    if not contains_tracer(tests):
+        tests = _asarray_on(_module_of_leaves([element]), tests)
+    found = _red.any_p.bind(_ew.equal(_shape.expand_dims(element, -1), tests), axis=(-1,),
+                            keepdims=False) if _get_aval(tests).shape[0] else \
+        _creation.zeros_like(element, _np.bool_)
+    return _ew.logical_not(found) if invert else found
+
+
+def argpartition(a, kth, axis=-1, kind="introselect", order=None):
+    """Indices that would partition ``a`` (no derivative); under a
+    transformation the full sorting permutation, one valid answer."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).argpartition(a, kth, axis=axis, kind=kind, order=order)
+    return _r.argsort(a, axis)
+
+
+def lexsort(keys, axis=-1):
+    """The stable sort by several keys, the last one primary (no derivative)."""
+    if not contains_tracer(keys):
+        return _xp(keys).lexsort(keys, axis)
+    keys = [lift(k) for k in keys] if isinstance(keys, (list, tuple)) else \
+        [keys[i] for i in range(_get_aval(keys).shape[0])]
+    order = _r.argsort(keys[0], axis, kind="stable")
+    for key in keys[1:]:
+        sorted_key = _m.take_along_axis(key, order, axis)
+        order = _m.take_along_axis(order, _r.argsort(sorted_key, axis, kind="stable"), axis)
+    return order

@@ -3,7 +3,7 @@
 
 Floating-point error control, printing options, scalar types and dtype
 queries (``common_type`` and ``iterable`` read only a tracer's dtype and
-length), and window or index builders that take only integers: none has an
+length), integer index arithmetic (``ravel_multi_index``), and window or index builders that take only integers: none has an
 array input to differentiate, so the object is NumPy's own (``fnp.errstate is
 numpy.errstate``).
 """
@@ -17,7 +17,8 @@ _NAMES = [
     "byte", "short", "intc", "long", "longlong", "ubyte", "ushort", "uintc", "uint",
     "ulong", "ulonglong", "uintp", "half", "single", "double", "longdouble", "csingle",
     "cdouble", "clongdouble", "isdtype", "min_scalar_type", "mintypecode", "typename",
-    "broadcast_shapes", "ix_", "mask_indices", "common_type", "iterable", "bartlett",
+    "broadcast_shapes", "ix_", "mask_indices", "common_type", "iterable",
+    "ravel_multi_index", "unravel_index", "bartlett",
     "blackman", "hamming", "hanning", "kaiser", "ndindex", "get_include",
     "show_config", "show_runtime", "info",
 ]
