@@ -38,7 +38,7 @@ REASONS = {
     "call NumPy on concrete values outside the transformation":
         "intersect1d union1d setdiff1d setxor1d unique_all unique_counts "
         "unique_inverse unique_values histogram histogram2d histogramdd "
-        "histogram_bin_edges bincount extract compress trim_zeros",
+        "histogram_bin_edges",
     "Python callbacks applied to slices or on a grid (write the loop, or use "
     "fgrad.vmap)": "apply_along_axis apply_over_axes fromfunction piecewise",
     "Polynomial routines (numpy.polynomial is the modern interface; not yet provided)":

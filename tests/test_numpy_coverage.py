@@ -38,6 +38,19 @@ QUERIES = {
 # name -> arguments: differentiable, but the result's type depends on the values, so
 # they need concrete values (not under jit or vmap): checked by finite differences
 CONCRETE_ONLY = {"real_if_close": (X + 1e-18j,), "asarray_chkfinite": (X,)}
+# name -> (function of the differentiated argument, NumPy's, argument): a condition
+# or index picks the entries, so it must be concrete (not under jit or vmap)
+CONCRETE_SELECTIONS = {
+    "compress": (lambda a: fnp.compress([True, False, True], a, axis=1),
+                 lambda a: np.compress([True, False, True], a, axis=1), X),
+    "extract": (lambda a: fnp.extract(X > 0, a), lambda a: np.extract(X > 0, a), X),
+    "bincount": (lambda w: fnp.bincount(np.array([0, 3, 3, 1]), w, minlength=6),
+                 lambda w: np.bincount(np.array([0, 3, 3, 1]), w, minlength=6),
+                 np.array([0.5, 1.0, 2.0, -1.0])),
+    "trim_zeros": (lambda f: fnp.trim_zeros(f * np.array([0, 0, 1, 1, 0])),
+                   lambda f: np.trim_zeros(f * np.array([0, 0, 1, 1, 0])),
+                   np.array([0.5, 1.0, 2.0, -1.0, 3.0])),
+}
 
 
 def _public_callables():
@@ -51,7 +64,7 @@ def _public_callables():
 
 def test_every_public_function_is_covered():
     covered = (set(SPECS) | set(NONDIFF_SPECS) | set(NONDIFF_FUNCTIONS) | set(QUERIES)
-               | set(CONCRETE_ONLY))
+               | set(CONCRETE_ONLY) | set(CONCRETE_SELECTIONS))
     covered_objects = {id(getattr(fnp, n)) for n in covered if hasattr(fnp, n)}
     missing = [name for name, obj in _public_callables()
                if name not in covered and id(obj) not in covered_objects
@@ -200,3 +213,13 @@ def test_lstsq_matches_numpy_and_finite_differences():
 def test_asarray_chkfinite_refuses_inf_and_nan_of_traced_values():
     with pytest.raises(ValueError, match="infs or NaNs"):
         fgrad.grad(lambda x: fnp.sum(fnp.asarray_chkfinite([x, np.inf])))(1.0)
+
+
+@pytest.mark.parametrize("name", sorted(CONCRETE_SELECTIONS))
+def test_selections_by_concrete_conditions_match_numpy_and_finite_differences(name):
+    fn, ref, arg = CONCRETE_SELECTIONS[name]
+    np.testing.assert_array_equal(fn(arg), ref(arg))
+    check_grads(fn, (arg,), order=2, modes=("fwd", "rev"))
+    # counting without weights has no derivative to give
+    np.testing.assert_array_equal(fgrad.grad(lambda x: fnp.sum(
+        fnp.bincount(np.array([1, 1]), minlength=3) * x))(np.ones(3)), [0, 2, 0])

@@ -17,6 +17,7 @@ from fgrad.numpy import _manipulation as _m
 from fgrad.numpy import _reductions as _r
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import indexing as _indexing
 from fgrad.primitives import reductions as _red
 from fgrad.primitives import search as _search
 from fgrad.primitives import shape as _shape
@@ -710,3 +711,68 @@ def lexsort(keys, axis=-1):
         sorted_key = _m.take_along_axis(key, order, axis)
         order = _m.take_along_axis(order, _r.argsort(sorted_key, axis, kind="stable"), axis)
     return order
+
+
+# -- selections by concrete conditions, counts ------------------------------------------------
+
+def _concrete_value(x):
+    """The value behind eager tracers: a condition or index that picks entries
+    (it has no derivative; under `jit` there is none, and this raises)."""
+    while isinstance(x, _Tracer):
+        x = x.concrete()
+    return x
+
+
+def compress(condition, a, axis=None):
+    """The slices of ``a`` along ``axis`` where ``condition`` holds (the
+    condition's values pick the slices, so they must be concrete);
+    differentiable in ``a``."""
+    if not isinstance(a, _Tracer) and not isinstance(condition, _Tracer):
+        return _xp(a).compress(condition, a, axis)
+    cond = _concrete_value(condition)
+    keep = _xp(cond).flatnonzero(cond)
+    if axis is None:
+        a, axis = _shape.reshape(a, (-1,)), 0
+    return _m.take(a, keep, axis)
+
+
+def extract(condition, arr):
+    """The entries of ``arr`` where ``condition`` is true, flattened (the
+    condition must be concrete); differentiable in ``arr``."""
+    cond = _concrete_value(lift(condition))
+    return compress(_xp(cond).ravel(cond), _shape.reshape(lift(arr), (-1,)))
+
+
+def bincount(x, weights=None, minlength=0):
+    """How often each non-negative integer occurs in ``x`` (which must be
+    concrete); with ``weights``, their sums per value, differentiable in the
+    weights.
+
+    >>> bincount(_np.array([0, 2, 2]), weights=_np.array([0.5, 1.0, 2.0]))
+    array([0.5, 0. , 3. ])
+    """
+    if not isinstance(x, _Tracer) and not isinstance(weights, _Tracer):
+        return _xp(x, weights).bincount(x, weights, minlength)
+    values = _concrete_value(x)
+    length = max(int(values.max()) + 1 if values.size else 0, minlength)
+    if weights is None:
+        return _xp(values).bincount(values, None, minlength)
+    weights = lift(weights)
+    zeros = _creation.zeros_like(_shape.broadcast_to(_red.sum_(weights, None, False) * 0,
+                                                     (length,)))
+    return _indexing.add_at(zeros, values, weights)
+
+
+def trim_zeros(filt, trim="fb"):
+    """The 1-d ``filt`` without its leading (``'f'``) and/or trailing (``'b'``)
+    zeros; where it starts and ends depends on the values, which must be
+    concrete. Differentiable in the entries kept."""
+    if not isinstance(filt, _Tracer):
+        return _xp(filt).trim_zeros(filt, trim)
+    values = _concrete_value(filt)
+    nonzero = _xp(values).flatnonzero(values)
+    if nonzero.size == 0:
+        return _slice_axis(filt, 0, 0, 0)
+    start = int(nonzero[0]) if "f" in trim.lower() else 0
+    stop = int(nonzero[-1]) + 1 if "b" in trim.lower() else _get_aval(filt).shape[0]
+    return _slice_axis(filt, 0, start, stop)
