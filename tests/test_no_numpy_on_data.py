@@ -94,21 +94,21 @@ ALLOWED = {
     ("fgrad/numpy/_arrays.py", "linspace"):
         "untraced endpoints: NumPy's creation; traced: the positions 0..num-1 "
         "from the static num, copied to the endpoints' backend",
-    ("fgrad/numpy/_extras.py", "nanquantile"):
+    ("fgrad/numpy/_nan_functions.py", "nanquantile"):
         "quantile levels q: a static parameter (numbers, lists), not array data",
-    ("fgrad/numpy/_extras.py", "nanpercentile"):
+    ("fgrad/numpy/_nan_functions.py", "nanpercentile"):
         "percentile levels q: a static parameter, not array data",
     ("fgrad/numpy/_extras.py", "vander"):
         "the static powers, and dtype promotion: no array data",
-    ("fgrad/numpy/_extras.py", "resize"):
+    ("fgrad/numpy/_positions.py", "resize"):
         "the size of a shape and the cyclic gather index: static",
-    ("fgrad/numpy/_extras.py", "delete"):
+    ("fgrad/numpy/_positions.py", "delete"):
         "the kept positions, from the static length and obj: an index array",
-    ("fgrad/numpy/_extras.py", "block"):
+    ("fgrad/numpy/_positions.py", "block"):
         "only lists of host arrays reach it (device arrays take the lifted path)",
-    ("fgrad/numpy/_extras.py", "asarray_chkfinite"):
+    ("fgrad/numpy/_positions.py", "asarray_chkfinite"):
         "only host values reach it (device arrays take the lifted path)",
-    ("fgrad/numpy/_extras.py", "insert"):
+    ("fgrad/numpy/_positions.py", "insert"):
         "NumPy lays out the result on index arrays from the static shapes; the "
         "mask is copied to the data's backend",
     ("fgrad/numpy/linalg.py", "tensorsolve"): "the size of a shape: metadata",
