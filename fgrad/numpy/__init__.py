@@ -426,7 +426,7 @@ def _install_methods():
 _install_methods()
 
 # -- einsum and the products built on it, linalg, fft --------------------------------
-from fgrad.numpy import fft, linalg  # noqa: E402,F401
+from fgrad.numpy import fft, linalg  # noqa: E402
 from fgrad.numpy._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
 
 spacing, nextafter = _float_steps.spacing, _float_steps.nextafter
