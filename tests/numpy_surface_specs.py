@@ -511,3 +511,26 @@ def _insert(draw):
 
 
 SPECS["insert"] = _insert()
+
+
+# -- polynomials ------------------------------------------------------------------------------
+
+@st.composite
+def _polynomials(draw, name):
+    p = draw(arrays((draw(st.integers(1, 4)),)))
+    if name in ("polyder", "polyint"):
+        m = draw(st.integers(1, 3))
+        # NumPy computes these in float64 whatever the input: no float32 check
+        return Case(lambda p: getattr(fnp, name)(p, m), (p,),
+                    lambda p: getattr(np, name)(p, m), float32=False)
+    other = draw(arrays(draw(shapes(max_dims=2)) if name == "polyval"
+                        else (draw(st.integers(1, 4)),)))
+    if name == "polymul":
+        # NumPy's polymul drops leading zero coefficients (a value-dependent
+        # length); fgrad keeps them: leading coefficients here are non-zero
+        p[0], other[0] = p[0] + 3.0, other[0] + 3.0
+    return Case(getattr(fnp, name), (p, other), getattr(np, name))
+
+
+for _name in ("polyval", "polyadd", "polysub", "polymul", "polyder", "polyint"):
+    SPECS[_name] = _polynomials(_name)

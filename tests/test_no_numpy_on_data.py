@@ -111,6 +111,10 @@ ALLOWED = {
     ("fgrad/numpy/_positions.py", "insert"):
         "NumPy lays out the result on index arrays from the static shapes; the "
         "mask is copied to the data's backend",
+    ("fgrad/numpy/_polynomials.py", "_constant"):
+        "static numbers (powers, zero padding), copied to the data's backend",
+    ("fgrad/numpy/_polynomials.py", "_zeros"): "zero padding of a static length",
+    ("fgrad/numpy/_polynomials.py", "_descending"): "the static powers n, ..., 1",
     ("fgrad/numpy/linalg.py", "tensorsolve"): "the size of a shape: metadata",
     ("fgrad/numpy/linalg.py", "tensorinv"): "the size of a shape: metadata",
 }
