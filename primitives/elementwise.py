@@ -327,19 +327,26 @@ def _binder(prim):
     nin = getattr(np_fn, "nin", None)            # np.real is a function, not a ufunc
     plain = _PLAIN_TYPES
     ndarray = np.ndarray
+    sequences = (list, tuple)
     if nin == 1:
         def fn(x):
             if x.__class__ is ndarray:
                 return np_fn(x)
+            if x.__class__ in sequences:        # [a, b] holding tracers
+                x = array_likes.lift(x)
             return bind(x)
     elif nin == 2:
         def fn(x, y):
             if x.__class__ in plain and y.__class__ in plain:
                 return np_fn(x, y)
+            if x.__class__ in sequences or y.__class__ in sequences:
+                x, y = array_likes.lift(x), array_likes.lift(y)
             return bind(x, y)
     else:
         def fn(*args):
-            return bind(*args)
+            return bind(*(array_likes.lift(a) for a in args))
+    # fgrad.numpy does not wrap it again for array-likes
+    fn.lifts_array_likes = True
     fn.__name__ = prim.name
     fn.__doc__ = f"NumPy's ``{prim.name}``, binding the ``{prim.name}`` primitive."
     return fn
@@ -496,5 +503,6 @@ __all__ = ["unbroadcast", "rebroadcast", "cast_like", "Zero"]
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
+from fgrad.primitives import array_likes  # noqa: E402
 from fgrad.primitives.reductions import sum_  # noqa: E402
 from fgrad.primitives.shape import broadcast_to, reshape  # noqa: E402

@@ -68,7 +68,8 @@ def _batch_letters(x, core):
     return "".join(get_symbol(26 + k) for k in range(get_aval(x).ndim - core))
 
 
-def _diagonal(x):
+def matrix_diagonal(x):
+    """The diagonals of the matrices in ``x`` (its last two axes)."""
     b = _batch_letters(x, 2)
     return einsum(f"{b}ii->{b}i", x)
 
@@ -83,7 +84,8 @@ def _eye(x):
     return identity_like(x, get_aval(x).shape[-1])
 
 
-def _diag_embed(v):
+def diag_embed(v):
+    """Matrices with the vectors ``v`` (last axis) on their diagonals."""
     return expand_dims(v, -1) * _eye(v)
 
 
@@ -127,7 +129,7 @@ tri_like_p.batch = lambda args, dims, **params: (tri_like_p.bind(args[0], **para
                                                  None)
 
 
-def _leading_batch_rule(prim):
+def leading_batch_rule(prim):
     """Batching for a primitive batched over leading axes (as NumPy's linalg):
     each mapped operand's batch axis goes first, padded with length-1 axes so it
     lines up across operands with different numbers of batch dimensions; every
@@ -177,7 +179,7 @@ def _solve_jvp(tangents, ans, a, b):
 
 solve_p.def_vjp_joint(_solve_vjp)
 solve_p.def_jvp_joint(_solve_jvp)
-_leading_batch_rule(solve_p)
+leading_batch_rule(solve_p)
 
 
 def solve(a, b):
@@ -199,7 +201,7 @@ inv_p = Primitive("inv", lambda a: array_module(a).linalg.inv(a), _inv_abstract,
 inv_p.def_vjp(lambda ct, ans, a: cast_like(-matmul(_T(ans), matmul(ct, _T(ans))),
                                             get_aval(a)))
 inv_p.def_jvp(lambda t, ans, a: -matmul(ans, matmul(t, ans)))
-_leading_batch_rule(inv_p)
+leading_batch_rule(inv_p)
 
 
 def inv(a):
@@ -218,7 +220,7 @@ det_p = Primitive("det", lambda a: array_module(a).linalg.det(a), _det_abstract,
 det_p.def_vjp(lambda ct, ans, a: cast_like(
     expand_dims(ct * ans, (-2, -1)) * _T(inv(a)), get_aval(a)))
 det_p.def_jvp(lambda t, ans, a: ans * _trace(solve(a, t)))
-_leading_batch_rule(det_p)
+leading_batch_rule(det_p)
 
 
 def det(a):
@@ -266,7 +268,7 @@ def _slogdet_jvp(tangents, ans, a):
 
 slogdet_p.def_vjp_joint(_slogdet_vjp)
 slogdet_p.def_jvp_joint(_slogdet_jvp)
-_leading_batch_rule(slogdet_p)
+leading_batch_rule(slogdet_p)
 
 
 def slogdet(a):
@@ -308,7 +310,7 @@ def _cholesky_jvp(t, ans, a):
 
 cholesky_p.def_vjp(_cholesky_vjp)
 cholesky_p.def_jvp(_cholesky_jvp)
-_leading_batch_rule(cholesky_p)
+leading_batch_rule(cholesky_p)
 
 
 def cholesky(a):
@@ -415,7 +417,7 @@ def _qr_jvp(tangents, ans, a):
 
 qr_p.def_vjp_joint(_qr_vjp)
 qr_p.def_jvp_joint(_qr_jvp)
-_leading_batch_rule(qr_p)
+leading_batch_rule(qr_p)
 
 
 def qr(a):
@@ -447,7 +449,7 @@ eigh_p = Primitive("eigh", _eigh_impl, _eigh_abstract, multiple_results=True,
                    family=FAMILY)
 
 
-def _inverse_gaps(w):
+def inverse_gaps(w):
     # F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it. Infinite for
     # repeated eigenvalues: the documented degenerate-spectrum limitation.
     eye = _eye(expand_dims(w, -1) * expand_dims(w, -2))
@@ -462,9 +464,9 @@ def _eigh_vjp(ct, ans, needed, a):
     ct_w, ct_v = ct
     inner = None
     if not _is_zero(ct_w):
-        inner = _diag_embed(ct_w)
+        inner = diag_embed(ct_w)
     if not _is_zero(ct_v):
-        term = _inverse_gaps(w) * matmul(_T(v), ct_v)
+        term = inverse_gaps(w) * matmul(_T(v), ct_v)
         inner = term if inner is None else inner + term
     return (cast_like(matmul(_conj(v), matmul(inner, _T(v))), get_aval(a)),)
 
@@ -472,13 +474,13 @@ def _eigh_vjp(ct, ans, needed, a):
 def _eigh_jvp(tangents, ans, a):
     w, v = ans
     vh_da_v = matmul(conj_transpose(v), matmul(tangents[0], v))
-    dw = _diagonal(vh_da_v)
-    return (real(dw) if _is_complex(dw) else dw), matmul(v, _inverse_gaps(w) * vh_da_v)
+    dw = matrix_diagonal(vh_da_v)
+    return (real(dw) if _is_complex(dw) else dw), matmul(v, inverse_gaps(w) * vh_da_v)
 
 
 eigh_p.def_vjp_joint(_eigh_vjp)
 eigh_p.def_jvp_joint(_eigh_jvp)
-_leading_batch_rule(eigh_p)
+leading_batch_rule(eigh_p)
 
 
 def eigh(a):
@@ -563,7 +565,7 @@ def _svd_vjp(ct, ans, needed, a, full_matrices):
         ct_vh, ct_vh2 = (slice_axis(ct_vh, last - 1, 0, k),
                          slice_axis(ct_vh, last - 1, k, n))
     s_row, s_col, f = _svd_parts(s)
-    ct_ds = _diag_embed(ct_s) if not _is_zero(ct_s) else None
+    ct_ds = diag_embed(ct_s) if not _is_zero(ct_s) else None
     extra = None
 
     def add(total, term):
@@ -574,7 +576,7 @@ def _svd_vjp(ct, ans, needed, a, full_matrices):
         x = f * ut_ct
         ct_ds = add(ct_ds, (x + conj_transpose(x)) * s_row)
         if _is_complex(ut_ct):
-            ct_ds = add(ct_ds, _diag_embed(1j * imag(_diagonal(ut_ct)) / s))
+            ct_ds = add(ct_ds, diag_embed(1j * imag(matrix_diagonal(ut_ct)) / s))
         if m > n:
             z = ct_u / s_row
             extra = add(extra, matmul(z - matmul(_conj(u), matmul(_T(u), z)),
@@ -608,12 +610,12 @@ def _svd_jvp(tangents, ans, a, full_matrices):
     v = conj_transpose(vh)
     s_row, s_col, f = _svd_parts(s)
     ds_mat = matmul(conj_transpose(u), matmul(da, v))
-    ds = _diagonal(ds_mat)
+    ds = matrix_diagonal(ds_mat)
     dss = ds_mat * s_row
     sds = s_col * ds_mat
     inner_u = f * (dss + conj_transpose(dss))
     if _is_complex(ds_mat):
-        inner_u = inner_u + _diag_embed(1j * imag(ds) / s)
+        inner_u = inner_u + diag_embed(1j * imag(ds) / s)
         ds = real(ds)
     du = matmul(u, inner_u)
     dv = matmul(v, f * (sds + conj_transpose(sds)))
@@ -635,7 +637,7 @@ def _svd_jvp(tangents, ans, a, full_matrices):
 
 svd_p.def_vjp_joint(_svd_vjp)
 svd_p.def_jvp_joint(_svd_jvp)
-_leading_batch_rule(svd_p)
+leading_batch_rule(svd_p)
 
 
 def svd(a, full_matrices=False):
@@ -694,7 +696,7 @@ def _pinv_vjp(ct, ans, a, rcond, hermitian):
 
 pinv_p.def_vjp(_pinv_vjp)
 pinv_p.def_jvp(_pinv_jvp)
-_leading_batch_rule(pinv_p)
+leading_batch_rule(pinv_p)
 
 
 def pinv(a, rcond=None, hermitian=False):

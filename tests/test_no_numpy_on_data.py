@@ -64,7 +64,7 @@ ALLOWED = {
     ("fgrad/numpy/_arrays.py", "size"): "metadata: NumPy reads .size/.shape only",
     ("fgrad/numpy/_arrays.py", "isscalar"): "metadata: a type check",
     ("fgrad/numpy/_arrays.py", "iscomplexobj"): "metadata: NumPy reads .dtype only",
-    ("fgrad/numpy/_signal.py", "_correlate_rows"):
+    ("fgrad/numpy/_signal.py", "_full_convolution"):
         "the sliding-window index array, from static lengths (copied to the "
         "device by the gather, like a user's index)",
     ("fgrad/numpy/_signal.py", "_spacings"):
@@ -73,6 +73,50 @@ ALLOWED = {
         "reshapes gradient's host coefficients (from the static coordinates)",
     ("fgrad/numpy/_signal.py", "gradient"):
         "np.ndim on a spacing argument: metadata",
+    # issue 17: the NumPy surface
+    ("primitives/array_likes.py", "_stack_nested"):
+        "the host leaves (scalars, NumPy arrays) of a user's list, in the common "
+        "dtype, then copied to the tracers' backend by asarray_on",
+    ("primitives/array_likes.py", "stack_nested"):
+        "np.asarray on host leaves only, for their dtype: metadata",
+    ("primitives/float_steps.py", "_ufunc"):
+        "fetches NumPy's ufunc for the abstract rule's dtype (the impl calls the "
+        "operands' own module)",
+    ("fgrad/numpy/_passthrough.py", "_exports"):
+        "NumPy's own objects (errstate, dtypes), re-exported: no data",
+    ("fgrad/numpy/_arrays.py", "tril_indices_from"): "index arrays from a shape",
+    ("fgrad/numpy/_arrays.py", "triu_indices_from"): "index arrays from a shape",
+    ("fgrad/numpy/_arrays.py", "diag_indices_from"): "index arrays from a shape",
+    ("fgrad/numpy/_arrays.py", "__new__"):
+        "calling fnp.ndarray builds a host array, NumPy's constructor",
+    ("fgrad/numpy/_arrays.py", "full"):
+        "array creation from an untraced fill value, NumPy's own like zeros",
+    ("fgrad/numpy/_arrays.py", "linspace"):
+        "untraced endpoints: NumPy's creation; traced: the positions 0..num-1 "
+        "from the static num, copied to the endpoints' backend",
+    ("fgrad/numpy/_nan_functions.py", "nanquantile"):
+        "quantile levels q: a static parameter (numbers, lists), not array data",
+    ("fgrad/numpy/_nan_functions.py", "nanpercentile"):
+        "percentile levels q: a static parameter, not array data",
+    ("fgrad/numpy/_extras.py", "vander"):
+        "the static powers, and dtype promotion: no array data",
+    ("fgrad/numpy/_positions.py", "resize"):
+        "the size of a shape and the cyclic gather index: static",
+    ("fgrad/numpy/_positions.py", "delete"):
+        "the kept positions, from the static length and obj: an index array",
+    ("fgrad/numpy/_positions.py", "block"):
+        "only lists of host arrays reach it (device arrays take the lifted path)",
+    ("fgrad/numpy/_positions.py", "asarray_chkfinite"):
+        "only host values reach it (device arrays take the lifted path)",
+    ("fgrad/numpy/_positions.py", "insert"):
+        "NumPy lays out the result on index arrays from the static shapes; the "
+        "mask is copied to the data's backend",
+    ("fgrad/numpy/_polynomials.py", "_constant"):
+        "static numbers (powers, zero padding), copied to the data's backend",
+    ("fgrad/numpy/_polynomials.py", "_zeros"): "zero padding of a static length",
+    ("fgrad/numpy/_polynomials.py", "_descending"): "the static powers n, ..., 1",
+    ("fgrad/numpy/linalg.py", "tensorsolve"): "the size of a shape: metadata",
+    ("fgrad/numpy/linalg.py", "tensorinv"): "the size of a shape: metadata",
 }
 
 

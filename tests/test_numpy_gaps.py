@@ -112,14 +112,17 @@ def test_nan_reductions_of_integers_are_the_plain_ones():
 
 # -- sequences ------------------------------------------------------------------------
 
-def test_interp_treats_xp_as_a_constant():
+def test_interp_differentiates_in_the_knots_too():
     xp, fp = np.array([0.0, 1.0, 3.0]), np.array([0.0, 2.0, 0.0])
     x = np.array([0.5, 2.0])
     g_x, g_xp, g_fp = fgrad.grad(lambda x, xp, fp: fnp.sum(fnp.interp(x, xp, fp)),
                                  (0, 1, 2))(x, xp, fp)
     np.testing.assert_allclose(g_x, [2.0, -1.0])
-    np.testing.assert_array_equal(g_xp, np.zeros(3))
+    # moving a knot moves its segments: -slope * (1 - t) at the left end, -slope * t
+    # at the right one (t: where x sits in the segment)
+    np.testing.assert_allclose(g_xp, [-1.0, -1.0 + 0.5, 0.5])
     np.testing.assert_allclose(g_fp, [0.5, 1.0, 0.5])
+    check_grads(lambda xp: fnp.interp(x, xp, fp), (xp,), order=2)
     # a single knot: a constant, like NumPy
     np.testing.assert_array_equal(fgrad.jit(lambda x: fnp.interp(x, [1.0], [4.0]))(x),
                                   np.interp(x, [1.0], [4.0]))

@@ -12,12 +12,15 @@ import numpy as _np
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy import _methods  # noqa: F401  (installs the array methods on tracers)
+from fgrad.numpy._array_likes import wrap_namespace as _wrap_namespace
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
+from fgrad.primitives import float_steps as _float_steps
 from fgrad.primitives import indexing as _indexing
 from fgrad.primitives import products as _products
 from fgrad.primitives import reductions as _red
 from fgrad.primitives import shape as _shape
+from fgrad.primitives.array_likes import lift as _lift
 
 # -- passthrough: constants, dtypes, array creation ---------------------------
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, _np.newaxis
@@ -25,10 +28,10 @@ float16, float32, float64 = _np.float16, _np.float32, _np.float64
 complex64, complex128 = _np.complex64, _np.complex128
 int8, int16, int32, int64, bool_ = _np.int8, _np.int16, _np.int32, _np.int64, _np.bool_
 uint8, uint32, uint64 = _np.uint8, _np.uint32, _np.uint64
-ndarray, dtype, finfo, iinfo = _np.ndarray, _np.dtype, _np.finfo, _np.iinfo
-zeros, ones, full, empty, eye, identity = (_np.zeros, _np.ones, _np.full, _np.empty,
-                                           _np.eye, _np.identity)
-arange, linspace, random = _np.arange, _np.linspace, _np.random
+dtype, finfo, iinfo = _np.dtype, _np.finfo, _np.iinfo
+zeros, ones, empty, eye, identity = (_np.zeros, _np.ones, _np.empty, _np.eye,
+                                     _np.identity)
+arange, random = _np.arange, _np.random
 
 # -- elementwise ---------------------------------------------------------------
 add, subtract, multiply, divide, power = (_ew.add, _ew.subtract, _ew.multiply,
@@ -59,17 +62,23 @@ def ones_like(a, dtype=None):
     return _creation.ones_like(a, dtype)
 
 
-def full_like(a, fill_value, dtype=None):
-    """An array shaped like ``a`` filled with ``fill_value``."""
-    return _creation.full_like(a, fill_value, dtype)
-
-
 # -- reductions ---------------------------------------------------------------
+
+# the reductions every loss calls lift array-likes themselves: wrapping them
+# (accepts_array_likes) would cost an extra call on their eager fast path
+_SEQUENCES = (list, tuple)
+
+
+def _lifts_array_likes(fn):
+    fn.lifts_array_likes = True
+    return fn
+
 
 def _with_dtype(result, dtype):
     return result if dtype is None else _ew.convert_element_type(result, dtype)
 
 
+@_lifts_array_likes
 def sum(a, axis=None, dtype=None, keepdims=False):
     """Sum of elements over ``axis``.
 
@@ -77,26 +86,40 @@ def sum(a, axis=None, dtype=None, keepdims=False):
     >>> sum(np.arange(6.0).reshape(2, 3), axis=0)
     array([3., 5., 7.])
     """
+    if a.__class__ in _SEQUENCES:
+        a = _lift(a)
     return _with_dtype(_red.sum_(a, axis, keepdims), dtype)
 
 
+@_lifts_array_likes
 def mean(a, axis=None, dtype=None, keepdims=False):
     """Arithmetic mean over ``axis``."""
+    if a.__class__ in _SEQUENCES:
+        a = _lift(a)
     return _with_dtype(_red.mean(a, axis, keepdims), dtype)
 
 
+@_lifts_array_likes
 def prod(a, axis=None, dtype=None, keepdims=False):
     """Product of elements over ``axis``."""
+    if a.__class__ in _SEQUENCES:
+        a = _lift(a)
     return _with_dtype(_red.prod(a, axis, keepdims), dtype)
 
 
+@_lifts_array_likes
 def max(a, axis=None, keepdims=False):
     """Maximum over ``axis``; tied maxima share the derivative equally."""
+    if a.__class__ in _SEQUENCES:
+        a = _lift(a)
     return _red.max_(a, axis, keepdims)
 
 
+@_lifts_array_likes
 def min(a, axis=None, keepdims=False):
     """Minimum over ``axis``; tied minima share the derivative equally."""
+    if a.__class__ in _SEQUENCES:
+        a = _lift(a)
     return _red.min_(a, axis, keepdims)
 
 
@@ -149,9 +172,12 @@ from fgrad.numpy._arrays import (  # noqa: E402,F401
     complex_,
     copy,
     diag_indices,
+    diag_indices_from,
     euler_gamma,
     float_,
     floating,
+    full,
+    full_like,
     geomspace,
     indices,
     inexact,
@@ -162,7 +188,9 @@ from fgrad.numpy._arrays import (  # noqa: E402,F401
     isrealobj,
     isscalar,
     issubdtype,
+    linspace,
     logspace,
+    ndarray,
     ndim,
     number,
     promote_types,
@@ -172,7 +200,9 @@ from fgrad.numpy._arrays import (  # noqa: E402,F401
     size,
     tri,
     tril_indices,
+    tril_indices_from,
     triu_indices,
+    triu_indices_from,
     uint16,
     unsignedinteger,
 )
@@ -195,6 +225,31 @@ from fgrad.numpy._elementwise import (  # noqa: E402,F401
     reciprocal,
     round,
     sinc,
+)
+from fgrad.numpy._extras import (  # noqa: E402,F401
+    c_,
+    corrcoef,
+    cov,
+    cumulative_prod,
+    cumulative_sum,
+    diagflat,
+    fmax,
+    fmin,
+    iscomplex,
+    isneginf,
+    isposinf,
+    isreal,
+    matrix_transpose,
+    matvec,
+    partition,
+    r_,
+    real_if_close,
+    rollaxis,
+    trapezoid,
+    unstack,
+    vander,
+    vecdot,
+    vecmat,
 )
 from fgrad.numpy._manipulation import (  # noqa: E402,F401
     append,
@@ -233,6 +288,37 @@ from fgrad.numpy._manipulation import (  # noqa: E402,F401
     triu,
     vsplit,
     vstack,
+)
+from fgrad.numpy._nan_functions import (  # noqa: E402,F401
+    nanargmax,
+    nanargmin,
+    nancumprod,
+    nancumsum,
+    nanmedian,
+    nanpercentile,
+    nanprod,
+    nanquantile,
+)
+from fgrad.numpy._passthrough import EXPORTS as _PASSTHROUGH  # noqa: E402
+from fgrad.numpy._polynomials import polyadd, polyder, polyint, polymul, polysub, polyval  # noqa: E402,F401
+from fgrad.numpy._positions import (  # noqa: E402,F401
+    argpartition,
+    array_equiv,
+    asarray_chkfinite,
+    bincount,
+    block,
+    choose,
+    compress,
+    delete,
+    digitize,
+    extract,
+    insert,
+    isin,
+    lexsort,
+    resize,
+    sort_complex,
+    trim_zeros,
+    unwrap,
 )
 from fgrad.numpy._reductions import (  # noqa: E402,F401
     all,
@@ -301,6 +387,11 @@ logical_and, logical_or, logical_xor, logical_not = (
 floor_divide = _ew.floor_divide
 
 
+# functions whose list arguments are sequences of separate arrays
+_SEQUENCE_FUNCTIONS = ("concatenate", "concat", "stack", "hstack", "vstack", "dstack",
+                       "column_stack", "row_stack", "select", "choose")
+
+
 def empty_like(prototype, dtype=None):
     """Like ``numpy.empty_like``, but filled with zeros (there is no uninitialised
     memory in a functional program)."""
@@ -336,9 +427,21 @@ def _install_methods():
 _install_methods()
 
 # -- einsum and the products built on it, linalg, fft --------------------------------
-from fgrad.numpy import fft, linalg  # noqa: E402,F401
+from fgrad.numpy import fft, linalg  # noqa: E402
 from fgrad.numpy._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
 from fgrad.numpy._products import dot  # noqa: E402,F401
+
+spacing, nextafter = _float_steps.spacing, _float_steps.nextafter
+
+# NumPy's utilities that are not array math (errstate, printoptions, scalar types)
+globals().update(_PASSTHROUGH)
+# NumPy 2's array-API spellings
+permute_dims, concat, pow = transpose, concatenate, power
+
+# every function takes lists holding tracers where NumPy takes array_like
+_wrap_namespace(globals(), _SEQUENCE_FUNCTIONS)
+_wrap_namespace(linalg.__dict__, ("multi_dot",))
+_wrap_namespace(fft.__dict__, ())
 
 # Tracers route NumPy's own functions (``np.sin(tracer)``) to this namespace.
 _Tracer.numpy_namespace = _sys.modules[__name__]

@@ -4,8 +4,8 @@ Creation functions have no array inputs to differentiate, so they are NumPy's
 (``zeros``, ``arange``, ``random`` ...). Queries (``shape``, ``ndim``) read the
 abstract value of a tracer instead of converting it.
 """
-import builtins as _builtins
 import math as _math
+import operator as _operator
 
 import numpy as _np
 
@@ -14,8 +14,11 @@ from fgrad.core.backend import asarray_on, module_of_leaves
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.core.trace import plain_array as _plain_array
+from fgrad.primitives import creation as _creation
 from fgrad.primitives import shape as _shape
+from fgrad.primitives.array_likes import contains_tracer, lift, stack_nested
 from fgrad.primitives.elementwise import convert_element_type as _convert_element_type
+from fgrad.primitives.indexing import slice_axis as _slice_axis
 
 bool = _np.bool_
 int_, float_, complex_, intp, uint16 = _np.int64, _np.float64, _np.complex128, \
@@ -44,6 +47,27 @@ def size(a, axis=None):
     if not hasattr(a, "shape"):
         return _np.size(a, axis)
     return int(_math.prod(a.shape)) if axis is None else a.shape[axis]
+
+
+def tril_indices_from(arr, k=0):
+    """Indices of the lower triangle of the 2-d ``arr`` (its shape only)."""
+    rows, cols = shape(arr)
+    return _np.tril_indices(rows, k, cols)
+
+
+def triu_indices_from(arr, k=0):
+    """Indices of the upper triangle of the 2-d ``arr`` (its shape only)."""
+    rows, cols = shape(arr)
+    return _np.triu_indices(rows, k, cols)
+
+
+def diag_indices_from(arr):
+    """Indices of the main diagonal of the square ``arr`` (its shape only)."""
+    sides = shape(arr)
+    if len(set(sides)) != 1 or len(sides) < 2:
+        raise ValueError("diag_indices_from needs an array of at least 2 dimensions, "
+                         "all of equal length")
+    return _np.diag_indices(sides[0], len(sides))
 
 
 def result_type(*arrays_and_dtypes):
@@ -77,38 +101,11 @@ def copy(a):
 
 # -- building arrays from sequences that may hold tracers --------------------------
 
-def _contains_tracer(obj):
-    # tracers, and device (CuPy) arrays, which NumPy must not convert either
-    if isinstance(obj, _Tracer) or (hasattr(obj, "dtype") and not isinstance(
-            obj, (_np.ndarray, _np.generic))):
-        return True
-    if isinstance(obj, (list, tuple)):
-        return _builtins.any(_contains_tracer(o) for o in obj)
-    return False
-
-
-def _leaves_of(obj):
-    if isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _leaves_of(o)
-    else:
-        yield obj
-
-
-def _stack_nested(obj, xp):
-    if isinstance(obj, (list, tuple)):
-        return _shape.stack([_stack_nested(o, xp) for o in obj])
-    if _contains_tracer(obj):
-        return obj
-    return asarray_on(xp, obj)
-
-
 def array(obj, dtype=None, copy=True):
     """``numpy.array``, which also accepts (nested) lists holding traced values."""
-    if isinstance(obj, (list, tuple)) and _contains_tracer(obj):
-        xp = module_of_leaves(list(_leaves_of(obj)))
-        return _with_dtype(_stack_nested(obj, xp), dtype)
-    if isinstance(obj, _Tracer):
+    if isinstance(obj, (list, tuple)) and contains_tracer(obj):
+        return _with_dtype(stack_nested(obj), dtype)
+    if contains_tracer(obj):                # a tracer, or a device array
         return _with_dtype(obj, dtype)
     return _np.array(obj, dtype=dtype, copy=copy)
 
@@ -123,8 +120,7 @@ def asarray(obj, dtype=None, *, like=None):
     >>> asarray([1.0, 2.0], like=np.zeros(1))
     array([1., 2.])
     """
-    if isinstance(obj, _Tracer) or (isinstance(obj, (list, tuple))
-                                    and _contains_tracer(obj)):
+    if contains_tracer(obj):                # traced, or device data (lists included)
         return array(obj, dtype)
     if like is not None:
         out = asarray_on(module_of_leaves([like]), obj)
@@ -135,3 +131,110 @@ def asarray(obj, dtype=None, *, like=None):
 
 def _with_dtype(result, dtype):
     return result if dtype is None else _convert_element_type(result, dtype)
+
+
+# -- the array type ------------------------------------------------------------------
+
+class _ArrayType(type):
+    # isinstance(tracer, fnp.ndarray) is True, as isinstance(x, jax.Array) is;
+    # Tracer itself keeps the plain `type` metaclass, so the isinstance(a, Tracer)
+    # checks of every bind stay on CPython's fast path
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, (_np.ndarray, _Tracer))
+
+    def __subclasscheck__(cls, subclass):
+        return issubclass(subclass, (_np.ndarray, _Tracer))
+
+
+class ndarray(metaclass=_ArrayType):
+    """NumPy's array type, for type checks that also accept traced arrays.
+
+    ``isinstance(x, fnp.ndarray)`` is True for NumPy arrays and for tracers, so
+    code that checks its argument's type keeps working under a transformation.
+    Calling it builds a plain ``numpy.ndarray``.
+
+    >>> import fgrad
+    >>> isinstance(_np.ones(2), ndarray), isinstance([1.0], ndarray)
+    (True, False)
+    >>> float(fgrad.grad(lambda x: x * 2.0 if isinstance(x, ndarray) else x)(2.0))
+    2.0
+    >>> type(ndarray((2,)))
+    <class 'numpy.ndarray'>
+    """
+
+    def __new__(cls, *args, **kwargs):
+        return _np.ndarray(*args, **kwargs)
+
+
+# -- creation from traced values -----------------------------------------------------
+
+def full(shape, fill_value, dtype=None, order="C"):
+    """An array of ``shape`` filled with ``fill_value``, which may be traced.
+
+    A traced fill value is broadcast, so derivatives flow back to it (to any
+    order: a custom VJP rule may write ``fnp.full(x.shape, g)``).
+
+    >>> import fgrad
+    >>> float(fgrad.grad(lambda g: full((2, 3), g).sum())(1.0))
+    6.0
+    """
+    if not contains_tracer(fill_value):
+        return _np.full(shape, fill_value, dtype=dtype, order=order)
+    fill_value = _with_dtype(lift(fill_value), dtype)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return _shape.broadcast_to(fill_value, shape)
+
+
+def full_like(a, fill_value, dtype=None):
+    """An array shaped like ``a`` filled with ``fill_value`` (which may be traced:
+    its derivative flows, while ``a`` contributes only its shape and dtype).
+
+    >>> full_like(_np.zeros(2), 3.0)
+    array([3., 3.])
+    """
+    if not contains_tracer(fill_value):
+        return _creation.full_like(a, fill_value, dtype)
+    aval = _get_aval(a)
+    fill_value = _convert_element_type(lift(fill_value), aval.dtype if dtype is None
+                                       else dtype)
+    return _shape.broadcast_to(fill_value, aval.shape)
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    """``num`` evenly spaced values from ``start`` to ``stop``, NumPy's
+    ``linspace``; traced (array) endpoints are differentiable.
+
+    >>> import fgrad
+    >>> float(fgrad.grad(lambda b: linspace(0.0, b, 5).sum())(2.0))
+    2.5
+    """
+    if not (contains_tracer(start) or contains_tracer(stop)):
+        return _np.linspace(start, stop, num, endpoint, retstep, dtype, axis)
+    num = _operator.index(num)
+    if num < 0:
+        raise ValueError(f"Number of samples, {num}, must be non-negative.")
+    start, stop = lift(start), lift(stop)
+    computed = _np.result_type(*(_get_aval(v).dtype if hasattr(v, "dtype") else v
+                                 for v in (start, stop)), float(num))
+    start = _convert_element_type(start, computed)
+    stop = _convert_element_type(stop, computed)
+    div = num - 1 if endpoint else num
+    bshape = _np.broadcast_shapes(_get_aval(start).shape, _get_aval(stop).shape)
+    # the sample positions 0..num-1, a constant on the endpoints' backend
+    positions = asarray_on(module_of_leaves([start, stop]), _np.arange(
+        num, dtype=computed).reshape((-1,) + (1,) * len(bshape)))
+    delta = stop - start
+    step = delta / div if div > 0 else delta * _np.nan
+    y = positions * step + start if div > 0 else positions * delta + start
+    if endpoint and num > 1:
+        # the last value is ``stop`` exactly, as in NumPy
+        last = _shape.broadcast_to(stop, (1,) + bshape)
+        y = _shape.concatenate([_slice_axis(y, 0, 0, num - 1), last], 0)
+    y = _shape.broadcast_to(y, (num,) + bshape)
+    if axis != 0:
+        order = list(range(1, len(bshape) + 1))
+        order.insert(axis % (len(bshape) + 1), 0)
+        y = _shape.transpose(y, tuple(order))
+    y = _with_dtype(y, dtype)
+    return (y, step) if retstep else y
+

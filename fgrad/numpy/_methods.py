@@ -7,6 +7,7 @@ from fgrad.core.trace import Tracer, get_aval
 from fgrad.numpy._temporaries import reusing_operator
 from fgrad.primitives import elementwise as ew
 from fgrad.primitives import indexing, products, reductions, shape
+from fgrad.primitives.array_likes import lift
 
 
 def _swap(fn):
@@ -58,7 +59,7 @@ Tracer.transpose = lambda self, *axes: shape.transpose(self, _axes_arg(axes))
 Tracer.squeeze = lambda self, axis=None: shape.squeeze(self, axis)
 Tracer.ravel = lambda self: shape.reshape(self, (-1,))
 Tracer.flatten = Tracer.ravel
-Tracer.dot = lambda self, other: products.dot(self, other)
+Tracer.dot = lambda self, other: products.dot(self, lift(other))
 Tracer.astype = lambda self, dtype: ew.convert_element_type(self, dtype)
 Tracer.copy = lambda self: self
 Tracer.__round__ = lambda self, ndigits=None: round(float(self), ndigits)

@@ -10,7 +10,8 @@ import numpy as _np
 
 from fgrad.core.backend import array_module as _xp
 from fgrad.core.backend import asarray_on as _asarray_on
-from fgrad.core.errors import NumpyArgumentError
+from fgrad.core.backend import module_of_leaves as _module_of_leaves
+from fgrad.core.errors import MissingRuleError, NumpyArgumentError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.core.trace import plain_array as _plain_array
@@ -20,7 +21,9 @@ from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import nn as _nn
 from fgrad.primitives import reductions as _red
+from fgrad.primitives import search as _search
 from fgrad.primitives import shape as _shape
+from fgrad.primitives.array_likes import contains_tracer
 from fgrad.primitives.base import normalize_axis as _normalize_axis
 from fgrad.primitives.indexing import slice_axis
 
@@ -53,11 +56,30 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
     return _with_dtype(_red.sum_(squared, axis, keepdims) / n, dtype)
 
 
+def safe_sqrt(sq):
+    """``sqrt(sq)`` whose derivative at ``sq == 0`` is 0 instead of nan.
+
+    The double-where: sqrt's derivative is infinite at 0, so the zero case takes
+    a branch whose input is a harmless 1 and whose output is 0, and no
+    ``inf * 0 = nan`` reaches the gradient.
+    """
+    zero = _ew.equal(sq, 0)
+    return _ew.where(zero, 0.0, _ew.sqrt(_ew.where(zero, 1.0, sq)))
+
+
 def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
-    """Standard deviation, ``sqrt(var)`` (its derivative is infinite at 0)."""
+    """Standard deviation, ``sqrt(var)``.
+
+    Where the variance is 0 (a constant slice, a single element) the derivative
+    is 0, autograd's finite choice, rather than ``inf * 0 = nan``.
+
+    >>> import fgrad
+    >>> fgrad.grad(std)(_np.ones(3))
+    array([0., 0., 0.])
+    """
     if not isinstance(a, _Tracer):
         return _xp(a).std(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    return _ew.sqrt(var(a, axis, dtype, ddof, keepdims))
+    return safe_sqrt(var(a, axis, dtype, ddof, keepdims))
 
 
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
@@ -213,7 +235,7 @@ def _check_method(method, name):
             f"supported here: {', '.join(QUANTILE_METHODS)}")
 
 
-def quantile(a, q, axis=None, keepdims=False, method="linear"):
+def quantile(a, q, axis=None, keepdims=False, method="linear", *, weights=None):
     """The ``q``-th quantiles (0 <= q <= 1) of ``a`` over ``axis``.
 
     ``method`` is any of NumPy 2's: ``'linear'`` (default), ``'lower'``,
@@ -228,12 +250,26 @@ def quantile(a, q, axis=None, keepdims=False, method="linear"):
     2.5
     >>> float(quantile(_np.array([3.0, 1.0, 2.0, 4.0]), 0.5, method="lower"))
     2.0
+
+    ``weights`` (NumPy 2, with ``method='inverted_cdf'`` only): the first sorted
+    value whose cumulative weight reaches ``q`` of the total. The weights pick
+    which value that is, so they get no derivative.
+
+    >>> float(quantile(_np.array([1.0, 2.0, 3.0]), 0.5, method="inverted_cdf",
+    ...                weights=_np.array([1.0, 0.0, 3.0])))
+    3.0
     """
     _check_method(method, "quantile")
-    if not isinstance(a, _Tracer):
+    if weights is not None and method != "inverted_cdf":
+        raise NumpyArgumentError(
+            f"quantile: weights= needs method='inverted_cdf' (as in NumPy), got {method!r}")
+    if not (isinstance(a, _Tracer) or isinstance(weights, _Tracer) or contains_tracer(q)):
         xp = _xp(a)
+        extra = {} if weights is None else {"weights": _asarray_on(xp, weights)}
         return xp.quantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
-                           axis=axis, keepdims=keepdims, method=method)
+                           axis=axis, keepdims=keepdims, method=method, **extra)
+    if weights is not None:
+        return _weighted_quantile(a, _static_floats(q), axis, keepdims, weights)
     out = _quantile(a, _static_floats(q), axis, keepdims, method)
     # NumPy keeps a's precision for a Python float q, and for methods that pick
     # one order statistic; it promotes to q's float64 otherwise
@@ -243,9 +279,15 @@ def quantile(a, q, axis=None, keepdims=False, method="linear"):
                                                          _np.float64))
 
 
-def _static_floats(q):
+def _static_floats(q, name="quantile"):
     """``q`` (a number, nested list or host array) as a NumPy float64 array: a
-    static parameter, like an axis, not data."""
+    static parameter, like an axis, not data. A traced ``q`` is refused rather
+    than read as a constant, which would drop its derivative silently."""
+    if contains_tracer(q):
+        raise MissingRuleError(
+            f"{name}: no derivative with respect to its argument q (the quantile "
+            "levels) is defined: q is a static parameter. Pass q as a Python number "
+            "or a NumPy array computed outside the transformation.")
     return _np.asarray(_concrete(q), dtype=_np.float64)
 
 
@@ -287,15 +329,65 @@ def _quantile(a, q_arr, axis, keepdims, method="linear"):
     return _shape.reshape(out, q_arr.shape + _get_aval(results[0]).shape)
 
 
-def percentile(a, q, axis=None, keepdims=False, method="linear"):
-    """The ``q``-th percentiles (0 <= q <= 100); see `quantile` for ``method``."""
-    _check_method(method, "percentile")
+def _weighted_quantile(a, q_arr, axis, keepdims, weights):
+    if ((q_arr < 0) | (q_arr > 1)).any():
+        raise ValueError("quantiles must be in the range [0, 1]")
+    # the constant side goes to the traced side's backend
     if not isinstance(a, _Tracer):
+        a = _asarray_on(_xp(weights), a)
+    if not contains_tracer(weights):
+        weights = _asarray_on(_module_of_leaves([a]), weights)
+    ndim = _get_aval(a).ndim
+    w = _creation.stop_gradient(weights)
+    if axis is None:
+        x, w, ax = _shape.reshape(a, (-1,)), _shape.reshape(w, (-1,)), 0
+    else:
+        axes = _normalize_axis(axis, ndim)
+        if len(axes) != 1:
+            raise NotImplementedError("fgrad.numpy.quantile reduces one axis or all")
+        x, ax = a, axes[0]
+        if _get_aval(w).ndim == 1 and ndim > 1:       # weights along the axis
+            w = _shape.reshape(w, tuple(-1 if i == ax else 1 for i in range(ndim)))
+    w = _shape.broadcast_to(w, _get_aval(x).shape)
+    order = argsort(x, axis=ax)
+    s = _fshape.take_along_axis(x, order, ax)
+    cdf = _red.cumsum(_ew.convert_element_type(_fshape.take_along_axis(w, order, ax),
+                                               _np.float64), ax)
+    n = _get_aval(cdf).shape[ax]
+    cdf = cdf / slice_axis(cdf, ax, n - 1, n)                  # normalised, as NumPy's
+    # leading zero weights never hold the quantile, not even q = 0 (NumPy's rule)
+    zero = _ew.equal(cdf, 0)
+    last = n - 1
+    results = []
+    for qk in q_arr.ravel():
+        # the first position whose cumulative weight reaches q
+        below = _ew.convert_element_type(
+            _ew.logical_or(_ew.less(cdf, float(qk)), zero), _np.int64)
+        k = _ew.minimum(_red.sum_(below, ax, True), last)
+        value = _fshape.take_along_axis(s, k, ax)
+        if not keepdims:
+            value = _shape.squeeze(value, (ax,))
+        elif axis is None:
+            value = _shape.reshape(value, (1,) * ndim)
+        results.append(value)
+    if q_arr.ndim == 0:
+        return results[0]
+    return _shape.reshape(_shape.stack(results, axis=0),
+                          q_arr.shape + _get_aval(results[0]).shape)
+
+
+def percentile(a, q, axis=None, keepdims=False, method="linear", *, weights=None):
+    """The ``q``-th percentiles (0 <= q <= 100); see `quantile` for ``method``
+    and ``weights``."""
+    _check_method(method, "percentile")
+    if not (isinstance(a, _Tracer) or isinstance(weights, _Tracer) or contains_tracer(q)):
         xp = _xp(a)
+        extra = {} if weights is None else {"weights": _asarray_on(xp, weights)}
         return xp.percentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
-                             axis=axis, keepdims=keepdims, method=method)
+                             axis=axis, keepdims=keepdims, method=method, **extra)
     return quantile(a, q / 100 if type(q) in (int, float)
-                    else _static_floats(q) / 100, axis, keepdims, method)
+                    else _static_floats(q) / 100, axis, keepdims, method,
+                    weights=weights)
 
 
 def median(a, axis=None, keepdims=False):
@@ -484,7 +576,7 @@ def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
     """Standard deviation of the entries that are not nan, ``sqrt(nanvar)``."""
     if not isinstance(a, _Tracer):
         return _xp(a).nanstd(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    return _ew.sqrt(nanvar(a, axis, dtype, ddof, keepdims))
+    return safe_sqrt(nanvar(a, axis, dtype, ddof, keepdims))
 
 
 def diff(a, n=1, axis=-1):
@@ -526,7 +618,12 @@ def argwhere(a):
 
 
 def searchsorted(a, v, side="left", sorter=None):
-    """Where ``v`` would be inserted into sorted ``a`` (no derivative)."""
+    """Where ``v`` would be inserted into sorted ``a`` (no derivative); a
+    primitive for a traced 1-d ``a`` or ``v`` without ``sorter``, so it works
+    under `jit`."""
+    if sorter is None and (isinstance(a, _Tracer) or isinstance(v, _Tracer)) \
+            and _get_aval(a).ndim == 1:
+        return _search.searchsorted(a, v, side)
     a, v = _concrete(a), _concrete(v)
     return _xp(a, v).searchsorted(a, v, side=side, sorter=sorter)
 

@@ -4,7 +4,7 @@
 Every index these functions compute comes from static shapes (or, for
 ``interp``, from comparisons that carry no derivative), so the derivatives are
 those of the gathers and products: ``convolve`` and ``correlate`` are
-differentiable in both operands, ``interp`` in ``x`` and ``fp``.
+differentiable in both operands, ``interp`` in ``x``, ``xp`` and ``fp``.
 """
 import numpy as _np
 
@@ -12,15 +12,18 @@ from fgrad.core.backend import array_module as _xp
 from fgrad.core.backend import asarray_on as _asarray_on
 from fgrad.core.backend import device_put as _device_put
 from fgrad.core.backend import module_of_leaves as _module_of_leaves
+from fgrad.core.errors import MissingRuleError as _MissingRuleError
 from fgrad.core.errors import NumpyArgumentError as _ArgumentError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy import _manipulation as _fshape
-from fgrad.primitives import creation as _creation
+from fgrad.numpy import fft as _fft
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import indexing as _indexing
 from fgrad.primitives import reductions as _red
+from fgrad.primitives import search as _search
 from fgrad.primitives import shape as _shape
+from fgrad.primitives.array_likes import contains_tracer as _contains_tracer
 from fgrad.primitives.base import normalize_axis as _normalize_axis
 
 
@@ -44,14 +47,37 @@ def _check_operands(name, a, v):
     return _get_aval(a).shape[0], _get_aval(v).shape[0]
 
 
+# Above this length of the shorter operand, the convolution goes through the FFT
+# (O((n + m) log(n + m)) time and O(n + m) memory); below it, the sliding windows
+# of the longer operand are gathered, at most this many per output.
+FFT_THRESHOLD = 64
+
+
+def _full_convolution(a, u):
+    """The full linear convolution of 1-d ``a`` and ``u`` (length n + m - 1),
+    differentiable in both, in memory linear in n + m."""
+    n, m = _get_aval(a).shape[0], _get_aval(u).shape[0]
+    length = n + m - 1
+    if min(n, m) > FFT_THRESHOLD:
+        if _get_aval(a).dtype.kind == "c" or _get_aval(u).dtype.kind == "c":
+            return _fft.ifft(_fft.fft(a, length) * _fft.fft(u, length), length)
+        dtype = _np.result_type(_get_aval(a).dtype, _get_aval(u).dtype)
+        out = _fft.irfft(_fft.rfft(a, length) * _fft.rfft(u, length), length)
+        return _ew.convert_element_type(out, dtype)
+    # convolution commutes: gather windows of the longer, weighted by the shorter
+    long, short = (a, u) if n >= m else (u, a)
+    k = min(n, m)
+    padded = _fshape.pad(long, (k - 1, k - 1))
+    rows = _np.arange(length)[:, None] + _np.arange(k)[None, :]
+    return _indexing.getitem(padded, rows) @ _fshape.flip(short, 0)
+
+
 def _correlate_rows(a, w, start, length):
     """Rows ``start:start + length`` of the full correlation
-    ``c[k] = sum_j a_padded[k + j] * w[j]``: one gather of the sliding windows
-    and one matrix-vector product, so both operands get their derivative."""
-    m = _get_aval(w).shape[0]
-    padded = _fshape.pad(a, (m - 1, m - 1))
-    rows = _np.arange(start, start + length)[:, None] + _np.arange(m)[None, :]
-    return _indexing.getitem(padded, rows) @ w
+    ``c[k] = sum_j a_padded[k + j] * w[j]``, the full convolution of ``a`` with
+    ``w`` reversed."""
+    full = _full_convolution(a, _fshape.flip(w, 0))
+    return _indexing.slice_axis(full, 0, start, start + length)
 
 
 _MODES = ("full", "same", "valid")
@@ -112,9 +138,8 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     """Piecewise-linear interpolation of the points ``(xp, fp)`` at ``x``.
 
     Differentiable in ``x`` (the slope of the segment ``x`` falls in; 0
-    outside ``[xp[0], xp[-1]]``) and in ``fp`` (and ``left``/``right``).
-    ``xp`` is treated as a constant: it gets no derivative, even when traced
-    (``stop_gradient``). At a knot the derivative in ``x`` is the slope of the
+    outside ``[xp[0], xp[-1]]``), in ``fp`` (and ``left``/``right``) and in
+    the knots ``xp`` (moving a segment's ends moves the line). At a knot the derivative in ``x`` is the slope of the
     segment to its right (at the last knot, to its left). ``xp`` must be
     increasing (with ``period`` it is sorted modulo the period), as in NumPy.
     The result is float64 (complex128 for complex ``fp``), as NumPy's is.
@@ -126,7 +151,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     if not _traced(x, xp, fp, left, right):
         return _xp(x, xp, fp).interp(x, xp, fp, left=left, right=right, period=period)
     x, fp = _array(x), _array(fp)
-    xp = _creation.stop_gradient(_array(xp))
+    xp = _array(xp)
     xp_aval, fp_aval = _get_aval(xp), _get_aval(fp)
     if xp_aval.ndim != 1 or fp_aval.ndim != 1 or xp_aval.shape != fp_aval.shape:
         raise _ArgumentError(f"interp: xp and fp must be 1-d of the same length, got "
@@ -154,10 +179,10 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     if n == 1:
         out = _ew.add(_ew.multiply(x, 0.0), fp[0])
     else:
-        # the segment x falls in: the last knot at or below it (the comparisons
-        # carry no derivative), kept inside [0, n - 2] so both ends exist
-        below = _red.sum_(_ew.convert_element_type(
-            _ew.greater_equal(_shape.expand_dims(x, -1), xp), _np.int64), -1)
+        # the segment x falls in: the last knot at or below it (a search, with
+        # no derivative, in O(n + x.size) memory), kept inside [0, n - 2] so
+        # both ends exist
+        below = _search.searchsorted(xp, x, side="right")
         j = _ew.minimum(_ew.maximum(below - 1, 0), n - 2)
         x0, x1 = _fshape.take(xp, j), _fshape.take(xp, j + 1)
         f0, f1 = _fshape.take(fp, j), _fshape.take(fp, j + 1)
@@ -171,7 +196,14 @@ def interp(x, xp, fp, left=None, right=None, period=None):
 
 def _spacings(varargs, axes, shape):
     """One spacing per axis: a Python float (uniform) or a host array of the
-    coordinate differences, as NumPy's ``gradient`` reads ``varargs``."""
+    coordinate differences, as NumPy's ``gradient`` reads ``varargs``. Traced
+    spacings are refused: read as constants they would lose their derivative."""
+    for i, spacing in enumerate(varargs):
+        if _contains_tracer(spacing):
+            raise _MissingRuleError(
+                f"gradient: no derivative with respect to its spacing argument "
+                f"varargs[{i}] is defined: spacings are static parameters. Pass them "
+                "as numbers or NumPy arrays computed outside the transformation.")
     if len(varargs) == 0:
         return [1.0] * len(axes)
     if len(varargs) == 1 and _np.ndim(_concrete(varargs[0])) == 0:
@@ -256,10 +288,11 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     >>> gradient(_np.array([1.0, 2.0, 4.0, 7.0]))
     array([1. , 1.5, 2.5, 3. ])
     """
-    if not isinstance(f, _Tracer):
+    if not isinstance(f, _Tracer) and not _contains_tracer(list(varargs)):
         xp = _xp(f)
         varargs = [v if _np.ndim(v) == 0 else _asarray_on(xp, v) for v in varargs]
         return xp.gradient(f, *varargs, axis=axis, edge_order=edge_order)
+    f = _array(f)
     aval = _get_aval(f)
     if edge_order not in (1, 2):
         raise _ArgumentError(f"gradient: edge_order must be 1 or 2, got {edge_order!r}")

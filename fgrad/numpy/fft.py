@@ -10,6 +10,7 @@ from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.primitives import fft as _fft
 from fgrad.primitives import shape as _shape
+from fgrad.primitives.elementwise import conj as _conj
 from fgrad.primitives.indexing import slice_axis as _slice_axis
 
 fftfreq, rfftfreq = _np.fft.fftfreq, _np.fft.rfftfreq
@@ -189,3 +190,25 @@ def fftshift(x, axes=None):
 def ifftshift(x, axes=None):
     """Inverse of `fftshift`."""
     return _shift(x, axes, -1)
+
+
+# hfft / ihfft: the transforms of a signal with Hermitian symmetry, through the
+# real ones with the normalisation direction swapped (as NumPy defines them)
+_SWAPPED_NORM = {None: "forward", "backward": "forward", "forward": "backward",
+                 "ortho": "ortho"}
+
+
+def hfft(a, n=None, axis=-1, norm=None):
+    """The FFT of a signal with Hermitian symmetry (its half spectrum ``a``): a
+    real result of length ``n`` (default ``2 * (m - 1)``).
+
+    >>> import numpy as np
+    >>> hfft(np.array([1.0, 2.0, 1.0]))
+    array([ 6.,  0., -2.,  0.])
+    """
+    return irfft(_conj(a), n, axis, _SWAPPED_NORM[norm])
+
+
+def ihfft(a, n=None, axis=-1, norm=None):
+    """The inverse of `hfft`: the half spectrum of the real signal ``a``."""
+    return _conj(rfft(a, n, axis, _SWAPPED_NORM[norm]))

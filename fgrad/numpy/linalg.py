@@ -32,8 +32,18 @@ from collections import namedtuple as _namedtuple
 
 import numpy as _np
 
+from fgrad.core.backend import array_module as _xp
+from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import asarray as _asarray
+from fgrad.numpy._extras import matrix_transpose, vecdot  # noqa: F401  (re-exported)
+from fgrad.numpy._manipulation import diagonal as _diagonal_of
+from fgrad.numpy._manipulation import trace as _trace_of
+from fgrad.numpy._products import cross as _cross
+from fgrad.numpy._products import outer as _outer
+from fgrad.numpy._products import tensordot  # noqa: F401  (re-exported)
+from fgrad.numpy._reductions import safe_sqrt as _safe_sqrt
+from fgrad.primitives import eig as _eig
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import linalg as _la
@@ -46,6 +56,7 @@ LinAlgError = _np.linalg.LinAlgError
 
 SlogdetResult = _namedtuple("SlogdetResult", ["sign", "logabsdet"])
 EighResult = _namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+EigResult = _namedtuple("EigResult", ["eigenvalues", "eigenvectors"])
 QRResult = _namedtuple("QRResult", ["Q", "R"])
 SVDResult = _namedtuple("SVDResult", ["U", "S", "Vh"])
 
@@ -149,6 +160,34 @@ def eigvalsh(a, UPLO="L"):
     return eigh(a, UPLO).eigenvalues
 
 
+def eig(a):
+    """Eigenvalues and unit-norm eigenvectors (columns) of general square
+    matrices, real or complex, batched; differentiable in both.
+
+    Under a transformation both are complex (the shape rule cannot know that
+    every eigenvalue of a real matrix is real, as NumPy checks on the values);
+    outside one this is NumPy's ``eig``. Only phase-invariant functions of the
+    eigenvectors have meaningful derivatives (see the module notes).
+
+    >>> import numpy as np, fgrad
+    >>> a = np.array([[2.0, 1.0], [0.0, 3.0]])
+    >>> g = fgrad.grad(lambda a: eigvals(a).real.sum())(a)   # the trace's gradient
+    >>> np.allclose(g, np.eye(2))
+    True
+    """
+    if not isinstance(a, _Tracer):
+        return EigResult(*_xp(a).linalg.eig(a))
+    return EigResult(*_eig.eig(_as_array(a)))
+
+
+def eigvals(a):
+    """Eigenvalues of general square matrices (see `eig`); derivative
+    ``dw = diag(v^-1 da v)``."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).linalg.eigvals(a)
+    return _eig.eig(_as_array(a))[0]
+
+
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """Singular value decomposition ``(U, S, Vh)`` (or ``S`` alone).
 
@@ -219,14 +258,6 @@ def _abs_squared(x):
     if _get_aval(x).dtype.kind == "c":
         return _ew.real(x * _ew.conj(x))
     return x * x
-
-
-def _safe_sqrt(sq):
-    # The double-where: sqrt's derivative is infinite at 0, so the zero case
-    # takes a branch whose input is a harmless 1 and whose output is 0, and no
-    # inf * 0 = nan reaches the gradient.
-    zero = _ew.equal(sq, 0)
-    return _ew.where(zero, 0.0, _ew.sqrt(_ew.where(zero, 1.0, sq)))
 
 
 def _safe_root(total, p):
@@ -334,3 +365,124 @@ def lstsq(a, b, rcond=None):
     else:
         residuals = _slice_axis(_ew.convert_element_type(s, _get_aval(x).dtype), 0, 0, 0)
     return x, residuals, rank, s
+
+
+# -- NumPy 2's array-API names ----------------------------------------------------------
+
+matmul = _matmul
+
+
+def outer(x1, x2, /):
+    """Outer product of two vectors (1-d only, unlike ``numpy.outer``)."""
+    if _get_aval(x1).ndim != 1 or _get_aval(x2).ndim != 1:
+        raise ValueError("linalg.outer: both inputs must be 1-dimensional")
+    return _outer(x1, x2)
+
+
+def cross(x1, x2, /, *, axis=-1):
+    """Cross product of 3-vectors along ``axis``."""
+    if _get_aval(x1).shape[axis] != 3 or _get_aval(x2).shape[axis] != 3:
+        raise ValueError("linalg.cross: both inputs must have 3 elements along axis")
+    return _cross(x1, x2, axis=axis)
+
+
+def diagonal(x, /, *, offset=0):
+    """The diagonals of the matrices in ``x`` (its last two axes)."""
+    return _diagonal_of(x, offset, -2, -1)
+
+
+def trace(x, /, *, offset=0, dtype=None):
+    """The traces of the matrices in ``x`` (its last two axes)."""
+    return _trace_of(x, offset, -2, -1, dtype)
+
+
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    """The norm of each matrix in ``x`` (its last two axes)."""
+    return norm(x, ord, (-2, -1), keepdims)
+
+
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    """The vector norm over ``axis`` (every axis when None, as one vector).
+
+    >>> float(vector_norm(_np.ones((2, 2))))
+    2.0
+    """
+    x = _as_array(x)
+    ndim = _get_aval(x).ndim
+    axes = tuple(range(ndim)) if axis is None else (
+        (axis,) if isinstance(axis, (int, _np.integer)) else tuple(axis))
+    axes = tuple(int(a) % ndim for a in axes) if ndim else ()
+    if len(axes) == 1:
+        return norm(x, ord, axes[0], keepdims)
+    # several axes: one vector, moved to the end and flattened
+    rest = [i for i in range(ndim) if i not in axes]
+    flat = _shape.reshape(_shape.transpose(x, tuple(rest) + axes),
+                          tuple(_get_aval(x).shape[i] for i in rest) + (-1,))
+    out = norm(flat, ord, -1, False)
+    if keepdims:
+        shape = [1 if i in axes else n for i, n in enumerate(_get_aval(x).shape)]
+        out = _shape.reshape(out, tuple(shape))
+    return out
+
+
+def multi_dot(arrays, *, out=None):
+    """The product of a chain of matrices (a 1-d first or last one is a vector).
+
+    Multiplied left to right; NumPy picks the cheapest order, which gives the
+    same values up to rounding.
+    """
+    if out is not None:
+        raise ValueError("linalg.multi_dot: out= is not supported (arrays are immutable)")
+    if len(arrays) < 2:
+        raise ValueError("linalg.multi_dot: expecting at least two arrays")
+    result = _as_array(arrays[0])
+    for a in arrays[1:]:
+        result = _matmul(result, _as_array(a))
+    return result
+
+
+def cond(x, p=None):
+    """The condition number of each matrix: ``s_max / s_min`` for ``p`` None or
+    2 (-2: the inverse), else ``norm(x, p) * norm(inv(x), p)``."""
+    x = _as_array(x)
+    if p is None or p in (2, -2):
+        s = svd(x, compute_uv=False)
+        big, small = _red.max_(s, -1, False), _red.min_(s, -1, False)
+        return small / big if p == -2 else big / small
+    return matrix_norm(x, ord=p) * matrix_norm(inv(x), ord=p)
+
+
+def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
+    """The number of singular values above a tolerance (no derivative: an integer)."""
+    A = _as_array(A)
+    if _get_aval(A).ndim < 2:
+        return _red.sum_(_ew.convert_element_type(_ew.not_equal(A, 0), _np.int64))
+    s = svd(A, compute_uv=False)
+    if tol is None:
+        m, n = _get_aval(A).shape[-2:]
+        factor = max(m, n) * _np.finfo(_get_aval(s).dtype).eps if rtol is None else rtol
+        tol = _red.max_(s, -1, True) * factor
+    elif not isinstance(tol, (int, float)):
+        tol = _shape.expand_dims(tol, -1)
+    return _red.sum_(_ew.convert_element_type(_ew.greater(s, tol), _np.int64), -1)
+
+
+def tensorsolve(a, b, axes=None):
+    """Solve ``tensordot(a, x, x.ndim) = b`` for ``x``."""
+    a, b = _as_array(a), _as_array(b)
+    if axes is not None:
+        rest = [i for i in range(_get_aval(a).ndim) if i not in axes]
+        a = _shape.transpose(a, tuple(rest) + tuple(axes))
+    b_shape = _get_aval(b).shape
+    x_shape = _get_aval(a).shape[len(b_shape):]
+    n = int(_np.prod(b_shape))
+    x = solve(_shape.reshape(a, (n, -1)), _shape.reshape(b, (n,)))
+    return _shape.reshape(x, x_shape)
+
+
+def tensorinv(a, ind=2):
+    """The inverse of ``a`` seen as a matrix of its first ``ind`` axes by the rest."""
+    a = _as_array(a)
+    shape = _get_aval(a).shape
+    rows = int(_np.prod(shape[:ind]))
+    return _shape.reshape(inv(_shape.reshape(a, (rows, -1))), shape[ind:] + shape[:ind])
