@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 import fgrad.numpy as fnp
 import fgrad.scipy.linalg as fl
 import fgrad.scipy.special as fs
-from primitive_specs import SPECS, Case, arrays, shapes, values
+from hypothesis.extra import numpy as hnp
+
+from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, values
 
 SPECIAL = {  # name: (fgrad function, scipy function, domain)
     "erf": (fs.erf, ss.erf, values()),
@@ -27,6 +29,28 @@ SPECIAL = {  # name: (fgrad function, scipy function, domain)
     "xlogy": (lambda x: fs.xlogy(x, x + 2.5), lambda x: ss.xlogy(x, x + 2.5), values()),
     "xlog1py": (lambda x: fs.xlog1py(x, x + 1.5), lambda x: ss.xlog1py(x, x + 1.5),
                 values()),
+    # primitives/scipy_special.py; an order or shape parameter with no
+    # derivative is held constant (its refusal is tested in test_scipy.py)
+    "gamma": (fs.gamma, ss.gamma, values(0.3, 4.0)),
+    "rgamma": (fs.rgamma, ss.rgamma, values(0.3, 4.0)),
+    "gammaincc": (lambda x: fs.gammaincc(2.5, x), lambda x: ss.gammaincc(2.5, x),
+                  values(0.2, 4.0)),
+    "erfcinv": (fs.erfcinv, ss.erfcinv, values(0.2, 1.8)),
+    "j0": (fs.j0, ss.j0, values(-6, 6)),
+    "j1": (fs.j1, ss.j1, values(-6, 6)),
+    "jn": (lambda x: fs.jn(3, x), lambda x: ss.jn(3, x), values(-6, 6)),
+    "y0": (fs.y0, ss.y0, values(0.5, 6)),
+    "y1": (fs.y1, ss.y1, values(0.5, 6)),
+    "yn": (lambda x: fs.yn(2, x), lambda x: ss.yn(2, x), values(0.8, 6)),
+    "i0": (fs.i0, ss.i0, values()),
+    "i1": (fs.i1, ss.i1, values()),
+    "iv": (lambda x: fs.iv(1.5, x), lambda x: ss.iv(1.5, x), values(0.3, 3)),
+    "ive": (lambda x: fs.ive(2, x), lambda x: ss.ive(2, x), values(-3, 3)),
+    "kv": (lambda x: fs.kv(0.7, x), lambda x: ss.kv(0.7, x), values(0.3, 3)),
+    "zeta": (lambda q: fs.zeta(2.5, q), lambda q: ss.zeta(2.5, q), values(0.5, 3)),
+    "multigammaln": (lambda a: fs.multigammaln(a, 3), lambda a: ss.multigammaln(a, 3),
+                     values(1.2, 4.0)),
+    "entr": (fs.entr, ss.entr, values(0.1, 3.0)),
 }
 
 
@@ -85,3 +109,11 @@ SPECS["gammainc"] = shapes(max_dims=2).flatmap(lambda s: arrays(s, values(0.2, 4
 SPECS["betainc"] = shapes(max_dims=2).flatmap(lambda s: arrays(s, values(0.1, 0.9))).map(
     lambda x: Case(lambda x: fs.betainc(2.0, 3.5, x), (x,),
                    lambda x: ss.betainc(2.0, 3.5, x), tol=dict(atol=1e-4, rtol=1e-4)))
+
+
+# Beta in both arguments, broadcasting; the sign of Gamma has no derivative
+SPECS["beta"] = hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_side=3) \
+    .flatmap(lambda bs: st.tuples(*(arrays(s, values(0.3, 3.0)) for s in bs.input_shapes))) \
+    .map(lambda ab: Case(fs.beta, ab, ss.beta, tol=dict(atol=1e-4, rtol=1e-4)))
+NONDIFF_SPECS["gammasgn"] = shapes(max_dims=2).flatmap(
+    lambda s: arrays(s, values(-3.9, 3.9))).map(lambda x: (fs.gammasgn, ss.gammasgn, (x,)))
