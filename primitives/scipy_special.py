@@ -126,6 +126,18 @@ betainc_p = special_primitive("betainc", ("a", "b", "x"), [
     None, None, lambda ans, a, b, x: _beta_density(a, b, x)], _NO_CLOSED_FORM)
 
 
+# Student's t distribution function: d/dt is the t density (none in df)
+def _t_density(df, t):
+    # (df pi)^-1/2 by ** keeps a Python df a Python number (no host array beside
+    # device data)
+    return (exp(gammaln((df + 1) * 0.5) - gammaln(df * 0.5)
+                - (df + 1) * 0.5 * log1p(t * t / df)) * (df * math.pi) ** -0.5)
+
+
+stdtr_p = special_primitive("stdtr", ("df", "t"), [
+    None, lambda ans, df, t: _t_density(df, t)], _NO_CLOSED_FORM)
+
+
 # -- erfcinv -------------------------------------------------------------------------
 
 # erfc(y) = x  =>  dy/dx = 1 / erfc'(y) = -sqrt(pi)/2 exp(y^2)
@@ -201,6 +213,11 @@ def gammaincc(a, x):
 def betainc(a, b, x):
     """I_x(a, b), the regularized incomplete beta function."""
     return betainc_p.bind(a, b, x)
+
+
+def stdtr(df, t):
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    return stdtr_p.bind(df, t)
 
 
 def erfcinv(y):

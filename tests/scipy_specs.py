@@ -51,6 +51,7 @@ SPECIAL = {  # name: (fgrad function, scipy function, domain)
     "multigammaln": (lambda a: fs.multigammaln(a, 3), lambda a: ss.multigammaln(a, 3),
                      values(1.2, 4.0)),
     "entr": (fs.entr, ss.entr, values(0.1, 3.0)),
+    "stdtr": (lambda t: fs.stdtr(3.5, t), lambda t: ss.stdtr(3.5, t), values(-3, 3)),
 }
 
 
@@ -117,3 +118,4 @@ SPECS["beta"] = hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_
     .map(lambda ab: Case(fs.beta, ab, ss.beta, tol=dict(atol=1e-4, rtol=1e-4)))
 NONDIFF_SPECS["gammasgn"] = shapes(max_dims=2).flatmap(
     lambda s: arrays(s, values(-3.9, 3.9))).map(lambda x: (fs.gammasgn, ss.gammasgn, (x,)))
+import scipy_stats_specs  # noqa: E402,F401  (fgrad.scipy.stats)

@@ -31,7 +31,7 @@ expit, log_ndtr = _sp.expit, _sp.log_ndtr
 psi = digamma
 gamma, gammasgn, rgamma, beta = _ssp.gamma, _ssp.gammasgn, _ssp.rgamma, _ssp.beta
 gammainc, gammaincc, betainc = _ssp.gammainc, _ssp.gammaincc, _ssp.betainc
-erfcinv = _ssp.erfcinv
+erfcinv, stdtr = _ssp.erfcinv, _ssp.stdtr
 j0, j1, jn, y0, y1, yn = _ssp.j0, _ssp.j1, _ssp.jn, _ssp.y0, _ssp.y1, _ssp.yn
 i0, i1, iv, ive, kv = _ssp.i0, _ssp.i1, _ssp.iv, _ssp.ive, _ssp.kv
 
@@ -89,8 +89,13 @@ def _x_times_log(x, y, log, singular):
     bad = _ew.equal(y, singular)
     safe_y = _ew.where(bad, singular + 1.0, y)
     main = x * log(safe_y)
-    edge = _ew.where(_ew.equal(x, 0), 0.0, _ew.where(_ew.greater(x, 0), -_np.inf, _np.inf))
-    return _ew.where(bad, _ew.convert_element_type(edge, _get_aval(main).dtype), main)
+    if isinstance(x, (int, float)):        # a Python number: no host array beside y
+        edge = 0.0 if x == 0 else (-_np.inf if x > 0 else _np.inf)
+    else:
+        edge = _ew.convert_element_type(
+            _ew.where(_ew.equal(x, 0), 0.0, _ew.where(_ew.greater(x, 0), -_np.inf, _np.inf)),
+            _get_aval(main).dtype)
+    return _ew.where(bad, edge, main)
 
 
 def xlogy(x, y):
@@ -139,4 +144,4 @@ def log_softmax(x, axis=None):
 
 def ndtr(x):
     """Standard normal CDF."""
-    return 0.5 * erfc(x * -_np.sqrt(0.5))
+    return 0.5 * erfc(x * -_math.sqrt(0.5))   # a Python float keeps float32

@@ -73,6 +73,11 @@ def _inside(condition, x, safe):
     return _where(condition, x, safe)
 
 
+def _indicator(condition, like):
+    # 1.0 where condition holds, else 0.0, in like's dtype (float32 stays float32)
+    return _fnp.astype(condition, _get_aval(like).dtype)
+
+
 # -- norm --------------------------------------------------------------------------
 
 def _norm_logpdf(x, loc=0, scale=1):
@@ -94,28 +99,22 @@ norm = _distribution(
 def _t_logpdf(x, df, loc=0, scale=1):
     z = (x - loc) / scale
     g = _special.gammaln
-    return (g((df + 1) * 0.5) - g(df * 0.5) - 0.5 * _log(df * _math.pi)
+    return (g((df + 1) * 0.5) - g(df * 0.5) - 0.5 * _log_of(df * _math.pi)
             - _log_of(scale) - (df + 1) * 0.5 * _log1p(z * z / df))
 
 
-def _t_tail(z, df):
-    # P(T > |z|) through the incomplete beta function of df / (df + z^2)
-    return 0.5 * _special.betainc(df * 0.5, 0.5, df / (df + z * z))
-
-
 def _t_cdf(x, df, loc=0, scale=1):
-    z = (x - loc) / scale
-    return _where(_fnp.less(z, 0), _t_tail(z, df), 1.0 - _t_tail(z, df))
+    return _special.stdtr(df, (x - loc) / scale)
 
 
 def _t_sf(x, df, loc=0, scale=1):
-    return _t_cdf(-x, df, -loc, scale)
+    return _special.stdtr(df, (loc - x) / scale)
 
 
 def _t_entropy(df, loc=0, scale=1):
     half = (df + 1) * 0.5
     return (half * (_special.digamma(half) - _special.digamma(df * 0.5))
-            + 0.5 * _log(df) + _special.betaln(df * 0.5, 0.5) + _log_of(scale) + 0 * loc)
+            + 0.5 * _log_of(df) + _special.betaln(df * 0.5, 0.5) + _log_of(scale) + 0 * loc)
 
 
 t = _distribution("Student t", "df degrees of freedom, location loc, scale scale.",
@@ -172,7 +171,7 @@ def _beta_cdf(x, a, b, loc=0, scale=1):
     z = (x - loc) / scale
     inside = _fnp.logical_and(_fnp.greater(z, 0), _fnp.less(z, 1))
     value = _special.betainc(a, b, _inside(inside, z, 0.5))
-    return _where(inside, value, _where(_fnp.greater_equal(z, 1), 1.0, 0.0))
+    return _where(inside, value, _indicator(_fnp.greater_equal(z, 1), value))
 
 
 def _beta_entropy(a, b, loc=0, scale=1):
@@ -234,9 +233,9 @@ cauchy = _distribution(
 
 
 def _log_expit(z):
-    # log(1 / (1 + e^-z)) = -log1p(e^-z), written around |z| so neither tail
-    # overflows: min(z, 0) - log1p(e^-|z|)
-    return _fnp.minimum(z, 0.0) - _log1p(_exp(-_fnp.abs(z)))
+    # log(1 / (1 + e^-z)) = -log(e^0 + e^-z): logaddexp is stable in both tails
+    # and smooth at 0 (a min/abs form would put kinks into the derivatives)
+    return -_fnp.logaddexp(0.0, -z)
 
 
 logistic = _distribution(
@@ -308,8 +307,9 @@ def _binom_function(inner, below, above):
         k, nonnegative = _counts(k, loc)
         below_n = _fnp.less(k, n)
         inside = _fnp.logical_and(nonnegative, below_n)
-        value = inner(_inside(inside, k, 0.0), _where(inside, n, 1.0), p)
-        return _where(inside, value, _where(below_n, below, above))
+        value = inner(_inside(inside, k, 0.0), n, p)
+        return _where(inside, value,
+                      below + (above - below) * _indicator(_fnp.logical_not(below_n), value))
     return f
 
 
