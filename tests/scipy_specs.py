@@ -52,6 +52,7 @@ SPECIAL = {  # name: (fgrad function, scipy function, domain)
                      values(1.2, 4.0)),
     "entr": (fs.entr, ss.entr, values(0.1, 3.0)),
     "stdtr": (lambda t: fs.stdtr(3.5, t), lambda t: ss.stdtr(3.5, t), values(-3, 3)),
+    "ndtr": (fs.ndtr, ss.ndtr, values(-4, 4)),
 }
 
 
@@ -64,6 +65,10 @@ def _special(name):
 for _name in SPECIAL:
     SPECS[_name] = _special(_name)
 
+for _name in ("softmax", "log_softmax"):
+    SPECS[f"scipy_{_name}"] = shapes(min_dims=1, max_dims=2).flatmap(arrays).map(
+        lambda x, f=getattr(fs, _name), ref=getattr(ss, _name): Case(
+            lambda x: f(x, axis=-1), (x,), lambda x: ref(x, axis=-1)))
 SPECS["scipy_logsumexp"] = st.tuples(shapes(min_dims=1, max_dims=2), st.booleans()).flatmap(
     lambda d: arrays(d[0]).map(lambda x: Case(
         lambda x: fs.logsumexp(x, axis=-1, keepdims=d[1]), (x,),

@@ -66,3 +66,48 @@ for _dist, (_args, _entropy_args) in ARGS.items():
     if _entropy_args is not None:
         STATS_SPECS[f"{_dist}.entropy"] = name = f"stats.{_dist}.entropy"
         SPECS[name] = _case(_dist, "entropy", _entropy_args, ())
+
+
+# -- multivariate_normal and dirichlet: vectors, drawn as a whole ----------------------------
+
+def _spd(a):
+    # a well-conditioned covariance from any square matrix, in the data's namespace
+    eye = fnp.eye(a.shape[-1], dtype=a.dtype) if not isinstance(a, np.ndarray) \
+        else np.eye(a.shape[-1], dtype=a.dtype)
+    return 0.3 * (a @ a.T) + eye
+
+
+@st.composite
+def _mvn_case(draw, method):
+    k, n = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    x, mean, a = draw(arrays((n, k))), draw(arrays((k,))), draw(arrays((k, k)))
+    f, ref = getattr(fst.multivariate_normal, method), getattr(sst.multivariate_normal,
+                                                              method)
+    if method == "entropy":
+        return Case(lambda m, a: f(m, _spd(a)), (mean, a), lambda m, a: ref(m, _spd(a)),
+                    tol=dict(atol=1e-4, rtol=1e-4))
+    return Case(lambda x, m, a: f(x, m, _spd(a)), (x, mean, a),
+                lambda x, m, a: ref(x, m, _spd(a)), tol=dict(atol=1e-4, rtol=1e-4))
+
+
+def _softmax(u):
+    e = np.exp(u - u.max(0)) if isinstance(u, np.ndarray) else fnp.exp(u - fnp.max(u, 0))
+    return e / (e.sum(0) if isinstance(u, np.ndarray) else fnp.sum(e, 0))
+
+
+@st.composite
+def _dirichlet_case(draw, method):
+    # x on the simplex (SciPy checks), as the softmax of free coordinates
+    k = draw(st.integers(2, 4))
+    u, alpha = draw(arrays((k,))), draw(arrays((k,), values(0.5, 3.0)))
+    f, ref = getattr(fst.dirichlet, method), getattr(sst.dirichlet, method)
+    if method == "entropy":
+        return Case(f, (alpha,), ref, tol=dict(atol=1e-4, rtol=1e-4))
+    return Case(lambda u, a: f(_softmax(u), a), (u, alpha),
+                lambda u, a: ref(_softmax(u), a), tol=dict(atol=1e-4, rtol=1e-4))
+
+
+for _dist, _case_of in (("multivariate_normal", _mvn_case), ("dirichlet", _dirichlet_case)):
+    for _method in ("logpdf", "pdf", "entropy"):
+        STATS_SPECS[f"{_dist}.{_method}"] = name = f"stats.{_dist}.{_method}"
+        SPECS[name] = _case_of(_method)

@@ -412,9 +412,25 @@ def _value_with_derivatives_of(value, smooth):
     return smooth + _stop_gradient(value - smooth)
 
 
-def _mvn_parts(x, mean, cov, allow_singular):
+def _mvn_dimension(mean, cov):
+    if mean is not None and _get_aval(mean).ndim:
+        return _get_aval(mean).shape[-1]
+    return _get_aval(cov).shape[-1] if _get_aval(cov).ndim else 1
+
+
+def _mvn_points(x, k):
+    # SciPy's reading of x: a scalar is one point of dimension 1; a vector is one
+    # point, or (dimension 1) a vector of points
     x = _fnp.asarray(x)
-    k = _get_aval(x).shape[-1]
+    ndim = _get_aval(x).ndim
+    if ndim == 0 or (ndim == 1 and k == 1):
+        return _fnp.reshape(x, (-1, 1))
+    return x
+
+
+def _mvn_parts(x, mean, cov, allow_singular):
+    k = _mvn_dimension(mean, cov)
+    x = _mvn_points(x, k)
     dev = x if mean is None else x - mean
     cov_ndim = _get_aval(cov).ndim
     if cov_ndim == 0:
@@ -422,12 +438,13 @@ def _mvn_parts(x, mean, cov, allow_singular):
     elif cov_ndim == 1:
         cov = _fnp.diag(cov)
     s, u = _la.eigh(_stop_gradient(cov))
-    eps = (_EPS_FACTOR[_get_aval(s).dtype.char.lower()] * _np.finfo(_get_aval(s).dtype).eps
+    dtype = _get_aval(s).dtype
+    eps = (float(_EPS_FACTOR[dtype.char.lower()] * _np.finfo(dtype).eps)
            * _fnp.max(_fnp.abs(s), -1, keepdims=True))
     _check_covariance(s, eps, allow_singular)
     keep = _fnp.greater(s, eps)
     safe_s = _where(keep, s, 1.0)
-    rank = _fnp.sum(keep * 1.0, -1)
+    rank = _fnp.sum(_indicator(keep, s), -1)
     log_pdet = _fnp.sum(_where(keep, _log(safe_s), 0.0), -1)
     coords = _fnp.matmul(dev, u)                          # dev in the eigenbasis
     z = _where(keep, coords, 0.0)
@@ -449,13 +466,15 @@ def _mvn_parts(x, mean, cov, allow_singular):
 
 def _mvn_logpdf(x, mean=None, cov=1, allow_singular=False):
     rank, log_pdet, maha, in_support = _mvn_parts(x, mean, cov, allow_singular)
-    return _where(in_support, -0.5 * (rank * _LOG_2PI + log_pdet + maha), -_np.inf)
+    # SciPy squeezes: one point gives a scalar, (1, n) points n values
+    return _fnp.squeeze(_where(in_support, -0.5 * (rank * _LOG_2PI + log_pdet + maha),
+                               -_np.inf))
 
 
 def _mvn_entropy(mean=None, cov=1):
     # SciPy's entropy accepts a singular covariance (its pseudo-determinant)
-    k = _get_aval(cov).shape[-1] if _get_aval(cov).ndim else _get_aval(mean).shape[-1]
-    rank, log_pdet, _, _ = _mvn_parts(_fnp.zeros(k), mean, cov, True)
+    zeros = _fnp.zeros(_mvn_dimension(mean, cov), _get_aval(cov).dtype)
+    rank, log_pdet, _, _ = _mvn_parts(zeros, mean, cov, True)
     return 0.5 * (rank * (1.0 + _LOG_2PI) + log_pdet)
 
 
