@@ -19,9 +19,9 @@ says so, never a silent zero.
 >>> import numpy as np, fgrad
 >>> decay = lambda y, t, k: -k * y
 >>> ts = np.array([0.0, 1.0])
->>> round(float(odeint(decay, 1.0, ts, args=(0.5,))[-1]), 6)
+>>> round(float(odeint(decay, 1.0, ts, args=(0.5,))[-1, 0]), 6)
 0.606531
->>> round(float(fgrad.grad(lambda k: odeint(decay, 1.0, ts, args=(k,))[-1])(0.5)), 5)
+>>> round(float(fgrad.grad(lambda k: odeint(decay, 1.0, ts, args=(k,))[-1, 0])(0.5)), 5)
 -0.60653
 """
 import numpy as _np

@@ -50,7 +50,7 @@ def multigammaln(a, d):
     """The log of the multivariate gamma function of dimension ``d`` (an int).
 
     >>> round(float(multigammaln(3.0, 2)), 6)
-    1.266342
+    1.550195
     """
     d = int(d)
     total = (d * (d - 1) * 0.25) * _math.log(_math.pi)   # a Python float keeps float32
