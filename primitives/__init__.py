@@ -17,4 +17,4 @@ stage and transform whole graphs, live with the transformations
 from fgrad.primitives import creation, elementwise, indexing, products, reductions, shape  # noqa: F401
 from fgrad.primitives import nn  # noqa: F401
 from fgrad.primitives import einsum, fft, linalg, special  # noqa: F401
-from fgrad.primitives import scipy_special  # noqa: F401
+from fgrad.primitives import scipy_linalg, scipy_special  # noqa: F401

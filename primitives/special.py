@@ -215,10 +215,12 @@ sqrtm_p.def_vjp(lambda ct, ans, a: cast_like(solve_sylvester(transpose(ans), tra
 sqrtm_p.def_jvp(lambda t, ans, a: solve_sylvester(ans, ans, t))
 
 
-def _per_example_rule(prim):
-    # scipy's solve_triangular, solve_sylvester and sqrtm take single matrices,
-    # so a batch is solved one example at a time, each a bound primitive (so
-    # the result differentiates), then stacked.
+def per_example_rule(prim):
+    """Give ``prim`` a vmap rule that binds it once per example and stacks.
+
+    scipy.linalg's functions take single matrices, so a batch is solved one
+    example at a time, each a bound primitive (so the result differentiates).
+    """
 
     def rule(args, dims, **params):
         size = axis_size(args, dims)
@@ -230,7 +232,7 @@ def _per_example_rule(prim):
 
 
 for _prim in (solve_triangular_p, sylvester_p, sqrtm_p):
-    _per_example_rule(_prim)
+    per_example_rule(_prim)
 
 
 def sqrtm(a):

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import fgrad.numpy as fnp
 import fgrad.scipy.linalg as fl
 import fgrad.scipy.special as fs
+from fgrad.primitives import scipy_linalg as _scipy_linalg
 from hypothesis.extra import numpy as hnp
 
 from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, values
@@ -124,3 +125,57 @@ SPECS["beta"] = hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_
 NONDIFF_SPECS["gammasgn"] = shapes(max_dims=2).flatmap(
     lambda s: arrays(s, values(-3.9, 3.9))).map(lambda x: (fs.gammasgn, ss.gammasgn, (x,)))
 import scipy_stats_specs  # noqa: E402,F401  (fgrad.scipy.stats)
+
+
+# scipy.linalg matrix functions (primitives/scipy_linalg.py): expm of any small
+# matrix, logm of a symmetric positive definite one (a real logarithm)
+SPECS["expm"] = st.integers(1, 3).flatmap(lambda n: arrays((n, n))).map(
+    lambda m: Case(lambda m: fl.expm(0.5 * m), (m,), lambda m: sl.expm(0.5 * m),
+                   tol=dict(atol=1e-4, rtol=1e-4)))
+SPECS["logm"] = st.integers(1, 3).flatmap(lambda n: arrays((n, n))).map(
+    lambda m: Case(lambda m: fl.logm(_spd(m)), (m,), lambda m: sl.logm(_spd(m)),
+                   tol=dict(atol=1e-4, rtol=1e-4), float32=False))
+
+
+@st.composite
+def _lu_case(draw):
+    # a diagonally dominated matrix (its pivots do not change under the finite
+    # differences); lu_solve reads the factor back, both transposes
+    n, trans, vector = draw(st.integers(1, 3)), draw(st.sampled_from([0, 1])), \
+        draw(st.booleans())
+    a, b = draw(_matrix(n, 2.5)), draw(arrays((n,) if vector else (n, 2)))
+    return Case(lambda a, b: fl.lu_solve(fl.lu_factor(a), b, trans=trans), (a, b),
+                lambda a, b: sl.lu_solve(sl.lu_factor(a), b, trans=trans),
+                tol=dict(atol=1e-4, rtol=1e-4))
+
+
+SPECS["lu_factor"] = st.integers(1, 3).flatmap(lambda n: _matrix(n, 2.5)).map(
+    lambda a: Case(lambda a: fl.lu_factor(a)[0], (a,), lambda a: sl.lu_factor(a)[0],
+                   tol=dict(atol=1e-4, rtol=1e-4)))
+SPECS["lu_solve"] = _lu_case()
+
+
+@st.composite
+def _banded_case(draw):
+    n, lower, upper = draw(st.integers(1, 4)), draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    ab = draw(arrays((lower + upper + 1, n)))
+    ab = ab + 3.0 * (np.arange(lower + upper + 1) == upper)[:, None]   # a strong diagonal
+    b = draw(arrays((n,)))
+    return Case(lambda ab, b: fl.solve_banded((lower, upper), ab, b), (ab, b),
+                lambda ab, b: sl.solve_banded((lower, upper), ab, b),
+                tol=dict(atol=1e-4, rtol=1e-4))
+
+
+SPECS["solve_banded"] = _banded_case()
+# the pivots: integers, no derivative (lu_factor holds them). A strong random
+# permutation in the matrix makes the pivoting do something.
+def _pivoted(n):
+    return st.tuples(arrays((n, n)), st.permutations(range(n))).map(
+        lambda mp: mp[0] + 4.0 * np.eye(n)[list(mp[1])])
+
+
+NONDIFF_SPECS["lu_pivots"] = st.integers(1, 4).flatmap(_pivoted).map(
+    lambda a: (lambda a: fl.lu_factor(a)[1], lambda a: sl.lu_factor(a)[1], (a,)))
+NONDIFF_SPECS["pivot_permutation"] = st.integers(1, 4).flatmap(_pivoted).map(
+    lambda a: (lambda a: _scipy_linalg.pivot_permutation(_scipy_linalg.lu_pivots(a)),
+               lambda a: sl.lu(a)[0].T.argmax(1), (a,)))
