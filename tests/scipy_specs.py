@@ -4,11 +4,13 @@ Imported by `linalg_specs.py`; values are compared with scipy's own functions.
 """
 import numpy as np
 import scipy.linalg as sl
+import scipy.signal as ssig
 import scipy.special as ss
 from hypothesis import strategies as st
 
 import fgrad.numpy as fnp
 import fgrad.scipy.linalg as fl
+import fgrad.scipy.signal as fsig
 import fgrad.scipy.special as fs
 from fgrad.primitives import scipy_linalg as _scipy_linalg
 from hypothesis.extra import numpy as hnp
@@ -179,3 +181,28 @@ NONDIFF_SPECS["lu_pivots"] = st.integers(1, 4).flatmap(_pivoted).map(
 NONDIFF_SPECS["pivot_permutation"] = st.integers(1, 4).flatmap(_pivoted).map(
     lambda a: (lambda a: _scipy_linalg.pivot_permutation(_scipy_linalg.lu_pivots(a)),
                lambda a: sl.lu(a)[0].T.argmax(1), (a,)))
+
+
+# scipy.signal: n-d convolve / correlate, every mode and method, and fftconvolve
+@st.composite
+def _signal_case(draw, name):
+    ndim = draw(st.integers(1, 2))
+    s1 = draw(st.tuples(*[st.integers(1, 4)] * ndim))
+    mode = draw(st.sampled_from(["full", "same", "valid"]))
+    s2 = draw(st.tuples(*[st.integers(1, 3)] * ndim))
+    if mode == "valid":                       # one input covers the other
+        s2 = tuple(min(a, b) for a, b in zip(s1, s2))
+        if draw(st.booleans()):
+            s1, s2 = s2, s1
+    a, b = draw(arrays(s1)), draw(arrays(s2))
+    if name == "fftconvolve":
+        return Case(lambda a, b: fsig.fftconvolve(a, b, mode), (a, b),
+                    lambda a, b: ssig.fftconvolve(a, b, mode), tol=dict(atol=1e-4, rtol=1e-4))
+    method = draw(st.sampled_from(["direct", "fft"]))
+    f, ref = getattr(fsig, name), getattr(ssig, name)
+    return Case(lambda a, b: f(a, b, mode, method), (a, b),
+                lambda a, b: ref(a, b, mode, method), tol=dict(atol=1e-4, rtol=1e-4))
+
+
+for _name in ("convolve", "correlate", "fftconvolve"):
+    SPECS[f"signal.{_name}"] = _signal_case(_name)
