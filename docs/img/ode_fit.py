@@ -52,7 +52,7 @@ def main(steps=150):
     ax.set_title("Fitting a damped oscillator with odeint and fgrad.optim.adam")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(OUT)
+    fig.savefig(OUT, metadata={"Date": None})      # reproducible: no timestamp
     print(f"wrote {OUT}; fitted k={float(params['k']):.3f}, c={float(params['c']):.3f}")
 
 
