@@ -33,6 +33,7 @@ from fgrad.core.errors import NNArgumentError as NNArgumentError
 from fgrad.core.errors import NonFiniteError as NonFiniteError
 from fgrad.core.errors import NonScalarOutputError as NonScalarOutputError
 from fgrad.core.errors import NumpyArgumentError as NumpyArgumentError
+from fgrad.core.errors import ScipyArgumentError as ScipyArgumentError
 from fgrad.core.errors import NumpyFunctionError as NumpyFunctionError
 from fgrad.core.errors import RetracingWarning as RetracingWarning
 from fgrad.core.errors import OptionalDependencyError as OptionalDependencyError

@@ -18,3 +18,4 @@ from fgrad.primitives import creation, elementwise, indexing, products, reductio
 from fgrad.primitives import nn  # noqa: F401
 from fgrad.primitives import einsum, fft, linalg, special  # noqa: F401
 from fgrad.primitives import eig, float_steps, search  # noqa: F401
+from fgrad.primitives import scipy_linalg, scipy_special  # noqa: F401

@@ -13,9 +13,8 @@ import numpy as np
 from fgrad.core.backend import array_module, scipy_module as backend_scipy_module
 from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
 
-from fgrad.primitives.base import broadcast_shapes
-from fgrad.primitives.batching import axis_size, broadcasting_batch_rule, move_axis, unary_batch_rule
-from fgrad.primitives.elementwise import cast_like, exp, log, log1p, unbroadcast
+from fgrad.primitives.batching import axis_size, move_axis, unary_batch_rule
+from fgrad.primitives.elementwise import cast_like, exp, unbroadcast
 from fgrad.primitives.products import matmul
 from fgrad.primitives.shape import transpose
 
@@ -216,10 +215,12 @@ sqrtm_p.def_vjp(lambda ct, ans, a: cast_like(solve_sylvester(transpose(ans), tra
 sqrtm_p.def_jvp(lambda t, ans, a: solve_sylvester(ans, ans, t))
 
 
-def _per_example_rule(prim):
-    # scipy's solve_triangular, solve_sylvester and sqrtm take single matrices,
-    # so a batch is solved one example at a time, each a bound primitive (so
-    # the result differentiates), then stacked.
+def per_example_rule(prim):
+    """Give ``prim`` a vmap rule that binds it once per example and stacks.
+
+    scipy.linalg's functions take single matrices, so a batch is solved one
+    example at a time, each a bound primitive (so the result differentiates).
+    """
 
     def rule(args, dims, **params):
         size = axis_size(args, dims)
@@ -231,66 +232,12 @@ def _per_example_rule(prim):
 
 
 for _prim in (solve_triangular_p, sylvester_p, sqrtm_p):
-    _per_example_rule(_prim)
+    per_example_rule(_prim)
 
 
 def sqrtm(a):
     """Principal square root of a matrix."""
     return sqrtm_p.bind(a)
-
-
-# -- regularized incomplete gamma and beta: derivatives in x only -------------------
-#
-# d/dx P(a, x) and d/dx I_x(a, b) are the gamma and beta densities. Their
-# derivatives in the shape parameters have no closed form (series of
-# hypergeometric terms); those arguments are declared without a rule, so asking
-# for them raises MissingRuleError naming the primitive and the argument.
-
-def _incomplete_abstract(*avals):
-    dtype = np.result_type(*(np.empty((), a.dtype) if not a.weak_type else 1.0
-                             for a in avals))
-    return ShapedArray(broadcast_shapes(*avals),
-                       dtype if dtype.kind == "f" else np.dtype(np.float64))
-
-
-def _incomplete(name, density):
-    def impl(*args):
-        out = getattr(scipy_module("special", *args), name)(*args)
-        dtype = _incomplete_abstract(*map(get_aval, args)).dtype
-        return out if out.dtype == dtype else out.astype(dtype)
-    prim = Primitive(name, impl, _incomplete_abstract, family=FAMILY)
-    nparams = {"gammainc": 1, "betainc": 2}[name]
-    prim.def_vjp(*[None] * nparams,
-                 lambda ct, ans, *args: unbroadcast(ct * density(*args), args[-1]),
-                 reads={0, 1, 2})
-    prim.def_jvp(*[None] * nparams, lambda t, ans, *args: t * density(*args))
-    prim.batch = broadcasting_batch_rule(prim)
-    return prim
-
-
-def _gamma_density(a, x):
-    return exp((a - 1) * log(x) - x - gammaln(a))
-
-
-def _beta_density(a, b, x):
-    return exp((a - 1) * log(x) + (b - 1) * log1p(-x)
-               - gammaln(a) - gammaln(b) + gammaln(a + b))
-
-
-gammainc_p = _incomplete("gammainc", _gamma_density)
-betainc_p = _incomplete("betainc", _beta_density)
-
-
-def gammainc(a, x):
-    """The regularized lower incomplete gamma function P(a, x) (x > 0);
-    differentiable in ``x``."""
-    return gammainc_p.bind(a, x)
-
-
-def betainc(a, b, x):
-    """The regularized incomplete beta function I_x(a, b) (0 < x < 1);
-    differentiable in ``x``."""
-    return betainc_p.bind(a, b, x)
 
 
 # Families use each other's functions in their rules; importing them last

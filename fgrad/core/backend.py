@@ -191,7 +191,13 @@ def scipy_module(xp, name):
     'scipy.special'
     """
     if xp is numpy:
-        return importlib.import_module(f"scipy.{name}")
+        try:
+            return importlib.import_module(f"scipy.{name}")
+        except ImportError:
+            raise ModuleNotFoundError(
+                f"this function is evaluated by scipy.{name}, and SciPy is not "
+                "installed: pip install 'fgrad[scipy]' (from a checkout: "
+                "pip install '.[scipy]')") from None
     for entry in _backends.values():
         if entry.module is xp and entry.scipy is not None:
             return importlib.import_module(f"{entry.scipy}.{name}")

@@ -215,3 +215,9 @@ for _cls in list(globals().values()):
             and _cls.__module__ == __name__:
         _cls.__module__ = "fgrad.errors"
 del _cls
+
+
+class ScipyArgumentError(FgradError, ValueError):
+    """An `fgrad.scipy` function got arguments SciPy would refuse too: a
+    covariance that is not positive semidefinite, or a singular one without
+    ``allow_singular=True``. The message says which and what to pass instead."""

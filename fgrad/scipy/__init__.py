@@ -1,8 +1,11 @@
 """scipy functions over fgrad primitives (the optional extra ``fgrad[scipy]``).
 
-``fgrad.scipy.special``, ``fgrad.scipy.stats`` and ``fgrad.scipy.linalg`` mirror
-their scipy namesakes and differentiate in both modes to any order. Their
-implementations call scipy, which runs on the CPU: CuPy arrays use
-``cupyx.scipy`` where it has the function, and fail otherwise.
+``fgrad.scipy.special``, ``fgrad.scipy.stats``, ``fgrad.scipy.linalg``,
+``fgrad.scipy.signal`` and ``fgrad.scipy.integrate`` mirror their SciPy
+namesakes and differentiate in both modes to any order (``integrate.odeint``:
+reverse mode, first order). Their implementations call SciPy, imported when a
+function is first used, which runs on the CPU: CuPy arrays use ``cupyx.scipy``
+where it has the function, and fail otherwise. What is not provided, and why,
+is `fgrad.scipy.not_provided.NOT_PROVIDED`.
 """
-from fgrad.scipy import linalg, special, stats  # noqa: F401
+from fgrad.scipy import integrate, linalg, signal, special, stats  # noqa: F401

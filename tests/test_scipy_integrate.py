@@ -1,0 +1,93 @@
+"""fgrad.scipy.integrate.odeint: SciPy's values, and adjoint gradients checked
+against finite differences and against differentiating a fixed-step RK4."""
+import numpy as np
+import pytest
+
+scipy_integrate = pytest.importorskip("scipy.integrate")
+
+import fgrad  # noqa: E402
+import fgrad.numpy as fnp  # noqa: E402
+from fgrad.scipy.integrate import odeint  # noqa: E402
+
+TOL = dict(rtol=1e-10, atol=1e-10)
+Y0, TS, K, C = np.array([1.0, 0.0]), np.array([0.0, 0.4, 1.1, 2.0, 3.0]), 2.0, 0.3
+
+
+def oscillator(y, t, k, c):
+    # a damped, driven oscillator: depends on t too, so dt gradients are tested
+    return fnp.stack([y[1], -k * y[0] - c * y[1] + 0.5 * fnp.sin(t)])
+
+
+def loss(y0, ts, k, c):
+    return fnp.sum(odeint(oscillator, y0, ts, args=(k, c), **TOL) ** 2)
+
+
+def _finite_difference(f, args, i, eps=1e-6):
+    base = np.asarray(args[i], dtype=float)
+    out = np.zeros(base.shape)
+    for idx in np.ndindex(base.shape):
+        step = np.zeros(base.shape)
+        step[idx] = eps
+        hi, lo = list(args), list(args)
+        hi[i], lo[i] = base + step, base - step
+        out[idx] = (f(*hi) - f(*lo)) / (2 * eps)
+    return out
+
+
+def _rk4(y0, ts, k, c, substeps=200):
+    # discretise-then-differentiate reference: fgrad differentiates the steps
+    ys, y = [y0], y0
+    for t0, t1 in zip(ts[:-1], ts[1:]):
+        h = (t1 - t0) / substeps
+        for j in range(substeps):
+            s = t0 + j * h
+            k1 = oscillator(y, s, k, c)
+            k2 = oscillator(y + 0.5 * h * k1, s + 0.5 * h, k, c)
+            k3 = oscillator(y + 0.5 * h * k2, s + 0.5 * h, k, c)
+            k4 = oscillator(y + h * k3, s + h, k, c)
+            y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        ys.append(y)
+    return fnp.sum(fnp.stack(ys) ** 2)
+
+
+def test_values_are_scipys():
+    ours = odeint(oscillator, Y0, TS, args=(K, C))
+    theirs = scipy_integrate.odeint(lambda y, t: np.asarray(oscillator(y, t, K, C)), Y0, TS)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_adjoint_gradients_match_finite_differences():
+    args = (Y0, TS, K, C)
+    grads = fgrad.grad(loss, argnums=(0, 1, 2, 3))(*args)
+    for i, g in enumerate(grads):
+        np.testing.assert_allclose(g, _finite_difference(loss, args, i), rtol=1e-5, atol=1e-6)
+
+
+def test_adjoint_gradients_match_differentiating_rk4_steps():
+    adjoint = fgrad.grad(loss, argnums=(0, 2, 3))(Y0, TS, K, C)
+    steps = fgrad.grad(lambda y0, k, c: _rk4(y0, TS, k, c), argnums=(0, 1, 2))(Y0, K, C)
+    for a, b in zip(adjoint, steps):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+
+
+def test_tfirst_and_scalar_state():
+    ys = odeint(lambda t, y, r: -r * y + t, 1.0, np.array([0.0, 1.0]), args=(0.7,),
+                tfirst=True, **TOL)
+    want = scipy_integrate.odeint(lambda y, t: -0.7 * y + t, 1.0, [0.0, 1.0], **TOL)
+    np.testing.assert_allclose(ys, want, rtol=1e-9)
+    g = fgrad.grad(lambda r: odeint(lambda t, y, r: -r * y, 1.0, np.array([0.0, 1.0]),
+                                    args=(r,), tfirst=True, **TOL)[-1, 0])(0.7)
+    np.testing.assert_allclose(g, -np.exp(-0.7), rtol=1e-7)
+
+
+def test_second_order_and_forward_mode_are_refused_not_zero():
+    with pytest.raises(fgrad.errors.MissingRuleError, match="differentiates once"):
+        fgrad.grad(fgrad.grad(lambda k: loss(Y0, TS, k, C)))(K)
+    with pytest.raises(fgrad.errors.CustomRuleError, match="'odeint', which only defines a "
+                                                           "reverse rule"):
+        fgrad.jvp(lambda k: loss(Y0, TS, k, C), (K,), (1.0,))
+
+
+def test_options_it_cannot_honour_are_refused():
+    with pytest.raises(fgrad.errors.ScipyArgumentError, match="full_output is not supported"):
+        odeint(oscillator, Y0, TS, args=(K, C), full_output=True)
