@@ -167,6 +167,22 @@ def test_values_read_outside_the_group_are_written_out():
 
 
 @fused_only
+def test_a_reduction_read_before_the_next_one_ends_the_kernel_there():
+    # the kernel stands where its last reduction stood: a reduction whose value
+    # is read before a later one must not be moved past that reader
+    def f(x, c):
+        u = fnp.sin(x)
+        v, w = u * 2.0, fnp.exp(u) * 3.0
+        first = fnp.stack([fnp.sum(v), c])       # not fusable: stays between the sums
+        return fnp.max(first) + fnp.sum(w)
+    x, c = np.linspace(0, 1, 8), np.array(2.0)
+    _same(fgrad.jit(f)(x, c), _unfused(f, x, c))
+    grads = fgrad.jit(fgrad.grad(f, argnums=(0, 1)))(x, c)
+    for got, want in zip(grads, fgrad.grad(f, argnums=(0, 1))(x, c)):
+        _same(got, want)
+
+
+@fused_only
 def test_kernels_release_the_gil_and_are_cached_by_source():
     x = np.linspace(0, 1, 9)
     (a,) = _kernels(fgrad.jit(lambda x: fnp.exp(fnp.sin(x))), x)
