@@ -1,4 +1,7 @@
 """Fused CPU kernels under jit (numba): NumPy's semantics, the fallback, bad input."""
+import json
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -251,3 +254,22 @@ def test_fusion_off_gives_exactly_the_numpy_code(monkeypatch):
     split = entry.graph.compiled[("vjp split", (True,))]
     assert all(not cpu_fusion.cpu_kernels(c) for graph in split._seeded.values()
                for key, c in graph.compiled.items() if isinstance(key, tuple))
+
+
+def test_without_numba_installed_jit_runs_the_numpy_code():
+    # a fresh interpreter in which numba cannot be imported, as after
+    # pip install fgrad without the jit extra
+    code = ("import sys, json; sys.modules['numba'] = None\n"
+            "import numpy as np, fgrad, fgrad.numpy as fnp\n"
+            "from fgrad.compiler import cpu_fusion\n"
+            "f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) * 2.0 + x))\n"
+            "x = np.linspace(0, 1, 5)\n"
+            "print(json.dumps([cpu_fusion.enabled(), len(f.lower(x).kernels),\n"
+            "                  float(f(x)), fgrad.jit(fgrad.grad(f))(x).tolist()]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    enabled, n_kernels, value, grad = json.loads(out)
+    assert not enabled and n_kernels == 0
+    x = np.linspace(0, 1, 5)
+    np.testing.assert_allclose(value, np.sum(np.sin(x) * 2.0 + x), rtol=1e-15)
+    np.testing.assert_allclose(grad, 2 * np.cos(x) + 1, rtol=1e-15)
