@@ -304,8 +304,8 @@ MEMORY_LIMIT = 250e6               # bytes per worker; the zarr data is several 
 def client():
     if dask is None:
         pytest.skip("needs pip install 'fgrad[dask]'")
-    # the losses defined here travel to the workers by value (pytest imports this
-    # file under a name the workers cannot import)
+    # the functions defined here travel to the workers by value: pytest imports
+    # this file as ``tests.test_dask``, a name the workers cannot import
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     # numba's compiler costs a worker ~150 MiB once it compiles a fused kernel,
     # more than these deliberately small workers have: the compiled path has its
@@ -315,6 +315,26 @@ def client():
                       env={"FGRAD_JIT_FUSE": "0"}) as cluster, \
             Client(cluster) as client:
         yield client
+
+
+class _ByValue:
+    """A function of this module, pickled by value wherever it is nested.
+
+    Dask pickles the graph with the standard pickler first, which writes a
+    module-level function as a reference to its module; only a function that
+    standard pickle refuses (a local one, a lambda) goes through cloudpickle. A
+    loss shipped inside the graph from here goes through this wrapper instead,
+    which unpickles to the bare function on the worker.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __reduce__(self):
+        return cloudpickle.loads, (cloudpickle.dumps(self.fn),)
 
 
 def _count_traces(params, X, y):
@@ -328,7 +348,7 @@ def _count_traces(params, X, y):
 def test_a_cluster_gives_the_exact_gradient_on_both_workers(client):
     X, y = _data(rows=400)
     Xd, yd = [a.persist() for a in _chunked(X, y, (30,) * 13 + (10,))]
-    g = fdask.value_and_grad(_count_traces)
+    g = fdask.value_and_grad(_ByValue(_count_traces))
     with get_task_stream(client) as stream:
         for _ in range(3):
             value, grads = g(PARAMS, Xd, yd)
@@ -373,7 +393,7 @@ def test_data_on_disk_larger_than_the_workers_memory(client, tmp_path):
     X, y = da.from_zarr(str(tmp_path / "X.zarr")), da.from_zarr(str(tmp_path / "y.zarr"))
     pids_before = client.run(os.getpid)
     params = {"w": np.linspace(-0.1, 0.1, features), "b": (np.array(0.2),)}
-    grads = fdask.grad(logistic)(params, X, y)
+    grads = fdask.grad(_ByValue(logistic))(params, X, y)
     _assert_tree_close(grads, fgrad.grad(logistic)(params, block_X, block_y))
     assert client.run(os.getpid) == pids_before           # no worker was restarted
     if not os.path.exists("/proc/self/status"):
