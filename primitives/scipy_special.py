@@ -19,7 +19,7 @@ import numpy as np
 from fgrad.core.errors import MissingRuleError
 from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
 
-from fgrad.primitives.base import broadcast_shapes
+from fgrad.primitives.base import broadcast_shapes, dummy
 from fgrad.primitives.batching import broadcasting_batch_rule
 from fgrad.primitives.elementwise import absolute, exp, log, log1p, rebroadcast, sign, unbroadcast
 from fgrad.primitives.special import digamma, gammaln, scipy_module
@@ -30,8 +30,7 @@ _SQRT_PI = math.sqrt(math.pi)
 
 
 def _float_result(*avals):
-    dtype = np.result_type(*(np.empty((), a.dtype) if not a.weak_type else 1.0
-                             for a in avals))
+    dtype = np.result_type(*(dummy(a) for a in avals))
     return ShapedArray(broadcast_shapes(*avals),
                        dtype if dtype.kind == "f" else np.dtype(np.float64))
 

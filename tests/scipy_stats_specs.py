@@ -72,8 +72,9 @@ for _dist, (_args, _entropy_args) in ARGS.items():
 
 def _spd(a):
     # a well-conditioned covariance from any square matrix, in the data's namespace
-    eye = fnp.eye(a.shape[-1], dtype=a.dtype) if not isinstance(a, np.ndarray) \
-        else np.eye(a.shape[-1], dtype=a.dtype)
+    eye = np.eye(a.shape[-1], dtype=a.dtype)
+    if not isinstance(a, np.ndarray):
+        eye = fnp.asarray(eye, like=a)
     return 0.3 * (a @ a.T) + eye
 
 

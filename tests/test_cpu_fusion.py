@@ -1,4 +1,7 @@
 """Fused CPU kernels under jit (numba): NumPy's semantics, the fallback, bad input."""
+import json
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -167,6 +170,22 @@ def test_values_read_outside_the_group_are_written_out():
 
 
 @fused_only
+def test_a_reduction_read_before_the_next_one_ends_the_kernel_there():
+    # the kernel stands where its last reduction stood: a reduction whose value
+    # is read before a later one must not be moved past that reader
+    def f(x, c):
+        u = fnp.sin(x)
+        v, w = u * 2.0, fnp.exp(u) * 3.0
+        first = fnp.stack([fnp.sum(v), c])       # not fusable: stays between the sums
+        return fnp.max(first) + fnp.sum(w)
+    x, c = np.linspace(0, 1, 8), np.array(2.0)
+    _same(fgrad.jit(f)(x, c), _unfused(f, x, c))
+    grads = fgrad.jit(fgrad.grad(f, argnums=(0, 1)))(x, c)
+    for got, want in zip(grads, fgrad.grad(f, argnums=(0, 1))(x, c)):
+        _same(got, want)
+
+
+@fused_only
 def test_kernels_release_the_gil_and_are_cached_by_source():
     x = np.linspace(0, 1, 9)
     (a,) = _kernels(fgrad.jit(lambda x: fnp.exp(fnp.sin(x))), x)
@@ -235,3 +254,22 @@ def test_fusion_off_gives_exactly_the_numpy_code(monkeypatch):
     split = entry.graph.compiled[("vjp split", (True,))]
     assert all(not cpu_fusion.cpu_kernels(c) for graph in split._seeded.values()
                for key, c in graph.compiled.items() if isinstance(key, tuple))
+
+
+def test_without_numba_installed_jit_runs_the_numpy_code():
+    # a fresh interpreter in which numba cannot be imported, as after
+    # pip install fgrad without the jit extra
+    code = ("import sys, json; sys.modules['numba'] = None\n"
+            "import numpy as np, fgrad, fgrad.numpy as fnp\n"
+            "from fgrad.compiler import cpu_fusion\n"
+            "f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) * 2.0 + x))\n"
+            "x = np.linspace(0, 1, 5)\n"
+            "print(json.dumps([cpu_fusion.enabled(), len(f.lower(x).kernels),\n"
+            "                  float(f(x)), fgrad.jit(fgrad.grad(f))(x).tolist()]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    enabled, n_kernels, value, grad = json.loads(out)
+    assert not enabled and n_kernels == 0
+    x = np.linspace(0, 1, 5)
+    np.testing.assert_allclose(value, np.sum(np.sin(x) * 2.0 + x), rtol=1e-15)
+    np.testing.assert_allclose(grad, 2 * np.cos(x) + 1, rtol=1e-15)

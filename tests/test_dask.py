@@ -328,8 +328,12 @@ def client():
     # the losses defined here travel to the workers by value (pytest imports this
     # file under a name the workers cannot import)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    # numba's compiler costs a worker ~150 MiB once it compiles a fused kernel,
+    # more than these deliberately small workers have: the compiled path has its
+    # own tests; these are about the cluster
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      memory_limit=MEMORY_LIMIT, dashboard_address=None) as cluster, \
+                      memory_limit=MEMORY_LIMIT, dashboard_address=None,
+                      env={"FGRAD_JIT_FUSE": "0"}) as cluster, \
             Client(cluster) as client:
         yield client
 

@@ -64,6 +64,9 @@ ALLOWED = {
     ("fgrad/numpy/_arrays.py", "size"): "metadata: NumPy reads .size/.shape only",
     ("fgrad/numpy/_arrays.py", "isscalar"): "metadata: a type check",
     ("fgrad/numpy/_arrays.py", "iscomplexobj"): "metadata: NumPy reads .dtype only",
+    ("primitives/scipy_linalg.py", "_permutation_impl"):
+        "LAPACK's pivots (n integers) applied as sequential swaps on the host; "
+        "the permutation goes back to the pivots' device",
     ("fgrad/numpy/_signal.py", "_full_convolution"):
         "the sliding-window index array, from static lengths (copied to the "
         "device by the gather, like a user's index)",

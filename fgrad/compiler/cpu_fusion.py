@@ -274,8 +274,11 @@ def _attach_reductions(graph, groups):
                              if r > last and _reduction_of(graph.eqns[r], shape)})
         reductions = []
         for r in candidates:
+            # the kernel takes the place of its last reduction: nothing before
+            # that may read the group or a reduction already attached to it
+            read = outs | {graph.eqns[k].outvars[0] for k in reductions}
             between = any(last < k < r and k not in reductions
-                          for v in outs for k in readers_at[v])
+                          for v in read for k in readers_at[v])
             if between:
                 break
             reductions.append(r)

@@ -24,6 +24,16 @@ def user_source():
     return None
 
 
+def user_stacklevel():
+    """The ``stacklevel`` that points a warning issued by the caller at the
+    user's line, however many of fgrad's frames lie between."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (frame.f_code.co_filename.startswith(FGRAD_DIR)
+                                 or frame.f_code.co_filename.startswith(PRIMITIVES_DIR)):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def describe_source(source):
     """``source`` (from `user_source`) as ``file:line: `code```, for messages."""
     if source is None:

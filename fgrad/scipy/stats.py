@@ -27,6 +27,7 @@ from types import SimpleNamespace as _Namespace
 import numpy as _np
 
 import fgrad.numpy as _fnp
+from fgrad.backend import device_put as _device_put
 from fgrad.core.errors import BatchedConversionError as _BatchedConversionError
 from fgrad.core.errors import ConcretizationError as _ConcretizationError
 from fgrad.core.errors import ScipyArgumentError as _ScipyArgumentError
@@ -387,7 +388,7 @@ def _known(x):
             x = x.concrete()
     except (_ConcretizationError, _BatchedConversionError):
         return None
-    return _np.asarray(x)
+    return _device_put(x, "cpu")             # the check reads it on the host
 
 
 def _check_covariance(s, eps, allow_singular):
@@ -434,7 +435,7 @@ def _mvn_parts(x, mean, cov, allow_singular):
     dev = x if mean is None else x - mean
     cov_ndim = _get_aval(cov).ndim
     if cov_ndim == 0:
-        cov = cov * _fnp.eye(k, dtype=_get_aval(dev).dtype)
+        cov = cov * _fnp.asarray(_np.eye(k, dtype=_get_aval(dev).dtype), like=cov)
     elif cov_ndim == 1:
         cov = _fnp.diag(cov)
     s, u = _la.eigh(_stop_gradient(cov))
@@ -454,7 +455,7 @@ def _mvn_parts(x, mean, cov, allow_singular):
     maha = _fnp.sum(z * z / safe_s, -1)
     # the smooth forms: m = u^T cov u on the kept block (identity elsewhere)
     kept2 = _fnp.logical_and(keep[..., :, None], keep[..., None, :])
-    eye = _fnp.eye(k, dtype=_get_aval(s).dtype)
+    eye = _fnp.asarray(_np.eye(k, dtype=_get_aval(s).dtype), like=s)
     m = _where(kept2, _fnp.matmul(_fnp.swapaxes(u, -1, -2), _fnp.matmul(cov, u)), eye)
     smooth_logdet = _la.slogdet(m)[1]
     rows = _fnp.reshape(z, (-1, k))                      # every sample a row
@@ -473,7 +474,8 @@ def _mvn_logpdf(x, mean=None, cov=1, allow_singular=False):
 
 def _mvn_entropy(mean=None, cov=1):
     # SciPy's entropy accepts a singular covariance (its pseudo-determinant)
-    zeros = _fnp.zeros(_mvn_dimension(mean, cov), _get_aval(cov).dtype)
+    zeros = _fnp.asarray(_np.zeros(_mvn_dimension(mean, cov), _get_aval(cov).dtype),
+                         like=cov)
     rank, log_pdet, _, _ = _mvn_parts(zeros, mean, cov, True)
     return 0.5 * (rank * (1.0 + _LOG_2PI) + log_pdet)
 

@@ -58,6 +58,7 @@ from fgrad.interpreters.batching import batch_graph
 from fgrad.interpreters.nan_checking import run_checked
 from fgrad.interpreters.reverse import ReverseTrace, ReverseTracer
 from fgrad.interpreters.staging import eval_graph, gc_paused, shaped, stage
+from fgrad.interpreters.sources import user_stacklevel
 from fgrad.primitives.batching import axis_size
 from fgrad.primitives.creation import zeros_like
 from fgrad.transforms.differentiation import jvp, vjp
@@ -610,7 +611,7 @@ class JitFunction:
                     "structure or static value stages and compiles it again. Keep "
                     "shapes fixed (pad batches), or pass jit(f, max_traces=N) to make "
                     "retracing an error (and silence this warning).",
-                    RetracingWarning, stacklevel=3)
+                    RetracingWarning, stacklevel=user_stacklevel())
         elif self.max_traces is not None and self.max_traces < 1:
             raise TraceLimitError(f"{self.__name__} has max_traces={self.max_traces}, "
                                   "so it may not be traced at all.")
