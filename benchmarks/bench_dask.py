@@ -151,6 +151,7 @@ def speed(repeats):
             "mlp cluster-1": mlp_one, "mlp cluster-2": mlp_two}, repeats)
         peaks = {1: sorted(client_1.run(_peak_rss_mb).values()),
                  2: sorted(client_2.run(_peak_rss_mb).values())}
+        memory = _memory_check(client_2, repeats)
         streams = {(1, "logistic"): _task_stream_figures(client_1, one, repeats),
                    (2, "logistic"): _task_stream_figures(client_2, two, repeats),
                    (1, "mlp"): _task_stream_figures(client_1, mlp_one, repeats),
@@ -172,12 +173,18 @@ def speed(repeats):
               + ", ".join(f"{mb:.0f} MB" for mb in p))
     print(f"\nThe task stream of {repeats} more calls per cluster (medians over the calls):\n")
     print("| loss | workers | chunk tasks per worker | compute per chunk | overlap | "
-          "before the first chunk | after the last chunk | bytes between workers |\n"
-          "|---|---|---|---|---|---|---|---|")
+          "CPU / chunk time | before the first chunk | after the last chunk | "
+          "bytes between workers |\n|---|---|---|---|---|---|---|---|---|")
     for (n, loss), f in streams.items():
         print(f"| {loss} | {n} | {f['per_worker']} | {f['per_chunk'] * 1e3:.1f} ms | "
-              f"{f['overlap']:.2f} | {f['head'] * 1e3:.1f} ms | {f['tail'] * 1e3:.1f} ms | "
+              f"{f['overlap']:.2f} | {f['on_core']:.2f} | {f['head'] * 1e3:.1f} ms | "
+              f"{f['tail'] * 1e3:.1f} ms | "
               f"{f['transferred']:.0f} |")
+    print("\nThe same arithmetic outside Dask, on the 2-worker cluster's workers: one "
+          "worker alone, then both at once:\n")
+    for kernel, (alone, both) in memory.items():
+        print(f"{kernel}: {alone * 1e3:.1f} ms alone, {both * 1e3:.1f} ms each with both "
+              f"({both / alone:.2f}x; together {2 * alone / both:.2f}x the work of one)")
     # Amdahl: the chunks' compute divides among the workers, the time outside
     # the chunk tasks does not; with each chunk at its 1-worker speed
     n_chunks = ROWS // CHUNK
@@ -189,19 +196,56 @@ def speed(repeats):
               f"{ideal_1 * 1e3:.0f} ms vs {ideal_2 * 1e3:.0f} ms, {ideal_1 / ideal_2:.2f}x")
 
 
+def _memory_check(client, repeats):
+    """{kernel: (seconds alone, seconds with both workers at once)}, medians over
+    ``repeats`` turns of `_kernel_seconds` on one worker, then on both."""
+    first = min(client.scheduler_info()["workers"])
+    alone, both = [], []
+    for _ in range(repeats):
+        alone.append(client.run(_kernel_seconds, workers=[first])[first])
+        both.extend(client.run(_kernel_seconds).values())
+    return {kernel: (statistics.median(a[kernel] for a in alone),
+                     statistics.median(b[kernel] for b in both))
+            for kernel in ("streaming", "in cache")}
+
+
+def _kernel_seconds(seconds=1.0):
+    """Median seconds of two kernels taken in turn for ``seconds``, so that any
+    load hits both alike: a chunk's gradient arithmetic (``X.T @ tanh(X @ w)``)
+    streaming a chunk of the benchmark's size from memory, and the same flops
+    on a block that stays in the core's cache."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal(FEATURES)
+    big, small = rng.standard_normal((CHUNK, FEATURES)), rng.standard_normal((500, FEATURES))
+    kernels = {"streaming": lambda: big.T @ np.tanh(big @ w),
+               "in cache": lambda: [small.T @ np.tanh(small @ w) for _ in range(CHUNK // 500)]}
+    times = {name: [] for name in kernels}
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        for name, kernel in kernels.items():
+            start = time.perf_counter()
+            kernel()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def _task_stream_figures(client, call, repeats):
     """What the task stream says of ``repeats`` calls, each figure the median
     over the calls: chunk tasks per worker, compute seconds per chunk task, the
     overlap (compute seconds of all chunk tasks over the time from the first
     one's start to the last one's end: 2.0 is two workers always busy), the
-    seconds from the call to the first chunk task and from the last one to the
-    result, and the bytes fetched from worker to worker."""
+    workers' CPU seconds over their chunk tasks' seconds (near 1: a worker in a
+    chunk task held a core, stalled on memory or not; well below 1: it waited
+    for a core), the seconds from the call to the first chunk task and from the
+    last one to the result, and the bytes fetched from worker to worker."""
     figures = collections.defaultdict(list)
     for _ in range(repeats):
+        cpu_before = client.run(time.process_time)
         with get_task_stream(client) as stream:
             start = time.time()
             call()
             stop = time.time()
+        cpu = sum(client.run(time.process_time).values()) - sum(cpu_before.values())
         computes = [(task["worker"], s["start"], s["stop"]) for task in stream.data
                     if "fgrad-grad-chunk" in str(task["key"])
                     for s in task["startstops"] if s["action"] == "compute"]
@@ -210,6 +254,7 @@ def _task_stream_figures(client, call, repeats):
             collections.Counter(c[0] for c in computes).values(), reverse=True)))
         figures["per_chunk"].append(statistics.median(c[2] - c[1] for c in computes))
         figures["overlap"].append(sum(c[2] - c[1] for c in computes) / (last - first))
+        figures["on_core"].append(cpu / sum(c[2] - c[1] for c in computes))
         figures["head"].append(first - start)
         figures["tail"].append(stop - last)
         figures["transferred"].append(sum(client.run(_bytes_fetched_since, start).values()))
