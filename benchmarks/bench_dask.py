@@ -43,6 +43,7 @@ except ImportError as err:      # a benchmark of fgrad.dask has nothing to run w
 
 ROWS, FEATURES, CHUNK = 10 ** 6, 64, 10 ** 5
 FULL_ROWS, FULL_FEATURES, FULL_CHUNK = 10 ** 7, 16, 250_000
+HIDDEN = 64
 
 
 def logistic(params, X, y):
@@ -52,6 +53,13 @@ def logistic(params, X, y):
 
 def _params(features):
     return {"w": np.zeros(features), "b": np.zeros(())}
+
+
+def mlp(params, X, y):
+    """A loss with many flops per byte of data: a hidden layer of HIDDEN units."""
+    h = fnp.tanh(X @ params["W"] + params["c"])
+    z = h @ params["w"] + params["b"]
+    return fnp.mean(fnp.logaddexp(0.0, z) - y * z)
 
 
 def _interleaved_seconds(calls, repeats):
@@ -87,11 +95,16 @@ def _peak_rss_mb():
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
-def _fresh_params(features):
+def _fresh_params(features, hidden=None):
     """New parameters per call: the same ones would give the same Dask keys, and
-    a cluster may answer from the previous call's results."""
+    a cluster may answer from the previous call's results. With ``hidden``, the
+    parameters of `mlp`."""
     step = itertools.count()
-    return lambda: {"w": np.full(features, 1e-3 * next(step)), "b": np.zeros(())}
+    if hidden is None:
+        return lambda: {"w": np.full(features, 1e-3 * next(step)), "b": np.zeros(())}
+    W = np.random.default_rng(0).standard_normal((features, hidden)) / np.sqrt(features)
+    return lambda: {"W": W * (1 + 1e-3 * next(step)), "c": np.zeros(hidden),
+                    "w": np.full(hidden, 0.1), "b": np.zeros(())}
 
 
 def _on_cluster(stack, n_workers, memory_limit="2GB"):
@@ -102,12 +115,16 @@ def _on_cluster(stack, n_workers, memory_limit="2GB"):
         memory_limit=memory_limit, dashboard_address=None))
     client = stack.enter_context(Client(cluster, set_as_default=False))
     X, y = client.persist(list(_dataset(ROWS, FEATURES, CHUNK)))
-    g, params = fdask.value_and_grad(logistic), _fresh_params(FEATURES)
 
-    def call():
-        with dask.config.set(scheduler=client.get):
-            return g(params(), X, y)
-    return call, client
+    def caller(loss, params):
+        g = fdask.value_and_grad(loss)
+
+        def call():
+            with dask.config.set(scheduler=client.get):
+                return g(params(), X, y)
+        return call
+    return (caller(logistic, _fresh_params(FEATURES)),
+            caller(mlp, _fresh_params(FEATURES, HIDDEN)), client)
 
 
 def speed(repeats):
@@ -126,45 +143,128 @@ def speed(repeats):
     ref = eager(params, X, y)
     assert np.allclose(check[1]["w"], ref[1]["w"], rtol=1e-12, atol=0)
     with contextlib.ExitStack() as stack:
-        one, client_1 = _on_cluster(stack, 1)
-        two, client_2 = _on_cluster(stack, 2)
+        one, mlp_one, client_1 = _on_cluster(stack, 1)
+        two, mlp_two, client_2 = _on_cluster(stack, 2)
         rows = _interleaved_seconds({
             "floor": lambda: eager(params, X, y), "floor-jit": lambda: jitted(params, X, y),
-            "threads": threads, "cluster-1": one, "cluster-2": two}, repeats)
+            "threads": threads, "cluster-1": one, "cluster-2": two,
+            "mlp cluster-1": mlp_one, "mlp cluster-2": mlp_two}, repeats)
         peaks = {1: sorted(client_1.run(_peak_rss_mb).values()),
                  2: sorted(client_2.run(_peak_rss_mb).values())}
-        busy = {1: _chunk_seconds_per_worker(client_1, one),
-                2: _chunk_seconds_per_worker(client_2, two)}
+        memory = _memory_check(client_2, repeats)
+        streams = {(1, "logistic"): _task_stream_figures(client_1, one, repeats),
+                   (2, "logistic"): _task_stream_figures(client_2, two, repeats),
+                   (1, "mlp"): _task_stream_figures(client_1, mlp_one, repeats),
+                   (2, "mlp"): _task_stream_figures(client_2, mlp_two, repeats)}
     floor = rows["floor"][0]
     print(f"\n{ROWS:.0e} x {FEATURES} float64 ({ROWS * FEATURES * 8 / 1e6:.0f} MB), "
           f"chunks of {CHUNK:.0e} rows, {os.cpu_count()} cores, {repeats} repeats "
-          f"interleaved\n")
+          f"interleaved, load average {os.getloadavg()[0]:.1f}\n")
     print("| row | median | best | median vs floor |\n|---|---|---|---|")
     for name, (median, best) in rows.items():
         print(f"| {name} | {median * 1e3:.0f} ms | {best * 1e3:.0f} ms | "
               f"{median / floor:.2f}x |")
-    print(f"\n2 workers vs 1: {rows['cluster-1'][0] / rows['cluster-2'][0]:.2f}x faster "
-          f"(best: {rows['cluster-1'][1] / rows['cluster-2'][1]:.2f}x)")
+    for loss in ("", "mlp "):
+        one, two = rows[f"{loss}cluster-1"], rows[f"{loss}cluster-2"]
+        print(f"\n{loss or 'logistic '}2 workers vs 1: {one[0] / two[0]:.2f}x faster "
+              f"(best: {one[1] / two[1]:.2f}x)")
     for n, p in peaks.items():
         print(f"peak RSS per worker, {n} worker(s) holding the data: "
               + ", ".join(f"{mb:.0f} MB" for mb in p))
-    for n, (wall, seconds) in busy.items():
-        print(f"one call on {n} worker(s): {wall * 1e3:.0f} ms wall, chunk tasks computing "
-              + ", ".join(f"{s * 1e3:.0f} ms" for s in seconds) + " per worker")
+    print(f"\nThe task stream of {repeats} more calls per cluster (medians over the calls):\n")
+    print("| loss | workers | chunk tasks per worker | compute per chunk | overlap | "
+          "CPU / chunk time | before the first chunk | after the last chunk | "
+          "bytes between workers |\n|---|---|---|---|---|---|---|---|---|")
+    for (n, loss), f in streams.items():
+        print(f"| {loss} | {n} | {f['per_worker']} | {f['per_chunk'] * 1e3:.1f} ms | "
+              f"{f['overlap']:.2f} | {f['on_core']:.2f} | {f['head'] * 1e3:.1f} ms | "
+              f"{f['tail'] * 1e3:.1f} ms | "
+              f"{f['transferred']:.0f} |")
+    print("\nThe same arithmetic outside Dask, on the 2-worker cluster's workers: one "
+          "worker alone, then both at once:\n")
+    for kernel, (alone, both) in memory.items():
+        print(f"{kernel}: {alone * 1e3:.1f} ms alone, {both * 1e3:.1f} ms each with both "
+              f"({both / alone:.2f}x; together {2 * alone / both:.2f}x the work of one)")
+    # Amdahl: the chunks' compute divides among the workers, the time outside
+    # the chunk tasks does not; with each chunk at its 1-worker speed
+    n_chunks = ROWS // CHUNK
+    for loss in ("logistic", "mlp"):
+        one, two = streams[1, loss], streams[2, loss]
+        ideal_1 = one["head"] + one["tail"] + n_chunks * one["per_chunk"]
+        ideal_2 = two["head"] + two["tail"] + -(-n_chunks // 2) * one["per_chunk"]
+        print(f"{loss}, if two workers computed a chunk as fast as one does: "
+              f"{ideal_1 * 1e3:.0f} ms vs {ideal_2 * 1e3:.0f} ms, {ideal_1 / ideal_2:.2f}x")
 
 
-def _chunk_seconds_per_worker(client, call):
-    """(wall seconds of one call, seconds each worker spent in chunk tasks)."""
-    with get_task_stream(client) as stream:
-        start = time.perf_counter()
-        call()
-        wall = time.perf_counter() - start
-    seconds = collections.Counter()
-    for task in stream.data:
-        if "fgrad-grad-chunk" in str(task["key"]):
-            seconds[task["worker"]] += sum(s["stop"] - s["start"] for s in task["startstops"]
-                                           if s["action"] == "compute")
-    return wall, sorted(seconds.values())
+def _memory_check(client, repeats):
+    """{kernel: (seconds alone, seconds with both workers at once)}, medians over
+    ``repeats`` turns of `_kernel_seconds` on one worker, then on both."""
+    first = min(client.scheduler_info()["workers"])
+    alone, both = [], []
+    for _ in range(repeats):
+        alone.append(client.run(_kernel_seconds, workers=[first])[first])
+        both.extend(client.run(_kernel_seconds).values())
+    return {kernel: (statistics.median(a[kernel] for a in alone),
+                     statistics.median(b[kernel] for b in both))
+            for kernel in ("streaming", "in cache")}
+
+
+def _kernel_seconds(seconds=1.0):
+    """Median seconds of two kernels taken in turn for ``seconds``, so that any
+    load hits both alike: a chunk's gradient arithmetic (``X.T @ tanh(X @ w)``)
+    streaming a chunk of the benchmark's size from memory, and the same flops
+    on a block that stays in the core's cache."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal(FEATURES)
+    big, small = rng.standard_normal((CHUNK, FEATURES)), rng.standard_normal((500, FEATURES))
+    kernels = {"streaming": lambda: big.T @ np.tanh(big @ w),
+               "in cache": lambda: [small.T @ np.tanh(small @ w) for _ in range(CHUNK // 500)]}
+    times = {name: [] for name in kernels}
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        for name, kernel in kernels.items():
+            start = time.perf_counter()
+            kernel()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _task_stream_figures(client, call, repeats):
+    """What the task stream says of ``repeats`` calls, each figure the median
+    over the calls: chunk tasks per worker, compute seconds per chunk task, the
+    overlap (compute seconds of all chunk tasks over the time from the first
+    one's start to the last one's end: 2.0 is two workers always busy), the
+    workers' CPU seconds over their chunk tasks' seconds (near 1: a worker in a
+    chunk task held a core, stalled on memory or not; well below 1: it waited
+    for a core), the seconds from the call to the first chunk task and from the
+    last one to the result, and the bytes fetched from worker to worker."""
+    figures = collections.defaultdict(list)
+    for _ in range(repeats):
+        cpu_before = client.run(time.process_time)
+        with get_task_stream(client) as stream:
+            start = time.time()
+            call()
+            stop = time.time()
+        cpu = sum(client.run(time.process_time).values()) - sum(cpu_before.values())
+        computes = [(task["worker"], s["start"], s["stop"]) for task in stream.data
+                    if "fgrad-grad-chunk" in str(task["key"])
+                    for s in task["startstops"] if s["action"] == "compute"]
+        first, last = min(c[1] for c in computes), max(c[2] for c in computes)
+        figures["per_worker"].append(tuple(sorted(
+            collections.Counter(c[0] for c in computes).values(), reverse=True)))
+        figures["per_chunk"].append(statistics.median(c[2] - c[1] for c in computes))
+        figures["overlap"].append(sum(c[2] - c[1] for c in computes) / (last - first))
+        figures["on_core"].append(cpu / sum(c[2] - c[1] for c in computes))
+        figures["head"].append(first - start)
+        figures["tail"].append(stop - last)
+        figures["transferred"].append(sum(client.run(_bytes_fetched_since, start).values()))
+    per_worker = collections.Counter(figures.pop("per_worker")).most_common(1)[0][0]
+    return {"per_worker": "/".join(map(str, per_worker)),
+            **{name: statistics.median(v) for name, v in figures.items()}}
+
+
+def _bytes_fetched_since(start, dask_worker):
+    return sum(t["total"] for t in dask_worker.transfer_incoming_log if t["start"] >= start)
 
 
 def full(epochs, batch_chunks, memory_limit):

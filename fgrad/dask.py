@@ -21,6 +21,7 @@ Dask is imported only when these functions are called (``pip install
 array([6., 6., 6.])
 """
 import collections
+import functools
 import importlib
 import threading
 import uuid
@@ -37,8 +38,16 @@ from fgrad.tree import tree_leaves, tree_map
 __all__ = ["grad", "value_and_grad", "fit", "FitResult"]
 
 REDUCTIONS = ("mean", "sum")
-# per-chunk results one combine task adds up (the fan-in of the tree reduction)
-SPLIT_EVERY = 8
+# per-chunk results one task adds up (the fan-in of the tree reduction). A result
+# is the size of the parameters, so a wide fan-in costs little and keeps the
+# tree shallow: up to 16 chunks need a single task after the chunk tasks, and
+# every level is a scheduler round trip (and a fetch) on the critical path.
+SPLIT_EVERY = 16
+# the non-batch arguments ride inside every chunk task while their arrays, once
+# per chunk, add up to at most this; a key of their own would cost a scheduler
+# round trip (and a fetch per worker) before the first chunk could start.
+# Larger ones are one key, fetched once per worker.
+INLINE_BYTES = 1 << 20
 # per-chunk functions a process keeps (one per grad / value_and_grad object in use)
 CACHE_SIZE = 16
 
@@ -98,8 +107,12 @@ def _per_chunk_function(spec):
     return fn
 
 
-def _chunk_value_and_grad(spec, fixed, index, rows, *blocks):
-    """``(count, value, aux, grads)`` of one row chunk, summed over its rows."""
+def _chunk_value_and_grad(inputs, index, rows, *blocks):
+    """``(count, value, aux, grads)`` of one row chunk, summed over its rows.
+
+    ``inputs`` is ``(spec, fixed)``: the `_ChunkSpec` and the non-batch arguments.
+    """
+    spec, fixed = inputs
     args, fixed_args, block_args = [], iter(fixed), iter(blocks)
     for i in range(spec.n_args):
         args.append(next(block_args) if i in spec.batch_args else next(fixed_args))
@@ -123,8 +136,9 @@ def _combine(*parts):
     return (count,) + tree_map(lambda *xs: sum(xs[1:], xs[0]), *[part[1:] for part in parts])
 
 
-def _finish(total, reduce, has_aux):
-    count, value, aux, grads = total
+def _finish(reduce, has_aux, *parts):
+    """The last task: adds up the last level's results and divides by the rows."""
+    count, value, aux, grads = _combine(*parts)
     if reduce == "mean":
         value, aux, grads = tree_map(lambda v: v / count, (value, aux, grads))
     return ((value, aux) if has_aux else value), grads
@@ -213,23 +227,32 @@ def _graph(spec, args, fname):
     _check_in_memory(args, spec.batch_args, fname, dask)
     fixed = [a for i, a in enumerate(args) if i not in spec.batch_args]
     token = dask.base.tokenize(spec.key, fixed, *[args[i].name for i in spec.batch_args])
-    # sent once (a single key each), not embedded in every task
-    spec_key = dask.delayed(spec, traverse=False, name=f"fgrad-loss-{token}")
-    fixed_key = dask.delayed(fixed, traverse=False, name=f"fgrad-params-{token}")
+    n_chunks = len(row_chunks)
+    if _nbytes(fixed) * n_chunks <= INLINE_BYTES:
+        # inside every chunk task (a function argument, which Dask does not traverse)
+        chunk = dask.delayed(functools.partial(_chunk_value_and_grad, (spec, fixed)),
+                             name=f"fgrad-chunk-function-{token}", pure=True)
+        shared = ()
+    else:
+        chunk = dask.delayed(_chunk_value_and_grad, pure=True)
+        shared = (dask.delayed((spec, fixed), traverse=False, name=f"fgrad-params-{token}"),)
     blocks = [args[i].to_delayed().reshape(-1) for i in spec.batch_args]
-    chunk = dask.delayed(_chunk_value_and_grad, pure=True)
     starts = np.concatenate([[0], np.cumsum(row_chunks)]).tolist()
-    level = [chunk(spec_key, fixed_key, i, (starts[i], starts[i + 1]), *[b[i] for b in blocks],
+    level = [chunk(*shared, i, (starts[i], starts[i + 1]), *[b[i] for b in blocks],
                    dask_key_name=(f"fgrad-grad-chunk-{token}", i))
-             for i in range(len(row_chunks))]
+             for i in range(n_chunks)]
     combine, depth = dask.delayed(_combine, pure=True), 0
-    while len(level) > 1:
+    while len(level) > SPLIT_EVERY:
         level = [combine(*level[j:j + SPLIT_EVERY],
                          dask_key_name=(f"fgrad-grad-combine-{token}", depth, j // SPLIT_EVERY))
                  for j in range(0, len(level), SPLIT_EVERY)]
         depth += 1
-    return dask.delayed(_finish, pure=True)(level[0], spec.reduce, spec.has_aux,
+    return dask.delayed(_finish, pure=True)(spec.reduce, spec.has_aux, *level,
                                             dask_key_name=f"fgrad-grad-{token}")
+
+
+def _nbytes(tree):
+    return sum(getattr(leaf, "nbytes", 8) for leaf in tree_leaves(tree))
 
 
 # ---------------------------------------------------------------------------

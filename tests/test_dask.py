@@ -134,24 +134,45 @@ def test_the_compiled_chunk_function_is_reused_per_chunk_shape():
     assert sorted(traces) == [(3, FEATURES), (10, FEATURES)]
 
 
-@needs_dask
-def test_the_graph_has_readable_names_and_returns_only_the_result():
+def _fgrad_task_prefixes(chunks, params, **options):
+    """The names of the fgrad tasks in the graph of one gradient call, after
+    checking its result."""
     X, y = _data()
-    Xd, yd = _chunked(X, y, (5,) * 10 + (3,))
+    Xd, yd = _chunked(X, y, chunks)
     started = []
 
     class Record(Callback):
         def _start(self, dsk):
             started.append(dict(dsk))
     with Record():
-        g = fdask.grad(logistic)(PARAMS, Xd, yd)
-    _assert_tree_close(g, fgrad.grad(logistic)(PARAMS, X, y))
+        g = fdask.grad(logistic)(params, Xd, yd)
+    _assert_tree_close(g, fgrad.grad(logistic)(params, X, y))
     (graph,) = started
     prefixes = [(k[0] if isinstance(k, tuple) else k).rsplit("-", 1)[0] for k in graph]
-    assert prefixes.count("fgrad-grad-chunk") == 11
-    # 11 chunks, 8 per combine: two combines, then one
-    assert prefixes.count("fgrad-grad-combine") == 3
+    return [p for p in prefixes if p.startswith("fgrad")]
+
+
+@needs_dask
+def test_the_graph_has_readable_names_and_returns_only_the_result():
+    prefixes = _fgrad_task_prefixes((3,) * 17 + (2,), PARAMS)
+    assert prefixes.count("fgrad-grad-chunk") == 18
+    # 18 chunks, 16 per combine: two combines, then the last task adds them up
+    assert prefixes.count("fgrad-grad-combine") == 2
     assert prefixes.count("fgrad-grad") == 1
+    # small parameters ride inside every chunk task: no key of their own
+    assert len(prefixes) == 21
+    # up to 16 chunks: the last task adds up the chunks' results itself
+    assert sorted(set(_fgrad_task_prefixes(UNEVEN, PARAMS))) == ["fgrad-grad",
+                                                                "fgrad-grad-chunk"]
+
+
+@needs_dask
+def test_large_parameters_are_one_key_shared_by_every_chunk(monkeypatch):
+    # the parameters' arrays, once per chunk (4 x 40 bytes), exceed the limit
+    monkeypatch.setattr(fdask, "INLINE_BYTES", 100)
+    prefixes = _fgrad_task_prefixes(UNEVEN, PARAMS)
+    assert prefixes.count("fgrad-params") == 1
+    assert prefixes.count("fgrad-grad-chunk") == 4
 
 
 # ---------------------------------------------------------------------------
