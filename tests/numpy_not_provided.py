@@ -44,8 +44,6 @@ REASONS = {
     "Polynomial routines that divide, fit or find roots (not yet provided; "
     "numpy.polynomial is NumPy's modern interface)": "poly polydiv polyfit roots",
     "NumPy's own test runner": "test linalg.test fft.test",
-    "Not yet provided: the Bessel function's derivative needs I1, which fgrad "
-    "does not have yet (planned with fgrad.scipy.special)": "i0",
 }
 
 NOT_PROVIDED = {name: reason for reason, names in REASONS.items()

@@ -11,6 +11,7 @@ from hypothesis.extra import numpy as hnp
 from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, spaced, values
 
 import fgrad.numpy as fnp
+from fgrad.primitives import bessel as fbessel
 from fgrad.primitives import search as fsearch
 
 
@@ -534,3 +535,29 @@ def _polynomials(draw, name):
 
 for _name in ("polyval", "polyadd", "polysub", "polymul", "polyder", "polyint"):
     SPECS[_name] = _polynomials(_name)
+
+
+# -- the modified Bessel functions, without SciPy -----------------------------------------
+
+def _bessel_i_by_quadrature(n, x):
+    """I_n(x) = (1/pi) int_0^pi exp(x cos t) cos(n t) dt by the trapezoidal rule,
+    exact to rounding for this periodic integrand: an independent reference."""
+    t = np.linspace(0.0, np.pi, 401)
+    f = np.exp(np.multiply.outer(x, np.cos(t))) * np.cos(n * t)
+    return np.trapezoid(f, t, axis=-1) / np.pi
+
+
+@st.composite
+def _bessel_i(draw):
+    # both sides of the switch from the series to the asymptotic expansion (25)
+    n = draw(st.integers(0, 2))
+    x = draw(arrays(draw(shapes(max_dims=2)), st.one_of(values(-3, 3), values(-30, 30))))
+    if n == 0:
+        return Case(fnp.i0, (x,), np.i0, tol={"rtol": 1e-6, "atol": 1e-6})
+    # x**n g_n(x) = I_n(x); g_n itself is finite at 0, where its derivatives are checked
+    return Case(lambda x: fnp.prod([x] * n, axis=0) * fbessel.bessel_i_over_power(x, n), (x,),
+                lambda x: _bessel_i_by_quadrature(n, x).astype(x.dtype),
+                tol={"rtol": 1e-6, "atol": 1e-6})
+
+
+SPECS["bessel_i_over_power"] = _bessel_i()

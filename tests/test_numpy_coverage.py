@@ -2,6 +2,8 @@
 in primitive_specs.py (checked to second order, forward and reverse), or it is
 listed here as having no derivative (and checked against NumPy), or it is NumPy's
 own object (creation functions, dtypes) passed through unchanged."""
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -223,3 +225,17 @@ def test_selections_by_concrete_conditions_match_numpy_and_finite_differences(na
     # counting without weights has no derivative to give
     np.testing.assert_array_equal(fgrad.grad(lambda x: fnp.sum(
         fnp.bincount(np.array([1, 1]), minlength=3) * x))(np.ones(3)), [0, 2, 0])
+
+
+def test_i0_and_its_derivatives_need_no_scipy():
+    code = ("import sys; sys.modules['scipy'] = None\n"
+            "import fgrad, fgrad.numpy as fnp\n"
+            "d1 = fgrad.grad(fnp.i0)\n"
+            "print(fnp.i0(1.5), d1(1.5), fgrad.grad(d1)(1.5))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    i0, i1, d2 = map(float, out.split())
+    # I0(1.5), I1(1.5) and I1'(1.5) = I0(1.5) - I1(1.5) / 1.5
+    np.testing.assert_allclose([i0, i1, d2], [np.i0(1.5), 0.98166642857790,
+                                              np.i0(1.5) - 0.98166642857790 / 1.5],
+                               rtol=1e-13)
