@@ -41,8 +41,6 @@ REASONS = {
         "histogram_bin_edges",
     "Python callbacks applied to slices or on a grid (write the loop, or use "
     "fgrad.vmap)": "apply_along_axis apply_over_axes fromfunction piecewise",
-    "Polynomial routines that divide, fit or find roots (not yet provided; "
-    "numpy.polynomial is NumPy's modern interface)": "poly polydiv polyfit roots",
     "NumPy's own test runner": "test linalg.test fft.test",
 }
 

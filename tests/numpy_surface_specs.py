@@ -561,3 +561,103 @@ def _bessel_i(draw):
 
 
 SPECS["bessel_i_over_power"] = _bessel_i()
+
+
+# -- roots, division and fits of polynomials ---------------------------------------------------
+
+@st.composite
+def _poly(draw):
+    if draw(st.booleans()):
+        # roots a grid step apart (the coefficients are smooth in them anyway)
+        r = draw(arrays((draw(st.integers(1, 4)),), spaced(-2, 2), unique=True))
+        return Case(fnp.poly, (r,), np.poly)
+    # a square matrix with distinct eigenvalues (some complex pairs): its
+    # characteristic polynomial, through eigvals
+    n = draw(st.integers(1, 3))
+    a = np.diag(np.linspace(0.0, 1.5 * (n - 1), n)) \
+        + 0.3 * np.cos(np.arange(1.0, n * n + 1)).reshape(n, n) + 0.4 * draw(arrays((n, n)))
+    return Case(fnp.poly, (a,), np.poly, tol=_TOL)
+
+
+SPECS["poly"] = _poly()
+
+
+def _quotient_and_remainder(mod):
+    return lambda u, v: mod.concatenate(mod.polydiv(u, v))
+
+
+@st.composite
+def _polydiv(draw):
+    v = draw(arrays((draw(st.integers(1, 3)),)))
+    v[0] += np.copysign(2.0, v[0])                    # away from zero: it divides
+    if len(v) > 1 and draw(st.booleans()):
+        # deg u < deg v: the quotient is 0, the remainder u (leading entry non-zero)
+        u = draw(arrays((draw(st.integers(1, len(v) - 1)),)))
+        u[0] += np.copysign(2.0, u[0])
+    else:
+        # u = q v + r with a remainder whose leading coefficient is far from
+        # zero (NumPy trims leading coefficients within 1e-8 of it)
+        q = draw(arrays((draw(st.integers(1, 3)),)))
+        r = draw(arrays((len(v) - 1,)))
+        if r.size:
+            r[0] += np.copysign(2.0, r[0])
+        u = np.polyadd(np.polymul(q, v), r)
+    # in float32 NumPy keeps the rounding left in the remainder's leading entries
+    # (above its 1e-8 threshold), so its lengths differ from float64's: no float32 check
+    return Case(_quotient_and_remainder(fnp), (u, v), _quotient_and_remainder(np), tol=_TOL,
+                float32=False)
+
+
+SPECS["polydiv"] = _polydiv()
+
+
+def _fit_summary(mod, deg, w, cov):
+    def fn(x, y, *weights):
+        out = mod.polyfit(x, y, deg, w=weights[0] if weights else None, cov=cov)
+        return mod.concatenate([mod.ravel(o) for o in out]) if cov else out
+    return fn
+
+
+@st.composite
+def _polyfit(draw):
+    points = draw(st.integers(4, 6))
+    deg = draw(st.integers(0, 2))
+    x = draw(arrays((points,), spaced(-2, 2), unique=True))
+    y = draw(arrays((points,) + draw(st.sampled_from([(), (2,)]))))
+    cov = draw(st.sampled_from([False, True, "unscaled"]))
+    args = (x, y)
+    if draw(st.booleans()):
+        args += (draw(arrays((points,), values(0.5, 2.0))),)
+    # NumPy's Vandermonde matrix promotes float32 to float64: no float32 check
+    return Case(_fit_summary(fnp, deg, len(args) == 3, cov), args,
+                _fit_summary(np, deg, len(args) == 3, cov), tol=_TOL, float32=False)
+
+
+SPECS["polyfit"] = _polyfit()
+
+
+def _sorted_roots(mod):
+    # sorted by real part (distinct here), as real and imaginary parts: the
+    # order LAPACK returns them in is not NumPy's promise
+    def fn(p):
+        r = mod.sort_complex(mod.roots(p))
+        return mod.concatenate([mod.real(r), mod.imag(r)])
+    return fn
+
+
+@st.composite
+def _roots(draw):
+    centres = draw(st.lists(st.sampled_from([-2.0, -1.3, -0.6, 0.0, 0.4, 1.1, 1.9]),
+                            min_size=1, max_size=3, unique=True))
+    zeros = []
+    for c in centres:
+        # a real root, or a complex pair (with centres 0.6 apart, roots stay simple)
+        spread = draw(st.sampled_from([0.0, 0.5, 1.2]))
+        zeros += [c + 1j * spread, c - 1j * spread] if spread and len(zeros) < 3 else [c]
+    scale = draw(st.sampled_from([1.0, -0.5, 2.0]))
+    # NumPy's sort_complex makes real float32 roots complex128: no float32 check
+    return Case(_sorted_roots(fnp), (scale * np.real(np.poly(zeros)),), _sorted_roots(np),
+                tol=_TOL, float32=False)
+
+
+SPECS["roots"] = _roots()

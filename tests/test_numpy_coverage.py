@@ -239,3 +239,47 @@ def test_i0_and_its_derivatives_need_no_scipy():
     np.testing.assert_allclose([i0, i1, d2], [np.i0(1.5), 0.98166642857790,
                                               np.i0(1.5) - 0.98166642857790 / 1.5],
                                rtol=1e-13)
+
+
+def test_poly_of_complex_roots_is_complex_under_a_transformation():
+    z = np.array([0.5 + 1.0j, 0.5 - 1.0j, 2.0 + 0.0j])
+    seen = []
+
+    def f(s):
+        c = fnp.poly(z * s)
+        seen.append(c.dtype)
+        return fnp.sum(fnp.real(c))
+    fgrad.grad(f)(1.0)
+    assert seen == [np.complex128]
+    np.testing.assert_allclose(fgrad.jit(lambda s: fnp.poly(z * s))(1.0), np.poly(z),
+                               rtol=1e-13)
+
+
+def test_roots_drops_leading_zeros_of_concrete_coefficients():
+    p = np.array([0.0, 0.0, 1.0, -3.0, 2.0])
+    # the sum of the roots is -p[1] / p[0] of the stripped coefficients
+    g = fgrad.grad(lambda p: fnp.sum(fnp.real(fnp.roots(p))))(p)
+    np.testing.assert_allclose(g, [0.0, 0.0, -3.0, -1.0, 0.0], atol=1e-12)
+    assert fgrad.grad(lambda s: fnp.sum(fnp.real(fnp.roots(fnp.array([0.0, 0.0]) * s)))
+                      )(1.0) == 0.0
+
+
+def test_polyfit_full_matches_numpy_and_needs_concrete_values():
+    x, y = np.linspace(0.0, 2.0, 5), np.array([1.0, 1.8, 3.1, 3.9, 5.2])
+    want = np.polyfit(x, y, 2, full=True)
+    seen = []
+
+    def f(y):
+        c, residuals, rank, s, rcond = fnp.polyfit(x, y, 2, full=True)
+        seen.append((rank, rcond))
+        return c, residuals, s
+    got, _ = fgrad.vjp(f, y)
+    for g, w in zip(got, (want[0], want[1], want[3])):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+    assert seen == [(want[2], want[4])]
+    check_grads(lambda y: fnp.polyfit(x, y, 2, full=True)[1], (y,), order=2,
+                modes=("fwd", "rev"))
+    with pytest.raises(fgrad.errors.ConcretizationError):
+        fgrad.jit(lambda x: fnp.polyfit(x, y, 2, full=True)[0])(x)
+    with pytest.raises(ValueError, match="deg >= 0"):
+        fgrad.grad(lambda y: fnp.sum(fnp.polyfit(x, y, -1)))(y)

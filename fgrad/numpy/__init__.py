@@ -301,7 +301,18 @@ from fgrad.numpy._nan_functions import (  # noqa: E402,F401
 )
 from fgrad.numpy._passthrough import EXPORTS as _PASSTHROUGH  # noqa: E402
 from fgrad.primitives.bessel import i0  # noqa: E402,F401  (no SciPy needed)
-from fgrad.numpy._polynomials import polyadd, polyder, polyint, polymul, polysub, polyval  # noqa: E402,F401
+from fgrad.numpy._polynomials import (  # noqa: E402,F401
+    poly,
+    polyadd,
+    polyder,
+    polydiv,
+    polyfit,
+    polyint,
+    polymul,
+    polysub,
+    polyval,
+    roots,
+)
 from fgrad.numpy._positions import (  # noqa: E402,F401
     argpartition,
     array_equiv,
