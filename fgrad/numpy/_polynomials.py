@@ -1,6 +1,7 @@
 """NumPy's legacy polynomial routines on coefficient arrays (highest power
 first): ``polyval``, ``polyadd``, ``polysub``, ``polymul``, ``polyder``,
-``polyint``, differentiable in every coefficient and point.
+``polyint``, ``poly``, ``polydiv``, ``polyfit`` and ``roots``, differentiable
+in every coefficient, root and point.
 
 Each is a composite of fgrad.numpy functions; outside every transformation
 each calls the operands' array module (NumPy's own routine).
@@ -10,10 +11,9 @@ import numpy as _np
 from fgrad.core.backend import array_module as _xp
 from fgrad.core.backend import asarray_on as _asarray_on
 from fgrad.core.backend import module_of_leaves as _module_of_leaves
-from fgrad.core.errors import BatchedConversionError as _BatchedConversionError
-from fgrad.core.errors import ConcretizationError as _ConcretizationError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
+from fgrad.core.trace import known_value as _known_value
 from fgrad.numpy import linalg as _linalg
 from fgrad.numpy._extras import vander as _vander
 from fgrad.numpy._signal import convolve as _convolve
@@ -36,16 +36,6 @@ def _array(x, min_ndim=0):
     if isinstance(x, (list, tuple, int, float, complex)):
         x = _np.asarray(x)
     return _shape.reshape(x, (1,)) if min_ndim and _get_aval(x).ndim == 0 else x
-
-
-def _concrete_or_none(x):
-    """The value behind eager tracers; None under `jit` or `vmap`, where there is none."""
-    try:
-        while isinstance(x, _Tracer):
-            x = x.concrete()
-    except (_ConcretizationError, _BatchedConversionError):
-        return None
-    return x
 
 
 def _coefficients(p):
@@ -306,7 +296,7 @@ def roots(p):
         raise ValueError("Input must be a rank-1 array.")
     if _get_aval(p).dtype.kind not in "fc":
         p = _convert(p, _np.float64)
-    values = _concrete_or_none(p)
+    values = _known_value(p)
     if values is not None:
         nonzero = _xp(values).flatnonzero(values)
         if nonzero.size == 0:
