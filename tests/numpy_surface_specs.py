@@ -661,3 +661,44 @@ def _roots(draw):
 
 
 SPECS["roots"] = _roots()
+
+
+# -- unique with a static size (JAX's size=): works under jit and vmap ------------------------
+
+def _unique_of_size_reference(x, size, flags):
+    """NumPy's unique, cut or padded to ``size`` (values with the smallest one,
+    indices and counts with 0), as fgrad's size= promises."""
+    out = np.unique(x, **flags)
+    out = out if isinstance(out, tuple) else (out,)
+    values = out[0]
+    pad = max(size - len(values), 0)
+    padded = [np.concatenate([values[:size], np.full(pad, values[0], values.dtype)])]
+    asked = [k for k in ("return_index", "return_inverse", "return_counts") if flags.get(k)]
+    for name, extra in zip(asked, out[1:]):
+        padded.append(extra if name == "return_inverse"
+                      else np.concatenate([extra[:size], np.zeros(pad, extra.dtype)]))
+    return padded
+
+
+@st.composite
+def _unique_size(draw):
+    x = draw(arrays((draw(st.integers(1, 5)),), spaced(-2, 2), unique=True))
+    idx = np.asarray(draw(st.lists(st.integers(0, len(x) - 1), max_size=3)), np.int64)
+    size = draw(st.integers(1, 7))
+    flags = {k: draw(st.booleans()) for k in ("return_index", "return_inverse",
+                                             "return_counts")}
+    flags = {k: v for k, v in flags.items() if v}
+
+    # everything as one array of x's dtype (values, then the integer results)
+    def fgrad_fn(x):
+        out = fnp.unique(fnp.concatenate([x[idx], x]), size=size, **flags)
+        out = out if isinstance(out, tuple) else (out,)
+        return fnp.concatenate([out[0]] + [fnp.astype(o, x.dtype) for o in out[1:]])
+
+    def numpy_fn(x):
+        out = _unique_of_size_reference(np.concatenate([x[idx], x]), size, flags)
+        return np.concatenate([out[0]] + [o.astype(x.dtype) for o in out[1:]])
+    return Case(fgrad_fn, (x,), numpy_fn)
+
+
+SPECS["unique_size"] = _unique_size()

@@ -76,3 +76,12 @@ def test_histogram_edges_follow_the_data_range():
     # counts are constants: no derivative
     g = fgrad.grad(lambda x: fnp.sum(fnp.histogram(x, bins=2)[0]) * fnp.sum(x))(x)
     np.testing.assert_allclose(g, [4.0, 4.0, 4.0, 4.0])
+
+
+def test_unique_under_jit_suggests_a_static_size_which_works():
+    x = np.array([2.0, 1.0, 2.0])
+    with pytest.raises(ConcretizationError, match="size=n, fill_value"):
+        fgrad.jit(fnp.unique_counts)(x)
+    values, counts = fgrad.jit(lambda x: fnp.unique_counts(x, size=3, fill_value=0.0))(x)
+    np.testing.assert_array_equal(values, [1.0, 2.0, 0.0])
+    np.testing.assert_array_equal(counts, [1, 2, 0])

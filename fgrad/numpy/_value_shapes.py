@@ -12,8 +12,11 @@ are summed per bin, and counts and indices are integer constants.
 
 Under `jit` or `vmap` there are no values (or one per example, with a
 different shape each), so these raise `ConcretizationError` /
-`BatchedConversionError` saying so.
+`BatchedConversionError` saying so; ``unique`` and its NumPy 2 variants also take JAX's static
+``size=`` (and ``fill_value=``), which works under both.
 """
+import operator as _operator
+
 import numpy as _np
 
 from fgrad.core.backend import array_module as _xp
@@ -26,8 +29,10 @@ from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import linspace as _linspace
 from fgrad.numpy._manipulation import take as _take
 from fgrad.numpy._positions import bincount as _bincount
+from fgrad.numpy._reductions import argsort as _argsort
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import reductions as _red
+from fgrad.primitives import search as _search
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.array_likes import contains_tracer as _contains_tracer
 from fgrad.primitives.array_likes import lift as _lift
@@ -43,6 +48,8 @@ UniqueInverseResult = type(_np.unique_inverse(_np.zeros(1)))
 def _concrete(x, name):
     """The values behind ``x``'s eager tracers; under `jit` / `vmap` an error
     saying why ``name`` needs them."""
+    sized = (" Or give the result a static size: unique(x, size=n, fill_value=...)"
+             if name == "unique" else "")
     try:
         while isinstance(x, _Tracer):
             x = x.concrete()
@@ -51,12 +58,12 @@ def _concrete(x, name):
             f"fgrad.numpy.{name}: the shape of its result depends on the values, which "
             "jit does not know (it traces with shapes only). Call it outside the jitted "
             "function, on concrete arrays, or under grad/jvp alone, where the values "
-            "are known.") from None
+            f"are known.{sized}") from None
     except _BatchedConversionError:
         raise _BatchedConversionError(
             f"fgrad.numpy.{name}: the shape of its result depends on the values, so "
             "under vmap each example would give a different shape. Call it per "
-            "example in a Python loop, outside vmap.") from None
+            f"example in a Python loop, outside vmap.{sized}") from None
     return x
 
 
@@ -83,16 +90,66 @@ def _gather_values(traced, values, wanted):
 
 # -- unique -----------------------------------------------------------------------------
 
+def _unique_of_size(ar, size, fill_value, return_index, return_inverse, return_counts,
+                    equal_nan):
+    """``unique`` with a static number of values, as JAX's ``size=``: sort, mark
+    the first entry of each run of equal values, and find the k-th run's start
+    by a binary search over the running count of marks. No value decides a
+    shape, so this works under `jit` and `vmap` too."""
+    ar = _lift(ar)
+    if isinstance(ar, (list, tuple, int, float, complex)):
+        ar = _np.asarray(ar)
+    flat = _flat(ar)
+    n = _get_aval(flat).shape[0]
+    if n == 0:
+        raise ValueError("unique with size=: the array is empty, so there is no value "
+                         "to fill with")
+    order = _argsort(flat, stable=True)      # stable: a run starts at its first occurrence
+    s = _take(flat, order)
+    same = _ew.equal(s[1:], s[:-1])
+    if equal_nan and _get_aval(flat).dtype.kind in "fc":
+        same = _ew.logical_or(same, _ew.logical_and(_ew.isnan(s[1:]), _ew.isnan(s[:-1])))
+    first = _shape.concatenate([_constant_like(_np.ones(1, bool), flat),
+                                _ew.logical_not(same)], 0)
+    runs = _red.cumsum(_ew.convert_element_type(first, _np.int64), 0)   # 1, 1, 2, 3, 3, ...
+    slots = _constant_like(_np.arange(1, size + 1), flat)
+    start = _search.searchsorted(runs, slots, "left")        # where run k begins
+    valid = _ew.less_equal(slots, runs[-1])
+    at = _ew.minimum(start, n - 1)
+    values = _take(s, at)
+    values = _ew.where(valid, values, values[0] if fill_value is None else fill_value)
+    out = [values]
+    if return_index:
+        out.append(_ew.where(valid, _take(order, at), 0))
+    if return_inverse:
+        # each entry's run, put back in the input's order (argsort inverts order)
+        out.append(_shape.reshape(_take(runs - 1, _argsort(order)), _get_aval(ar).shape))
+    if return_counts:
+        end = _search.searchsorted(runs, slots, "right")
+        out.append(_ew.where(valid, end - start, 0))
+    return tuple(out) if len(out) > 1 else values
+
+
 def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None,
-           *, equal_nan=True, sorted=True):
+           *, equal_nan=True, sorted=True, size=None, fill_value=None):
     """NumPy's ``unique``: the distinct values (and, on request, the first
     indices, the inverse and the counts). Differentiable in ``ar``: each value
-    is its first occurrence's. Needs concrete values (not under jit or vmap).
+    is its first occurrence's. Needs concrete values (not under jit or vmap),
+    unless ``size`` is given (JAX's extension): then exactly ``size`` values,
+    the smallest first, padded with ``fill_value`` (default: the smallest
+    value; indices and counts padded with 0), under `jit` and `vmap` too.
 
     >>> import fgrad
     >>> fgrad.grad(lambda x: unique(x).sum())(_np.array([2.0, 1.0, 2.0]))
     array([1., 1., 0.])
+    >>> unique(_np.array([2.0, 1.0, 2.0]), size=3, fill_value=-1.0)
+    array([ 1.,  2., -1.])
     """
+    if size is not None:
+        if axis is not None:
+            raise ValueError("unique: size= works on the flattened array (axis=None)")
+        return _unique_of_size(ar, _operator.index(size), fill_value, return_index,
+                               return_inverse, return_counts, equal_nan)
     flags = {"return_index": return_index, "return_inverse": return_inverse,
              "return_counts": return_counts, "axis": axis, "equal_nan": equal_nan,
              "sorted": sorted}
@@ -115,34 +172,39 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     return (picked, *out[1:]) if isinstance(out, tuple) else picked
 
 
-def unique_values(x):
+# NumPy 2's unique_* take no size; ``size=`` / ``fill_value=`` are JAX's, as in `unique`
+
+def unique_values(x, /, *, size=None, fill_value=None):
     """The distinct values of ``x`` (NaNs each distinct), in any order: NumPy 2's
     ``unique_values``."""
-    if not _contains_tracer(x):
+    if not _contains_tracer(x) and size is None:
         return _xp(x).unique_values(x)
-    return unique(x, equal_nan=False, sorted=False)
+    return unique(x, equal_nan=False, sorted=False, size=size, fill_value=fill_value)
 
 
-def unique_counts(x):
+def unique_counts(x, /, *, size=None, fill_value=None):
     """``(values, counts)`` of the distinct values (a named tuple, NumPy 2)."""
-    if not _contains_tracer(x):
+    if not _contains_tracer(x) and size is None:
         return _xp(x).unique_counts(x)
-    return UniqueCountsResult(*unique(x, return_counts=True, equal_nan=False))
+    return UniqueCountsResult(*unique(x, return_counts=True, equal_nan=False, size=size,
+                                      fill_value=fill_value))
 
 
-def unique_inverse(x):
+def unique_inverse(x, /, *, size=None, fill_value=None):
     """``(values, inverse_indices)``: ``values[inverse_indices]`` rebuilds ``x``."""
-    if not _contains_tracer(x):
+    if not _contains_tracer(x) and size is None:
         return _xp(x).unique_inverse(x)
-    return UniqueInverseResult(*unique(x, return_inverse=True, equal_nan=False))
+    return UniqueInverseResult(*unique(x, return_inverse=True, equal_nan=False, size=size,
+                                       fill_value=fill_value))
 
 
-def unique_all(x):
+def unique_all(x, /, *, size=None, fill_value=None):
     """``(values, indices, inverse_indices, counts)`` (a named tuple, NumPy 2)."""
-    if not _contains_tracer(x):
+    if not _contains_tracer(x) and size is None:
         return _xp(x).unique_all(x)
     return UniqueAllResult(*unique(x, return_index=True, return_inverse=True,
-                                   return_counts=True, equal_nan=False))
+                                   return_counts=True, equal_nan=False, size=size,
+                                   fill_value=fill_value))
 
 
 # -- set operations on 1-d arrays --------------------------------------------------------
