@@ -16,6 +16,7 @@ from fgrad.core.trace import get_aval as _get_aval
 from fgrad.core.trace import known_value as _known_value
 from fgrad.numpy import linalg as _linalg
 from fgrad.numpy._extras import vander as _vander
+from fgrad.numpy._manipulation import as_array as _as_array
 from fgrad.numpy._signal import convolve as _convolve
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import shape as _shape
@@ -32,9 +33,7 @@ def _traced(*args):
 
 def _array(x, min_ndim=0):
     """An array_like argument as an array (lists holding tracers stacked)."""
-    x = _lift(x)
-    if isinstance(x, (list, tuple, int, float, complex)):
-        x = _np.asarray(x)
+    x = _as_array(_lift(x))
     return _shape.reshape(x, (1,)) if min_ndim and _get_aval(x).ndim == 0 else x
 
 

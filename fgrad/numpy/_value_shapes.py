@@ -15,6 +15,7 @@ different shape each), so these raise `ConcretizationError` /
 `BatchedConversionError` saying so; ``unique`` and its NumPy 2 variants also take JAX's static
 ``size=`` (and ``fill_value=``), which works under both.
 """
+import math as _math
 import operator as _operator
 
 import numpy as _np
@@ -27,6 +28,7 @@ from fgrad.core.errors import ConcretizationError as _ConcretizationError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import linspace as _linspace
+from fgrad.numpy._manipulation import as_array as _as_array
 from fgrad.numpy._manipulation import take as _take
 from fgrad.numpy._positions import bincount as _bincount
 from fgrad.numpy._reductions import argsort as _argsort
@@ -38,11 +40,16 @@ from fgrad.primitives.array_likes import contains_tracer as _contains_tracer
 from fgrad.primitives.array_likes import lift as _lift
 from fgrad.primitives.indexing import slice_axis as _slice_axis
 
+
 # NumPy's own named tuple types (not public names in NumPy: taken from a call),
 # so that a result has the same type, and pytree structure, traced or not
-UniqueAllResult = type(_np.unique_all(_np.zeros(1)))
-UniqueCountsResult = type(_np.unique_counts(_np.zeros(1)))
-UniqueInverseResult = type(_np.unique_inverse(_np.zeros(1)))
+def _result_type_of(numpy_function):
+    return type(numpy_function(_np.zeros(1)))
+
+
+UniqueAllResult = _result_type_of(_np.unique_all)
+UniqueCountsResult = _result_type_of(_np.unique_counts)
+UniqueInverseResult = _result_type_of(_np.unique_inverse)
 
 
 def _concrete(x, name):
@@ -69,9 +76,7 @@ def _concrete(x, name):
 
 def _array(x, name):
     """An array_like argument: ``(traced or plain array, its concrete values)``."""
-    x = _lift(x)
-    if isinstance(x, (list, tuple, int, float, complex)):
-        x = _np.asarray(x)
+    x = _as_array(_lift(x))
     return x, _concrete(x, name)
 
 
@@ -96,9 +101,7 @@ def _unique_of_size(ar, size, fill_value, return_index, return_inverse, return_c
     the first entry of each run of equal values, and find the k-th run's start
     by a binary search over the running count of marks. No value decides a
     shape, so this works under `jit` and `vmap` too."""
-    ar = _lift(ar)
-    if isinstance(ar, (list, tuple, int, float, complex)):
-        ar = _np.asarray(ar)
+    ar = _as_array(_lift(ar))
     flat = _flat(ar)
     n = _get_aval(flat).shape[0]
     if n == 0:
@@ -271,7 +274,7 @@ def _edges(column, values, bins, limits, computed):
     explicit edges as given; a bin count (or estimator name) over ``limits``,
     or else over the data range ``[min, max]`` (widened by 0.5 each way when
     they are equal), spread by ``linspace``. ``computed`` are NumPy's edges."""
-    if isinstance(bins, (list, tuple, _Tracer)) or _np.ndim(bins) == 1:
+    if isinstance(bins, (list, tuple, _Tracer)) or getattr(bins, "ndim", 0) == 1:
         return _lift(bins) if _contains_tracer(bins) else computed
     if limits is not None:
         first, last = limits
@@ -299,7 +302,7 @@ def _bin_sums(columns, edges, weights):
     sizes = tuple(len(e) + 1 for e in edges)
     flat = xp.ravel_multi_index(tuple(index), sizes) if index[0].size \
         else xp.zeros(0, xp.int64)
-    sums = _shape.reshape(_bincount(flat, _flat(weights), minlength=int(_np.prod(sizes))),
+    sums = _shape.reshape(_bincount(flat, _flat(weights), minlength=_math.prod(sizes)),
                           sizes)
     for axis, size in enumerate(sizes):
         sums = _slice_axis(sums, axis, 1, size - 1)
