@@ -17,5 +17,5 @@ stage and transform whole graphs, live with the transformations
 from fgrad.primitives import creation, elementwise, indexing, products, reductions, shape  # noqa: F401
 from fgrad.primitives import nn  # noqa: F401
 from fgrad.primitives import einsum, fft, linalg, special  # noqa: F401
-from fgrad.primitives import eig, float_steps, search  # noqa: F401
+from fgrad.primitives import bessel, eig, float_steps, search  # noqa: F401
 from fgrad.primitives import scipy_linalg, scipy_special  # noqa: F401

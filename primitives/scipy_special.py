@@ -21,7 +21,8 @@ from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
 
 from fgrad.primitives.base import broadcast_shapes, dummy
 from fgrad.primitives.batching import broadcasting_batch_rule
-from fgrad.primitives.elementwise import absolute, exp, log, log1p, rebroadcast, sign, unbroadcast
+from fgrad.primitives.bessel import i0, i1  # noqa: F401  (fgrad.scipy.special's)
+from fgrad.primitives.elementwise import exp, log, log1p, rebroadcast, sign, unbroadcast
 from fgrad.primitives.special import digamma, gammaln, scipy_module
 
 FAMILY = "primitives/scipy_special.py"
@@ -158,10 +159,7 @@ y0_p = special_primitive("y0", ("x",), [lambda ans, x: -y1(x)])
 y1_p = special_primitive("y1", ("x",), [lambda ans, x: 0.5 * (y0(x) - yn(2, x))])
 yn_p = special_primitive("yn", ("n", "x"), [
     None, lambda ans, n, x: 0.5 * (yn(n - 1, x) - yn(n + 1, x))], _ORDER)
-i0_p = special_primitive("i0", ("x",), [lambda ans, x: i1(x)])
-# I_2 through ive: scipy's iv(2, x) is nan for the tiniest normal x, ive's is 0
-i1_p = special_primitive("i1", ("x",), [
-    lambda ans, x: 0.5 * (i0(x) + ive(2, x) * exp(absolute(x)))])
+# i0 and i1 are fgrad.primitives.bessel's (no SciPy needed: fgrad.numpy.i0 has them)
 iv_p = special_primitive("iv", ("v", "x"), [
     None, lambda ans, v, x: 0.5 * (iv(v - 1, x) + iv(v + 1, x))], _NO_CLOSED_FORM)
 # ive = iv * exp(-|x|)
@@ -246,14 +244,6 @@ def y1(x):
 
 def yn(n, x):
     return yn_p.bind(n, x)
-
-
-def i0(x):
-    return i0_p.bind(x)
-
-
-def i1(x):
-    return i1_p.bind(x)
 
 
 def iv(v, x):

@@ -34,18 +34,9 @@ REASONS = {
         "matrix asmatrix bmat recarray record poly1d",
     "Integer-only bit and number theory (no derivative, rarely in numeric code)":
         "bitwise_count packbits unpackbits gcd lcm",
-    "Results whose shape depends on the values (set operations, histograms): "
-    "call NumPy on concrete values outside the transformation":
-        "intersect1d union1d setdiff1d setxor1d unique_all unique_counts "
-        "unique_inverse unique_values histogram histogram2d histogramdd "
-        "histogram_bin_edges",
     "Python callbacks applied to slices or on a grid (write the loop, or use "
     "fgrad.vmap)": "apply_along_axis apply_over_axes fromfunction piecewise",
-    "Polynomial routines that divide, fit or find roots (not yet provided; "
-    "numpy.polynomial is NumPy's modern interface)": "poly polydiv polyfit roots",
     "NumPy's own test runner": "test linalg.test fft.test",
-    "Not yet provided: the Bessel function's derivative needs I1, which fgrad "
-    "does not have yet (planned with fgrad.scipy.special)": "i0",
 }
 
 NOT_PROVIDED = {name: reason for reason, names in REASONS.items()

@@ -11,6 +11,7 @@ from hypothesis.extra import numpy as hnp
 from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, spaced, values
 
 import fgrad.numpy as fnp
+from fgrad.primitives import bessel as fbessel
 from fgrad.primitives import search as fsearch
 
 
@@ -534,3 +535,170 @@ def _polynomials(draw, name):
 
 for _name in ("polyval", "polyadd", "polysub", "polymul", "polyder", "polyint"):
     SPECS[_name] = _polynomials(_name)
+
+
+# -- the modified Bessel functions, without SciPy -----------------------------------------
+
+def _bessel_i_by_quadrature(n, x):
+    """I_n(x) = (1/pi) int_0^pi exp(x cos t) cos(n t) dt by the trapezoidal rule,
+    exact to rounding for this periodic integrand: an independent reference."""
+    t = np.linspace(0.0, np.pi, 401)
+    f = np.exp(np.multiply.outer(x, np.cos(t))) * np.cos(n * t)
+    return np.trapezoid(f, t, axis=-1) / np.pi
+
+
+@st.composite
+def _bessel_i(draw):
+    # both sides of the switch from the series to the asymptotic expansion (25)
+    n = draw(st.integers(0, 2))
+    x = draw(arrays(draw(shapes(max_dims=2)), st.one_of(values(-3, 3), values(-30, 30))))
+    if n == 0:
+        return Case(fnp.i0, (x,), np.i0, tol={"rtol": 1e-6, "atol": 1e-6})
+    # x**n g_n(x) = I_n(x); g_n itself is finite at 0, where its derivatives are checked
+    return Case(lambda x: fnp.prod([x] * n, axis=0) * fbessel.bessel_i_over_power(x, n), (x,),
+                lambda x: _bessel_i_by_quadrature(n, x).astype(x.dtype),
+                tol={"rtol": 1e-6, "atol": 1e-6})
+
+
+SPECS["bessel_i_over_power"] = _bessel_i()
+
+
+# -- roots, division and fits of polynomials ---------------------------------------------------
+
+@st.composite
+def _poly(draw):
+    if draw(st.booleans()):
+        # roots a grid step apart (the coefficients are smooth in them anyway)
+        r = draw(arrays((draw(st.integers(1, 4)),), spaced(-2, 2), unique=True))
+        return Case(fnp.poly, (r,), np.poly)
+    # a square matrix with distinct eigenvalues (some complex pairs): its
+    # characteristic polynomial, through eigvals
+    n = draw(st.integers(1, 3))
+    a = np.diag(np.linspace(0.0, 1.5 * (n - 1), n)) \
+        + 0.3 * np.cos(np.arange(1.0, n * n + 1)).reshape(n, n) + 0.4 * draw(arrays((n, n)))
+    return Case(fnp.poly, (a,), np.poly, tol=_TOL)
+
+
+SPECS["poly"] = _poly()
+
+
+def _quotient_and_remainder(mod):
+    return lambda u, v: mod.concatenate(mod.polydiv(u, v))
+
+
+@st.composite
+def _polydiv(draw):
+    v = draw(arrays((draw(st.integers(1, 3)),)))
+    v[0] += np.copysign(2.0, v[0])                    # away from zero: it divides
+    if len(v) > 1 and draw(st.booleans()):
+        # deg u < deg v: the quotient is 0, the remainder u (leading entry non-zero)
+        u = draw(arrays((draw(st.integers(1, len(v) - 1)),)))
+        u[0] += np.copysign(2.0, u[0])
+    else:
+        # u = q v + r with a remainder whose leading coefficient is far from
+        # zero (NumPy trims leading coefficients within 1e-8 of it)
+        q = draw(arrays((draw(st.integers(1, 3)),)))
+        r = draw(arrays((len(v) - 1,)))
+        if r.size:
+            r[0] += np.copysign(2.0, r[0])
+        u = np.polyadd(np.polymul(q, v), r)
+    # in float32 NumPy keeps the rounding left in the remainder's leading entries
+    # (above its 1e-8 threshold), so its lengths differ from float64's: no float32 check
+    return Case(_quotient_and_remainder(fnp), (u, v), _quotient_and_remainder(np), tol=_TOL,
+                float32=False)
+
+
+SPECS["polydiv"] = _polydiv()
+
+
+def _fit_summary(mod, deg, w, cov):
+    def fn(x, y, *weights):
+        out = mod.polyfit(x, y, deg, w=weights[0] if weights else None, cov=cov)
+        return mod.concatenate([mod.ravel(o) for o in out]) if cov else out
+    return fn
+
+
+@st.composite
+def _polyfit(draw):
+    points = draw(st.integers(4, 6))
+    deg = draw(st.integers(0, 2))
+    x = draw(arrays((points,), spaced(-2, 2), unique=True))
+    y = draw(arrays((points,) + draw(st.sampled_from([(), (2,)]))))
+    cov = draw(st.sampled_from([False, True, "unscaled"]))
+    args = (x, y)
+    if draw(st.booleans()):
+        args += (draw(arrays((points,), values(0.5, 2.0))),)
+    # NumPy's Vandermonde matrix promotes float32 to float64: no float32 check
+    return Case(_fit_summary(fnp, deg, len(args) == 3, cov), args,
+                _fit_summary(np, deg, len(args) == 3, cov), tol=_TOL, float32=False)
+
+
+SPECS["polyfit"] = _polyfit()
+
+
+def _sorted_roots(mod):
+    # sorted by real part (distinct here), as real and imaginary parts: the
+    # order LAPACK returns them in is not NumPy's promise
+    def fn(p):
+        r = mod.sort_complex(mod.roots(p))
+        return mod.concatenate([mod.real(r), mod.imag(r)])
+    return fn
+
+
+@st.composite
+def _roots(draw):
+    centres = draw(st.lists(st.sampled_from([-2.0, -1.3, -0.6, 0.0, 0.4, 1.1, 1.9]),
+                            min_size=1, max_size=3, unique=True))
+    zeros = []
+    for c in centres:
+        # a real root, or a complex pair (with centres 0.6 apart, roots stay simple)
+        spread = draw(st.sampled_from([0.0, 0.5, 1.2]))
+        zeros += [c + 1j * spread, c - 1j * spread] if spread and len(zeros) < 3 else [c]
+    scale = draw(st.sampled_from([1.0, -0.5, 2.0]))
+    # NumPy's sort_complex makes real float32 roots complex128: no float32 check
+    return Case(_sorted_roots(fnp), (scale * np.real(np.poly(zeros)),), _sorted_roots(np),
+                tol=_TOL, float32=False)
+
+
+SPECS["roots"] = _roots()
+
+
+# -- unique with a static size (JAX's size=): works under jit and vmap ------------------------
+
+def _unique_of_size_reference(x, size, flags):
+    """NumPy's unique, cut or padded to ``size`` (values with the smallest one,
+    indices and counts with 0), as fgrad's size= promises."""
+    out = np.unique(x, **flags)
+    out = out if isinstance(out, tuple) else (out,)
+    values = out[0]
+    pad = max(size - len(values), 0)
+    padded = [np.concatenate([values[:size], np.full(pad, values[0], values.dtype)])]
+    asked = [k for k in ("return_index", "return_inverse", "return_counts") if flags.get(k)]
+    for name, extra in zip(asked, out[1:]):
+        padded.append(extra if name == "return_inverse"
+                      else np.concatenate([extra[:size], np.zeros(pad, extra.dtype)]))
+    return padded
+
+
+@st.composite
+def _unique_size(draw):
+    x = draw(arrays((draw(st.integers(1, 5)),), spaced(-2, 2), unique=True))
+    idx = np.asarray(draw(st.lists(st.integers(0, len(x) - 1), max_size=3)), np.int64)
+    size = draw(st.integers(1, 7))
+    flags = {k: draw(st.booleans()) for k in ("return_index", "return_inverse",
+                                             "return_counts")}
+    flags = {k: v for k, v in flags.items() if v}
+
+    # everything as one array of x's dtype (values, then the integer results)
+    def fgrad_fn(x):
+        out = fnp.unique(fnp.concatenate([x[idx], x]), size=size, **flags)
+        out = out if isinstance(out, tuple) else (out,)
+        return fnp.concatenate([out[0]] + [fnp.astype(o, x.dtype) for o in out[1:]])
+
+    def numpy_fn(x):
+        out = _unique_of_size_reference(np.concatenate([x[idx], x]), size, flags)
+        return np.concatenate([out[0]] + [o.astype(x.dtype) for o in out[1:]])
+    return Case(fgrad_fn, (x,), numpy_fn)
+
+
+SPECS["unique_size"] = _unique_size()

@@ -118,6 +118,14 @@ ALLOWED = {
         "static numbers (powers, zero padding), copied to the data's backend",
     ("fgrad/numpy/_polynomials.py", "_zeros"): "zero padding of a static length",
     ("fgrad/numpy/_polynomials.py", "_descending"): "the static powers n, ..., 1",
+    ("fgrad/numpy/_polynomials.py", "roots"):
+        "the companion matrix's static ones below the diagonal, copied to the "
+        "data's backend by _constant",
+    ("fgrad/numpy/_value_shapes.py", "_result_type_of"):
+        "NumPy's own named tuple types, taken once (at import) from a host dummy",
+    ("fgrad/numpy/_value_shapes.py", "_unique_of_size"):
+        "static constants (a leading True, the slot numbers 1..size), copied to "
+        "the data's backend",
     ("fgrad/numpy/linalg.py", "tensorsolve"): "the size of a shape: metadata",
     ("fgrad/numpy/linalg.py", "tensorinv"): "the size of a shape: metadata",
 }

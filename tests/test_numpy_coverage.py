@@ -2,11 +2,14 @@
 in primitive_specs.py (checked to second order, forward and reverse), or it is
 listed here as having no derivative (and checked against NumPy), or it is NumPy's
 own object (creation functions, dtypes) passed through unchanged."""
+import subprocess
+import sys
 import types
 
 import numpy as np
 import pytest
 from numpy_not_provided import NOT_PROVIDED, PAGE, markdown, rendered_on_page
+from numpy_value_shape_specs import VALUE_SHAPE_SPECS
 from primitive_specs import NONDIFF_SPECS, SPECS
 
 import fgrad
@@ -20,7 +23,7 @@ NONDIFF_FUNCTIONS = {
     "allclose": (X, X + 1e-9), "array_equal": (X, X), "isclose": (X, X * 1.0000001),
     "count_nonzero": (X,), "fix": (X,), "zeros_like": (X,), "ones_like": (X,),
     "empty_like": (X,), "nonzero": (X,), "flatnonzero": (X,), "argwhere": (X,),
-    "searchsorted": (np.sort(X.ravel()), X), "unique": (X,),
+    "searchsorted": (np.sort(X.ravel()), X),
     "tril_indices_from": (X,), "triu_indices_from": (X, 1),
     "diag_indices_from": (X[:, :2],),
     "array_equiv": (X[0], X), "iscomplex": (X,),
@@ -64,7 +67,7 @@ def _public_callables():
 
 def test_every_public_function_is_covered():
     covered = (set(SPECS) | set(NONDIFF_SPECS) | set(NONDIFF_FUNCTIONS) | set(QUERIES)
-               | set(CONCRETE_ONLY) | set(CONCRETE_SELECTIONS))
+               | set(CONCRETE_ONLY) | set(CONCRETE_SELECTIONS) | set(VALUE_SHAPE_SPECS))
     covered_objects = {id(getattr(fnp, n)) for n in covered if hasattr(fnp, n)}
     missing = [name for name, obj in _public_callables()
                if name not in covered and id(obj) not in covered_objects
@@ -223,3 +226,61 @@ def test_selections_by_concrete_conditions_match_numpy_and_finite_differences(na
     # counting without weights has no derivative to give
     np.testing.assert_array_equal(fgrad.grad(lambda x: fnp.sum(
         fnp.bincount(np.array([1, 1]), minlength=3) * x))(np.ones(3)), [0, 2, 0])
+
+
+def test_i0_and_its_derivatives_need_no_scipy():
+    code = ("import sys; sys.modules['scipy'] = None\n"
+            "import fgrad, fgrad.numpy as fnp\n"
+            "d1 = fgrad.grad(fnp.i0)\n"
+            "print(fnp.i0(1.5), d1(1.5), fgrad.grad(d1)(1.5))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    i0, i1, d2 = map(float, out.split())
+    # I0(1.5), I1(1.5) and I1'(1.5) = I0(1.5) - I1(1.5) / 1.5
+    np.testing.assert_allclose([i0, i1, d2], [np.i0(1.5), 0.98166642857790,
+                                              np.i0(1.5) - 0.98166642857790 / 1.5],
+                               rtol=1e-13)
+
+
+def test_poly_of_complex_roots_is_complex_under_a_transformation():
+    z = np.array([0.5 + 1.0j, 0.5 - 1.0j, 2.0 + 0.0j])
+    seen = []
+
+    def f(s):
+        c = fnp.poly(z * s)
+        seen.append(c.dtype)
+        return fnp.sum(fnp.real(c))
+    fgrad.grad(f)(1.0)
+    assert seen == [np.complex128]
+    np.testing.assert_allclose(fgrad.jit(lambda s: fnp.poly(z * s))(1.0), np.poly(z),
+                               rtol=1e-13)
+
+
+def test_roots_drops_leading_zeros_of_concrete_coefficients():
+    p = np.array([0.0, 0.0, 1.0, -3.0, 2.0])
+    # the sum of the roots is -p[1] / p[0] of the stripped coefficients
+    g = fgrad.grad(lambda p: fnp.sum(fnp.real(fnp.roots(p))))(p)
+    np.testing.assert_allclose(g, [0.0, 0.0, -3.0, -1.0, 0.0], atol=1e-12)
+    assert fgrad.grad(lambda s: fnp.sum(fnp.real(fnp.roots(fnp.array([0.0, 0.0]) * s)))
+                      )(1.0) == 0.0
+
+
+def test_polyfit_full_matches_numpy_and_needs_concrete_values():
+    x, y = np.linspace(0.0, 2.0, 5), np.array([1.0, 1.8, 3.1, 3.9, 5.2])
+    want = np.polyfit(x, y, 2, full=True)
+    seen = []
+
+    def f(y):
+        c, residuals, rank, s, rcond = fnp.polyfit(x, y, 2, full=True)
+        seen.append((rank, rcond))
+        return c, residuals, s
+    got, _ = fgrad.vjp(f, y)
+    for g, w in zip(got, (want[0], want[1], want[3])):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+    assert seen == [(want[2], want[4])]
+    check_grads(lambda y: fnp.polyfit(x, y, 2, full=True)[1], (y,), order=2,
+                modes=("fwd", "rev"))
+    with pytest.raises(fgrad.errors.ConcretizationError):
+        fgrad.jit(lambda x: fnp.polyfit(x, y, 2, full=True)[0])(x)
+    with pytest.raises(ValueError, match="deg >= 0"):
+        fgrad.grad(lambda y: fnp.sum(fnp.polyfit(x, y, -1)))(y)

@@ -20,6 +20,8 @@ import numpy as np
 
 from fgrad.core.errors import (
     ArraySubclassError,
+    BatchedConversionError,
+    ConcretizationError,
     DerivativeConversionError,
     ImmutableArrayError,
     MissingRuleError,
@@ -694,3 +696,12 @@ def full_lower(x):
     while isinstance(x, Tracer):
         x = x.concrete()
     return x
+
+
+def known_value(x):
+    """The concrete value behind ``x``'s eager tracers, or None where it has none
+    (staged by `jit`, or one value per example under `vmap`)."""
+    try:
+        return full_lower(x)
+    except (ConcretizationError, BatchedConversionError):
+        return None

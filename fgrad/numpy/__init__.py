@@ -300,7 +300,34 @@ from fgrad.numpy._nan_functions import (  # noqa: E402,F401
     nanquantile,
 )
 from fgrad.numpy._passthrough import EXPORTS as _PASSTHROUGH  # noqa: E402
-from fgrad.numpy._polynomials import polyadd, polyder, polyint, polymul, polysub, polyval  # noqa: E402,F401
+from fgrad.primitives.bessel import i0  # noqa: E402,F401  (no SciPy needed)
+from fgrad.numpy._value_shapes import (  # noqa: E402,F401
+    histogram,
+    histogram2d,
+    histogram_bin_edges,
+    histogramdd,
+    intersect1d,
+    setdiff1d,
+    setxor1d,
+    union1d,
+    unique,
+    unique_all,
+    unique_counts,
+    unique_inverse,
+    unique_values,
+)
+from fgrad.numpy._polynomials import (  # noqa: E402,F401
+    poly,
+    polyadd,
+    polyder,
+    polydiv,
+    polyfit,
+    polyint,
+    polymul,
+    polysub,
+    polyval,
+    roots,
+)
 from fgrad.numpy._positions import (  # noqa: E402,F401
     argpartition,
     array_equiv,
@@ -347,7 +374,6 @@ from fgrad.numpy._reductions import (  # noqa: E402,F401
     quantile,
     searchsorted,
     std,
-    unique,
     var,
 )
 from fgrad.numpy._signal import convolve, correlate, ediff1d, gradient, interp  # noqa: E402,F401

@@ -628,7 +628,3 @@ def searchsorted(a, v, side="left", sorter=None):
     return _xp(a, v).searchsorted(a, v, side=side, sorter=sorter)
 
 
-def unique(ar, **kwargs):
-    """NumPy's ``unique`` on the values (no derivative)."""
-    ar = _concrete(ar)
-    return _xp(ar).unique(ar, **kwargs)

@@ -28,11 +28,9 @@ import numpy as _np
 
 import fgrad.numpy as _fnp
 from fgrad.backend import device_put as _device_put
-from fgrad.core.errors import BatchedConversionError as _BatchedConversionError
-from fgrad.core.errors import ConcretizationError as _ConcretizationError
 from fgrad.core.errors import ScipyArgumentError as _ScipyArgumentError
-from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
+from fgrad.core.trace import known_value as _known_value
 from fgrad.numpy import linalg as _la
 from fgrad.primitives.creation import stop_gradient as _stop_gradient
 from fgrad.scipy import special as _special
@@ -383,12 +381,8 @@ _EPS_FACTOR = {"f": 1e3, "d": 1e6}
 
 def _known(x):
     """The value behind ``x`` when it has one (eager), else None (jit, vmap)."""
-    try:
-        while isinstance(x, _Tracer):
-            x = x.concrete()
-    except (_ConcretizationError, _BatchedConversionError):
-        return None
-    return _device_put(x, "cpu")             # the check reads it on the host
+    x = _known_value(x)
+    return None if x is None else _device_put(x, "cpu")   # the check reads it on the host
 
 
 def _check_covariance(s, eps, allow_singular):
