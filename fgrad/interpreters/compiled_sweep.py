@@ -20,7 +20,13 @@ import sys
 import numpy as np
 
 from fgrad.core.trace import ShapedArray, Tracer, primitive_table
-from fgrad.interpreters.reverse import PRUNE_MIN_BYTES, PY_SCALARS, ReverseTrace, backward_pass
+from fgrad.interpreters.reverse import (
+    PRUNE_MIN_BYTES,
+    PY_SCALARS,
+    Recompute,
+    ReverseTrace,
+    backward_pass,
+)
 from fgrad.interpreters.staging import gc_paused, shaped, stage
 
 # Differentiated inputs at least this large (in bytes, all together) get a
@@ -63,6 +69,18 @@ def _describe(value, arrays, index):
         return ("py", kind, value)
     if kind is ShapedArray:
         return ("aval", value.shape, value.dtype, value.weak_type)
+    if kind is Recompute:
+        # replayed in the staged sweep; described once, then by its place
+        if primitive_table.get(value.prim.name) is not value.prim:
+            return None
+        operands = []
+        for o in value.operands:
+            d = _describe(o, arrays, index)
+            if d is None:
+                return None
+            operands.append(d)
+        index[id(value)] = ("again", len(index))
+        return ("recompute", value.prim, tuple(operands))
     if isinstance(value, Tracer) or not (hasattr(value, "shape") and hasattr(value, "dtype")):
         return None
     index[id(value)] = len(arrays)
@@ -177,9 +195,17 @@ def _stage_sweep(eqns, seed_node, seed_dtype, num_inputs, arrays, xp):
     index = {id(a): i for i, a in enumerate(arrays)}
 
     def sweep(*staged_arrays):
+        made = {}
+
         def swap(value):
             if type(value) in PY_SCALARS or type(value) is ShapedArray:
                 return value
+            if type(value) is Recompute:        # its recipe, staged once
+                staged = made.get(id(value))
+                if staged is None:
+                    staged = made[id(value)] = value.prim.bind(
+                        *[swap(o) for o in value.operands])
+                return staged
             return staged_arrays[index[id(value)]]
         replay = []
         for prim, in_nodes, out, args, ans, params in eqns:
