@@ -274,7 +274,8 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
     if key is None:
         return None
     num_inputs = len(inputs)
-    donated = donatable(trace.eqns, arrays, inputs)
+    # small graphs (the common case of a repeated call) have nothing to donate
+    donated = donatable(trace.eqns, arrays, inputs) if trace.large else ()
     key = (key, seed_node, seed_dtype, num_inputs, xp, donated)
     entry = cache.get(key)
     if entry is None and not compile_now:
@@ -292,8 +293,11 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
         return None
     compiled, reached = entry
     trace.eqns.clear()                      # the residuals now live in ``arrays`` only
-    owned = set(donated)
-    recorded = {id(a) for i, a in enumerate(arrays) if i not in owned}
+    if donated:
+        owned = set(donated)
+        recorded = {id(a) for i, a in enumerate(arrays) if i not in owned}
+    else:
+        recorded = {id(a) for a in arrays}
     # a donating sweep empties ``arrays``: its residuals go at their last reader
     outs = iter(compiled(arrays) if donated else compiled(*arrays))
     cts = {}

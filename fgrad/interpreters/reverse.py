@@ -167,7 +167,7 @@ def _prune(prim, in_nodes, primals, ans):
 class ReverseTrace(Trace):
     """Evaluates primitives and records the equations the reverse sweep needs."""
 
-    __slots__ = ("eqns", "num_nodes", "recipes", "recomputes")
+    __slots__ = ("eqns", "large", "num_nodes", "recipes", "recomputes")
     # whether to drop the residuals the VJP rules do not read (see `_prune`)
     prune_residuals = True
     # whether a dead temporary's buffer may take a result (`binary_into_operand`)
@@ -186,6 +186,9 @@ class ReverseTrace(Trace):
         self.recipes = {}
         # whether some equation records a `Recompute` (the sweep makes them)
         self.recomputes = False
+        # whether some equation took the large-array path of `record` (only
+        # then can a residual be worth donating to a compiled sweep)
+        self.large = False
 
     def new_input(self, value):
         node = self.num_nodes
@@ -310,6 +313,7 @@ class ReverseTrace(Trace):
                         large = True
                         break
             if large:
+                self.large = True
                 saved_args, saved_ans = _prune(prim, in_nodes, primals, ans)
                 if self.recompute_residuals:
                     saved_args, saved_ans = self._recompute(
