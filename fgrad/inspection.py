@@ -12,7 +12,7 @@ import functools
 from fgrad.core.trace import Tracer, get_aval, new_trace
 from fgrad.core.tree import tree_flatten
 from fgrad.interpreters.nan_checking import describe_source, user_source
-from fgrad.interpreters.reverse import ReverseTrace
+from fgrad.interpreters.reverse import Recompute, ReverseTrace
 from fgrad.primitives.einsum import split_subscripts
 from fgrad.transforms.differentiation import Selection, function_name
 from fgrad.transforms.jit import make_graph
@@ -39,12 +39,14 @@ class _SourcedReverseTrace(ReverseTrace):
 
 
 Residual = collections.namedtuple("Residual", "eqn primitive source role aval nbytes "
-                                  "counted")
+                                  "counted recomputed", defaults=(False,))
 Residual.__doc__ = """One array an equation keeps for the reverse sweep.
 
 ``role`` is ``"arg i"`` or ``"ans"``; ``counted`` is False for an array already
-counted (kept by an earlier equation too) or one that is an input of the
-function (alive anyway), so the total counts each buffer once.
+counted (kept by an earlier equation too), one that is an input of the
+function (alive anyway), or one the sweep recomputes from the inputs
+(``recomputed``: nothing is kept, ``nbytes`` is 0), so the total counts each
+buffer once.
 """
 
 
@@ -73,10 +75,13 @@ class ResidualReport:
         return dict(out)
 
     def __str__(self):
-        lines = [f"{len(self.entries)} residual arrays kept by {self.num_eqns} "
-                 f"equations: {_human(self.total_bytes)} in total"]
+        recomputed = sum(e.recomputed for e in self.entries)
+        lines = [f"{len(self.entries) - recomputed} residual arrays kept by {self.num_eqns} "
+                 f"equations: {_human(self.total_bytes)} in total"
+                 + (f"; {recomputed} recomputed in the sweep" if recomputed else "")]
         for e in self.entries:
-            note = "" if e.counted else "  (not counted: input or already listed)"
+            note = "" if e.counted else "  (recomputed in the sweep)" if e.recomputed \
+                else "  (not counted: input or already listed)"
             lines.append(f"  eqn {e.eqn:<4} {e.primitive:<14} {e.role:<6} "
                          f"{str(e.aval):<16} {_human(e.nbytes):>10}  "
                          f"{describe_source(e.source)}{note}")
@@ -125,6 +130,10 @@ def residuals(fun, argnums=0):
             kept = [(f"arg {i}", a) for i, a in enumerate(saved_args)]
             kept += [("ans", a) for a in (ans if type(out) is tuple else (ans,))]
             for role, value in kept:
+                if type(value) is Recompute:    # cheap to make again: not kept
+                    entries.append(Residual(k, prim.name, source, role, get_aval(value),
+                                            0, False, True))
+                    continue
                 if not hasattr(value, "nbytes") or isinstance(value, Tracer):
                     continue          # abstract (pruned) values and Python scalars
                 counted = id(value) not in seen

@@ -109,9 +109,10 @@ def test_jvp_of_grad_and_nested_grad_agree_with_reuse_off(monkeypatch):
 
 @pytest.mark.skipif(not COUNTS_TELL, reason="this interpreter lends references")
 def test_forward_peak_is_numpys():
-    """The benchmarks' elementwise row: the forward pass holds sin(x) and the
-    exponential for the product's VJP, the product and x**2; the sum takes
-    the product's buffer, so the peak is four arrays, as by hand."""
+    """The benchmarks' elementwise row: the forward pass holds sin(x) for the
+    product's VJP (the exponential is recomputed in the sweep), the product
+    and x**2; the sum takes the product's buffer, so the peak is three
+    arrays, one fewer than by hand (tests/test_sweep_memory.py has more)."""
     x = np.random.default_rng(4).standard_normal(200_000)   # compiled sweep: >= 1 MB
     g = fgrad.grad(temporaries_only)
     g(x)
@@ -121,7 +122,7 @@ def test_forward_peak_is_numpys():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 4.3 * x.nbytes, peak / x.nbytes
+    assert peak < 3.3 * x.nbytes, peak / x.nbytes
 
 
 

@@ -85,8 +85,14 @@ _LINECACHE_LIMIT = 1 << 20
 _KEYWORD_OUT_ONLY = frozenset({"maximum", "minimum"})
 
 
-def generate(graph, xp=np, name="staged", reuse_buffers=True):
-    """Write ``graph`` as one Python function over the backend module ``xp``."""
+def generate(graph, xp=np, name="staged", reuse_buffers=True, donated=()):
+    """Write ``graph`` as one Python function over the backend module ``xp``.
+
+    ``donated`` lists the positions of inputs whose buffers the caller hands
+    over: the function then takes one list of its inputs, which it empties, so
+    that each donated input is freed after its last reader, and an elementwise
+    equation may write its result into it there.
+    """
     names = {}
     for i, v in enumerate(graph.invars):
         names[v] = f"a{i}"
@@ -213,14 +219,24 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True):
         root = groups.find(v)
         if group_last.get(root, -1) < k:
             group_last[root] = k
-    foreign = {groups.find(v) for v in graph.invars}
+    donated_vars = {graph.invars[i] for i in donated}
+    fresh |= donated_vars
+    foreign = {groups.find(v) for v in graph.invars if v not in donated_vars}
 
     dying = {}
     for v, k in last_use.items():
         if k is not _INF:
             dying.setdefault(k, []).append(v)
 
-    lines = [f"def {name}({', '.join(names[v] for v in graph.invars)}):"]
+    params = ", ".join(names[v] for v in graph.invars)
+    if donated:
+        # the caller's list is the only other holder of the donated buffers:
+        # emptied here, the function's names are the last references
+        lines = [f"def {name}(inputs):",
+                 f"    {params}{',' if len(graph.invars) == 1 else ''} = inputs",
+                 "    inputs.clear()"]
+    else:
+        lines = [f"def {name}({params}):"]
     reused = 0
     for k, eqn in enumerate(graph.eqns):
         fn = callee(eqn)
@@ -286,7 +302,7 @@ def _copy(x):
 
 
 def compile_graph(graph, xp=np, name="staged", optimize_graph=True, fuse=True,
-                  fuse_cpu=False):
+                  fuse_cpu=False, donated=()):
     """Optimise ``graph`` and generate its code; returns a `Compiled` callable.
 
     On a backend registered with an ``elementwise_kernel`` hook (CuPy), chains
@@ -294,6 +310,7 @@ def compile_graph(graph, xp=np, name="staged", optimize_graph=True, fuse=True,
     (`fgrad.compiler.fusion`). On NumPy, ``fuse_cpu=True`` (what `jit` passes
     when numba is installed) makes them numba kernels
     (`fgrad.compiler.cpu_fusion`); otherwise the code is NumPy calls.
+    ``donated`` is `generate`'s: the compiled function then takes one list.
     """
     with gc_paused():
         if optimize_graph:
@@ -303,4 +320,4 @@ def compile_graph(graph, xp=np, name="staged", optimize_graph=True, fuse=True,
                 graph = fuse_elementwise(graph, make_kernel)
             elif fuse and fuse_cpu and xp is np:
                 graph = fuse_for_cpu(graph)
-        return generate(graph, xp, name)
+        return generate(graph, xp, name, donated=donated)

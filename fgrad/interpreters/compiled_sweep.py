@@ -15,10 +15,18 @@ call; smaller ones when a structure comes back, so a one-off call never pays
 for staging. Anything the compiler cannot stage (a rule that branches on a
 value, a one-off custom rule) keeps the eager sweep.
 """
+import sys
+
 import numpy as np
 
 from fgrad.core.trace import ShapedArray, Tracer, primitive_table
-from fgrad.interpreters.reverse import PY_SCALARS, ReverseTrace, backward_pass
+from fgrad.interpreters.reverse import (
+    PRUNE_MIN_BYTES,
+    PY_SCALARS,
+    Recompute,
+    ReverseTrace,
+    backward_pass,
+)
 from fgrad.interpreters.staging import gc_paused, shaped, stage
 
 # Differentiated inputs at least this large (in bytes, all together) get a
@@ -61,6 +69,18 @@ def _describe(value, arrays, index):
         return ("py", kind, value)
     if kind is ShapedArray:
         return ("aval", value.shape, value.dtype, value.weak_type)
+    if kind is Recompute:
+        # replayed in the staged sweep; described once, then by its place
+        if primitive_table.get(value.prim.name) is not value.prim:
+            return None
+        operands = []
+        for o in value.operands:
+            d = _describe(o, arrays, index)
+            if d is None:
+                return None
+            operands.append(d)
+        index[id(value)] = ("again", len(index))
+        return ("recompute", value.prim, tuple(operands))
     if isinstance(value, Tracer) or not (hasattr(value, "shape") and hasattr(value, "dtype")):
         return None
     index[id(value)] = len(arrays)
@@ -124,6 +144,46 @@ def structure(eqns):
     return key, arrays
 
 
+def _references(arrays, i):
+    """How many references ``arrays[i]`` has, as this very expression counts them."""
+    return sys.getrefcount(arrays[i])
+
+
+# `_references` of a value that only the list holds (measured, not assumed:
+# Python versions count the argument of getrefcount differently)
+_LIST_ONLY = _references([object()], 0)
+
+
+def donatable(eqns, arrays, inputs):
+    """Positions in ``arrays`` of the residuals the compiled sweep may own.
+
+    A residual is handed to the compiled sweep, which frees it after its last
+    reader and may write a result into it, when it is a large float NumPy
+    array owning its memory, writeable, none of the differentiated ``inputs``,
+    and held by nothing but the recorded equations and ``arrays`` (its
+    reference count is exactly that: no user variable, closure, aux output or
+    view can reach it). This is what keeps residuals from living to the end of
+    the sweep, and what lets ``s * e`` reuse ``s`` once ``s`` is dead.
+    """
+    candidates = {}
+    user = {id(x) for x in inputs}
+    for i, a in enumerate(arrays):
+        if a.__class__ is np.ndarray and a.nbytes >= PRUNE_MIN_BYTES \
+                and a.base is None and a.flags.writeable and a.dtype.kind in "fc" \
+                and id(a) not in user:
+            candidates[id(a)] = [i, 0]
+    if not candidates:
+        return ()
+    for _, _, out, args, ans, _ in eqns:
+        for value in (*args, *(ans if type(out) is tuple else (ans,))):
+            uses = candidates.get(id(value))
+            if uses is not None:
+                uses[1] += 1
+    a = value = None                        # the loops' names hold no reference
+    return tuple(i for i, uses in candidates.values()
+                 if _references(arrays, i) == _LIST_ONLY + uses)
+
+
 def _stage_sweep(eqns, seed_node, seed_dtype, num_inputs, arrays, xp):
     """Stage the sweep of ``eqns`` seeded with a scalar one at ``seed_node``.
 
@@ -135,9 +195,17 @@ def _stage_sweep(eqns, seed_node, seed_dtype, num_inputs, arrays, xp):
     index = {id(a): i for i, a in enumerate(arrays)}
 
     def sweep(*staged_arrays):
+        made = {}
+
         def swap(value):
             if type(value) in PY_SCALARS or type(value) is ShapedArray:
                 return value
+            if type(value) is Recompute:        # its recipe, staged once
+                staged = made.get(id(value))
+                if staged is None:
+                    staged = made[id(value)] = value.prim.bind(
+                        *[swap(o) for o in value.operands])
+                return staged
             return staged_arrays[index[id(value)]]
         replay = []
         for prim, in_nodes, out, args, ans, params in eqns:
@@ -190,20 +258,25 @@ def remember(cache, key, entry):
     cache[key] = entry
 
 
-def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache, compile_now=True):
+def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=True):
     """The input cotangents ``{node: ct}`` of ``trace``'s sweep, run compiled.
 
+    ``inputs`` are the differentiated values (nodes ``0..len(inputs)-1``).
     Returns None (and leaves the trace untouched) when the sweep cannot be
     staged, or is not compiled yet; the caller then sweeps eagerly. ``cache`` is
     the `SweepCache` the grad function keeps. A structure is compiled the first
-    time it is seen with ``compile_now``, else the second time.
+    time it is seen with ``compile_now``, else the second time. The residuals
+    that only the trace holds are donated to the compiled sweep (`donatable`).
     """
     if type(trace) is not ReverseTrace:
         return None
     key, arrays = structure(trace.eqns)
     if key is None:
         return None
-    key = (key, seed_node, seed_dtype, num_inputs, xp)
+    num_inputs = len(inputs)
+    # small graphs (the common case of a repeated call) have nothing to donate
+    donated = donatable(trace.eqns, arrays, inputs) if trace.large else ()
+    key = (key, seed_node, seed_dtype, num_inputs, xp, donated)
     entry = cache.get(key)
     if entry is None and not compile_now:
         remember(cache, key, SEEN_ONCE)
@@ -212,7 +285,7 @@ def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache, compile_
         try:
             graph, reached = _stage_sweep(trace.eqns, seed_node, seed_dtype,
                                           num_inputs, arrays, xp)
-            entry = (cache.compile(graph, xp), reached)
+            entry = (cache.compile(graph, xp, donated=donated), reached)
         except Exception:                   # a rule that needs values: sweep eagerly
             entry = NOT_STAGEABLE
         remember(cache, key, entry)
@@ -220,14 +293,20 @@ def compiled_sweep(trace, seed_node, seed_dtype, num_inputs, xp, cache, compile_
         return None
     compiled, reached = entry
     trace.eqns.clear()                      # the residuals now live in ``arrays`` only
-    recorded = {id(a) for a in arrays}
-    outs = iter(compiled(*arrays))
+    if donated:
+        owned = set(donated)
+        recorded = {id(a) for i, a in enumerate(arrays) if i not in owned}
+    else:
+        recorded = {id(a) for a in arrays}
+    # a donating sweep empties ``arrays``: its residuals go at their last reader
+    outs = iter(compiled(arrays) if donated else compiled(*arrays))
     cts = {}
     for node in range(num_inputs):
         if reached[node]:
             ct = next(outs)
             # a cotangent that is a recorded array (grad of sum(x * y) in x is y)
-            # is copied: the caller owns what grad returns
+            # is copied: the caller owns what grad returns (a donated one is
+            # the caller's already)
             cts[node] = ct.copy() if id(ct) in recorded else ct
     return cts
 

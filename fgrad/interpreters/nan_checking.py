@@ -191,6 +191,8 @@ class DebugReverseTrace(ReverseTrace):
     __slots__ = ("sources",)
     # its messages show the operands of the operation that went wrong
     reuse_temporaries = False
+    # its sweep reads the residuals as recorded
+    recompute_residuals = False
 
     def __init__(self, level):
         super().__init__(level)

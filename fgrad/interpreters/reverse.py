@@ -55,6 +55,93 @@ PY_SCALARS = (bool, int, float, complex)
 PRUNE_MIN_BYTES = 8192
 
 
+# Cheap ufuncs (one pass over memory, about a multiplication's cost in NumPy's
+# SIMD loops) whose large outputs reverse mode recomputes in the sweep instead of
+# keeping (see `Recompute`); sin, cos, power and the like cost several times more
+# and stay kept.
+RECOMPUTABLE = frozenset({"add", "subtract", "multiply", "divide", "negative", "square",
+                          "exp", "absolute", "maximum", "minimum", "conjugate", "real"})
+# the most operations one recomputed value may replay
+MAX_RECOMPUTE_OPS = 8
+
+
+class Recompute:
+    """A residual reverse mode recomputes in the sweep instead of keeping.
+
+    ``exp(-(x * x) / 4)`` of an input ``x`` costs four cheap passes over
+    memory to make again, but an array of memory to keep from the forward
+    pass to the sweep. An equation whose rule reads such a value records this
+    recipe instead: the primitive, its operands (the function's inputs, Python
+    numbers, small constants, or other recipes) and the value's shape and
+    dtype. It holds nothing large, so the forward value is freed as soon as
+    the user's code drops it. The sweep computes it again (`materialize`), with
+    the same ufuncs on the same operands: the same bits.
+    """
+
+    __slots__ = ("dtype", "operands", "ops", "prim", "shape", "value")
+
+    def __init__(self, prim, operands, aval, ops):
+        self.prim = prim
+        self.operands = operands
+        self.shape = aval.shape
+        self.dtype = aval.dtype
+        self.ops = ops              # operations a replay runs
+        self.value = None           # the sweep's value, while equations need it
+
+    @property
+    def nbytes(self):
+        return 0                    # nothing kept: see `fgrad.inspection.residuals`
+
+    def compute(self):
+        """The value, made again (kept on the recipe: two rules may read it)."""
+        value = self.value
+        if value is None:
+            value = self.value = self.prim.impl(*[
+                o.compute_once() if type(o) is Recompute else o for o in self.operands])
+        return value
+
+    def compute_once(self):
+        """The value of an inner recipe, not kept: only its outer one needs it."""
+        if self.value is not None:
+            return self.value
+        return self.prim.impl(*[o.compute_once() if type(o) is Recompute else o
+                                for o in self.operands])
+
+
+def _recipe(recipes, prim, in_nodes, primals, ans, params):
+    """`Recompute` of ``prim``'s output ``ans``, or None where it is not worth it."""
+    if prim.name not in RECOMPUTABLE or params or ans.__class__ is not np.ndarray \
+            or ans.nbytes < PRUNE_MIN_BYTES:
+        return None
+    operands, ops = [], 1
+    for n, p in zip(in_nodes, primals):
+        if n is None:
+            # a number, or a small constant array (a large one the user may not hold)
+            if not (p.__class__ in PY_SCALARS or p.__class__ is np.ndarray
+                    and p.nbytes < PRUNE_MIN_BYTES):
+                return None
+            operands.append(p)
+            continue
+        r = recipes.get(n)
+        if r is None:
+            return None
+        if type(r) is Recompute:
+            ops += r.ops
+        operands.append(r)
+    if ops > MAX_RECOMPUTE_OPS:
+        return None
+    return Recompute(prim, tuple(operands), get_aval(ans), ops)
+
+
+def materialize(args, ans):
+    """``(args, ans)`` of an equation with every `Recompute` replaced by its value."""
+    if type(ans) is Recompute:
+        ans = ans.compute()
+    elif type(ans) is tuple:
+        ans = tuple(a.compute() if type(a) is Recompute else a for a in ans)
+    return [a.compute() if type(a) is Recompute else a for a in args], ans
+
+
 def _prune(prim, in_nodes, primals, ans):
     """Replace the large arrays the VJP will not read by their abstract values.
 
@@ -80,20 +167,34 @@ def _prune(prim, in_nodes, primals, ans):
 class ReverseTrace(Trace):
     """Evaluates primitives and records the equations the reverse sweep needs."""
 
-    __slots__ = ("eqns", "num_nodes")
+    __slots__ = ("eqns", "large", "num_nodes", "recipes", "recomputes")
     # whether to drop the residuals the VJP rules do not read (see `_prune`)
     prune_residuals = True
     # whether a dead temporary's buffer may take a result (`binary_into_operand`)
     reuse_temporaries = True
+    # whether large residuals cheap to make again are recomputed (`Recompute`);
+    # off where another sweep (nan checking, forward-over-reverse) reads the
+    # equations
+    recompute_residuals = True
 
     def __init__(self, level):
         super().__init__(level)
         self.eqns = []
         self.num_nodes = 0
+        # {node: its input array or `Recompute`}, for the large values that
+        # can be made again from the inputs
+        self.recipes = {}
+        # whether some equation records a `Recompute` (the sweep makes them)
+        self.recomputes = False
+        # whether some equation took the large-array path of `record` (only
+        # then can a residual be worth donating to a compiled sweep)
+        self.large = False
 
     def new_input(self, value):
         node = self.num_nodes
         self.num_nodes = node + 1
+        if value.__class__ is np.ndarray:
+            self.recipes[node] = value
         return ReverseTracer(self, value, node)
 
     def unwrap(self, args):
@@ -212,11 +313,36 @@ class ReverseTrace(Trace):
                         large = True
                         break
             if large:
+                self.large = True
                 saved_args, saved_ans = _prune(prim, in_nodes, primals, ans)
+                if self.recompute_residuals:
+                    saved_args, saved_ans = self._recompute(
+                        prim, in_nodes, node, primals, ans, params, saved_args, saved_ans)
                 self.eqns.append((prim, in_nodes, node, saved_args, saved_ans, params))
                 return ReverseTracer(self, ans, node)
         self.eqns.append((prim, in_nodes, node, primals, ans, params))
         return ReverseTracer(self, ans, node)
+
+    def _recompute(self, prim, in_nodes, node, primals, ans, params, saved_args, saved_ans):
+        """The residuals with each large kept value that is cheap to make again
+        replaced by its `Recompute`; ``ans``'s own recipe noted for later
+        equations."""
+        recipes = self.recipes
+        recipe = _recipe(recipes, prim, in_nodes, primals, ans, params)
+        if recipe is not None:
+            recipes[node] = recipe
+            if saved_ans is ans:
+                saved_ans = recipe
+                self.recomputes = True
+        for i, n in enumerate(in_nodes):
+            if n is not None and saved_args[i].__class__ is np.ndarray:
+                r = recipes.get(n)
+                if type(r) is Recompute:
+                    if saved_args is primals:
+                        saved_args = list(primals)
+                    saved_args[i] = r
+                    self.recomputes = True
+        return saved_args, saved_ans
 
     def _record_multiple(self, prim, in_nodes, primals, ans, params):
         nodes, outs = [], []
@@ -259,6 +385,11 @@ def backward_pass(trace, seeds):
     """
     if graph_checking_enabled():
         check_graph(trace.eqns)
+    recomputes = getattr(trace, "recomputes", False)
+    if recomputes:
+        # recording is over: the recipes live on in the equations only, so each
+        # recomputed value goes with the last equation that reads it
+        trace.recipes.clear()
     cts = dict(seeds)
     eqns = trace.eqns
     pop_ct = cts.pop
@@ -274,6 +405,8 @@ def backward_pass(trace, seeds):
             ct = pop_ct(out, None)
             if ct is None:
                 continue
+        if recomputes:
+            args, ans = materialize(args, ans)
         if len(in_nodes) == 1:
             arg_cts = prim.vjp(ct, ans, NEEDED_ONE, *args, **params)
         else:

@@ -299,7 +299,7 @@ def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
             # transformation's tracers, which no compiled sweep takes
             if large or sweep_cache.called and trace.level == 1:
                 cts = compiled_sweep(trace, leaves[0].node, get_aval(ans).dtype,
-                                     len(selection.leaves), array_module(ans),
+                                     selection.leaves, array_module(ans),
                                      sweep_cache, compile_now=large)
                 if cts is not None:
                     g = _input_cotangents(cts, selection)
