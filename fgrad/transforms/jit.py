@@ -96,7 +96,8 @@ def compiled_for(graph, xp, parallel=False):
         return compiled
     compiled = graph.compiled.get((xp, fuse))
     if compiled is None:
-        compiled = graph.compiled[(xp, fuse)] = compile_graph(graph, xp, fuse_cpu=fuse)
+        compiled = graph.compiled[(xp, fuse)] = compile_graph(graph, xp, fuse_cpu=fuse,
+                                                              whole_graph=fuse)
     return compiled
 
 
@@ -392,7 +393,10 @@ class Lowered:
 
     ``print(f_jit.lower(x).source)`` shows the generated Python;
     ``kernels`` lists the fused CPU kernels it calls (each with its
-    ``source``), empty when nothing was fused.
+    ``source``), empty when nothing was fused. ``whole_graph`` is the plan of
+    whole-graph compilation (`fgrad.compiler.whole_graph.Plan`: its numba
+    ``source``, or the ``unsupported`` equations and why), None when it is
+    off; ``whole_graph_compiled`` says whether the numba function is built.
     """
 
     def __init__(self, graph, compiled):
@@ -400,6 +404,9 @@ class Lowered:
         self.optimized = compiled.graph
         self.source = compiled.source
         self.kernels = cpu_kernels(compiled)
+        whole = getattr(compiled, "whole_graph", None)
+        self.whole_graph = getattr(whole, "plan", whole)
+        self.whole_graph_compiled = getattr(whole, "compiled", None) is not None
 
     def __str__(self):
         return self.source
