@@ -3,6 +3,11 @@
 Each numba compilation costs about a second, so the tests share a few
 programs that cover the table between them.
 """
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -161,3 +166,38 @@ def test_the_off_switches_and_the_call_count(monkeypatch):
     for call in (1, 2, 3):
         np.testing.assert_allclose(f_jit(x), np.sum(np.sin(x) * x + 1.0))
         assert f_jit.lower(x).whole_graph_compiled == (call == 3)
+
+
+# a scan whose tanh runs on 512 elements, where compiled code calls NumPy's
+# loop (objmode), compiled in a fresh interpreter that says whether it loaded
+# the function from the disk cache or compiled it
+_CHILD = textwrap.dedent("""
+    import io, logging
+    import numpy as np, fgrad, fgrad.numpy as fnp
+    from fgrad import lax
+    log = io.StringIO()
+    logging.getLogger("fgrad.jit").addHandler(logging.StreamHandler(log))
+    logging.getLogger("fgrad.jit").setLevel(logging.DEBUG)
+
+    def f(w, xs):
+        h, _ = lax.scan(lambda h, x: (fnp.tanh(h @ w + x), None), xs[0] * 0.0, xs)
+        return fnp.sum(h)
+    w, xs = np.eye(32) * 0.3, np.linspace(-2, 2, 3 * 16 * 32).reshape(3, 16, 32)
+    got = fgrad.jit(fgrad.grad(f))(w, xs)
+    np.testing.assert_allclose(got, fgrad.jit(fgrad.grad(f), fuse=False)(w, xs),
+                               rtol=1e-12, atol=1e-14)
+    assert "numpy_tanh" in fgrad.jit(fgrad.grad(f)).lower(w, xs).whole_graph.source
+    print("loaded" if "from the disk cache" in log.getvalue() else
+          "built" if "compiled" in log.getvalue() else "neither")
+""")
+
+
+def test_a_second_process_loads_the_compiled_graph_from_the_disk_cache(tmp_path):
+    env = dict(os.environ, FGRAD_KERNEL_CACHE=str(tmp_path), FGRAD_JIT_WHOLE_GRAPH="1")
+    outs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        outs.append(done.stdout.strip())
+    assert outs == ["built", "loaded"]

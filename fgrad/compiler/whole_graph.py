@@ -15,13 +15,17 @@ operation reproduces), ``convert_element_type`` except float to integer,
 2-d float arrays, ``reshape``, ``transpose``, ``broadcast_to``, ``full_like``,
 ``getitem`` with ints and slices, and ``scan``, ``while_loop`` and ``cond``
 whose graphs are in the table themselves. Anything else, or an elementwise
-operation or reduction on more than `MAX_ELEMENTS` elements (there NumPy's
-SIMD loops and the fused kernels of `fgrad.compiler.cpu_fusion` are faster
-than numba's scalar code), leaves the graph to the per-equation code, and
+operation or reduction on more than `MAX_ELEMENTS` elements (there the work
+dwarfs Python's per-call cost, and the fused kernels of
+`fgrad.compiler.cpu_fusion` are as fast), leaves the graph to the
+per-equation code, and
 ``plan(graph).unsupported`` (shown by ``jit(f).lower(...).whole_graph``)
 names each equation that stopped it and why.
 
-Values of shape ``()`` are numba scalars; every other value an array. The
+Values of shape ``()`` are numba scalars; every other value an array.
+``exp``, ``tanh``, ``log`` and their kin on arrays large enough
+(`OBJMODE_NS`) are computed by NumPy's SIMD loops, called back from the
+compiled code through numba's object mode; numba's own are 10-30 times slower. The
 generated function checks nothing: the Python wrapper `build` makes checks
 every argument's shape and dtype first and raises `InvalidInputError` for one
 it was not compiled for (numba never reads out of bounds on a static shape
@@ -43,6 +47,7 @@ import os
 import numpy as np
 
 from fgrad.compiler.cpu_fusion import (
+    ELEMENT_NS,
     admit_inputs,
     number_text,
     numpy_type_text,
@@ -65,6 +70,12 @@ MAX_EQUATIONS = 160
 # fewer equations, and no loop: the Python the function saves is less than
 # the checks and numba's dispatch it adds (about 1.5 us a call)
 MIN_EQUATIONS = 4
+# what compiled code pays to call back into NumPy (numba's objmode: the GIL,
+# boxing the arrays); NumPy's SIMD loops for exp, tanh, log and kin are so much
+# faster than numba's one-element-at-a-time C library calls that on a few
+# hundred elements calling NumPy wins (tanh: about 1 ns an element, against
+# 10-30 ns), as `cpu_fusion.ELEMENT_NS` estimates
+OBJMODE_NS = 1500
 _log = logging.getLogger("fgrad.jit")
 
 _DTYPES = frozenset(np.dtype(d) for d in ("bool", "int64", "float32", "float64"))
@@ -109,6 +120,8 @@ class _Writer:
         self.contiguous = set()   # vars holding a C-contiguous array (the inputs)
         self.ordered = set()      # 2-d transposes of those: BLAS reads them as they are
         self.unsupported = []
+        self.helpers = {}         # (ufunc, arity, dtype, rank) -> a NumPy-calling helper
+        self.helper_lines = []
         self.consts = []          # array literals, passed in as arguments
         self.const_names = {}
         self.counter = 0
@@ -218,9 +231,35 @@ def _elementwise(w, depth, eqn, name):
             text = f"np.where({', '.join(args)})"
         return w.assign(depth, eqn, text, fresh=bool(out.shape))
     text = f"np.{name}({', '.join(args)})"
+    numpy_ns, numba_ns = ELEMENT_NS.get(name, (0.0, 0.0))
+    if kind == "f" and out.shape and math.prod(out.shape) * (numba_ns - numpy_ns) > OBJMODE_NS:
+        return _through_numpy(w, depth, eqn, name, args)
     if not out.shape:           # numba's scalar arithmetic may widen: keep the dtype
         text = f"{numpy_type_text(out.dtype)}({text})"
     return w.assign(depth, eqn, text, fresh=bool(out.shape))
+
+
+def _through_numpy(w, depth, eqn, name, args):
+    """Call NumPy's ``name`` ufunc on ``args`` (texts) from compiled code.
+
+    The call goes through a small compiled helper per (ufunc, dtype, rank):
+    numba's objmode block directly in a loop body can fail to compile.
+    """
+    out = eqn.outvars[0].aval
+    dtype = np.dtype(out.dtype).name
+    key = (name, len(args), dtype, out.ndim)
+    helper = w.helpers.get(key)
+    if helper is None:
+        helper = w.helpers[key] = f"numpy_{name}_{dtype}_{out.ndim}d"
+        params = ", ".join(f"x{j}" for j in range(len(args)))
+        layout = ", ".join([":"] * (out.ndim - 1) + ["::1"])
+        w.helper_lines += [
+            "@numba.njit(nogil=True, error_model='numpy')",
+            f"def {helper}({params}):",
+            f"    with numba.objmode(out='{dtype}[{layout}]'):",
+            f"        out = np.ascontiguousarray(np.{name}({params}))",
+            "    return out", ""]
+    return w.assign(depth, eqn, f"{helper}({', '.join(args)})", fresh=True)
 
 
 def _reduction(w, depth, eqn):
@@ -569,7 +608,7 @@ def plan(graph):
     signature = ", ".join(f"{np.dtype(v.aval.dtype).name}{list(v.aval.shape)}"
                           for v in graph.invars)
     consts = [f"k{j}" for j in range(len(w.consts))]
-    head = [f"# fgrad whole graph ({signature})",
+    head = [f"# fgrad whole graph ({signature})", "import numba", ""] + w.helper_lines + [
             f"def kernel({', '.join(params + consts)}):"]
     source = "\n".join(head + w.lines) + "\n"
     return Plan(graph, source, w.consts, w.unsupported)
@@ -619,7 +658,8 @@ def _numba_type(aval):
 
 @functools.lru_cache(maxsize=64)
 def _compiled(source, signature):
-    return load_or_build(source, signature)
+    # the module stays importable: a call back into NumPy (objmode) needs it
+    return load_or_build(source, signature, keep_module="numba.objmode" in source)
 
 
 def build(plan):
