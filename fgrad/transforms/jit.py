@@ -82,8 +82,13 @@ def fuses(graph):
     return graph.compiled.get(_FUSE, True) and cpu_fusion_enabled()
 
 
-def compiled_for(graph, xp, parallel=False):
-    """The graph's compiled code for backend ``xp`` (compiled once, kept on it)."""
+def compiled_for(graph, xp, parallel=False, whole=True):
+    """The graph's compiled code for backend ``xp`` (compiled once, kept on it).
+
+    ``whole=False`` (a loop body or branch, run by its control-flow
+    primitive) leaves out whole-graph compilation: the graph that holds the
+    loop is compiled whole, loop included, when it can be.
+    """
     fuse = fuses(graph)
     if parallel:
         compiled = graph.compiled.get((xp, "parallel", fuse))
@@ -94,10 +99,11 @@ def compiled_for(graph, xp, parallel=False):
                 compiled = sequential
             graph.compiled[(xp, "parallel", fuse)] = compiled
         return compiled
-    compiled = graph.compiled.get((xp, fuse))
+    key = (xp, fuse) if whole else (xp, fuse, "per equation")
+    compiled = graph.compiled.get(key)
     if compiled is None:
-        compiled = graph.compiled[(xp, fuse)] = compile_graph(graph, xp, fuse_cpu=fuse,
-                                                              whole_graph=fuse)
+        compiled = graph.compiled[key] = compile_graph(graph, xp, fuse_cpu=fuse,
+                                                       whole_graph=fuse and whole)
     return compiled
 
 
