@@ -482,21 +482,8 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     """
     size = math.prod(shape)
     expected = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in inputs]
-    namespace = {"kernel": kernel, "empty": np.empty, "np": np,
-                 "admit": functools.partial(admit_inputs, expected=expected)}
-    args = [f"x{j}" for j in range(len(inputs))]
-    checks = []
-    for j, (want_shape, want_dtype) in enumerate(expected):
-        namespace[f"S{j}"], namespace[f"D{j}"] = want_shape, want_dtype
-        checks.append(f"x{j}.shape != S{j} or x{j}.dtype != D{j}")
-    lines = [f"def call({', '.join(args)}):"]
-    if checks:
-        lines += ["    try:",
-                  f"        bad = {' or '.join(checks)}",
-                  "    except AttributeError:         # a Python number",
-                  "        bad = True",
-                  "    if bad:",
-                  f"        {', '.join(args)}, = admit({', '.join(args)})"]
+    namespace = {"kernel": kernel, "empty": np.empty, "np": np}
+    lines = checked_call_header(expected, namespace)
     flat = []
     for j, mode in enumerate(modes):
         flat.append(f"x{j}.ravel()" if mode != "copy" else
@@ -518,6 +505,28 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     lines.append(f"    return ({''.join(x + ', ' for x in results)})")
     exec(compile("\n".join(lines) + "\n", "<fgrad cpu kernel call>", "exec"), namespace)
     return namespace["call"]
+
+
+def checked_call_header(expected, namespace, what="a fused kernel"):
+    """The first lines of a generated ``call(x0, x1, ...)`` that check each
+    argument's shape and dtype against ``expected`` ((shape, dtype) pairs)
+    and hand a mismatch to `admit_inputs`; the names they use go into
+    ``namespace``. Shared with `fgrad.compiler.whole_graph`."""
+    args = [f"x{j}" for j in range(len(expected))]
+    namespace["admit"] = functools.partial(admit_inputs, expected=expected, what=what)
+    checks = []
+    for j, (want_shape, want_dtype) in enumerate(expected):
+        namespace[f"S{j}"], namespace[f"D{j}"] = want_shape, want_dtype
+        checks.append(f"x{j}.shape != S{j} or x{j}.dtype != D{j}")
+    lines = [f"def call({', '.join(args)}):"]
+    if checks:
+        lines += ["    try:",
+                  f"        bad = {' or '.join(checks)}",
+                  "    except AttributeError:         # a Python number",
+                  "        bad = True",
+                  "    if bad:",
+                  f"        {', '.join(args)}, = admit({', '.join(args)})"]
+    return lines
 
 
 def admit_inputs(*args, expected, what="a fused kernel"):

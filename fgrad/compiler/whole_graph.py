@@ -48,7 +48,7 @@ import numpy as np
 
 from fgrad.compiler.cpu_fusion import (
     ELEMENT_NS,
-    admit_inputs,
+    checked_call_header,
     number_text,
     numpy_type_text,
     scalar_literal_text,
@@ -671,22 +671,8 @@ def build(plan):
         _const_type(c) for c in plan.consts)
     kernel = _compiled(plan.source, signature)
     expected = [(tuple(a.shape), np.dtype(a.dtype)) for a in in_avals]
-    namespace = {"kernel": kernel, "np": np, "ascontiguous": np.ascontiguousarray,
-                 "admit": functools.partial(admit_inputs, expected=expected,
-                                            what="a whole-graph function")}
-    args = [f"x{j}" for j in range(len(in_avals))]
-    lines = [f"def call({', '.join(args)}):"]
-    checks = []
-    for j, (shape, dtype) in enumerate(expected):
-        namespace[f"S{j}"], namespace[f"D{j}"] = shape, dtype
-        checks.append(f"x{j}.shape != S{j} or x{j}.dtype != D{j}")
-    if checks:
-        lines += ["    try:",
-                  f"        bad = {' or '.join(checks)}",
-                  "    except AttributeError:         # a Python number",
-                  "        bad = True",
-                  "    if bad:",
-                  f"        {', '.join(args)}, = admit({', '.join(args)})"]
+    namespace = {"kernel": kernel, "np": np, "ascontiguous": np.ascontiguousarray}
+    lines = checked_call_header(expected, namespace, what="a whole-graph function")
     passed = [f"x{j}[()]" if not shape else f"ascontiguous(x{j})"
               for j, (shape, _) in enumerate(expected)]
     for j, c in enumerate(plan.consts):
