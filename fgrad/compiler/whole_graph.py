@@ -144,7 +144,7 @@ class _Writer:
                 text = self.const_names.get(key)
                 if text is None:
                     text = self.const_names[key] = f"k{len(self.consts)}"
-                    self.consts.append(np.asarray(v.value))
+                    self.consts.append(np.ascontiguousarray(v.value))
         if dtype is not None and np.dtype(dtype) != np.dtype(v.aval.dtype):
             if v.aval.shape:
                 return f"{text}.astype({numpy_type_text(dtype)})"
@@ -648,12 +648,14 @@ def compile_after():
         return COMPILE_AFTER_CALLS
 
 
-def _numba_type(aval):
+def _numba_type(shape, dtype):
+    """A scalar for shape (), else a read-only C-ordered array (the wrapper
+    passes C-ordered arrays; a writable one converts)."""
     import numba
-    scalar = numba.from_dtype(np.dtype(aval.dtype))
-    if not aval.shape:
+    scalar = numba.from_dtype(np.dtype(dtype))
+    if not shape:
         return scalar
-    return numba.types.Array(scalar, len(aval.shape), "C", readonly=True)
+    return numba.types.Array(scalar, len(shape), "C", readonly=True)
 
 
 @functools.lru_cache(maxsize=64)
@@ -667,8 +669,8 @@ def build(plan):
     dtypes, runs the numba function, returns NumPy arrays and scalars."""
     graph = plan.graph
     in_avals = [v.aval for v in graph.invars]
-    signature = tuple(_numba_type(a) for a in in_avals) + tuple(
-        _const_type(c) for c in plan.consts)
+    signature = tuple(_numba_type(a.shape, a.dtype) for a in in_avals) + tuple(
+        _numba_type(c.shape, c.dtype) for c in plan.consts)
     kernel = _compiled(plan.source, signature)
     expected = [(tuple(a.shape), np.dtype(a.dtype)) for a in in_avals]
     namespace = {"kernel": kernel, "np": np, "ascontiguous": np.ascontiguousarray}
@@ -691,13 +693,6 @@ def build(plan):
          namespace)
     return namespace["call"]
 
-
-def _const_type(value):
-    import numba
-    scalar = numba.from_dtype(value.dtype)
-    if not value.shape:
-        return scalar
-    return numba.types.Array(scalar, value.ndim, "A", readonly=True)
 
 
 class Tiered:
