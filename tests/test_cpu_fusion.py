@@ -10,6 +10,7 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.compiler import cpu_fusion
+from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
 from fgrad.transforms.jit import compiled_for
 
@@ -24,6 +25,9 @@ def always_fuse(monkeypatch):
     its own test)."""
     monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)
     monkeypatch.setattr(cpu_fusion, "KERNEL_ARRAY_NS", 0)
+    # small graphs would otherwise become one whole-graph function (tested
+    # in test_whole_graph.py) instead of kernels
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")
 
 
 def _kernels(f_jit, *args):

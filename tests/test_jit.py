@@ -1,5 +1,6 @@
 """jit and make_graph: staging, the signature cache, composition, errors."""
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from fgrad.errors import ConcretizationError, InvalidInputError, StaticArgumentE
 from fgrad.core.graph import Graph, Literal, check_staged
 from primitive_specs import SPECS
 from fgrad.compiler import cpu_fusion
+from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.compiler.codegen import compile_graph
 from fgrad.transforms.jit import CACHE_SIZE
 
@@ -204,6 +206,9 @@ def test_jit_equals_eager_and_jit_grad_equals_grad(name, monkeypatch):
     # calls priced at nothing), so each spec also checks the kernels
     monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)
     monkeypatch.setattr(cpu_fusion, "KERNEL_ARRAY_NS", 0)
+    # kernels, not whole-graph functions, unless the run asks for those
+    # (FGRAD_JIT_WHOLE_GRAPH=1 checks every spec compiled whole: slow)
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, os.environ.get(WHOLE_GRAPH_ENV, "0"))
     @given(SPECS[name])
     def check(case):
         expected = case.fun(*case.args)

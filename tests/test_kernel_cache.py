@@ -53,7 +53,9 @@ _CHILD = textwrap.dedent("""
 
 
 def _run(cache, n=1):
-    env = dict(os.environ, FGRAD_KERNEL_CACHE=str(cache), FGRAD_JIT_FUSE="1")
+    # fused kernels, not a whole-graph function (tests/test_whole_graph.py)
+    env = dict(os.environ, FGRAD_KERNEL_CACHE=str(cache), FGRAD_JIT_FUSE="1",
+               FGRAD_JIT_WHOLE_GRAPH="0")
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(n)]

@@ -221,7 +221,7 @@ KERNEL_ARRAY_NS = 100       # ... per array argument
 _CACHE_ELEMENTS = 1 << 17   # about 1 MB of float64: beyond it, memory bandwidth
 # per element and operation: (NumPy's loop, the kernel's) where they differ
 # from a plain arithmetic operation
-_ELEMENT_NS = {"exp": (0.6, 4.1), "exp2": (0.6, 4.1), "expm1": (0.9, 7.0),
+ELEMENT_NS = {"exp": (0.6, 4.1), "exp2": (0.6, 4.1), "expm1": (0.9, 7.0),
                "log": (0.7, 3.3), "log2": (0.7, 3.3), "log10": (0.7, 3.5),
                "log1p": (0.9, 7.1), "sin": (5.0, 5.0), "cos": (4.2, 4.1),
                "tan": (1.1, 5.7), "tanh": (1.1, 11.1), "sinh": (1.0, 9.7),
@@ -248,7 +248,7 @@ def worth_fusing(eqns, n_inputs, n_outputs, size):
     numpy_ns = fused_ns = 0.0
     for e in eqns:
         name = _op_name(e.prim) or e.prim.name
-        np_ns, kernel_ns = _ELEMENT_NS.get(name, (_PLAIN_NS, _PLAIN_NS))
+        np_ns, kernel_ns = ELEMENT_NS.get(name, (_PLAIN_NS, _PLAIN_NS))
         numpy_ns += NUMPY_CALL_NS + size * (np_ns + memory * (len(e.invars) + 1))
         fused_ns += size * kernel_ns
     fused_ns += KERNEL_CALL_NS + KERNEL_ARRAY_NS * (n_inputs + n_outputs) + \
@@ -300,8 +300,9 @@ def _pieces(members, reductions):
 # ---------------------------------------------------------------------------
 
 
-def _literal_text(lit, dtype):
-    """Python text for a scalar literal as a ``dtype`` value, or None."""
+def scalar_literal_text(lit, dtype):
+    """Python text for a scalar literal as a ``dtype`` value, or None (shared
+    with `fgrad.compiler.whole_graph`)."""
     value = lit.value
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         if value.size == 0 or np.dtype(value.dtype) not in _KERNEL_DTYPES:
@@ -310,6 +311,15 @@ def _literal_text(lit, dtype):
         if not bool((flat == flat[0]).all()):    # not one repeated value: pass it in
             return None
         value = flat[0].item()
+    return number_text(value, dtype)
+
+
+def number_text(value, dtype):
+    """Python text for the Python number ``value`` as a ``dtype`` value, or None.
+
+    >>> number_text(float("inf"), np.float32)
+    'np.float32(np.inf)'
+    """
     if isinstance(value, bool):
         text = repr(value)
     elif isinstance(value, int):
@@ -321,10 +331,11 @@ def _literal_text(lit, dtype):
             ("np.nan" if math.isnan(value) else ("np.inf" if value > 0 else "-np.inf"))
     else:
         return None
-    return f"{_cast(dtype)}({text})"
+    return f"{numpy_type_text(dtype)}({text})"
 
 
-def _cast(dtype):
+def numpy_type_text(dtype):
+    """The NumPy scalar type of ``dtype`` as Python text: ``np.float32``."""
     return f"np.{np.dtype(dtype).name}" if np.dtype(dtype) != np.dtype(bool) else "np.bool_"
 
 
@@ -387,7 +398,7 @@ def kernel_source(graph, members, reductions, readers):
             name, have = names[v], np.dtype(v.aval.dtype)
         else:
             if type(v) is Literal:
-                text = _literal_text(v, dtype)
+                text = scalar_literal_text(v, dtype)
                 if text is not None:
                     return text
             key = v if type(v) is Var else ("literal", id(v))
@@ -406,14 +417,14 @@ def kernel_source(graph, members, reductions, readers):
                 else:
                     body.append(f"        x{j} = in{j}[i]")
             have = np.dtype(v.aval.dtype)
-        return name if have == dtype else f"{_cast(dtype)}({name})"
+        return name if have == dtype else f"{numpy_type_text(dtype)}({name})"
 
     for t, e in enumerate(eqns):
         template, operand_dtypes = _template(e)
         args = [operand(v, d) for v, d in zip(e.invars, operand_dtypes)]
         out = e.outvars[0]
         names[out] = f"t{t}"
-        body.append(f"        t{t} = {_cast(out.aval.dtype)}({template.format(*args)})")
+        body.append(f"        t{t} = {numpy_type_text(out.aval.dtype)}({template.format(*args)})")
     needed_outside = {v for v in inside if readers[v] > inner[v]}
     outputs = [e.outvars[0] for e in eqns if e.outvars[0] in needed_outside]
     for j, v in enumerate(outputs):
@@ -427,8 +438,8 @@ def kernel_source(graph, members, reductions, readers):
         acc_dtype = np.dtype(np.float64) if out_dtype.kind == "f" else out_dtype
         value = names[x] if x in inside else operand(x, np.dtype(x.aval.dtype))
         if np.dtype(x.aval.dtype) != acc_dtype:
-            value = f"{_cast(acc_dtype)}({value})"
-        hoisted.append(f"    acc{r} = {_cast(acc_dtype)}({start})")
+            value = f"{numpy_type_text(acc_dtype)}({value})"
+        hoisted.append(f"    acc{r} = {numpy_type_text(acc_dtype)}({start})")
         body.append("        " + update.format(acc=f"acc{r}", x=value))
         accumulators.append(f"acc{r}")
     params = ["n"] + [f"in{j}" for j in range(len(inputs))] + \
@@ -474,21 +485,8 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     """
     size = math.prod(shape)
     expected = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in inputs]
-    namespace = {"kernel": kernel, "empty": np.empty, "np": np,
-                 "admit": functools.partial(_admit, expected=expected, shape=shape)}
-    args = [f"x{j}" for j in range(len(inputs))]
-    checks = []
-    for j, (want_shape, want_dtype) in enumerate(expected):
-        namespace[f"S{j}"], namespace[f"D{j}"] = want_shape, want_dtype
-        checks.append(f"x{j}.shape != S{j} or x{j}.dtype != D{j}")
-    lines = [f"def call({', '.join(args)}):"]
-    if checks:
-        lines += ["    try:",
-                  f"        bad = {' or '.join(checks)}",
-                  "    except AttributeError:         # a Python number",
-                  "        bad = True",
-                  "    if bad:",
-                  f"        {', '.join(args)}, = admit({', '.join(args)})"]
+    namespace = {"kernel": kernel, "empty": np.empty, "np": np}
+    lines = checked_call_header(expected, namespace)
     flat = []
     for j, mode in enumerate(modes):
         flat.append(f"x{j}.ravel()" if mode != "copy" else
@@ -512,9 +510,31 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     return namespace["call"]
 
 
-def _admit(*args, expected, shape):
+def checked_call_header(expected, namespace, what="a fused kernel"):
+    """The first lines of a generated ``call(x0, x1, ...)`` that check each
+    argument's shape and dtype against ``expected`` ((shape, dtype) pairs)
+    and hand a mismatch to `admit_inputs`; the names they use go into
+    ``namespace``. Shared with `fgrad.compiler.whole_graph`."""
+    args = [f"x{j}" for j in range(len(expected))]
+    namespace["admit"] = functools.partial(admit_inputs, expected=expected, what=what)
+    checks = []
+    for j, (want_shape, want_dtype) in enumerate(expected):
+        namespace[f"S{j}"], namespace[f"D{j}"] = want_shape, want_dtype
+        checks.append(f"x{j}.shape != S{j} or x{j}.dtype != D{j}")
+    lines = [f"def call({', '.join(args)}):"]
+    if checks:
+        lines += ["    try:",
+                  f"        bad = {' or '.join(checks)}",
+                  "    except AttributeError:         # a Python number",
+                  "        bad = True",
+                  "    if bad:",
+                  f"        {', '.join(args)}, = admit({', '.join(args)})"]
+    return lines
+
+
+def admit_inputs(*args, expected, what="a fused kernel"):
     """The arguments, Python numbers made arrays; or `InvalidInputError` for
-    an array the kernel was not built for."""
+    an array ``what`` was not built for (``expected``: (shape, dtype) pairs)."""
     admitted = []
     for j, (x, (want_shape, want_dtype)) in enumerate(zip(args, expected)):
         if type(x) in _PY_SCALARS and not want_shape:       # a weakly typed number
@@ -522,7 +542,7 @@ def _admit(*args, expected, shape):
         got = (tuple(getattr(x, "shape", ())), np.dtype(getattr(x, "dtype", type(x))))
         if got != (want_shape, want_dtype):
             raise InvalidInputError(
-                f"a fused kernel built for {want_dtype.name}{list(want_shape)} as "
+                f"{what} built for {want_dtype.name}{list(want_shape)} as "
                 f"input {j} received {got[1].name}{list(got[0])}: compiled code runs "
                 "only on the shapes and dtypes it was traced for; call the jitted "
                 "function (it retraces) instead of its compiled graph.")

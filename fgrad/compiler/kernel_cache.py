@@ -80,10 +80,13 @@ def entry_key(source, signature):
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def load_or_build(source, signature):
+def load_or_build(source, signature, keep_module=False):
     """The numba function for ``source`` compiled for ``signature``: from the
     disk cache when a valid entry exists, else compiled (and stored). Used by
-    `fgrad.compiler.cpu_fusion`, which writes the sources."""
+    `fgrad.compiler.cpu_fusion` and `fgrad.compiler.whole_graph`, which write
+    the sources. ``keep_module=True`` leaves the kernel's module in
+    ``sys.modules``: code that calls back into Python (numba's objmode) looks
+    it up there at run time."""
     root = cache_dir()
     if root is None:
         return _compile(_module_from_text(source), signature, cache=False)
@@ -91,11 +94,11 @@ def load_or_build(source, signature):
     entry = os.path.join(root, key)
     if os.path.isdir(entry):
         if verify(entry, key):
-            fn = _compile_file(entry, key, signature)
+            fn = _compile_file(entry, key, signature, keep_module)
             _log.debug("fgrad.jit: kernel %s loaded from the disk cache", key)
             return fn
         _discard(root, entry)
-    return _build(root, entry, key, source, signature)
+    return _build(root, entry, key, source, signature, keep_module)
 
 
 def _compile(module, signature, cache):
@@ -113,7 +116,7 @@ def _module_from_text(source):
     return Module
 
 
-def _compile_file(directory, key, signature):
+def _compile_file(directory, key, signature, keep_module=False):
     """Compile (or load from numba's cache files) the kernel in ``directory``."""
     # the module's name is the same in every process: numba's cached code
     # refers to it, and looks it up in sys.modules while loading
@@ -123,9 +126,13 @@ def _compile_file(directory, key, signature):
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-        return _compile(module, signature, cache=True)
-    finally:
+        fn = _compile(module, signature, cache=True)
+    except BaseException:
         sys.modules.pop(name, None)
+        raise
+    if not keep_module:
+        sys.modules.pop(name, None)
+    return fn
 
 
 def _files(directory):
@@ -174,12 +181,12 @@ def _discard(root, entry):
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _build(root, entry, key, source, signature):
+def _build(root, entry, key, source, signature, keep_module=False):
     staging = tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=root)
     try:
         with open(os.path.join(staging, "kernel.py"), "w", encoding="utf-8") as f:
             f.write("import numpy as np\n\n" + source)
-        fn = _compile_file(staging, key, signature)
+        fn = _compile_file(staging, key, signature, keep_module)
         manifest = {"format": _FORMAT, "key": key,
                     "files": {p: _digest(os.path.join(staging, p))
                               for p in _files(staging)}}

@@ -47,7 +47,7 @@ def _run(graph, args):
         # staged under debug_nans: checked equation by equation, so a NaN is
         # blamed on the line inside the branch or loop body that made it
         return tuple(run_checked(graph, args))
-    return compiled_for(graph, array_module(*args))(*args)
+    return compiled_for(graph, array_module(*args), whole=False)(*args)
 
 
 def _eval(graph, args):

@@ -83,8 +83,13 @@ def fuses(graph):
     return graph.compiled.get(_FUSE, True) and cpu_fusion_enabled()
 
 
-def compiled_for(graph, xp, parallel=False):
-    """The graph's compiled code for backend ``xp`` (compiled once, kept on it)."""
+def compiled_for(graph, xp, parallel=False, whole=True):
+    """The graph's compiled code for backend ``xp`` (compiled once, kept on it).
+
+    ``whole=False`` (a loop body or branch, run by its control-flow
+    primitive) leaves out whole-graph compilation: the graph that holds the
+    loop is compiled whole, loop included, when it can be.
+    """
     fuse = fuses(graph)
     if parallel:
         compiled = graph.compiled.get((xp, "parallel", fuse))
@@ -95,9 +100,11 @@ def compiled_for(graph, xp, parallel=False):
                 compiled = sequential
             graph.compiled[(xp, "parallel", fuse)] = compiled
         return compiled
-    compiled = graph.compiled.get((xp, fuse))
+    key = (xp, fuse) if whole else (xp, fuse, "per equation")
+    compiled = graph.compiled.get(key)
     if compiled is None:
-        compiled = graph.compiled[(xp, fuse)] = compile_graph(graph, xp, fuse_cpu=fuse)
+        compiled = graph.compiled[key] = compile_graph(graph, xp, fuse_cpu=fuse,
+                                                       whole_graph=fuse and whole)
     return compiled
 
 
@@ -393,7 +400,10 @@ class Lowered:
 
     ``print(f_jit.lower(x).source)`` shows the generated Python;
     ``kernels`` lists the fused CPU kernels it calls (each with its
-    ``source``), empty when nothing was fused.
+    ``source``), empty when nothing was fused. ``whole_graph`` is the plan of
+    whole-graph compilation (`fgrad.compiler.whole_graph.Plan`: its numba
+    ``source``, or the ``unsupported`` equations and why), None when it is
+    off; ``whole_graph_compiled`` says whether the numba function is built.
     """
 
     def __init__(self, graph, compiled):
@@ -401,6 +411,9 @@ class Lowered:
         self.optimized = compiled.graph
         self.source = compiled.source
         self.kernels = cpu_kernels(compiled)
+        whole = getattr(compiled, "whole_graph", None)
+        self.whole_graph = getattr(whole, "plan", whole)
+        self.whole_graph_compiled = getattr(whole, "compiled", None) is not None
 
     def __str__(self):
         return self.source
