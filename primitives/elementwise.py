@@ -466,7 +466,10 @@ _NONDIFF_UFUNCS = (
     "floor", "ceil", "rint", "trunc", "signbit", "isnan", "isinf", "isfinite",
     "logical_and", "logical_or", "logical_xor", "logical_not", "floor_divide",
     # integer-only bit operations (NumPy refuses floating-point operands)
-    "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift")
+    "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift",
+    # integer number theory
+    "gcd", "lcm",
+) + (("bitwise_count",) if hasattr(np, "bitwise_count") else ())     # NumPy >= 2.0
 for _name in _NONDIFF_UFUNCS:
     globals()[f"{_name}_p"] = _ufunc_primitive(_name, nondiff=True)
 

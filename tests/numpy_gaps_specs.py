@@ -70,6 +70,13 @@ for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
         lambda x, y, f=getattr(np, _name): f(_np_ints(x), _np_ints(y)), 2)
 NONDIFF_SPECS["invert"] = _nondiff(lambda x: fnp.invert(_ints(x)),
                                    lambda x: np.invert(_np_ints(x)))
+for _name in ("gcd", "lcm"):
+    NONDIFF_SPECS[_name] = _nondiff(
+        lambda x, y, f=getattr(fnp, _name): f(_ints(x), _ints(y)),
+        lambda x, y, f=getattr(np, _name): f(_np_ints(x), _np_ints(y)), 2)
+if hasattr(np, "bitwise_count"):           # NumPy >= 2.0
+    NONDIFF_SPECS["bitwise_count"] = _nondiff(lambda x: fnp.bitwise_count(_ints(x)),
+                                              lambda x: np.bitwise_count(_np_ints(x)))
 for _name in ("left_shift", "right_shift"):
     NONDIFF_SPECS[_name] = _nondiff(
         lambda x, y, f=getattr(fnp, _name): f(_ints(x), _ints(fnp.abs(y), 2.0)),

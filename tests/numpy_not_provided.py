@@ -32,8 +32,8 @@ REASONS = {
         "broadcast ufunc frompyfunc vectorize",
     "Legacy classes NumPy itself discourages (matrix, record arrays, poly1d)":
         "matrix asmatrix bmat recarray record poly1d",
-    "Integer-only bit and number theory (no derivative, rarely in numeric code)":
-        "bitwise_count packbits unpackbits gcd lcm",
+    "Bit packing into bytes (a storage format, no array math)":
+        "packbits unpackbits",
     "Python callbacks applied to slices or on a grid (write the loop, or use "
     "fgrad.vmap)": "apply_along_axis apply_over_axes fromfunction piecewise",
     "NumPy's own test runner": "test linalg.test fft.test",

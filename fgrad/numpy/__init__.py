@@ -388,13 +388,18 @@ from fgrad.numpy._ufuncs import (  # noqa: E402,F401
     copysign,
     divmod,
     frexp,
+    gcd,
     heaviside,
     invert,
+    lcm,
     ldexp,
     left_shift,
     modf,
     right_shift,
 )
+
+if hasattr(_ew, "bitwise_count"):          # NumPy >= 2.0 has the ufunc
+    bitwise_count = _ew.bitwise_count
 
 arcsin, arccos, arcsinh, arccosh, arctanh = (_ew.arcsin, _ew.arccos, _ew.arcsinh,
                                              _ew.arccosh, _ew.arctanh)

@@ -135,3 +135,4 @@ bitwise_and, bitwise_or, bitwise_xor = _ew.bitwise_and, _ew.bitwise_or, _ew.bitw
 invert = bitwise_not = bitwise_invert = _ew.invert
 left_shift, right_shift = _ew.left_shift, _ew.right_shift
 bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
+gcd, lcm = _ew.gcd, _ew.lcm
