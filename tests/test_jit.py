@@ -148,6 +148,18 @@ def test_retrace_log_names_what_changed(monkeypatch, caplog):
     assert "argument 'y' changed from float64[2] to float64[5]" in record.getMessage()
 
 
+def test_retrace_log_tells_a_traced_argument_from_an_array_of_its_shape(monkeypatch,
+                                                                       caplog):
+    f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x)))
+    monkeypatch.setenv("FGRAD_LOG_RETRACE", "1")
+    with caplog.at_level(logging.WARNING, logger="fgrad.jit"):
+        f(np.ones(2))
+        fgrad.grad(f)(np.ones(2))
+    (record,) = caplog.records
+    assert "argument 'x' changed from float64[2] to a traced float64[2]" \
+        in record.getMessage()
+
+
 def test_no_retrace_log_without_the_environment_variable(monkeypatch, caplog):
     monkeypatch.delenv("FGRAD_LOG_RETRACE", raising=False)
     f = fgrad.jit(lambda x: x + 1)

@@ -376,8 +376,11 @@ def _leaf_signature(x):
 def _describe_leaf(sig):
     shape, dtype, weak, backend = sig
     dtype_name = dtype.__name__ if isinstance(dtype, type) else np.dtype(dtype).name
+    if backend == "traced":
+        # said apart from an array of the same shape: the two sign differently
+        return f"a traced {dtype_name}{list(shape)}" + (" (weakly typed)" if weak else "")
     kind = "Python " + dtype_name if weak else f"{dtype_name}{list(shape)}"
-    return kind if backend in ("numpy", "traced") else f"{kind} on {backend}"
+    return kind if backend == "numpy" else f"{kind} on {backend}"
 
 
 CacheInfo = collections.namedtuple("CacheInfo", "hits misses traces size")
