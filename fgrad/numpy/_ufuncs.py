@@ -14,6 +14,7 @@ import numpy as _np
 from fgrad.core.backend import array_module as _xp
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
+from fgrad.core.trace import plain_array as _plain_array
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives.base import result_dtype as _result_dtype
 
@@ -46,6 +47,8 @@ def heaviside(x1, x2):
     array([0. , 0.5, 1. ])
     """
     if not _traced(x1, x2):
+        # NumPy's function on plain arrays: an np.matrix is read as its ndarray
+        x1, x2 = _plain_array(x1), _plain_array(x2)
         return _xp(x1, x2).heaviside(x1, x2)
     step = _ew.where(_ew.less(x1, 0), 0.0, 1.0)
     out = _ew.where(_ew.equal(x1, 0), x2, step)
@@ -64,6 +67,8 @@ def copysign(x1, x2):
     -1.0
     """
     if not _traced(x1, x2):
+        # NumPy's function on plain arrays: an np.matrix is read as its ndarray
+        x1, x2 = _plain_array(x1), _plain_array(x2)
         return _xp(x1, x2).copysign(x1, x2)
     x1 = _as_result_dtype(_np.copysign, x1, x1, x2)
     same = _ew.equal(_ew.signbit(x1), _ew.signbit(x2))
@@ -91,6 +96,7 @@ def frexp(x):
     (array([0.5, 0.6]), array([ 4, -1], dtype=int32))
     """
     if not isinstance(x, _Tracer):
+        x = _plain_array(x)
         return _xp(x).frexp(x)
     x = _float_operand(x)
     exponent = _ew.frexp_exponent(x)
@@ -108,6 +114,7 @@ def modf(x):
     (array([ 0.5 , -0.25]), array([ 2., -1.]))
     """
     if not isinstance(x, _Tracer):
+        x = _plain_array(x)
         return _xp(x).modf(x)
     x = _float_operand(x)
     integral = _ew.trunc(x)
@@ -127,6 +134,8 @@ def divmod(x1, x2):
     (array([ 3., -4.]), array([1., 1.]))
     """
     if not _traced(x1, x2):
+        # NumPy's function on plain arrays: an np.matrix is read as its ndarray
+        x1, x2 = _plain_array(x1), _plain_array(x2)
         return _xp(x1, x2).divmod(x1, x2)
     return _ew.floor_divide(x1, x2), _ew.remainder(x1, x2)
 
