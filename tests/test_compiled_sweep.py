@@ -4,11 +4,13 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings, strategies as st
 
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.interpreters import compiled_sweep
+from fgrad.interpreters.batching import BatchTracer
+from fgrad.testing.strategies import in_axes_for
 from primitive_specs import SPECS
 
 
@@ -60,8 +62,8 @@ def test_the_sweep_is_staged_once_and_seeded_with_a_folded_one(every_size):
     np.testing.assert_allclose(g(x), want, rtol=1e-13)
     np.testing.assert_allclose(g(x + 1), fgrad.grad(f)(x + 1), rtol=1e-13)
     (entry,) = _sweep_cache(g).values()
-    compiled, reached = entry
-    assert reached == (True,)
+    compiled, reached, out_batched = entry
+    assert reached == (True,) and out_batched is None
     # x is recorded by four equations and is one input, sin(x) is the other;
     # exp(-(x * x) / 4) is recomputed from x; the seed is no input
     assert len(compiled.graph.invars) == 2
@@ -132,3 +134,88 @@ def test_threads_share_a_grad_function(every_size):
         np.testing.assert_allclose(r, np.sin(x) + x * np.cos(x), rtol=1e-13)
     # bounded: racing threads may each add one before the oldest is dropped
     assert len(_sweep_cache(g)) <= compiled_sweep.CACHE_SIZE + 3
+
+
+# -- per-example gradients: vmap(grad(f)) ----------------------------------------------
+
+
+def _batch(args, axes, n):
+    """``n`` examples of ``args`` (scaled copies) stacked along ``axes``."""
+    return tuple(a if ax is None else
+                 np.stack([a * (1 + 0.1 * k) for k in range(n)], axis=ax % (np.ndim(a) + 1))
+                 for a, ax in zip(args, axes))
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_batched_compiled_sweep_equals_the_eager_sweep(name):
+    """From its second call, vmap(grad(f)) sweeps the batch with one compiled
+    graph (the per-example sweep staged, then batched); it must give what the
+    first call's sweep through the batching interpreter gave."""
+    @settings(max_examples=4)
+    @given(SPECS[name].flatmap(lambda case: st.tuples(st.just(case),
+                                                      in_axes_for(case.args))))
+    def check(drawn):
+        case, (n, axes) = drawn
+        if not case.order:
+            return
+
+        def scalar(*xs):
+            return fnp.sum(fnp.real(case.fun(*xs)) * 1.5)
+        argnums = tuple(range(len(case.args)))
+        bargs = _batch(case.args, axes, n)
+        per_example = fgrad.grad(scalar, argnums)
+        batched = fgrad.vmap(per_example, in_axes=axes)
+        want = batched(*bargs)                         # eager: the first call
+        got = batched(*bargs)                          # compiled
+        again = batched(*bargs)
+        for g, a, w in zip(got, again, want):
+            assert np.shape(g) == np.shape(w) and np.result_type(g) == np.result_type(w)
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+            np.testing.assert_array_equal(a, g)
+    check()
+
+
+def test_per_example_gradients_run_one_batched_compiled_sweep():
+    def loss(w, x, y):
+        z = x @ w
+        return fnp.log1p(fnp.exp(z)) - y * z
+    per_example = fgrad.grad(loss)
+    rng = np.random.default_rng(0)
+    w, x = rng.standard_normal(5), rng.standard_normal((7, 5))
+    y = (rng.random(7) > 0.5).astype(float)
+    want = (1 / (1 + np.exp(-(x @ w))) - y)[:, None] * x
+    batched = fgrad.vmap(per_example, in_axes=(None, 0, 0))
+    for _ in range(3):
+        np.testing.assert_allclose(batched(w, x, y), want, rtol=1e-13)
+    (entry,) = _sweep_cache(per_example).values()
+    compiled, reached, out_batched = entry
+    assert reached == (True,) and out_batched == (True,)
+    # the residuals are inputs of the batched graph, which has the batch axis
+    assert any(v.aval.shape[:1] == (7,) for v in compiled.graph.invars)
+    # the same grad function outside vmap keeps a sweep of its own
+    np.testing.assert_allclose(per_example(w, x[0], y[0]), want[0], rtol=1e-13)
+
+
+def test_a_batched_gradient_with_the_batch_axis_last_and_a_closure():
+    xs = np.linspace(0.1, 1.2, 12).reshape(3, 4)
+    scale = np.array([1.0, 2.0, 3.0])
+
+    def outer(s):
+        # grad of a function closing over a batched value of vmap
+        return fgrad.vmap(lambda x: fgrad.grad(lambda x: fnp.sum(fnp.sin(x) * s))(x),
+                          in_axes=1)(xs)
+    per_s = fgrad.vmap(outer, in_axes=0, out_axes=0)
+    want = np.stack([np.cos(xs).T * s for s in scale])
+    for _ in range(3):
+        np.testing.assert_allclose(per_s(scale), want, rtol=1e-13)
+
+
+def test_nested_vmaps_of_grad_sweep_eagerly_and_stay_right():
+    g = fgrad.grad(lambda x: fnp.sum(fnp.tanh(x) ** 2))
+    xs = np.linspace(-1, 1, 24).reshape(2, 3, 4)
+    twice = fgrad.vmap(fgrad.vmap(g))
+    want = 2 * np.tanh(xs) * (1 - np.tanh(xs) ** 2)
+    for _ in range(3):
+        np.testing.assert_allclose(twice(xs), want, rtol=1e-13)
+    assert all(e is not compiled_sweep.NOT_STAGEABLE and type(e) is not tuple
+               for e in _sweep_cache(g).values())      # never compiled

@@ -14,12 +14,19 @@ compiled sweep. Large gradients (`MIN_BYTES`) are compiled on their first
 call; smaller ones when a structure comes back, so a one-off call never pays
 for staging. Anything the compiler cannot stage (a rule that branches on a
 value, a one-off custom rule) keeps the eager sweep.
+
+Under ``vmap`` (``vmap(grad(f))``, per-example gradients) the residuals are
+batch tracers of the vmap below: the sweep is staged on one example's shapes,
+batched once by `batch_graph` and compiled, so each later call runs the whole
+batch's sweep as compiled code instead of dispatching every rule operation
+through the batching interpreter.
 """
 import sys
 
 import numpy as np
 
 from fgrad.core.trace import ShapedArray, Tracer, primitive_table
+from fgrad.interpreters.batching import BatchTracer, batch_graph
 from fgrad.interpreters.reverse import (
     PRUNE_MIN_BYTES,
     PY_SCALARS,
@@ -52,14 +59,16 @@ class Replay:
         self.eqns = eqns
 
 
-def _describe(value, arrays, index):
+def _describe(value, arrays, index, batched=False):
     """The part of the cache key for one recorded value; arrays are collected.
 
     An array recorded several times (``x`` in ``x * x``) is one input of the
     staged sweep, so the compiler sees that the products are the same; after
     its first description it is described by its position alone. Returns None
     for a value the sweep cannot be staged over (a tracer of an enclosing
-    transformation, an object the compiler does not know).
+    transformation, an object the compiler does not know). With ``batched``, a
+    batch tracer holding a plain array is an input too, its batch axis part of
+    the key.
     """
     i = index.get(id(value))
     if i is not None:
@@ -75,12 +84,16 @@ def _describe(value, arrays, index):
             return None
         operands = []
         for o in value.operands:
-            d = _describe(o, arrays, index)
+            d = _describe(o, arrays, index, batched)
             if d is None:
                 return None
             operands.append(d)
         index[id(value)] = ("again", len(index))
         return ("recompute", value.prim, tuple(operands))
+    if kind is BatchTracer and batched and not isinstance(value.val, Tracer):
+        index[id(value)] = len(arrays)
+        arrays.append(value)
+        return ("batched", value.val.shape, value.val.dtype, value.batch_dim)
     if isinstance(value, Tracer) or not (hasattr(value, "shape") and hasattr(value, "dtype")):
         return None
     index[id(value)] = len(arrays)
@@ -89,8 +102,10 @@ def _describe(value, arrays, index):
     return (value.shape, value.dtype)
 
 
-def structure(eqns):
+def structure(eqns, batched=False):
     """``(key, arrays)`` of a recorded graph, or ``(None, None)`` if it cannot be staged.
+
+    ``batched`` accepts batch tracers among the recorded values (`_describe`).
 
     This runs on every call that may use a compiled sweep, once per equation,
     so the common cases are written out here: a value met before is a dict
@@ -114,14 +129,20 @@ def structure(eqns):
                     index[id(value)] = len(arrays)
                     arrays.append(value)
                     d = (value.shape, value.dtype)
+                elif batched and value.__class__ is BatchTracer \
+                        and value.val.__class__ is ndarray:
+                    index[id(value)] = len(arrays)
+                    arrays.append(value)
+                    val = value.val
+                    d = ("batched", val.shape, val.dtype, value.batch_dim)
                 else:
-                    d = _describe(value, arrays, index)
+                    d = _describe(value, arrays, index, batched)
                     if d is None:
                         return None, None
             described.append(d)
         if type(out) is tuple:
             for value in ans:
-                d = _describe(value, arrays, index)
+                d = _describe(value, arrays, index, batched)
                 if d is None:
                     return None, None
                 described.append(d)
@@ -129,8 +150,14 @@ def structure(eqns):
             index[id(ans)] = len(arrays)
             arrays.append(ans)
             described.append((ans.shape, ans.dtype))
+        elif batched and ans.__class__ is BatchTracer and ans.val.__class__ is ndarray \
+                and id(ans) not in index:
+            index[id(ans)] = len(arrays)
+            arrays.append(ans)
+            val = ans.val
+            described.append(("batched", val.shape, val.dtype, ans.batch_dim))
         else:
-            d = _describe(ans, arrays, index)
+            d = _describe(ans, arrays, index, batched)
             if d is None:
                 return None, None
             described.append(d)
@@ -258,6 +285,19 @@ def remember(cache, key, entry):
     cache[key] = entry
 
 
+def _batch_trace(arrays):
+    """The one vmap trace whose tracers are among ``arrays``: None if there are
+    none, False if there are several (nested vmaps: sweep eagerly)."""
+    owner = None
+    for a in arrays:
+        if a.__class__ is BatchTracer:
+            if owner is None:
+                owner = a.owner
+            elif a.owner is not owner:
+                return False
+    return owner
+
+
 def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=True):
     """The input cotangents ``{node: ct}`` of ``trace``'s sweep, run compiled.
 
@@ -267,15 +307,20 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
     the `SweepCache` the grad function keeps. A structure is compiled the first
     time it is seen with ``compile_now``, else the second time. The residuals
     that only the trace holds are donated to the compiled sweep (`donatable`).
+    Residuals batched by one vmap below the trace give a batched sweep, whose
+    cotangents come back as that vmap's tracers.
     """
     if type(trace) is not ReverseTrace:
         return None
-    key, arrays = structure(trace.eqns)
+    key, arrays = structure(trace.eqns, batched=True)
     if key is None:
+        return None
+    batch = _batch_trace(arrays)
+    if batch is False:
         return None
     num_inputs = len(inputs)
     # small graphs (the common case of a repeated call) have nothing to donate
-    donated = donatable(trace.eqns, arrays, inputs) if trace.large else ()
+    donated = donatable(trace.eqns, arrays, inputs) if trace.large and batch is None else ()
     key = (key, seed_node, seed_dtype, num_inputs, xp, donated)
     entry = cache.get(key)
     if entry is None and not compile_now:
@@ -285,14 +330,21 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
         try:
             graph, reached = _stage_sweep(trace.eqns, seed_node, seed_dtype,
                                           num_inputs, arrays, xp)
-            entry = (cache.compile(graph, xp, donated=donated), reached)
+            out_batched = None
+            if batch is not None:
+                dims = tuple(a.batch_dim if a.__class__ is BatchTracer else None
+                             for a in arrays)
+                graph, out_batched = batch_graph(graph, dims, batch.axis_size)
+            entry = (cache.compile(graph, xp, donated=donated), reached, out_batched)
         except Exception:                   # a rule that needs values: sweep eagerly
             entry = NOT_STAGEABLE
         remember(cache, key, entry)
     if entry is NOT_STAGEABLE:
         return None
-    compiled, reached = entry
+    compiled, reached, out_batched = entry
     trace.eqns.clear()                      # the residuals now live in ``arrays`` only
+    if batch is not None:
+        arrays = [a.val if a.__class__ is BatchTracer else a for a in arrays]
     if donated:
         owned = set(donated)
         recorded = {id(a) for i, a in enumerate(arrays) if i not in owned}
@@ -301,13 +353,19 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
     # a donating sweep empties ``arrays``: its residuals go at their last reader
     outs = iter(compiled(arrays) if donated else compiled(*arrays))
     cts = {}
+    k = 0
     for node in range(num_inputs):
         if reached[node]:
             ct = next(outs)
             # a cotangent that is a recorded array (grad of sum(x * y) in x is y)
             # is copied: the caller owns what grad returns (a donated one is
             # the caller's already)
-            cts[node] = ct.copy() if id(ct) in recorded else ct
+            if id(ct) in recorded:
+                ct = ct.copy()
+            if out_batched is not None and out_batched[k]:
+                ct = BatchTracer(batch, ct, 0)  # the batch axis first, as batched
+            cts[node] = ct
+            k += 1
     return cts
 
 

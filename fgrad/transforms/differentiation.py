@@ -25,6 +25,7 @@ from fgrad.core.trace import (
     trace_state,
 )
 from fgrad.core.tree import tree_flatten, tree_map, tree_structure, tree_unflatten
+from fgrad.interpreters.batching import BatchTracer, innermost_value
 from fgrad.interpreters.compiled_sweep import SweepCache, compiled_sweep, large_enough
 from fgrad.interpreters.forward import JVPTrace, JVPTracer
 from fgrad.interpreters.forward_over_reverse import (
@@ -114,7 +115,11 @@ class Selection:
         if foreign_backends_active():
             _check_arguments_backend(fname, args, kwargs)
             xp = module_of_leaves(leaves)
-        self.leaves = [_as_input(x, f"{fname}'s {self._where(i)}", allow_complex, xp)
+        kinds = "fc" if allow_complex else "f"
+        # a plain float array is taken as it is; the message of a refusal is
+        # built only for the leaves that need checking
+        self.leaves = [x if x.__class__ is np.ndarray and xp is np and x.dtype.kind in kinds
+                       else _as_input(x, f"{fname}'s {self._where(i)}", allow_complex, xp)
                        for i, x in enumerate(leaves)]
 
     def _where(self, leaf_index):
@@ -296,10 +301,12 @@ def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
         if isinstance(leaves[0], ReverseTracer) and leaves[0].owner is trace:
             large = large_enough(selection.leaves)
             # a small gradient inside another transformation records that
-            # transformation's tracers, which no compiled sweep takes
-            if large or sweep_cache.called and trace.level == 1:
+            # transformation's tracers, which no compiled sweep takes, except
+            # vmap's (per-example gradients get a batched compiled sweep)
+            if large or sweep_cache.called and (trace.level == 1 or
+                                                type(ans) is BatchTracer):
                 cts = compiled_sweep(trace, leaves[0].node, get_aval(ans).dtype,
-                                     selection.leaves, array_module(ans),
+                                     selection.leaves, array_module(innermost_value(ans)),
                                      sweep_cache, compile_now=large)
                 if cts is not None:
                     g = _input_cotangents(cts, selection)

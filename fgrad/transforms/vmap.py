@@ -7,6 +7,8 @@ function runs once, and each output leaf has its batch axis moved to the place
 """
 import functools
 
+from numpy import ndarray
+
 from fgrad.core.errors import BatchAxisError
 from fgrad.core.trace import Tracer, get_aval, new_trace, plain_array
 from fgrad.core.tree import broadcast_prefix, tree_flatten, tree_unflatten
@@ -43,8 +45,11 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
     @functools.wraps(fun)
     def batched(*args, **kwargs):
         name = getattr(fun, "__name__", type(fun).__name__)
-        leaves, in_tree = tree_flatten((args, kwargs))
-        leaves = list(map(plain_array, leaves))     # np.matrix -> ndarray
+        if not kwargs and all(a.__class__ is ndarray for a in args):
+            leaves, in_tree = list(args), None      # plain arrays: no pytree to walk
+        else:
+            leaves, in_tree = tree_flatten((args, kwargs))
+            leaves = list(map(plain_array, leaves))     # np.matrix -> ndarray
         fast = None if kwargs or axis_size is not None else _plain_axes(in_axes, args,
                                                                        leaves)
         if fast is not None:
@@ -193,8 +198,10 @@ def _apply(fun, leaves, axes, in_tree, out_axes, size, name):
     with new_trace(BatchTrace, size) as trace:
         inputs = [x if ax is None else BatchTracer(trace, x, ax)
                   for x, ax in zip(leaves, axes)]
-        args, kwargs = tree_unflatten(in_tree, inputs)
+        args, kwargs = (inputs, {}) if in_tree is None else tree_unflatten(in_tree, inputs)
         out = fun(*args, **kwargs)
+    if type(out_axes) is int and (out.__class__ is BatchTracer or out.__class__ is ndarray):
+        return _place_output(out, out_axes, trace, size, "output leaf 0", name)  # one leaf
     out_leaves, out_tree = tree_flatten(out)
     try:
         leaf_axes = broadcast_prefix(out_axes, out)
