@@ -110,7 +110,10 @@ class Selection:
         self.args, self.kwargs = list(args), dict(kwargs)
         selected = tuple(args[i] for i in self.argnums) + tuple(
             kwargs[n] for n in self.argnames)
-        leaves, self.tree = tree_flatten(selected)
+        if len(selected) == 1 and selected[0].__class__ is np.ndarray:
+            leaves, self.tree = list(selected), None    # one array: no pytree to walk
+        else:
+            leaves, self.tree = tree_flatten(selected)
         xp = np
         if foreign_backends_active():
             _check_arguments_backend(fname, args, kwargs)
@@ -126,7 +129,7 @@ class Selection:
         return f"differentiated input (leaf {leaf_index})"
 
     def call(self, fun, new_leaves):
-        selected = tree_unflatten(self.tree, new_leaves)
+        selected = new_leaves if self.tree is None else tree_unflatten(self.tree, new_leaves)
         args, kwargs = list(self.args), dict(self.kwargs)
         for i, value in zip(self.argnums, selected):
             args[i] = value
@@ -136,7 +139,7 @@ class Selection:
 
     def shape_result(self, leaves):
         """Per-leaf results back into the structure the user asked for."""
-        selected = tree_unflatten(self.tree, leaves)
+        selected = tuple(leaves) if self.tree is None else tree_unflatten(self.tree, leaves)
         by_num, by_name = selected[:len(self.argnums)], selected[len(self.argnums):]
         by_name = dict(zip(self.argnames, by_name))
         if not self.argnames:
