@@ -15,6 +15,7 @@ parallelism is Dask's: its threads, or its worker processes.
 | `threads` | ``fgrad.dask.value_and_grad``, same arrays in chunks of 10^5 rows, threads |
 | `cluster-1` | a LocalCluster of 1 single-threaded worker process, data persisted on it |
 | `cluster-2` | 2 such workers |
+| `empty graph, cluster-N` | a graph of the same shape whose tasks do nothing: Dask's own cost of a call |
 """
 import benchmarks  # noqa: F401  (pins BLAS threads; first import)
 
@@ -116,6 +117,16 @@ def _on_cluster(stack, n_workers, memory_limit="2GB"):
     client = stack.enter_context(Client(cluster, set_as_default=False))
     X, y = client.persist(list(_dataset(ROWS, FEATURES, CHUNK)))
 
+    def empty_graph():
+        # Dask's own cost of one call: a graph of the gradient's shape (a task
+        # per chunk, one to combine them, one to finish) whose tasks do nothing
+        token = next(_EMPTY_CALLS)
+        parts = [dask.delayed(_nothing, pure=True)(i, dask_key_name=("empty", token, i))
+                 for i in range(ROWS // CHUNK)]
+        combined = dask.delayed(_nothing, pure=True)(*parts, dask_key_name=("combine", token))
+        total = dask.delayed(_nothing, pure=True)(combined, dask_key_name=("finish", token))
+        return total.compute(scheduler=client.get)
+
     def caller(loss, params):
         g = fdask.value_and_grad(loss)
 
@@ -124,7 +135,14 @@ def _on_cluster(stack, n_workers, memory_limit="2GB"):
                 return g(params(), X, y)
         return call
     return (caller(logistic, _fresh_params(FEATURES)),
-            caller(mlp, _fresh_params(FEATURES, HIDDEN)), client)
+            caller(mlp, _fresh_params(FEATURES, HIDDEN)), empty_graph, client)
+
+
+_EMPTY_CALLS = itertools.count()
+
+
+def _nothing(*args):
+    return 0
 
 
 def speed(repeats):
@@ -143,12 +161,14 @@ def speed(repeats):
     ref = eager(params, X, y)
     assert np.allclose(check[1]["w"], ref[1]["w"], rtol=1e-12, atol=0)
     with contextlib.ExitStack() as stack:
-        one, mlp_one, client_1 = _on_cluster(stack, 1)
-        two, mlp_two, client_2 = _on_cluster(stack, 2)
+        one, mlp_one, empty_one, client_1 = _on_cluster(stack, 1)
+        two, mlp_two, empty_two, client_2 = _on_cluster(stack, 2)
         rows = _interleaved_seconds({
             "floor": lambda: eager(params, X, y), "floor-jit": lambda: jitted(params, X, y),
             "threads": threads, "cluster-1": one, "cluster-2": two,
-            "mlp cluster-1": mlp_one, "mlp cluster-2": mlp_two}, repeats)
+            "mlp cluster-1": mlp_one, "mlp cluster-2": mlp_two,
+            "empty graph, cluster-1": empty_one, "empty graph, cluster-2": empty_two},
+            repeats)
         peaks = {1: sorted(client_1.run(_peak_rss_mb).values()),
                  2: sorted(client_2.run(_peak_rss_mb).values())}
         memory = _memory_check(client_2, repeats)
