@@ -211,8 +211,32 @@ def _scatter_extremum_impl(name):
     def impl(x, v, *idx, spec):
         xp = array_module(x, v)
         out = xp.array(x, copy=True)
-        # ufunc.at applies every repeated position in turn (cupy's too)
-        getattr(xp, name).at(out, _device_index(xp, spec, idx), v)
+        index = _device_index(xp, spec, idx)
+        if xp is np:
+            # ufunc.at applies every repeated position in turn
+            getattr(np, name).at(out, index, v)
+            return out
+        # cupy.maximum.at / minimum.at round float64 through float32 (seen on
+        # CuPy 14: -4.887 came back as -4.88700008): sort the values by their
+        # target position instead, and keep each position's extremum
+        positions = xp.arange(out.size).reshape(out.shape)[index]
+        positions, values = xp.broadcast_arrays(positions, xp.asarray(v, out.dtype))
+        positions, values = positions.ravel(), values.ravel()
+        # by position, then by value (negated for the minimum of floats), so each
+        # position's extremum is its last entry, and a NaN (sorted last) wins
+        # as it does in np.maximum.at / np.minimum.at
+        negate = name == "minimum" and values.dtype.kind == "f"
+        order = xp.lexsort(xp.stack([-values if negate else values, positions]))
+        positions, values = positions[order], values[order]
+        if positions.size:
+            edge = positions[1:] != positions[:-1]
+            if name == "maximum" or negate:
+                keep = xp.concatenate([edge, xp.ones(1, bool)])     # the last
+            else:
+                keep = xp.concatenate([xp.ones(1, bool), edge])     # integers: the first
+            flat = out.reshape(-1)
+            where = positions[keep]
+            flat[where] = getattr(xp, name)(flat[where], values[keep])
         return out
     return impl
 

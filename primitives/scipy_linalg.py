@@ -17,7 +17,7 @@ from fgrad.core.trace import Primitive, ShapedArray, get_aval
 
 from fgrad.primitives.elementwise import cast_like
 from fgrad.primitives.shape import concatenate, transpose
-from fgrad.primitives.special import per_example_rule, scipy_module
+from fgrad.primitives.special import per_example_rule, scipy_function, scipy_module
 
 FAMILY = "primitives/scipy_linalg.py"
 
@@ -44,7 +44,7 @@ def _real_if_input_real(name, a, out):
 
 def _matrix_function(name):
     def impl(a):
-        out = getattr(scipy_module("linalg", a), name)(a)
+        out = scipy_function("linalg", name, a)(a)
         out = out[0] if isinstance(out, tuple) else out
         out = _real_if_input_real(name, a, out)
         return out.astype(_square_abstract(name)(get_aval(a)).dtype, copy=False)

@@ -23,7 +23,7 @@ from fgrad.primitives.base import broadcast_shapes, dummy
 from fgrad.primitives.batching import broadcasting_batch_rule
 from fgrad.primitives.bessel import i0, i1  # noqa: F401  (fgrad.scipy.special's)
 from fgrad.primitives.elementwise import exp, log, log1p, rebroadcast, sign, unbroadcast
-from fgrad.primitives.special import digamma, gammaln, scipy_module
+from fgrad.primitives.special import digamma, gammaln, scipy_function
 
 FAMILY = "primitives/scipy_special.py"
 
@@ -52,7 +52,7 @@ def special_primitive(name, args, partials, why=None, nondiff=False):
     ``args[i]`` when it is differentiated.
     """
     def impl(*operands):
-        out = getattr(scipy_module("special", *operands), name)(*operands)
+        out = scipy_function("special", name, *operands)(*operands)
         dtype = _float_result(*map(get_aval, operands)).dtype
         return out if out.dtype == dtype else out.astype(dtype)
 

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from fgrad.core.backend import array_module, scipy_module as backend_scipy_module
+from fgrad.core.errors import DeviceError
 from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
 
 from fgrad.primitives.batching import axis_size, move_axis, unary_batch_rule
@@ -29,6 +30,19 @@ def scipy_module(name, *arrays):
     return backend_scipy_module(array_module(*arrays), name)
 
 
+def scipy_function(module, name, *arrays):
+    """``scipy.<module>.<name>`` for ``arrays``' backend, or a `DeviceError`
+    naming it where that backend's SciPy (``cupyx.scipy``) lacks it."""
+    namespace = scipy_module(module, *arrays)
+    fn = getattr(namespace, name, None)
+    if fn is None:
+        raise DeviceError(
+            f"scipy.{module}.{name} has no counterpart in {namespace.__name__} (it "
+            f"lacks {name}), so it cannot run on these device arrays: move them to "
+            "the host with fgrad.device_put(x, 'cpu') for this function.")
+    return fn
+
+
 def _float_abstract(x, **params):
     dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
     return ShapedArray(x.shape, dtype)
@@ -37,8 +51,15 @@ def _float_abstract(x, **params):
 def _special_unary(name, derivative):
     """A unary scipy.special function whose derivative is ``derivative(ans, x)``."""
     def impl(x, **params):
-        fn = getattr(scipy_module("special", x), name)
-        out = fn(*params.values(), x) if params else fn(x)
+        fn = scipy_function("special", name, x)
+        if params:
+            xp = array_module(x)
+            # cupyx.scipy.special.polygamma broadcasts its order as an array
+            # (a Python int there fails inside CuPy): hand device backends one
+            orders = params.values() if xp is np else [xp.asarray(v) for v in params.values()]
+            out = fn(*orders, x)
+        else:
+            out = fn(x)
         dtype = _float_abstract(get_aval(x)).dtype
         return out if out.dtype == dtype else out.astype(dtype)
     prim = Primitive(name, impl, _float_abstract, family=FAMILY)
@@ -171,7 +192,7 @@ def _sylvester_abstract(a, b, q):
 
 sylvester_p = Primitive(
     "solve_sylvester",
-    lambda a, b, q: scipy_module("linalg", a, b, q).solve_sylvester(a, b, q),
+    lambda a, b, q: scipy_function("linalg", "solve_sylvester", a, b, q)(a, b, q),
     _sylvester_abstract, family=FAMILY)
 
 
@@ -202,7 +223,7 @@ def solve_sylvester(a, b, q):
 
 
 def _sqrtm_impl(a):
-    out = scipy_module("linalg", a).sqrtm(a)
+    out = scipy_function("linalg", "sqrtm", a)(a)
     return out[0] if isinstance(out, tuple) else out
 
 

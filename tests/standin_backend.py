@@ -17,11 +17,19 @@ Use `registered()` to install it for the duration of a test; `to_standin` and
 import contextlib
 import operator
 import sys
+from typing import NamedTuple
 
 import numpy as np
 
 import fgrad
 from fgrad import backend
+
+
+class CuPyLikeFlags(NamedTuple):
+    """The attributes of ``cupy.ndarray.flags``."""
+    c_contiguous: bool
+    f_contiguous: bool
+    owndata: bool
 
 
 class StandInRefused(TypeError):
@@ -84,7 +92,12 @@ class StandInArray:
     size = property(lambda self: self._a.size)
     T = property(lambda self: StandInArray(self._a.T))
     real = property(lambda self: StandInArray(np.real(self._a)))
-    flags = property(lambda self: self._a.flags)
+    base = property(lambda self: None if self._a.base is None else StandInArray(self._a.base))
+    # CuPy's Flags: contiguity and ownership only, no `writeable` (its arrays
+    # always are), so code that asks NumPy's question fails here as on a GPU
+    flags = property(lambda self: CuPyLikeFlags(self._a.flags.c_contiguous,
+                                                self._a.flags.f_contiguous,
+                                                self._a.flags.owndata))
 
     def __array__(self, dtype=None, copy=None):
         _refuse("numpy.asarray (implicit conversion)")

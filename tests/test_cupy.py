@@ -14,7 +14,7 @@ import fgrad
 import fgrad.numpy as fnp
 from device_suite import Device, check_case, check_nested_transformations, \
     check_nondiff, check_scalar_input_moves
-from fgrad.errors import BackendMismatchError
+from fgrad.errors import BackendMismatchError, DeviceError
 from primitive_specs import NONDIFF_SPECS, SPECS
 from fgrad.compiler.codegen import compile_graph
 from fgrad.compiler.fusion import kernels
@@ -31,7 +31,14 @@ def gpu():
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_property_suite_on_cupy(name, gpu):
-    given(SPECS[name])(lambda case: check_case(gpu, name, case))()
+    try:
+        given(SPECS[name])(lambda case: check_case(gpu, name, case))()
+    except DeviceError as err:
+        # a SciPy function cupyx.scipy lacks (jn, kv, logm, ...): the promised
+        # error, naming the function and the way out; anything else fails
+        assert "has no counterpart in cupyx.scipy" in str(err), err
+        assert "fgrad.device_put(x, 'cpu')" in str(err)
+        pytest.skip(f"not on CuPy: {err}")
 
 
 @pytest.mark.parametrize("name", sorted(NONDIFF_SPECS))

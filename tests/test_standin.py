@@ -224,3 +224,17 @@ def test_compiled_sweep_stays_on_the_device(device, monkeypatch):
     assert type(out) is StandInArray
     monkeypatch.setattr(compiled_sweep, "MIN_BYTES", 1 << 62)
     np.testing.assert_allclose(to_numpy(out), fgrad.grad(f)(x), rtol=1e-13)
+
+
+@pytest.mark.parametrize("which, np_ufunc", [("max", np.maximum), ("min", np.minimum)])
+def test_scatter_extremum_on_a_device_keeps_float64_and_nan(device, which, np_ufunc):
+    # a device backend takes the sort-based path (cupy's maximum.at rounds
+    # float64 through float32): repeats, exact float64 values and NaN as NumPy
+    x = np.array([-4.987, 1.0, 2.0, 0.5])
+    idx = np.array([0, 0, 2, 2, 3])
+    v = np.array([-4.887, -4.8870000001, 7.25, np.nan, 0.25])
+    want = x.copy()
+    np_ufunc.at(want, idx, v)
+    got = getattr(fgrad.at(to_standin(x))[idx], which)(to_standin(v))
+    _all_on_device(got, "the scattered array")
+    np.testing.assert_array_equal(to_numpy(got), want)

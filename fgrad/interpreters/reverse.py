@@ -445,7 +445,9 @@ def accumulate(total, ct):
     what keeps the peak memory of wide fan-out near a hand-written gradient.
     """
     if (type(total) is type(ct) and getattr(total, "base", 0) is None
-            and sys.getrefcount(total) == _SOLE_OWNER and total.flags.writeable
+            and sys.getrefcount(total) == _SOLE_OWNER
+            # CuPy's flags have no `writeable` (its arrays always are)
+            and getattr(total.flags, "writeable", True)
             and total.shape == ct.shape and total.dtype == ct.dtype):
         return array_module(total).add(total, ct, out=total)
     return total + ct

@@ -216,7 +216,7 @@ def vecdot(x1, x2, /, *, axis=-1):
     >>> vecdot(_np.array([[1.0, 2.0]]), _np.array([3.0, 4.0]))
     array([11.])
     """
-    if not _traced(x1, x2):
+    if not _traced(x1, x2) and hasattr(_xp(x1, x2), "vecdot"):
         return _xp(x1, x2).vecdot(x1, x2, axis=axis)
     if _get_aval(x1).dtype.kind == "c":
         x1 = _ew.conj(x1)
@@ -323,14 +323,14 @@ def unstack(x, /, *, axis=0):
 
 def matvec(x1, x2, /):
     """Matrix-vector products over the last axes, broadcast (NumPy 2)."""
-    if not _traced(x1, x2):
+    if not _traced(x1, x2) and hasattr(_xp(x1, x2), "matvec"):   # CuPy has none
         return _xp(x1, x2).matvec(x1, x2)
     return _shape.squeeze(x1 @ _shape.expand_dims(x2, -1), (-1,))
 
 
 def vecmat(x1, x2, /):
     """Vector-matrix products (the vector conjugated), broadcast (NumPy 2)."""
-    if not _traced(x1, x2):
+    if not _traced(x1, x2) and hasattr(_xp(x1, x2), "vecmat"):   # CuPy has none
         return _xp(x1, x2).vecmat(x1, x2)
     if _get_aval(x1).dtype.kind == "c":
         x1 = _ew.conj(x1)
