@@ -214,7 +214,7 @@ def _scatter_extremum_impl(name):
         index = _device_index(xp, spec, idx)
         if xp is np:
             # ufunc.at applies every repeated position in turn
-            getattr(np, name).at(out, index, v)
+            getattr(xp, name).at(out, index, v)
             return out
         # cupy.maximum.at / minimum.at round float64 through float32 (seen on
         # CuPy 14: -4.887 came back as -4.88700008): sort the values by their
