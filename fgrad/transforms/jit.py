@@ -236,7 +236,8 @@ class _VJPSplit:
 
 def _is_scalar_one(ct):
     # grad's seed: a concrete 0-d one (checking costs nothing at that size)
-    return not isinstance(ct, Tracer) and getattr(ct, "shape", None) == () and ct == 1
+    # bool(): on CuPy `ct == 1` is a 0-d device array, which no dict key can hold
+    return not isinstance(ct, Tracer) and getattr(ct, "shape", None) == () and bool(ct == 1)
 
 
 def _vjp_split(graph, needed):
