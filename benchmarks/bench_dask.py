@@ -117,10 +117,12 @@ def _on_cluster(stack, n_workers, memory_limit="2GB"):
     client = stack.enter_context(Client(cluster, set_as_default=False))
     X, y = client.persist(list(_dataset(ROWS, FEATURES, CHUNK)))
 
+    empty_calls = itertools.count()
+
     def empty_graph():
         # Dask's own cost of one call: a graph of the gradient's shape (a task
         # per chunk, one to combine them, one to finish) whose tasks do nothing
-        token = next(_EMPTY_CALLS)
+        token = next(empty_calls)
         parts = [dask.delayed(_nothing, pure=True)(i, dask_key_name=("empty", token, i))
                  for i in range(ROWS // CHUNK)]
         combined = dask.delayed(_nothing, pure=True)(*parts, dask_key_name=("combine", token))
@@ -137,8 +139,6 @@ def _on_cluster(stack, n_workers, memory_limit="2GB"):
     return (caller(logistic, _fresh_params(FEATURES)),
             caller(mlp, _fresh_params(FEATURES, HIDDEN)), empty_graph, client)
 
-
-_EMPTY_CALLS = itertools.count()
 
 
 def _nothing(*args):

@@ -17,14 +17,15 @@ from hypothesis import given
 
 import fgrad
 import fgrad.numpy as fnp
+import fgrad.scipy.special as fsp
 from fgrad.backend import array_module, backend_name
 from fgrad.errors import BackendMismatchError, DeviceError
 from fgrad.tree import tree_leaves
 from device_suite import Device, check_case, check_nested_transformations, \
     check_nondiff, check_scalar_input_moves
 from primitive_specs import NONDIFF_SPECS, SPECS
-from standin_backend import StandInArray, StandInRefused, registered, standin, \
-    to_numpy, to_standin
+from standin_backend import SCIPY_NAME, StandInArray, StandInRefused, registered, \
+    standin, to_numpy, to_standin
 from fgrad.backend import scipy_module
 from fgrad.interpreters import compiled_sweep
 
@@ -193,6 +194,18 @@ def test_scipy_module_without_a_counterpart_says_what_to_do():
     with pytest.raises(NotImplementedError, match=r"no SciPy counterpart registered.*"
                                                   r"device_put\(x, 'cpu'\)"):
         scipy_module(types.SimpleNamespace(__name__="fakexp"), "special")
+
+
+def test_a_scipy_function_the_device_lacks_names_itself_and_the_way_out(device,
+                                                                        monkeypatch):
+    # cupyx.scipy.special has no jn, kv, stdtr, ...: a device backend's SciPy
+    # namespace without the function gives DeviceError, not an AttributeError
+    pytest.importorskip("scipy")
+    monkeypatch.setitem(sys.modules, f"{SCIPY_NAME}.special",
+                        types.SimpleNamespace(__name__=f"{SCIPY_NAME}.special"))
+    with pytest.raises(DeviceError, match=r"scipy\.special\.gammaln has no counterpart in "
+                                          rf"{SCIPY_NAME}\.special.*device_put\(x, 'cpu'\)"):
+        fsp.gammaln(to_standin(np.array([1.5, 2.5])))
 
 
 def test_jit_moves_a_host_constant_to_the_device(device):

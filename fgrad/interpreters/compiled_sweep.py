@@ -129,12 +129,6 @@ def structure(eqns, batched=False):
                     index[id(value)] = len(arrays)
                     arrays.append(value)
                     d = (value.shape, value.dtype)
-                elif batched and value.__class__ is BatchTracer \
-                        and value.val.__class__ is ndarray:
-                    index[id(value)] = len(arrays)
-                    arrays.append(value)
-                    val = value.val
-                    d = ("batched", val.shape, val.dtype, value.batch_dim)
                 else:
                     d = _describe(value, arrays, index, batched)
                     if d is None:
@@ -150,12 +144,6 @@ def structure(eqns, batched=False):
             index[id(ans)] = len(arrays)
             arrays.append(ans)
             described.append((ans.shape, ans.dtype))
-        elif batched and ans.__class__ is BatchTracer and ans.val.__class__ is ndarray \
-                and id(ans) not in index:
-            index[id(ans)] = len(arrays)
-            arrays.append(ans)
-            val = ans.val
-            described.append(("batched", val.shape, val.dtype, ans.batch_dim))
         else:
             d = _describe(ans, arrays, index, batched)
             if d is None:
