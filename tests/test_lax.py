@@ -114,3 +114,59 @@ def test_scan_matches_a_python_loop_with_derivatives(reverse):
 def test_scan_length_mismatch():
     with pytest.raises(ControlFlowError, match="one length"):
         lax.scan(lambda c, x: (c, x), 0.0, (np.ones(2), np.ones(3)))
+
+
+def _rnn(w, u, xs):
+    def step(h, x):
+        return fnp.tanh(h @ w + x @ u), None
+    h, _ = lax.scan(step, fnp.zeros((2, 3)), xs)
+    return fnp.sum(h)
+
+
+RNN_ARGS = (np.full((3, 3), 0.1), np.full((4, 3), 0.2), np.linspace(0, 1, 40).reshape(5, 2, 4))
+
+
+def _scans(f, *args):
+    """``{reverse: [body equation names]}`` of the scans in ``f``'s graph."""
+    return {e.params["reverse"]: [q.prim.name for q in e.params["body"].eqns]
+            for e in fgrad.make_graph(f)(*args).eqns if e.prim.name == "scan"}
+
+
+@pytest.mark.parametrize("argnums, products", [((0, 1), 3), ((0, 1, 2), 4)])
+def test_the_backward_scan_reads_stored_residuals_and_skips_unasked_cotangents(
+        argnums, products):
+    # the forward scan stores what each backward step reads (here 1 - tanh**2),
+    # so the backward steps run no tanh and none of the forward's products:
+    # dh @ w.T, h.T @ da and x.T @ da, plus da @ u.T when xs' cotangent is asked
+    backward = _scans(fgrad.grad(_rnn, argnums), *RNN_ARGS)[True]
+    assert "tanh" not in backward
+    assert backward.count("matmul") == products
+    unrolled = fgrad.grad(_unrolled_rnn, argnums)(*RNN_ARGS)
+    for jitted in (False, True):
+        g = fgrad.grad(_rnn, argnums)
+        for got, want in zip((fgrad.jit(g) if jitted else g)(*RNN_ARGS), unrolled):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _unrolled_rnn(w, u, xs):
+    h = fnp.zeros((2, 3))
+    for t in range(xs.shape[0]):
+        h = fnp.tanh(h @ w + xs[t] @ u)
+    return fnp.sum(h)
+
+
+def test_a_scan_with_an_integer_carry_and_a_view_of_its_carry_differentiates():
+    # the int counter's cotangent is a zero made from its stored value; the
+    # transpose of the carry is recomputed by the backward step, from the stored carry
+    def f(w, xs):
+        def step(carry, x):
+            i, h = carry
+            h = fnp.sin(fnp.transpose(h) @ w * (i + 1.0) + x)
+            return (i + 1, fnp.transpose(h)), fnp.sum(h * h)
+        (_, h), ys = lax.scan(step, (0, fnp.ones((2, 2))), xs)
+        return fnp.sum(h) + fnp.sum(ys)
+    w, xs = np.array([[0.3, -0.2], [0.1, 0.4]]), np.linspace(-1, 1, 12).reshape(3, 2, 2)
+    backward = _scans(fgrad.grad(f), w, xs)[True]
+    assert "transpose" in backward and not {"sin", "cos"} & set(backward)
+    check_grads(f, (w, xs), order=2, modes=("fwd", "rev"))
+    check_grads(fgrad.jit(f), (w, xs), order=2, modes=("rev",))

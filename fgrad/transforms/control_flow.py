@@ -16,11 +16,18 @@ differs runs until no example wants another step, freezing finished examples.
 """
 import contextlib
 import functools
+from typing import NamedTuple
 
 import numpy as np
 
+from fgrad.compiler.passes import (
+    effectful,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+)
 from fgrad.core.backend import array_module
 from fgrad.core.errors import ControlFlowError
+from fgrad.core.graph import Graph, Var
 from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval, nans_enabled
 from fgrad.interpreters.batching import batch_graph
 from fgrad.interpreters.nan_checking import run_checked
@@ -377,50 +384,135 @@ def _scan_jvp(tangents, ans, *args, body, n_consts, n_carry, length, reverse):
     return tuple(out[n_carry:2 * n_carry]) + tuple(out[2 * n_carry + n_y:])
 
 
+# equations that only view their operand: a backward step recomputes them
+# rather than store a copy per step (the transpose of a carry, say)
+_VIEWS = frozenset(("reshape", "transpose", "broadcast_to"))
+
+
+class _StepSplit(NamedTuple):
+    """A step's VJP graph, cut where the cotangents come in."""
+
+    forward: Graph      # (*consts, *carry, *x) -> residuals
+    backward: Graph     # (*consts, *carry[kept], *x, *residuals, *out cts) -> cts
+    kept: tuple         # the carries a backward step takes (stored per step)
+
+
+def _split_step_vjp(step_vjp, n_consts, n_carry, n_in):
+    """Cut ``step_vjp`` ``(*ins, *out_cts) -> cts`` in two: the work that does
+    not read a cotangent, which the forward scan runs, storing per step the
+    values the rest reads (the residuals), and the work that does, which the
+    backward scan runs. So a backward step does not redo its forward work.
+
+    Work that reads only the constants is in both: it is the same every step,
+    and storing it per step would only cost memory. Views of a step's inputs
+    are recomputed, not stored. A backward step takes the carries it reads,
+    and the non-float ones (their cotangent is a zero of their shape).
+    """
+    ins, cts = step_vjp.invars[:n_in], step_vjp.invars[n_in:]
+    carries = ins[n_consts:n_consts + n_carry]
+    on_ct, varying = set(cts), set(ins[n_consts:])
+    forward, backward, constant = [], [], []
+    for k, eqn in enumerate(step_vjp.eqns):
+        reads = [v for v in eqn.invars if type(v) is Var]
+        if any(v in on_ct for v in reads):
+            on_ct.update(eqn.outvars)
+            backward.append(k)
+        elif effectful(eqn.prim) or any(v in varying for v in reads):
+            varying.update(eqn.outvars)
+            forward.append(k)
+        else:
+            constant.append(k)
+    eqns = step_vjp.eqns
+
+    def read_by(indices):
+        read = {v for k in indices for v in eqns[k].invars if type(v) is Var}
+        return read | {v for v in step_vjp.outvars if type(v) is Var}
+    # a view the backward work reads is recomputed there (the forward work may
+    # read it too, and keeps its own); last first, so a chain of views goes whole
+    views = []
+    for k in reversed(forward):
+        eqn = eqns[k]
+        if eqn.prim.name in _VIEWS and any(v in read_by(backward + views)
+                                           for v in eqn.outvars):
+            views.append(k)
+    backward = sorted(backward + views + constant)
+    read = read_by(backward)
+    residuals = [v for k in forward if k not in views for v in eqns[k].outvars if v in read]
+    kept = tuple(i for i, v in enumerate(carries) if v in read or not _is_float(v.aval))
+    fwd = eliminate_dead_code(Graph(ins, [eqns[k] for k in sorted(forward + constant)],
+                                    residuals))
+    bwd_ins = ins[:n_consts] + [carries[i] for i in kept] + ins[n_consts + n_carry:]
+    bwd = eliminate_dead_code(Graph(bwd_ins + residuals + cts, [eqns[k] for k in backward],
+                                    step_vjp.outvars))
+    fwd.sources = bwd.sources = step_vjp.sources     # debug_nans' lines, by output var
+    return _StepSplit(fwd, bwd, kept)
+
+
+def _merge_repeats(graph):
+    """``graph`` with each repeated computation done once. A graph staged under
+    debug_nans keeps its equations (and their source lines) as they are."""
+    if graph.sources is not None:
+        return graph
+    return eliminate_dead_code(eliminate_common_subexpressions(graph))
+
+
 def _scan_vjp(ct, ans, needed, *args, body, n_consts, n_carry, length, reverse):
     consts, carry, xs = (args[:n_consts], args[n_consts:n_consts + n_carry],
                          args[n_consts + n_carry:])
     n_x = len(xs)
     n_y = len(body.outvars) - n_carry
-    in_avals = body.in_avals
-    # 1. forward again, keeping the carry that enters each step
-    def keep_carry(*v):
-        out = _eval(body, list(v))
-        return list(out) + list(v[n_consts:n_consts + n_carry])
-    carries_body = _stage(keep_carry, [a.strip_weak() for a in in_avals])
-    fwd = scan_p.bind(*consts, *carry, *xs, body=carries_body, n_consts=n_consts,
-                      n_carry=n_carry, length=length, reverse=reverse)
-    stored = fwd[n_carry + n_y:]
-    # 2. a scan the other way: carry (carry cts, const-ct sums), per step the
-    #    stored carry, the x and the y ct; emits the x cts
-    c_pos = [i for i in range(n_consts) if _is_float(in_avals[i])]
+    in_avals, out_avals = body.in_avals, body.out_avals
+    # cotangents for the float carries (they flow from step to step) and for
+    # the float consts and xs that are asked for
+    c_pos = [i for i in range(n_consts) if needed[i] and _is_float(in_avals[i])]
     k_pos = [i for i in range(n_carry) if _is_float(in_avals[n_consts + i])]
-    x_pos = [i for i in range(n_x) if _is_float(in_avals[n_consts + n_carry + i])]
+    x_pos = [i for i in range(n_x) if needed[n_consts + n_carry + i]
+             and _is_float(in_avals[n_consts + n_carry + i])]
     positions = c_pos + [n_consts + i for i in k_pos] + \
         [n_consts + n_carry + i for i in x_pos]
-    step_vjp = _vjp_graph(body, positions)
-    out_avals = body.out_avals
+    split = _split_step_vjp(_vjp_graph(body, positions), n_consts, n_carry, len(args))
+
+    # 1. forward again, storing per step the kept carries and the residuals
+    def forward_step(*v):
+        v = list(v)
+        return (list(_eval(body, v)) + [v[n_consts + i] for i in split.kept]
+                + list(_eval(split.forward, v)))
+    # the residuals' work repeats the body's: computed once
+    fwd_body = _merge_repeats(_stage(forward_step, [a.strip_weak() for a in in_avals]))
+    fwd = scan_p.bind(*consts, *carry, *xs, body=fwd_body, n_consts=n_consts,
+                      n_carry=n_carry, length=length, reverse=reverse)
+    stored = fwd[n_carry + n_y:]
+    n_kept = len(split.kept)
+    # 2. a scan the other way: carry (carry cts, const-ct sums), per step the
+    #    stored values, the x and the y ct; emits the x cts
 
     def bwd(*v):
         c = v[:n_consts]
         ct_k = v[n_consts:n_consts + len(k_pos)]
         acc = v[n_consts + len(k_pos):n_consts + len(k_pos) + len(c_pos)]
         rest = v[n_consts + len(k_pos) + len(c_pos):]
-        k, x, ct_y = rest[:n_carry], rest[n_carry:n_carry + n_x], rest[n_carry + n_x:]
-        ct_carry = [_zeros_like(k[i]) for i in range(n_carry)]
+        saved, x = rest[:len(stored)], rest[len(stored):len(stored) + n_x]
+        ct_y = rest[len(stored) + n_x:]
+        kept = dict(zip(split.kept, saved[:n_kept]))
+        ct_carry = [None] * n_carry
         for i, c_ in zip(k_pos, ct_k):
             ct_carry[i] = c_
-        cts = _eval(step_vjp, list(c) + list(k) + list(x) + ct_carry + list(ct_y))
+        for i in range(n_carry):
+            if ct_carry[i] is None:          # a non-float carry: always kept
+                ct_carry[i] = _zeros_like(kept[i])
+        cts = _eval(split.backward, list(c) + list(saved[:n_kept]) + list(x)
+                    + list(saved[n_kept:]) + ct_carry + list(ct_y))
         ct_c, ct_kk, ct_x = (cts[:len(c_pos)], cts[len(c_pos):len(c_pos) + len(k_pos)],
                              cts[len(c_pos) + len(k_pos):])
         return list(ct_kk) + [add(a, b) for a, b in zip(acc, ct_c)] + list(ct_x)
     bwd_avals = ([in_avals[i].strip_weak() for i in range(n_consts)]
                  + [out_avals[i].strip_weak() for i in k_pos]
                  + [in_avals[i].strip_weak() for i in c_pos]
-                 + [a.strip_weak() for a in in_avals[n_consts:n_consts + n_carry]]
+                 + [in_avals[n_consts + i].strip_weak() for i in split.kept]
+                 + [v.aval.strip_weak() for v in split.forward.outvars]
                  + [a.strip_weak() for a in in_avals[n_consts + n_carry:]]
                  + [a.strip_weak() for a in out_avals[n_carry:]])
-    bwd_graph = _stage(bwd, bwd_avals)
+    bwd_graph = _merge_repeats(_stage(bwd, bwd_avals))
     ct_k0 = [_real_tangent(ct[i], ans[i]) for i in k_pos]
     acc0 = [_zeros_like(consts[i]) for i in c_pos]
     ct_ys = [_real_tangent(c, a) for c, a in zip(ct[n_carry:], ans[n_carry:])]
