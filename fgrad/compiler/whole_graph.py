@@ -253,8 +253,11 @@ def _through_numpy(w, depth, eqn, name, args):
         helper = w.helpers[key] = f"numpy_{name}_{dtype}_{out.ndim}d"
         params = ", ".join(f"x{j}" for j in range(len(args)))
         layout = ", ".join([":"] * (out.ndim - 1) + ["::1"])
+        # no nogil=True: the helper runs only inside the kernel, which releases
+        # the GIL, and objmode takes it back for the call (with nogil=True
+        # numba would warn, at every compile, that object mode keeps the GIL)
         w.helper_lines += [
-            "@numba.njit(nogil=True, error_model='numpy')",
+            "@numba.njit(error_model='numpy')",
             f"def {helper}({params}):",
             f"    with numba.objmode(out='{dtype}[{layout}]'):",
             f"        out = np.ascontiguousarray(np.{name}({params}))",
