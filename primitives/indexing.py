@@ -193,9 +193,13 @@ def set_at(x, index, v):
 
 
 def add_at(x, index, v):
-    if get_aval(v).weak_type:            # a Python scalar takes x's precision
-        v = convert_element_type(v, get_aval(x).dtype)
     spec, arrays = parse_index(index)
+    if get_aval(v).weak_type and not isinstance(v, Tracer):
+        # a Python number takes x's precision and, made from x, its device: a
+        # NumPy copy of it would not add into a CuPy x
+        v = getitem_p.bind(full_like(x, v), *arrays, spec=spec)
+    elif get_aval(v).weak_type:
+        v = convert_element_type(v, get_aval(x).dtype)
     target = _index_abstract(get_aval(x), *map(get_aval, arrays), spec=spec)
     return x + scatter_add(broadcast_to(v, target.shape), arrays, spec,
                            get_aval(x).shape)
@@ -441,7 +445,7 @@ scatter_max_p.batch = _update_batch_rule(scatter_max_p)
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from fgrad.primitives.creation import zeros_like  # noqa: E402
+from fgrad.primitives.creation import full_like, zeros_like  # noqa: E402
 from fgrad.primitives.elementwise import convert_element_type, equal, unbroadcast  # noqa: E402
 from fgrad.primitives.shape import broadcast_to  # noqa: E402
 from fgrad.primitives.shape import reshape, transpose  # noqa: E402

@@ -85,3 +85,30 @@ def check_scalar_input_moves(device):
     device.assert_on((gx, gs), "gradient")
     assert float(gs) == 3.0
     np.testing.assert_array_equal(device.get(gx), [3.0, 3.0])
+
+
+def check_jit_case(device, name, case):
+    """``jit`` of a spec, and ``jit`` of its gradient, give on the device what
+    the eager code gives there (on CuPy, jit's elementwise groups are fused
+    kernels compiled by NVRTC, so this checks every kernel the specs make)."""
+    args = device.put(case.args)
+    _agree(device, fgrad.jit(case.fun)(*args), case.fun(*args), f"jit of {name}",
+           device.rtol)
+    if not case.order:
+        return
+
+    def scalar(*xs):
+        return fnp.sum(fnp.real(case.fun(*xs)) * 1.5)
+    grad = fgrad.grad(scalar, tuple(range(len(args))))
+    _agree(device, fgrad.jit(grad)(*args), grad(*args), f"jit of grad of {name}",
+           max(device.rtol, 1e-10))
+
+
+def _agree(device, got, want, what, rtol):
+    device.assert_on(got, what)
+    got, want = tree_leaves(device.get(got)), tree_leaves(device.get(want))
+    assert len(got) == len(want), what
+    for g, w in zip(got, want):
+        assert np.shape(g) == np.shape(w) and np.asarray(g).dtype == np.asarray(w).dtype, \
+            f"{what}: {np.shape(g)} {np.asarray(g).dtype} vs {np.shape(w)} {np.asarray(w).dtype}"
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, equal_nan=True, err_msg=what)

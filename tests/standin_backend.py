@@ -261,6 +261,9 @@ class _Namespace:
         self.__name__ = MODULE_NAME + ("." + prefix.rstrip(".") if prefix else "")
 
     def __getattr__(self, name):
+        if not self._prefix and name in CUPY_LACKS:
+            raise AttributeError(f"module {MODULE_NAME!r} has no attribute {name!r} "
+                                 "(nor has cupy)")
         value = getattr(self._np, name)
         if isinstance(value, type) or isinstance(value, (int, float, np.dtype)):
             return value                           # dtypes, constants
@@ -279,9 +282,34 @@ class _Namespace:
     def asnumpy(self, x):
         return x.get() if type(x) is StandInArray else np.asarray(x)
 
+    # CuPy 14's signatures: sort has no stable=, partition and argpartition no kind=
+    def sort(self, a, axis=-1, kind=None):
+        return _Function(self._np.sort, "sort")(a, axis=axis, kind=kind)
+
+    def partition(self, a, kth, axis=-1):
+        return _Function(self._np.partition, "partition")(a, kth, axis=axis)
+
+    def argpartition(self, a, kth, axis=-1):
+        return _Function(self._np.argpartition, "argpartition")(a, kth, axis=axis)
+
+    # CuPy 14's quantile and percentile take quantile levels of 0 or 1 axes only
+    def quantile(self, a, q, *args, **kwargs):
+        return _Function(self._np.quantile, "quantile")(a, _levels(q), *args, **kwargs)
+
+    def percentile(self, a, q, *args, **kwargs):
+        return _Function(self._np.percentile, "percentile")(a, _levels(q), *args, **kwargs)
+
     ndarray = StandInArray
 
 
+def _levels(q):
+    if np.ndim(q.get() if type(q) is StandInArray else q) > 1:
+        raise ValueError("Expected q to have a dimension of 1.")     # CuPy's message
+    return q
+
+
+# NumPy functions CuPy 14 lacks, for which fgrad computes with its own formula
+CUPY_LACKS = frozenset(("nanquantile", "nanpercentile", "polyder", "polyint", "polydiv"))
 MODULE_NAME = "fgrad_standin"
 SCIPY_NAME = "fgrad_standin_scipy"      # the stand-in's cupyx.scipy
 standin = _Namespace(np, "")

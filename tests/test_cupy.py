@@ -12,12 +12,12 @@ from hypothesis import given
 
 import fgrad
 import fgrad.numpy as fnp
-from device_suite import Device, check_case, check_nested_transformations, \
+from device_suite import Device, check_case, check_jit_case, check_nested_transformations, \
     check_nondiff, check_scalar_input_moves
 from fgrad.errors import BackendMismatchError, DeviceError
 from primitive_specs import NONDIFF_SPECS, SPECS
 from fgrad.compiler.codegen import compile_graph
-from fgrad.compiler.fusion import kernels
+from fgrad.compiler.fusion import fused_elementwise_p, kernels
 
 pytestmark = pytest.mark.cupy
 
@@ -38,6 +38,29 @@ def test_property_suite_on_cupy(name, gpu):
         # error, naming the function and the way out; anything else fails
         assert "has no counterpart in cupyx.scipy" in str(err), err
         assert "fgrad.device_put(x, 'cpu')" in str(err)
+        pytest.skip(f"not on CuPy: {err}")
+
+
+# elementwise specs whose jit must run a fused kernel (compiled by NVRTC)
+FUSED = ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "sin",
+         "cos", "exp", "log", "tanh", "sqrt", "negative", "absolute")
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_jit_equals_eager_on_cupy(name, gpu):
+    # the systematic jit test on the GPU: jit(f) and jit(grad(f)), with their
+    # elementwise groups fused into generated CUDA kernels, against eager CuPy
+    def check(case):
+        check_jit_case(gpu, name, case)
+        if name in FUSED and all(np.asarray(a).dtype == np.float64 for a in case.args):
+            args = gpu.put(case.args)
+            lowered = fgrad.jit(lambda *xs: case.fun(*xs) * 1.5 + 0.25).lower(*args)
+            assert any(e.prim is fused_elementwise_p for e in lowered.optimized.eqns), \
+                lowered.optimized
+    try:
+        given(SPECS[name])(check)()
+    except DeviceError as err:
+        assert "has no counterpart in cupyx.scipy" in str(err), err
         pytest.skip(f"not on CuPy: {err}")
 
 

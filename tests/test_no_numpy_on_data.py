@@ -57,6 +57,9 @@ ALLOWED = {
         "numpy.asarray on host objects (lists, scalars) that are not arrays yet",
     ("fgrad/numpy/_manipulation.py", "_pad_params"):
         "pad widths and constant values: static parameters, not array data",
+    ("fgrad/numpy/_reductions.py", "_numpy_shape"):
+        "the shape of q when q is a Python number or list (an array's is read "
+        "from its .shape)",
     ("fgrad/numpy/_reductions.py", "_static_floats"):
         "quantile levels q: a static parameter (numbers, lists), not array data",
     ("fgrad/numpy/_arrays.py", "shape"): "metadata: NumPy reads .shape only",

@@ -21,7 +21,7 @@ import fgrad.scipy.special as fsp
 from fgrad.backend import array_module, backend_name
 from fgrad.errors import BackendMismatchError, DeviceError
 from fgrad.tree import tree_leaves
-from device_suite import Device, check_case, check_nested_transformations, \
+from device_suite import Device, check_case, check_jit_case, check_nested_transformations, \
     check_nondiff, check_scalar_input_moves
 from primitive_specs import NONDIFF_SPECS, SPECS
 from standin_backend import SCIPY_NAME, StandInArray, StandInRefused, registered, \
@@ -66,6 +66,11 @@ STANDIN = Device("standin", StandInArray)
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_property_suite_on_standin(name, device):
     given(SPECS[name])(lambda case: check_case(STANDIN, name, case))()
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_jit_equals_eager_on_standin(name, device):
+    given(SPECS[name])(lambda case: check_jit_case(STANDIN, name, case))()
 
 
 @pytest.mark.parametrize("name", sorted(NONDIFF_SPECS))
@@ -251,3 +256,15 @@ def test_scatter_extremum_on_a_device_keeps_float64_and_nan(device, which, np_uf
     got = getattr(fgrad.at(to_standin(x))[idx], which)(to_standin(v))
     _all_on_device(got, "the scattered array")
     np.testing.assert_array_equal(to_numpy(got), want)
+
+
+def test_scatter_add_of_a_python_number_stays_on_the_device(device):
+    # the number is made on x's device; a NumPy copy of it made the sum mix
+    # backends (CuPy refused it on the H100)
+    x = to_standin(np.zeros(3))
+    out = fgrad.at(x)[np.array([0, 0, 2])].add(1.0)
+    _all_on_device(out, "scatter-add")
+    np.testing.assert_array_equal(to_numpy(out), [2.0, 0.0, 1.0])
+    g = fgrad.grad(lambda x: fnp.sum(fgrad.at(x)[[0, 0, 2]].add(1.0) ** 2))(x)
+    _all_on_device(g, "its gradient")
+    np.testing.assert_array_equal(to_numpy(g), [4.0, 0.0, 2.0])

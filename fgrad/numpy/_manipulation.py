@@ -268,7 +268,11 @@ def sort(a, axis=-1, kind=None, stable=None):
     """``a`` sorted along ``axis``: a gather by the sorting permutation, so the
     derivative of each output element goes to the input element it came from."""
     if not isinstance(a, _Tracer):
-        return _xp(a).sort(_plain_array(a), axis=axis, kind=kind, stable=stable)
+        xp = _xp(a)
+        if xp is _np:
+            return xp.sort(_plain_array(a), axis=axis, kind=kind, stable=stable)
+        # CuPy's sort takes no stable= and is stable whatever kind says
+        return xp.sort(a, axis=axis, **({} if kind is None else {"kind": kind}))
     if axis is None:
         a, axis = ravel(a), 0
     axis = _axis(axis, _get_aval(a).ndim)

@@ -103,13 +103,14 @@ def nanquantile(a, q, axis=None, keepdims=False, method="linear"):
     >>> float(nanquantile(_np.array([3.0, _np.nan, 1.0, 2.0]), 0.5))
     2.0
     """
-    if not isinstance(a, _Tracer):
+    if not isinstance(a, _Tracer) and hasattr(_xp(a), "nanquantile"):   # (CuPy has none)
         xp = _xp(a)
         return xp.nanquantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
                               axis=axis, keepdims=keepdims, method=method)
     if method not in NAN_QUANTILE_METHODS:
         raise NumpyArgumentError(
-            f"nanquantile: method={method!r} is not supported under transformations; "
+            f"nanquantile: method={method!r} is not supported under transformations "
+            f"(nor on device arrays whose library lacks nanquantile, such as CuPy's); "
             f"use one of {', '.join(NAN_QUANTILE_METHODS)}")
     q_arr = _np.asarray(q, dtype=_np.float64)
     if ((q_arr < 0) | (q_arr > 1)).any():
@@ -148,7 +149,7 @@ def nanquantile(a, q, axis=None, keepdims=False, method="linear"):
 
 def nanpercentile(a, q, axis=None, keepdims=False, method="linear"):
     """The ``q``-th percentiles (0 <= q <= 100) ignoring nan; see `nanquantile`."""
-    if not isinstance(a, _Tracer):
+    if not isinstance(a, _Tracer) and hasattr(_xp(a), "nanpercentile"):
         xp = _xp(a)
         return xp.nanpercentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
                                 axis=axis, keepdims=keepdims, method=method)

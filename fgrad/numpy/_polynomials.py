@@ -114,7 +114,7 @@ def polymul(a1, a2):
 
 def polyder(p, m=1):
     """The ``m``-th derivative of the polynomial ``p``."""
-    if not _traced(p):
+    if not _traced(p) and hasattr(_xp(p), "polyder"):      # else: the formula below
         return _xp(p).polyder(p, m)
     p = _as_numpy_computes(_coefficients(p))
     for _ in range(m):
@@ -126,7 +126,7 @@ def polyder(p, m=1):
 def polyint(p, m=1, k=None):
     """The ``m``-th antiderivative of ``p``, integration constants ``k`` (0 by
     default; one per integration, the first integration's first)."""
-    if not _traced(p, k):
+    if not _traced(p, k) and hasattr(_xp(p), "polyint"):   # (CuPy has none)
         return _xp(p).polyint(p, m, k)
     p = _as_numpy_computes(_coefficients(p))
     # one constant per integration; a single one serves every integration
@@ -191,7 +191,7 @@ def polydiv(u, v):
     >>> polydiv(_np.array([1.0, -3.0, 2.0]), _np.array([1.0, -1.0]))
     (array([ 1., -2.]), array([0.]))
     """
-    if not _traced(u, v):
+    if not _traced(u, v) and hasattr(_xp(u, v), "polydiv"):
         return _xp(u, v).polydiv(u, v)
     u, v = _array(u, 1) + 0.0, _array(v, 1) + 0.0
     dtype = _np.result_type(_get_aval(u).dtype, _get_aval(v).dtype)

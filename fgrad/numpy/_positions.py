@@ -252,6 +252,8 @@ def argpartition(a, kth, axis=-1, kind="introselect", order=None):
     """Indices that would partition ``a`` (no derivative); under a
     transformation the full sorting permutation, one valid answer."""
     if not isinstance(a, _Tracer):
+        if _xp(a) is not _np and order is None:     # CuPy's takes no kind= (one kind)
+            return _xp(a).argpartition(a, kth, axis=axis)
         return _xp(a).argpartition(a, kth, axis=axis, kind=kind, order=order)
     return _r.argsort(a, axis)
 

@@ -266,8 +266,9 @@ def quantile(a, q, axis=None, keepdims=False, method="linear", *, weights=None):
     if not (isinstance(a, _Tracer) or isinstance(weights, _Tracer) or contains_tracer(q)):
         xp = _xp(a)
         extra = {} if weights is None else {"weights": _asarray_on(xp, weights)}
-        return xp.quantile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
-                           axis=axis, keepdims=keepdims, method=method, **extra)
+        out = xp.quantile(a, _levels_on(xp, q), axis=axis, keepdims=keepdims,
+                          method=method, **extra)
+        return _numpy_shape(out, a, q, axis, keepdims)
     if weights is not None:
         return _weighted_quantile(a, _static_floats(q), axis, keepdims, weights)
     out = _quantile(a, _static_floats(q), axis, keepdims, method)
@@ -383,8 +384,10 @@ def percentile(a, q, axis=None, keepdims=False, method="linear", *, weights=None
     if not (isinstance(a, _Tracer) or isinstance(weights, _Tracer) or contains_tracer(q)):
         xp = _xp(a)
         extra = {} if weights is None else {"weights": _asarray_on(xp, weights)}
-        return xp.percentile(a, q if type(q) in (int, float) else _asarray_on(xp, q),
-                             axis=axis, keepdims=keepdims, method=method, **extra)
+        return _numpy_shape(
+            xp.percentile(a, _levels_on(xp, q), axis=axis, keepdims=keepdims,
+                          method=method, **extra),
+            a, q, axis, keepdims)
     return quantile(a, q / 100 if type(q) in (int, float)
                     else _static_floats(q) / 100, axis, keepdims, method,
                     weights=weights)
@@ -393,8 +396,33 @@ def percentile(a, q, axis=None, keepdims=False, method="linear", *, weights=None
 def median(a, axis=None, keepdims=False):
     """The median over ``axis``: the 0.5 quantile."""
     if not isinstance(a, _Tracer):
-        return _xp(a).median(_plain_array(a), axis=axis, keepdims=keepdims)
+        return _numpy_shape(_xp(a).median(_plain_array(a), axis=axis, keepdims=keepdims),
+                            a, 0.5, axis, keepdims)
     return quantile(a, 0.5, axis, keepdims)
+
+
+def _levels_on(xp, q):
+    """Quantile levels for ``xp``'s quantile: a Python number as it is, else an
+    array on its device, flat where q has more than one axis (CuPy takes 0-d and
+    1-d q only; `_numpy_shape` gives the result q's shape back)."""
+    if type(q) in (int, float):
+        return q
+    q = _asarray_on(xp, q)
+    return q.ravel() if xp is not _np and q.ndim > 1 else q
+
+
+def _numpy_shape(out, a, q, axis, keepdims):
+    """A device library's order statistic in the shape NumPy gives: ``q``'s
+    shape, then ``a``'s without (or, with keepdims, with ones for) the reduced
+    axes. (NumPy's own result is returned as it is.)"""
+    if _xp(out) is _np:
+        return out
+    shape = _get_aval(a).shape
+    axes = range(len(shape)) if axis is None else _normalize_axis(axis, len(shape))
+    rest = tuple(1 if i in axes else n for i, n in enumerate(shape)) if keepdims \
+        else tuple(n for i, n in enumerate(shape) if i not in axes)
+    expected = (q.shape if hasattr(q, "shape") else _np.shape(q)) + rest
+    return out if out.shape == expected else out.reshape(expected)
 
 
 # -- without derivative -----------------------------------------------------------
