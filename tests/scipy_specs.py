@@ -160,8 +160,10 @@ SPECS["lu_solve"] = _lu_case()
 @st.composite
 def _banded_case(draw):
     n, lower, upper = draw(st.integers(1, 4)), draw(st.integers(0, 2)), draw(st.integers(0, 2))
-    ab = draw(arrays((lower + upper + 1, n)))
-    ab = ab + 3.0 * (np.arange(lower + upper + 1) == upper)[:, None]   # a strong diagonal
+    ab = np.array(draw(arrays((lower + upper + 1, n))), dtype=float)
+    # each column's diagonal outweighs the rest of it: never singular (a
+    # diagonal of value + 3 was, at [[-1.5, -1.5], [1.5, 1.5], [-1.5, -1.5]])
+    ab[upper] = 1.0 + np.abs(ab).sum(axis=0)
     b = draw(arrays((n,)))
     return Case(lambda ab, b: fl.solve_banded((lower, upper), ab, b), (ab, b),
                 lambda ab, b: sl.solve_banded((lower, upper), ab, b),

@@ -89,6 +89,93 @@ def test_every_operation_matches_numpy_with_nan_inf_and_wraparound(dtype):
     assert fused >= 4
 
 
+def _ulps(got, want):
+    return np.abs(got - want) / np.spacing(np.abs(want))
+
+
+def _vector_arguments(name, rng):
+    """Arguments that test ``name``'s vector form: random ones over its whole
+    range, the hard cases of its reduction, tiny ones and its limit."""
+    tiny = rng.standard_normal(1000) * 1e-9
+    if name in ("sin", "cos"):
+        # the floats nearest to multiples of pi/2, where the reduction must
+        # keep every bit of pi/2
+        k = np.arange(-60000, 60000, 7.0)
+        hard = [rng.uniform(-4, 4, 20000), rng.uniform(-1e5, 1e5, 20000), k * (np.pi / 2),
+                np.nextafter(k * np.pi, np.inf), [1e5, -1e5]]
+    elif name == "exp":
+        hard = [rng.uniform(-700, 700, 20000), rng.uniform(-1, 1, 20000),
+                np.arange(-1000, 1000) * np.log(2), [700.0, -700.0]]
+    else:           # tanh: both sides of the switch at 0.625, and where it is 1
+        hard = [rng.uniform(-25, 25, 20000), rng.uniform(-1, 1, 20000),
+                rng.uniform(0.6, 0.65, 5000), [0.625, -0.625, 19.0, 40.0, 1e300]]
+    return np.concatenate(hard + [tiny, [5e-324, -5e-324, 1e-300]])
+
+
+@fused_only
+@pytest.mark.parametrize("name", ["sin", "cos", "exp", "tanh"])
+def test_vector_functions_agree_with_numpy_to_two_ulps(name, monkeypatch):
+    # priced so that the kernel wins: this test is about the functions
+    monkeypatch.setitem(cpu_fusion.ELEMENT_NS, name, (100.0, 0.0))
+    x = _vector_arguments(name, np.random.default_rng(0))
+    # x / 2 * 2 is exact: two operations, so the function is in a kernel
+    f_jit = fgrad.jit(lambda half: getattr(fnp, name)(half * 2.0))
+    got = f_jit(x / 2)
+    assert "vector_" + name in _kernels(f_jit, x / 2)[0].source
+    want = getattr(np, name)(x)
+    assert np.max(_ulps(got, want)) <= 2.0
+    # signed zeros: sin(-0.0) is -0.0
+    zeros = np.array([0.0, -0.0])
+    np.testing.assert_array_equal(np.signbit(f_jit(zeros / 2)),
+                                  np.signbit(getattr(np, name)(zeros)))
+    # float32 computes in float64 and rounds once
+    x32 = x[:20000].astype(np.float32)
+    got32 = f_jit(x32 / np.float32(2))
+    assert got32.dtype == np.float32
+    want32 = getattr(np, name)(x32.astype(np.float64)).astype(np.float32)
+    finite = np.isfinite(want32)              # exp overflows float32 past 88.7
+    assert np.max(_ulps(got32[finite], want32[finite])) <= 1.0
+    np.testing.assert_array_equal(got32[~finite], want32[~finite])
+
+
+@fused_only
+def test_beyond_the_vector_range_the_kernel_reruns_with_numpy_functions(monkeypatch):
+    for name in ("exp", "tanh"):
+        monkeypatch.setitem(cpu_fusion.ELEMENT_NS, name, (100.0, 0.0))
+    # an argument past a vector function's limit, nan or inf anywhere: the
+    # whole loop again with the C library's functions
+    def f(x):
+        return fnp.sin(x) * fnp.exp(x * 0.5), fnp.sum(fnp.cos(x) + fnp.tanh(x))
+    f_jit = fgrad.jit(f)
+    for odd in (1e5 * (1 + 2 ** -40), 1e22, 1500.0, -1500.0, np.nan, np.inf, -np.inf):
+        x = np.linspace(-3.0, 3.0, 101)
+        x[50] = odd
+        with np.errstate(all="ignore"):
+            got, total = f_jit(x)
+            want, want_total = _unfused(f, x)
+        # the rerun computes with the C library (numba's np.sin), NumPy with its
+        # own loops: equal to rounding, and the odd element too (which the
+        # vector functions would get wrong or not at all)
+        _same(got, want)
+        _same(got[50], want[50])
+        np.testing.assert_allclose(total, want_total, rtol=1e-13, equal_nan=True)
+
+
+@fused_only
+def test_a_kernel_writing_many_arrays_keeps_the_c_library():
+    # LLVM leaves such a loop scalar, where the branch-free vector functions
+    # lose to the C library's
+    def f(x):
+        values = [fnp.sin(x * (1.0 + k)) for k in range(cpu_fusion.MAX_VECTOR_OUTPUTS + 1)]
+        return [v * 2.0 for v in values] + [fnp.sum(sum(values) ** 2)]
+    x = np.linspace(-1, 1, 50)
+    f_jit = fgrad.jit(f)
+    (kernel,) = _kernels(f_jit, x)
+    assert "vector_sin" not in kernel.source and "np.sin" in kernel.source
+    for got, want in zip(f_jit(x), _unfused(f, x)):
+        _same(got, want)
+
+
 @fused_only
 def test_float32_stays_float32_and_python_scalars_do_not_promote():
     x = np.linspace(-1, 1, 7, dtype=np.float32)
@@ -232,8 +319,8 @@ def test_compiled_code_refuses_a_shape_or_dtype_it_was_not_built_for():
 
 def test_the_cost_model_leaves_slow_functions_on_large_arrays_to_numpy(monkeypatch):
     monkeypatch.undo()                   # the real costs
-    # tanh one element at a time is ~10x NumPy's SIMD loop: on an RNN state a
-    # kernel would lose; a long arithmetic chain on the same array wins
+    # two NumPy calls on an RNN state cost less than a kernel call with its
+    # checks; a long arithmetic chain on the same array wins
     tanh_add = fgrad.make_graph(lambda a, b: fnp.tanh(a + b))(np.ones((8, 32)), np.ones(32))
     assert not cpu_fusion.worth_fusing(tanh_add.eqns, 2, 1, 256)
     chain = fgrad.make_graph(lambda a: fnp.tanh(a * 2.0 + a * a - 1.0) * a)(np.ones(4))

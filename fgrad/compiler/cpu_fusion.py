@@ -44,6 +44,8 @@ import numpy as np
 from fgrad.compiler.fusion import (compute_dtypes, elementwise_name, operand_rule, plan_groups,
                                    reader_counts)
 from fgrad.compiler.kernel_cache import load_or_build
+from fgrad.compiler.vector_math import SOURCE as VECTOR_SOURCE
+from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
 from fgrad.core.errors import InvalidInputError
 from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.core.trace import Primitive
@@ -54,6 +56,12 @@ KERNEL_CACHE_SIZE = 256
 # longest run of operations in one kernel: LLVM's compile time grows faster
 # than linearly with the loop body, so a longer group is cut into pieces
 MAX_KERNEL_OPS = 128
+# most arrays a kernel may write and still call the vector functions of
+# `fgrad.compiler.vector_math`: LLVM vectorises a loop only while it can check
+# the arrays apart (about 15 here), and in a scalar loop those branch-free
+# functions, which compute both sides of every choice, are slower than the C
+# library's
+MAX_VECTOR_OUTPUTS = 12
 
 # ---------------------------------------------------------------------------
 # The per-operation table: Python text numba compiles
@@ -207,13 +215,14 @@ def _numba_installed():
 # ---------------------------------------------------------------------------
 #
 # A kernel saves the per-call cost of every NumPy call it replaces and every
-# pass over memory between them, but computes transcendental functions one
+# pass over memory between them, but computes most transcendental functions one
 # element at a time with the C library, where NumPy's SIMD loops are several
 # times faster (tanh: about 11 ns against 1 ns per element on an AVX2 core).
-# So tanh(a + b) on an RNN's 8x32 state stays two NumPy calls, while the long
-# chains of jit(grad(f)) and elementwise work on large arrays are fused. The
-# figures are nanoseconds, measured once on an x86-64 core; only their ratios
-# matter.
+# sin, cos, exp and tanh are vectorised in kernels that write at most
+# `MAX_VECTOR_OUTPUTS` arrays (`fgrad.compiler.vector_math`: well under 1 ns an
+# element), but whether a group's kernel will be is known only once it is cut
+# into pieces, so the figures are the C library's: the kernels of a large
+# array leave exp and tanh to NumPy's SIMD loops, as they did before.
 
 NUMPY_CALL_NS = 700         # one ufunc call from generated code
 KERNEL_CALL_NS = 2000       # the checking wrapper and numba's dispatch
@@ -391,7 +400,8 @@ def kernel_source(graph, members, reductions, readers):
     inner = collections.Counter(v for e in eqns + red_eqns for v in e.invars
                                 if type(v) is Var)
     inputs, in_names, names, modes = [], {}, {}, []
-    hoisted, body = [], []
+    # body: lines of the loop, or (exact line, vector lines) for a vector function
+    hoisted, starts, body = [], [], []
 
     def operand(v, dtype):
         if type(v) is Var and v in inside:
@@ -419,12 +429,23 @@ def kernel_source(graph, members, reductions, readers):
             have = np.dtype(v.aval.dtype)
         return name if have == dtype else f"{numpy_type_text(dtype)}({name})"
 
+    vectorised = False
     for t, e in enumerate(eqns):
         template, operand_dtypes = _template(e)
         args = [operand(v, d) for v, d in zip(e.invars, operand_dtypes)]
         out = e.outvars[0]
         names[out] = f"t{t}"
-        body.append(f"        t{t} = {numpy_type_text(out.aval.dtype)}({template.format(*args)})")
+        cast = numpy_type_text(out.aval.dtype)
+        exact = f"        t{t} = {cast}({template.format(*args)})"
+        vector = VECTOR_FUNCTIONS.get(_op_name(e.prim))
+        if vector is not None and operand_dtypes[0].kind == "f":
+            # the vector function where its argument allows, checked in `ok`
+            vectorised = True
+            function, limit = vector
+            body.append((exact, [f"        ok &= abs({args[0]}) <= {limit!r}",
+                                 f"        t{t} = {cast}({function}({args[0]}))"]))
+        else:
+            body.append(exact)
     needed_outside = {v for v in inside if readers[v] > inner[v]}
     outputs = [e.outvars[0] for e in eqns if e.outvars[0] in needed_outside]
     for j, v in enumerate(outputs):
@@ -439,20 +460,45 @@ def kernel_source(graph, members, reductions, readers):
         value = names[x] if x in inside else operand(x, np.dtype(x.aval.dtype))
         if np.dtype(x.aval.dtype) != acc_dtype:
             value = f"{numpy_type_text(acc_dtype)}({value})"
-        hoisted.append(f"    acc{r} = {numpy_type_text(acc_dtype)}({start})")
+        starts.append(f"    acc{r} = {numpy_type_text(acc_dtype)}({start})")
         body.append("        " + update.format(acc=f"acc{r}", x=value))
         accumulators.append(f"acc{r}")
-    params = ["n"] + [f"in{j}" for j in range(len(inputs))] + \
-        [f"out{j}" for j in range(len(outputs))]
-    lines = [f"def kernel({', '.join(params)}):"] + hoisted + \
-        ["    for i in range(n):"] + body + \
-        [f"    return ({''.join(a + ', ' for a in accumulators)})"]
+    params = ["n"] + [f"in{j}" for j in range(len(inputs))]
+    if _packed(outputs):            # one (outputs, n) array: its rows
+        params.append("outs")
+        hoisted += [f"    out{j} = outs[{j}]" for j in range(len(outputs))]
+    else:
+        params += [f"out{j}" for j in range(len(outputs))]
+    lines = [f"def kernel({', '.join(params)}):"] + hoisted + starts
+    if vectorised and len(outputs) <= MAX_VECTOR_OUTPUTS:
+        fast = [x for line in body for x in ([line] if type(line) is str else line[1])]
+        exact = ["    " + (line if type(line) is str else line[0]) for line in body]
+        lines += ["    ok = True", "    for i in range(n):"] + fast + [
+            "    if not ok:",
+            "        # an argument beyond the vector functions' range, nan or inf:",
+            "        # the whole loop again, with the C library's functions"] + \
+            ["    " + line for line in starts] + ["        for i in range(n):"] + exact
+    else:
+        vectorised = False
+        lines += ["    for i in range(n):"] + [
+            line if type(line) is str else line[0] for line in body]
+    lines.append(f"    return ({''.join(a + ', ' for a in accumulators)})")
     signature = ",".join([np.dtype(v.aval.dtype).name + ":" + m
                           for v, m in zip(inputs, modes)] +
-                         [np.dtype(v.aval.dtype).name for v in outputs])
+                         ([f"{np.dtype(outputs[0].aval.dtype).name}[{len(outputs)}, :]"]
+                          if _packed(outputs) else
+                          [np.dtype(v.aval.dtype).name for v in outputs]))
     # the header line names the argument types: the kernel's cache key is its text
-    source = f"# fgrad cpu kernel ({signature})\n" + "\n".join(lines) + "\n"
+    source = f"# fgrad cpu kernel ({signature})\n" + (VECTOR_SOURCE if vectorised else "") \
+        + "\n".join(lines) + "\n"
     return source, inputs, modes, outputs, [e.outvars[0] for e in red_eqns]
+
+
+def _packed(outputs):
+    """Whether a kernel writes its ``outputs`` as the rows of one array: when
+    there are several of one dtype. numba's dispatch costs about 0.25 us per
+    array argument, and a kernel of jit(grad(f)) may write dozens."""
+    return len(outputs) > 1 and len({np.dtype(v.aval.dtype) for v in outputs}) == 1
 
 
 def _numba_signature(inputs, outputs, n_reductions, reduced):
@@ -460,8 +506,11 @@ def _numba_signature(inputs, outputs, n_reductions, reduced):
     # inputs typed read-only: a writable array converts, a read-only one
     # (a broadcast view, a constant) is accepted as it is
     arrays = [numba.types.Array(numba.from_dtype(np.dtype(v.aval.dtype)), 1, "C",
-                                readonly=True) for v in inputs] + \
-        [numba.from_dtype(np.dtype(v.aval.dtype))[::1] for v in outputs]
+                                readonly=True) for v in inputs]
+    if _packed(outputs):
+        arrays.append(numba.from_dtype(np.dtype(outputs[0].aval.dtype))[:, ::1])
+    else:
+        arrays += [numba.from_dtype(np.dtype(v.aval.dtype))[::1] for v in outputs]
     results = numba.types.Tuple([numba.from_dtype(
         np.dtype(np.float64) if np.dtype(v.aval.dtype).kind == "f"
         else np.dtype(v.aval.dtype)) for v in reduced])
@@ -492,12 +541,20 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
         flat.append(f"x{j}.ravel()" if mode != "copy" else
                     f"np.ascontiguousarray(np.broadcast_to(x{j}, SHAPE)).ravel()")
     namespace["SHAPE"] = shape
-    for j, v in enumerate(outputs):
-        namespace[f"O{j}"] = np.dtype(v.aval.dtype)
-        lines.append(f"    o{j} = empty(SHAPE, O{j})")
-    flat += [f"o{j}.ravel()" for j in range(len(outputs))]
+    if _packed(outputs):
+        # each output a row of one allocation (a view: callers may keep it)
+        namespace["O"] = np.dtype(outputs[0].aval.dtype)
+        lines.append(f"    o = empty(({len(outputs)}, {size}), O)")
+        flat.append("o")
+        row = "o[{}]" if len(shape) == 1 else "o[{}].reshape(SHAPE)"
+        results = [row.format(j) for j in range(len(outputs))]
+    else:
+        for j, v in enumerate(outputs):
+            namespace[f"O{j}"] = np.dtype(v.aval.dtype)
+            lines.append(f"    o{j} = empty(SHAPE, O{j})")
+        flat += [f"o{j}.ravel()" for j in range(len(outputs))]
+        results = [f"o{j}" for j in range(len(outputs))]
     lines.append(f"    r = kernel({size}, {', '.join(flat)})")
-    results = [f"o{j}" for j in range(len(outputs))]
     for r, v in enumerate(reduced):
         namespace[f"R{r}"] = np.dtype(v.aval.dtype)
         if v.aval.shape:            # keepdims

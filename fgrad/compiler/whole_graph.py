@@ -23,9 +23,11 @@ per-equation code, and
 names each equation that stopped it and why.
 
 Values of shape ``()`` are numba scalars; every other value an array.
-``exp``, ``tanh``, ``log`` and their kin on arrays large enough
-(`OBJMODE_NS`) are computed by NumPy's SIMD loops, called back from the
-compiled code through numba's object mode; numba's own are 10-30 times slower. The
+``sin``, ``cos``, ``exp`` and ``tanh`` of arrays run as loops over the vector
+functions of `fgrad.compiler.vector_math`, which LLVM vectorises; ``log``,
+``arcsinh`` and the other functions numba computes with the C library, 10-30
+times slower than NumPy's SIMD loops, are called back into NumPy through
+numba's object mode on arrays large enough (`OBJMODE_NS`). The
 generated function checks nothing: the Python wrapper `build` makes checks
 every argument's shape and dtype first and raises `InvalidInputError` for one
 it was not compiled for (numba never reads out of bounds on a static shape
@@ -56,6 +58,8 @@ from fgrad.compiler.cpu_fusion import (
 from fgrad.compiler.fusion import compute_dtypes, elementwise_name, operand_rule
 from fgrad.compiler.kernel_cache import load_or_build
 from fgrad.compiler.passes import effectful
+from fgrad.compiler.vector_math import SOURCE as VECTOR_SOURCE
+from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
 from fgrad.core.graph import Var
 
 WHOLE_GRAPH_ENV = "FGRAD_JIT_WHOLE_GRAPH"
@@ -231,12 +235,45 @@ def _elementwise(w, depth, eqn, name):
             text = f"np.where({', '.join(args)})"
         return w.assign(depth, eqn, text, fresh=bool(out.shape))
     text = f"np.{name}({', '.join(args)})"
+    if kind == "f" and out.shape and name in VECTOR_FUNCTIONS:
+        return _vectorised(w, depth, eqn, name, args[0])
     numpy_ns, numba_ns = ELEMENT_NS.get(name, (0.0, 0.0))
     if kind == "f" and out.shape and math.prod(out.shape) * (numba_ns - numpy_ns) > OBJMODE_NS:
         return _through_numpy(w, depth, eqn, name, args)
     if not out.shape:           # numba's scalar arithmetic may widen: keep the dtype
         text = f"{numpy_type_text(out.dtype)}({text})"
     return w.assign(depth, eqn, text, fresh=bool(out.shape))
+
+
+def _vectorised(w, depth, eqn, name, arg):
+    """``name`` (sin, cos, exp, tanh) of the array ``arg`` through a loop over
+    the vector function of `fgrad.compiler.vector_math`, which LLVM turns into
+    SIMD code; an argument past its limit, nan or inf, and numba's own
+    ``np.<name>`` (the C library's) computes the whole array instead."""
+    out = eqn.outvars[0].aval
+    dtype = np.dtype(out.dtype).name
+    key = ("vector", name, dtype, out.ndim)
+    helper = w.helpers.get(key)
+    if helper is None:
+        if not any(k[0] == "vector" for k in w.helpers):
+            w.helper_lines += VECTOR_SOURCE.splitlines() + [""]
+        function, limit = VECTOR_FUNCTIONS[name]
+        helper = w.helpers[key] = f"{function}_{dtype}_{out.ndim}d"
+        cast = numpy_type_text(out.dtype)
+        w.helper_lines += [
+            "@numba.njit(error_model='numpy')",
+            f"def {helper}(x):",
+            "    flat = np.ascontiguousarray(x).ravel()",
+            f"    out = np.empty(flat.size, {cast})",
+            "    ok = True",
+            "    for j in range(flat.size):",
+            f"        ok &= abs(flat[j]) <= {limit!r}",
+            f"        out[j] = {cast}({function}(flat[j]))",
+            "    if not ok:",
+            "        for j in range(flat.size):",
+            f"            out[j] = {cast}(np.{name}(flat[j]))",
+            "    return out.reshape(x.shape)", ""]
+    return w.assign(depth, eqn, f"{helper}({arg})", fresh=True)
 
 
 def _through_numpy(w, depth, eqn, name, args):

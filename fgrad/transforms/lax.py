@@ -211,6 +211,10 @@ def scan(f, init, xs=None, length=None, reverse=False):
 
     Returns ``(final carry, stacked ys)``. Eager when nothing is staged; under
     jit one ``scan`` primitive, whose VJP is a scan in the other direction.
+    Reverse mode stores, per step, what the backward step reads (the step's
+    residuals, such as ``1 - tanh(a)**2``, and the carry where it is read)
+    rather than redo the step's forward work: memory grows with the length
+    times those values.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> carry, ys = fgrad.lax.scan(lambda c, x: (c + x, c * x), 0.0, np.arange(4.0))
