@@ -62,6 +62,11 @@ MAX_KERNEL_OPS = 128
 # functions, which compute both sides of every choice, are slower than the C
 # library's
 MAX_VECTOR_OUTPUTS = 12
+# fewest elements for which a kernel calls those vector functions: below it
+# the SIMD loop hardly runs (LLVM's vector loop takes 16 elements a turn, the
+# rest go through its scalar remainder), and the vector loop and its fallback
+# add to the kernel's compile time (about 10 ms per call site)
+MIN_VECTOR_ELEMENTS = 256
 
 # ---------------------------------------------------------------------------
 # The per-operation table: Python text numba compiles
@@ -470,7 +475,8 @@ def kernel_source(graph, members, reductions, readers):
     else:
         params += [f"out{j}" for j in range(len(outputs))]
     lines = [f"def kernel({', '.join(params)}):"] + hoisted + starts
-    if vectorised and len(outputs) <= MAX_VECTOR_OUTPUTS:
+    if vectorised and len(outputs) <= MAX_VECTOR_OUTPUTS \
+            and math.prod(shape) >= MIN_VECTOR_ELEMENTS:
         fast = [x for line in body for x in ([line] if type(line) is str else line[1])]
         exact = ["    " + (line if type(line) is str else line[0]) for line in body]
         lines += ["    ok = True", "    for i in range(n):"] + fast + [

@@ -70,7 +70,7 @@ _C4, _C5, _C6 = -2.75573143513906633035e-07, 2.08757232129817482790e-09, \\
     -1.13596475577881948265e-11
 
 
-@numba.njit(inline="always", error_model="numpy")
+@numba.njit(error_model="numpy")
 def _reduced(x):
     # + 0.0 turns k = -0.0 into 0.0, so that x = -0.0 reduces to -0.0
     k = np.rint(np.float64(x) * _TWO_OVER_PI) + 0.0
@@ -78,14 +78,14 @@ def _reduced(x):
     return r, np.int64(k) & 3
 
 
-@numba.njit(inline="always", error_model="numpy")
+@numba.njit(error_model="numpy")
 def _sin_kernel(r):
     z = r * r
     s = r + (z * r) * (_S1 + z * (_S2 + z * (_S3 + z * (_S4 + z * (_S5 + z * _S6)))))
     return s if r != 0.0 else r          # keeps the sign of a zero
 
 
-@numba.njit(inline="always", error_model="numpy")
+@numba.njit(error_model="numpy")
 def _cos_kernel(r):
     z = r * r
     half = 0.5 * z
@@ -95,14 +95,14 @@ def _cos_kernel(r):
                 + z * z * (_C1 + z * (_C2 + z * (_C3 + z * (_C4 + z * (_C5 + z * _C6))))))
 
 
-@numba.njit(inline="always", error_model="numpy")
+@numba.njit(error_model="numpy")
 def vector_sin(x):
     r, quadrant = _reduced(x)
     v = _cos_kernel(r) if quadrant & 1 else _sin_kernel(r)
     return -v if quadrant & 2 else v
 
 
-@numba.njit(inline="always", error_model="numpy")
+@numba.njit(error_model="numpy")
 def vector_cos(x):
     r, quadrant = _reduced(x)
     v = _sin_kernel(r) if quadrant & 1 else _cos_kernel(r)
@@ -131,7 +131,7 @@ def _float_from_bits(typingctx, bits):
     return _types.float64(_types.int64), codegen
 
 
-@numba.njit(inline="always", error_model="numpy")
+@numba.njit(error_model="numpy")
 def vector_exp(x):
     k = np.rint(np.float64(x) * _INV_LN2)
     hi = x - k * _LN2_HI
@@ -143,7 +143,7 @@ def vector_exp(x):
     return y * _float_from_bits((np.int64(k) + 1023) << 52)
 
 
-@numba.njit(inline="always", error_model="numpy")
+@numba.njit(error_model="numpy")
 def vector_tanh(x):
     a = abs(x)
     z = x * x

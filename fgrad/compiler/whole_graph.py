@@ -67,10 +67,13 @@ WHOLE_GRAPH_ENV = "FGRAD_JIT_WHOLE_GRAPH"
 COMPILE_AFTER_CALLS = 10
 # the largest elementwise operation or reduction compiled into a whole graph
 MAX_ELEMENTS = 8192
-# the most equations (loop bodies and branches counted once): numba's compile
-# time grows faster than linearly with the function (on one x86-64 core:
-# 0.7 s for 26 equations, 3.4 s for 116, 14 s for 236, 230 s for 600)
-MAX_EQUATIONS = 160
+# the most equations (loop bodies and branches counted once): with NumPy's
+# functions called through shared helpers (`_Writer.call`) numba's compile
+# time grows about linearly, some 10 ms an equation past a few seconds for
+# the helpers (on one x86-64 core, the gradient of an unrolled RNN: 5.6 s for
+# 292 equations, 8.9 s for 667; with every call written inline it was 47 s
+# for 292 and 230 s for 600)
+MAX_EQUATIONS = 1000
 # fewer equations, and no loop: the Python the function saves is less than
 # the checks and numba's dispatch it adds (about 1.5 us a call)
 MIN_EQUATIONS = 4
@@ -176,6 +179,26 @@ class _Writer:
             return f"{text}.copy()"
         return text
 
+    def call(self, function, args):
+        """Text calling NumPy's ``function`` (e.g. ``"dot"``) on ``args`` (texts)
+        through a compiled helper of this function's own.
+
+        numba compiles such a helper once per argument types, however many
+        equations call it, and LLVM leaves the call a call; written inline,
+        every call site gets its own copy of NumPy's implementation (np.dot's
+        checks and BLAS calls, a ufunc's broadcasting loops), and LLVM's time
+        grows faster than linearly with the function: 47 s against 9 s for
+        the 292 equations of a 20-step RNN's gradient.
+        """
+        helper = f"np_{function}_{len(args)}"
+        if ("call", helper) not in self.helpers:
+            self.helpers[("call", helper)] = helper
+            params = ", ".join(f"x{j}" for j in range(len(args)))
+            self.helper_lines += ["@numba.njit(error_model='numpy')",
+                                  f"def {helper}({params}):",
+                                  f"    return np.{function}({params})", ""]
+        return f"{helper}({', '.join(args)})"
+
     def assign(self, depth, eqn, text, fresh):
         name = self.names[eqn.outvars[0]] = self.new()
         self.emit(depth, f"{name} = {text}")
@@ -232,9 +255,9 @@ def _elementwise(w, depth, eqn, name):
                     f"np.broadcast_to({a}, {tuple(out.shape)})" if v.aval.shape else
                     f"np.full({tuple(out.shape)}, {a})"
                     for a, v in zip(args, eqn.invars)]
-            text = f"np.where({', '.join(args)})"
+            text = w.call("where", args)
         return w.assign(depth, eqn, text, fresh=bool(out.shape))
-    text = f"np.{name}({', '.join(args)})"
+    text = w.call(name, args) if out.shape else f"np.{name}({', '.join(args)})"
     if kind == "f" and out.shape and name in VECTOR_FUNCTIONS:
         return _vectorised(w, depth, eqn, name, args[0])
     numpy_ns, numba_ns = ELEMENT_NS.get(name, (0.0, 0.0))
@@ -346,7 +369,7 @@ def _matmul(w, depth, eqn):
             text = f"np.ascontiguousarray({text})"
         args.append(text)
     out = eqn.outvars[0].aval
-    text = f"np.dot({args[0]}, {args[1]})"
+    text = w.call("dot", args)
     if not out.shape:
         text = f"{numpy_type_text(out.dtype)}({text})"
     return w.assign(depth, eqn, text, fresh=bool(out.shape))
