@@ -168,12 +168,27 @@ def test_a_kernel_writing_many_arrays_keeps_the_c_library():
     def f(x):
         values = [fnp.sin(x * (1.0 + k)) for k in range(cpu_fusion.MAX_VECTOR_OUTPUTS + 1)]
         return [v * 2.0 for v in values] + [fnp.sum(sum(values) ** 2)]
-    x = np.linspace(-1, 1, 50)
+    x = np.linspace(-1, 1, cpu_fusion.MIN_VECTOR_ELEMENTS)
     f_jit = fgrad.jit(f)
     (kernel,) = _kernels(f_jit, x)
     assert "vector_sin" not in kernel.source and "np.sin" in kernel.source
     for got, want in zip(f_jit(x), _unfused(f, x)):
         _same(got, want)
+
+
+@fused_only
+def test_a_kernel_of_few_elements_keeps_the_c_library():
+    # its SIMD loop would hardly run, and the vector loop and its fallback
+    # would add to its compile time
+    def f(x):
+        return fnp.sum(fnp.sin(x) * x + 1.0)
+    n = cpu_fusion.MIN_VECTOR_ELEMENTS
+    for size, vectorised in ((n - 1, False), (n, True)):
+        x = np.linspace(-1, 1, size)
+        f_jit = fgrad.jit(f)
+        (kernel,) = _kernels(f_jit, x)
+        assert ("vector_sin" in kernel.source) == vectorised
+        _same(f_jit(x), _unfused(f, x))
 
 
 @fused_only

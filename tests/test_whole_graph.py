@@ -110,6 +110,31 @@ def test_float32_int64_and_bool_keep_their_dtypes_and_nan_propagates():
         _agree(f, x, np.arange(4), np.array([True, False, False, True]), rtol=1e-6)
 
 
+def test_elementwise_groups_become_fused_loops_in_the_function(monkeypatch):
+    # kernels priced at nothing: every group of two or more operations is one
+    monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)
+    monkeypatch.setattr(cpu_fusion, "KERNEL_ARRAY_NS", 0)
+
+    def f(x, row, s, m):
+        a = fnp.sin(x) * s + row                    # a scalar input, a broadcast row
+        b = fnp.exp(a) - fnp.tanh(x) * m            # m (3, 1): broadcast out first
+        c = fnp.cos(b) + a                          # several outputs of one dtype
+        return c @ x.T, fnp.sum(c * 2.0), fnp.max(a * b, keepdims=True), a, b
+    x = np.linspace(-3.0, 3.0, 12).reshape(3, 4)
+    row, m = np.linspace(0.5, 1.0, 4), np.array([[1.0], [2.0], [3.0]])
+    lowered = _agree(f, x, row, 0.7, m)
+    source = lowered.whole_graph.source
+    assert source.count("@numba.njit(error_model='numpy')\n# fgrad cpu kernel") >= 2
+    assert "fused_" in source and lowered.kernels == []
+    # a kernel of 256 or more elements calls the vector functions, and one
+    # argument out of their range (here inf) reruns its loop with the C library
+    big = np.linspace(-20.0, 20.0, 512)
+    big[7] = np.inf
+    with np.errstate(invalid="ignore"):
+        lowered = _agree(lambda v: fnp.sum(fnp.sin(v) * fnp.exp(v * 0.1) + v), big)
+    assert "t0 = np.float64(vector_sin(x0))" in lowered.whole_graph.source
+
+
 def test_an_unsupported_equation_is_named_and_the_graph_runs_per_equation():
     f = fgrad.jit(lambda x: fnp.cumsum(fnp.sin(x)) * 2.0 + x)
     x = np.linspace(0, 1, 5)

@@ -391,12 +391,15 @@ class CpuKernel:
 
 
 def kernel_source(graph, members, reductions, readers):
-    """``(source, inputs, outputs, reduced)`` of the kernel for one group.
+    """``(definition, vectorised, inputs, modes, outputs, reduced)`` of the
+    kernel for one group.
 
-    ``inputs`` are the operands (vars and literals passed in), ``outputs``
-    the member vars written out, ``reduced`` the reductions' output vars.
-    The source is a function ``kernel(n, in0, ..., out0, ...)`` over flat
-    arrays that returns the reductions' values (a tuple).
+    ``definition`` is a function ``kernel(n, in0, ..., out0, ...)`` over flat
+    arrays that returns the reductions' values (a tuple); ``vectorised`` says
+    whether it calls the functions of `fgrad.compiler.vector_math` (whose
+    text must then come before it). ``inputs`` are the operands (vars and
+    literals passed in) and ``modes`` how each is indexed, ``outputs`` the
+    member vars written out, ``reduced`` the reductions' output vars.
     """
     eqns = [graph.eqns[k] for k in members]
     red_eqns = [graph.eqns[k] for k in reductions]
@@ -495,9 +498,8 @@ def kernel_source(graph, members, reductions, readers):
                           if _packed(outputs) else
                           [np.dtype(v.aval.dtype).name for v in outputs]))
     # the header line names the argument types: the kernel's cache key is its text
-    source = f"# fgrad cpu kernel ({signature})\n" + (VECTOR_SOURCE if vectorised else "") \
-        + "\n".join(lines) + "\n"
-    return source, inputs, modes, outputs, [e.outvars[0] for e in red_eqns]
+    definition = f"# fgrad cpu kernel ({signature})\n" + "\n".join(lines) + "\n"
+    return definition, vectorised, inputs, modes, outputs, [e.outvars[0] for e in red_eqns]
 
 
 def _packed(outputs):
@@ -627,6 +629,66 @@ cpu_fused_p = Primitive("cpu_fused", _cpu_fused_impl, _cpu_fused_abstract,
 cpu_fused_p.lowering = lambda xp, kernel: kernel.call
 
 
+class KernelPlan:
+    """One kernel `plan_kernels` chose: the equations it replaces and its text.
+
+    ``last`` is the index of the equation whose place the kernel takes,
+    ``replaced`` the indices of every equation it computes; ``definition``
+    is its ``def kernel(n, in0, ..., out0 | outs)`` text and ``vectorised``
+    whether that calls `fgrad.compiler.vector_math` (then ``source``, the
+    kernel's whole text and cache key, carries that module's text too).
+    ``inputs`` are the operands passed in (vars or array literals) with their
+    ``modes`` (see `_input_mode`), ``outputs`` the member vars written out
+    (as the rows of one array when ``packed``), ``reduced`` the reductions'
+    output vars, ``shape`` the group's shape.
+    """
+
+    __slots__ = ("last", "replaced", "definition", "vectorised", "source", "inputs",
+                 "modes", "outputs", "reduced", "shape", "packed")
+
+    def __init__(self, last, replaced, definition, vectorised, inputs, modes, outputs,
+                 reduced, shape):
+        self.last, self.replaced = last, replaced
+        self.definition, self.vectorised = definition, vectorised
+        self.source = (VECTOR_SOURCE if vectorised else "") + definition
+        self.inputs, self.modes, self.outputs = inputs, modes, outputs
+        self.reduced, self.shape = reduced, shape
+        self.packed = _packed(outputs)
+
+
+def plan_kernels(graph):
+    """The `KernelPlan` s for ``graph``: each elementwise group (and the full
+    reductions ending it), cut into runs of at most `MAX_KERNEL_OPS`, that
+    the cost model (`worth_fusing`) prefers to NumPy calls. Shared with
+    `fgrad.compiler.whole_graph`, which writes them into its function.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda x: fnp.sum(x * 2.0 + 1.0))(np.ones(64))
+    >>> [(p.replaced, len(p.inputs), len(p.reduced)) for p in plan_kernels(g)]
+    [([0, 1, 2], 1, 1)]
+    """
+    groups = plan_groups(graph, can_fuse=cpu_fusable, min_size=1)
+    if not groups:
+        return []
+    readers = reader_counts(graph)
+    plans = []
+    for members, reductions in _attach_reductions(graph, groups):
+        for run, reds in _pieces(members, reductions):
+            if len(run) + len(reds) < 2:
+                continue                  # one NumPy call is as good
+            shape = tuple(graph.eqns[run[-1]].outvars[0].aval.shape)
+            definition, vectorised, inputs, modes, outputs, reduced = kernel_source(
+                graph, run, reds, readers)
+            if not inputs:
+                continue                  # a constant: folding's business
+            if not worth_fusing([graph.eqns[k] for k in run + reds], len(inputs),
+                                len(outputs), math.prod(shape)):
+                continue
+            plans.append(KernelPlan(max(run + reds), sorted(run + reds), definition,
+                                    vectorised, inputs, modes, outputs, reduced, shape))
+    return plans
+
+
 def fuse_for_cpu(graph):
     """``graph`` with each elementwise group (and the full reductions ending
     it) replaced by one numba kernel call.
@@ -637,33 +699,21 @@ def fuse_for_cpu(graph):
     >>> [e.prim.name for e in fused.eqns]              # doctest: +SKIP
     ['cpu_fused']
     """
-    groups = plan_groups(graph, can_fuse=cpu_fusable, min_size=1)
-    if not groups:
-        return graph
-    readers = reader_counts(graph)
     replace, skip = {}, set()
-    for members, reductions in _attach_reductions(graph, groups):
-        for run, reds in _pieces(members, reductions):
-            if len(run) + len(reds) < 2:
-                continue                  # one NumPy call is as good
-            shape = graph.eqns[run[-1]].outvars[0].aval.shape
-            source, inputs, modes, outputs, reduced = kernel_source(graph, run, reds, readers)
-            if not inputs:
-                continue                  # a constant: folding's business
-            if not worth_fusing([graph.eqns[k] for k in run + reds], len(inputs),
-                                len(outputs), math.prod(shape)):
-                continue
-            signature = _numba_signature(inputs, outputs, len(reds), reduced)
-            digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-            fn = _compiled(source, signature)
-            kernel = CpuKernel(source, f"fgrad_cpu_{digest}",
-                               _make_call(fn, inputs, modes, outputs, reduced, shape), fn,
-                               len(run) + len(reds),
-                               tuple(v.aval for v in outputs + reduced), reds)
-            last = max(run + reds)
-            replace[last] = Equation(cpu_fused_p, list(inputs), outputs + reduced,
-                                     {"kernel": kernel})
-            skip.update(k for k in run + reds if k != last)
+    for plan in plan_kernels(graph):
+        outputs, reduced = plan.outputs, plan.reduced
+        signature = _numba_signature(plan.inputs, outputs, len(reduced), reduced)
+        digest = hashlib.sha256(plan.source.encode()).hexdigest()[:12]
+        fn = _compiled(plan.source, signature)
+        kernel = CpuKernel(plan.source, f"fgrad_cpu_{digest}",
+                           _make_call(fn, plan.inputs, plan.modes, outputs, reduced,
+                                      plan.shape), fn,
+                           len(plan.replaced), tuple(v.aval for v in outputs + reduced),
+                           [k for k in plan.replaced
+                            if graph.eqns[k].outvars[0] in reduced])
+        replace[plan.last] = Equation(cpu_fused_p, list(plan.inputs), outputs + reduced,
+                                      {"kernel": kernel})
+        skip.update(k for k in plan.replaced if k != plan.last)
     if not replace:
         return graph
     eqns = [replace.get(k, e) for k, e in enumerate(graph.eqns) if k not in skip]

@@ -53,6 +53,7 @@ from fgrad.compiler.cpu_fusion import (
     checked_call_header,
     number_text,
     numpy_type_text,
+    plan_kernels,
     scalar_literal_text,
 )
 from fgrad.compiler.fusion import compute_dtypes, elementwise_name, operand_rule
@@ -132,6 +133,8 @@ class _Writer:
         self.consts = []          # array literals, passed in as arguments
         self.const_names = {}
         self.counter = 0
+        self.kernels = {}         # id(equation) -> the `KernelPlan` written in its place
+        self.in_kernels = set()   # ids of the other equations those kernels compute
 
     def new(self, prefix="v"):
         self.counter += 1
@@ -178,6 +181,12 @@ class _Writer:
         if v.aval.shape and not (type(v) is Var and v in self.fresh):
             return f"{text}.copy()"
         return text
+
+    def vector_functions(self):
+        """Put `fgrad.compiler.vector_math`'s text among the helpers (once)."""
+        if "vector" not in self.helpers:
+            self.helpers["vector"] = True
+            self.helper_lines += VECTOR_SOURCE.splitlines() + [""]
 
     def call(self, function, args):
         """Text calling NumPy's ``function`` (e.g. ``"dot"``) on ``args`` (texts)
@@ -278,8 +287,7 @@ def _vectorised(w, depth, eqn, name, arg):
     key = ("vector", name, dtype, out.ndim)
     helper = w.helpers.get(key)
     if helper is None:
-        if not any(k[0] == "vector" for k in w.helpers):
-            w.helper_lines += VECTOR_SOURCE.splitlines() + [""]
+        w.vector_functions()
         function, limit = VECTOR_FUNCTIONS[name]
         helper = w.helpers[key] = f"{function}_{dtype}_{out.ndim}d"
         cast = numpy_type_text(out.dtype)
@@ -606,8 +614,86 @@ def _live(eqns, outvars):
     return live[::-1]
 
 
+def _fused(w, depth, plan):
+    """Write a call of the fused kernel ``plan`` (a `KernelPlan` of
+    `fgrad.compiler.cpu_fusion`): one loop for a whole elementwise group, as
+    the per-equation code's kernels, where the equations one by one would each
+    allocate an array and loop over it."""
+    key = ("kernel", plan.definition)
+    helper = w.helpers.get(key)
+    if helper is None:
+        if plan.vectorised:
+            w.vector_functions()
+        helper = w.helpers[key] = f"fused_{len(w.helpers)}"
+        w.helper_lines += ["@numba.njit(error_model='numpy')"] + \
+            plan.definition.replace("def kernel(", f"def {helper}(", 1).splitlines() + [""]
+    shape, n = tuple(plan.shape), math.prod(plan.shape)
+    args = [str(n)]
+    for v, mode in zip(plan.inputs, plan.modes):
+        text = w.operand(v)
+        if not v.aval.shape:
+            args.append(f"np.full(1, {text})")
+        elif mode == "copy":
+            args.append(f"np.ascontiguousarray(np.broadcast_to({text}, {shape})).ravel()")
+        else:
+            args.append(f"np.ascontiguousarray({text}).ravel()")
+    flats = []
+    if plan.packed:
+        rows = w.new("o")
+        w.emit(depth, f"{rows} = np.empty(({len(plan.outputs)}, {n}), "
+                      f"{numpy_type_text(plan.outputs[0].aval.dtype)})")
+        args.append(rows)
+        flats = [f"{rows}[{j}]" for j in range(len(plan.outputs))]
+    else:
+        for v in plan.outputs:
+            flat = w.new("o")
+            w.emit(depth, f"{flat} = np.empty({n}, {numpy_type_text(v.aval.dtype)})")
+            args.append(flat)
+            flats.append(flat)
+    result = w.new("r")
+    w.emit(depth, f"{result} = {helper}({', '.join(args)})")
+    for v, flat in zip(plan.outputs, flats):
+        name = w.names[v] = w.new()
+        w.emit(depth, f"{name} = {flat}.reshape({shape})")
+        w.fresh.add(v)
+        w.contiguous.add(v)
+    for j, v in enumerate(plan.reduced):
+        value = f"{numpy_type_text(v.aval.dtype)}({result}[{j}])"
+        name = w.names[v] = w.new()
+        if v.aval.shape:                    # keepdims
+            w.emit(depth, f"{name} = np.full({tuple(v.aval.shape)}, {value})")
+            w.fresh.add(v)
+            w.contiguous.add(v)
+        else:
+            w.emit(depth, f"{name} = {value}")
+
+
+def _kernel_plans(graph):
+    """The kernels of `fgrad.compiler.cpu_fusion.plan_kernels` for ``graph``
+    that whole-graph code can call: groups of arrays whose every equation
+    passes the table's dtype and size checks."""
+    usable = []
+    for plan in plan_kernels(graph):
+        if not plan.shape:
+            continue
+        try:
+            for k in plan.replaced:
+                _check_avals(graph.eqns[k])
+                _check_size(graph.eqns[k])
+        except _Unsupported:
+            continue
+        usable.append(plan)
+    return usable
+
+
 def _write_eqns(w, depth, eqns):
     for eqn in eqns:
+        if id(eqn) in w.in_kernels:
+            continue
+        plan = w.kernels.get(id(eqn))
+        if plan is not None:
+            _fused(w, depth, plan)
+            continue
         try:
             _write_eqn(w, depth, eqn)
         except _Unsupported as error:
@@ -662,6 +748,9 @@ def plan(graph):
                   "entering compiled code")
         return Plan(graph, None, [], [reason])
     w = _Writer()
+    for kernel in _kernel_plans(graph):
+        w.kernels[id(graph.eqns[kernel.last])] = kernel
+        w.in_kernels.update(id(graph.eqns[k]) for k in kernel.replaced if k != kernel.last)
     params = [w.new("a") for _ in graph.invars]
     # the wrapper passes C-ordered arrays (perhaps the caller's, read-only)
     outs = _graph_body(w, 1, graph, [(p, "contiguous") for p in params])
