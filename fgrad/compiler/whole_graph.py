@@ -135,6 +135,7 @@ class _Writer:
         self.counter = 0
         self.kernels = {}         # id(equation) -> the `KernelPlan` written in its place
         self.in_kernels = set()   # ids of the other equations those kernels compute
+        self.source = None        # the function's text, once written
 
     def new(self, prefix="v"):
         self.counter += 1
@@ -706,17 +707,38 @@ class Plan:
     """What whole-graph compilation makes of one graph.
 
     ``supported`` says whether every equation is in the table; ``source`` is
-    the function's text (numba's input); ``unsupported`` lists each equation
-    that is not, with the reason. ``str(plan)`` says which.
+    the function's text (numba's input) and ``consts`` the array literals it
+    takes as arguments; ``unsupported`` lists each equation that is not,
+    with the reason. ``str(plan)`` says which.
+
+    The text with its fused loops (`_kernel_plans`: the longest part of
+    planning a large graph) is written when first asked for, at compile
+    time: jit plans a graph at its first call and compiles it at its tenth.
     """
 
-    def __init__(self, graph, source, consts, unsupported):
-        self.graph, self.source, self.consts = graph, source, consts
-        self.unsupported = unsupported
+    def __init__(self, graph, unsupported):
+        self.graph, self.unsupported = graph, unsupported
+        self._written = None
 
     @property
     def supported(self):
         return not self.unsupported
+
+    def _text(self):
+        if self._written is None:
+            w = _write(self.graph, fused_loops=True)
+            if w.unsupported:       # not expected: a group's loop stands for
+                w = _write(self.graph, fused_loops=False)   # supported equations
+            self._written = (w.source, w.consts)
+        return self._written
+
+    @property
+    def source(self):
+        return self._text()[0] if self.supported else None
+
+    @property
+    def consts(self):
+        return self._text()[1] if self.supported else []
 
     def __str__(self):
         if self.supported:
@@ -741,16 +763,26 @@ def plan(graph):
     if size > MAX_EQUATIONS:
         reason = (f"the graph has {size} equations, over MAX_EQUATIONS={MAX_EQUATIONS} "
                   "(numba's compile time grows faster than linearly with a function)")
-        return Plan(graph, None, [], [reason])
+        return Plan(graph, [reason])
     if size < MIN_EQUATIONS and not any(e.prim.name in _CONTROL_WRITERS for e in graph.eqns):
         reason = (f"the graph has {size} equation{'s' * (size != 1)} and no loop, under "
                   f"MIN_EQUATIONS={MIN_EQUATIONS}: its NumPy calls cost less than "
                   "entering compiled code")
-        return Plan(graph, None, [], [reason])
+        return Plan(graph, [reason])
+    # every equation checked one by one; the fused loops are written later
+    return Plan(graph, _write(graph, fused_loops=False).unsupported)
+
+
+def _write(graph, fused_loops):
+    """The `_Writer` that has written ``graph``'s function (``w.source``),
+    each group `fgrad.compiler.cpu_fusion` would fuse as one loop when
+    ``fused_loops``."""
     w = _Writer()
-    for kernel in _kernel_plans(graph):
-        w.kernels[id(graph.eqns[kernel.last])] = kernel
-        w.in_kernels.update(id(graph.eqns[k]) for k in kernel.replaced if k != kernel.last)
+    if fused_loops:
+        for kernel in _kernel_plans(graph):
+            w.kernels[id(graph.eqns[kernel.last])] = kernel
+            w.in_kernels.update(id(graph.eqns[k]) for k in kernel.replaced
+                                if k != kernel.last)
     params = [w.new("a") for _ in graph.invars]
     # the wrapper passes C-ordered arrays (perhaps the caller's, read-only)
     outs = _graph_body(w, 1, graph, [(p, "contiguous") for p in params])
@@ -762,8 +794,8 @@ def plan(graph):
     consts = [f"k{j}" for j in range(len(w.consts))]
     head = [f"# fgrad whole graph ({signature})", "import numba", ""] + w.helper_lines + [
             f"def kernel({', '.join(params + consts)}):"]
-    source = "\n".join(head + w.lines) + "\n"
-    return Plan(graph, source, w.consts, w.unsupported)
+    w.source = "\n".join(head + w.lines) + "\n"
+    return w
 
 
 def count_equations(graph):
