@@ -689,6 +689,14 @@ def plan_kernels(graph):
     return plans
 
 
+def compiled_kernel(plan):
+    """The numba function of a `KernelPlan` (compiled for its argument types:
+    read-only flat inputs, writable flat outputs; from the caches when it
+    was compiled before)."""
+    signature = _numba_signature(plan.inputs, plan.outputs, len(plan.reduced), plan.reduced)
+    return _compiled(plan.source, signature)
+
+
 def fuse_for_cpu(graph):
     """``graph`` with each elementwise group (and the full reductions ending
     it) replaced by one numba kernel call.
@@ -702,9 +710,8 @@ def fuse_for_cpu(graph):
     replace, skip = {}, set()
     for plan in plan_kernels(graph):
         outputs, reduced = plan.outputs, plan.reduced
-        signature = _numba_signature(plan.inputs, outputs, len(reduced), reduced)
         digest = hashlib.sha256(plan.source.encode()).hexdigest()[:12]
-        fn = _compiled(plan.source, signature)
+        fn = compiled_kernel(plan)
         kernel = CpuKernel(plan.source, f"fgrad_cpu_{digest}",
                            _make_call(fn, plan.inputs, plan.modes, outputs, reduced,
                                       plan.shape), fn,

@@ -80,25 +80,27 @@ def entry_key(source, signature):
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def load_or_build(source, signature, keep_module=False):
+def load_or_build(source, signature, keep_module=False, linked=None):
     """The numba function for ``source`` compiled for ``signature``: from the
     disk cache when a valid entry exists, else compiled (and stored). Used by
     `fgrad.compiler.cpu_fusion` and `fgrad.compiler.whole_graph`, which write
     the sources. ``keep_module=True`` leaves the kernel's module in
     ``sys.modules``: code that calls back into Python (numba's objmode) looks
-    it up there at run time."""
+    it up there at run time. ``linked`` maps names the source calls but does
+    not define to the numba functions they stand for (compiled already): the
+    source must identify each (its cache key is the text)."""
     root = cache_dir()
     if root is None:
-        return _compile(_module_from_text(source), signature, cache=False)
+        return _compile(_module_from_text(source, linked), signature, cache=False)
     key = entry_key(source, signature)
     entry = os.path.join(root, key)
     if os.path.isdir(entry):
         if verify(entry, key):
-            fn = _compile_file(entry, key, signature, keep_module)
+            fn = _compile_file(entry, key, signature, keep_module, linked)
             _log.debug("fgrad.jit: kernel %s loaded from the disk cache", key)
             return fn
         _discard(root, entry)
-    return _build(root, entry, key, source, signature, keep_module)
+    return _build(root, entry, key, source, signature, keep_module, linked)
 
 
 def _compile(module, signature, cache):
@@ -107,8 +109,8 @@ def _compile(module, signature, cache):
         module.kernel)
 
 
-def _module_from_text(source):
-    namespace = {"np": np}
+def _module_from_text(source, linked=None):
+    namespace = {"np": np, **(linked or {})}
     exec(compile(source, "<fgrad cpu kernel>", "exec"), namespace)
 
     class Module:
@@ -116,7 +118,7 @@ def _module_from_text(source):
     return Module
 
 
-def _compile_file(directory, key, signature, keep_module=False):
+def _compile_file(directory, key, signature, keep_module=False, linked=None):
     """Compile (or load from numba's cache files) the kernel in ``directory``."""
     # the module's name is the same in every process: numba's cached code
     # refers to it, and looks it up in sys.modules while loading
@@ -126,6 +128,8 @@ def _compile_file(directory, key, signature, keep_module=False):
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+        for name, fn in (linked or {}).items():
+            setattr(module, name, fn)
         fn = _compile(module, signature, cache=True)
     except BaseException:
         sys.modules.pop(name, None)
@@ -181,12 +185,12 @@ def _discard(root, entry):
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _build(root, entry, key, source, signature, keep_module=False):
+def _build(root, entry, key, source, signature, keep_module=False, linked=None):
     staging = tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=root)
     try:
         with open(os.path.join(staging, "kernel.py"), "w", encoding="utf-8") as f:
             f.write("import numpy as np\n\n" + source)
-        fn = _compile_file(staging, key, signature, keep_module)
+        fn = _compile_file(staging, key, signature, keep_module, linked)
         manifest = {"format": _FORMAT, "key": key,
                     "files": {p: _digest(os.path.join(staging, p))
                               for p in _files(staging)}}

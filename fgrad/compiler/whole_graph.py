@@ -42,6 +42,7 @@ off; ``FGRAD_JIT_WHOLE_GRAPH=N`` compiles at the N-th call (1: at once).
 ``fuse=False`` and ``FGRAD_JIT_FUSE=0`` turn it off too.
 """
 import functools
+import hashlib
 import logging
 import math
 import os
@@ -51,6 +52,7 @@ import numpy as np
 from fgrad.compiler.cpu_fusion import (
     ELEMENT_NS,
     checked_call_header,
+    compiled_kernel,
     number_text,
     numpy_type_text,
     plan_kernels,
@@ -136,6 +138,7 @@ class _Writer:
         self.kernels = {}         # id(equation) -> the `KernelPlan` written in its place
         self.in_kernels = set()   # ids of the other equations those kernels compute
         self.source = None        # the function's text, once written
+        self.linked = {}          # name -> the `KernelPlan` of a kernel it calls
 
     def new(self, prefix="v"):
         self.counter += 1
@@ -189,9 +192,10 @@ class _Writer:
             self.helpers["vector"] = True
             self.helper_lines += VECTOR_SOURCE.splitlines() + [""]
 
-    def call(self, function, args):
+    def call(self, function, args, then=""):
         """Text calling NumPy's ``function`` (e.g. ``"dot"``) on ``args`` (texts)
-        through a compiled helper of this function's own.
+        through a compiled helper of this function's own (which applies
+        ``then``, e.g. ``".ravel()"``, to the result).
 
         numba compiles such a helper once per argument types, however many
         equations call it, and LLVM leaves the call a call; written inline,
@@ -200,13 +204,13 @@ class _Writer:
         grows faster than linearly with the function: 47 s against 9 s for
         the 292 equations of a 20-step RNN's gradient.
         """
-        helper = f"np_{function}_{len(args)}"
+        helper = f"np_{function}_{len(args)}" + ("_flat" if then else "")
         if ("call", helper) not in self.helpers:
             self.helpers[("call", helper)] = helper
             params = ", ".join(f"x{j}" for j in range(len(args)))
             self.helper_lines += ["@numba.njit(error_model='numpy')",
                                   f"def {helper}({params}):",
-                                  f"    return np.{function}({params})", ""]
+                                  f"    return np.{function}({params}){then}", ""]
         return f"{helper}({', '.join(args)})"
 
     def assign(self, depth, eqn, text, fresh):
@@ -620,24 +624,35 @@ def _fused(w, depth, plan):
     `fgrad.compiler.cpu_fusion`): one loop for a whole elementwise group, as
     the per-equation code's kernels, where the equations one by one would each
     allocate an array and loop over it."""
-    key = ("kernel", plan.definition)
+    key = ("kernel", plan.source)
     helper = w.helpers.get(key)
     if helper is None:
-        if plan.vectorised:
-            w.vector_functions()
-        helper = w.helpers[key] = f"fused_{len(w.helpers)}"
-        w.helper_lines += ["@numba.njit(error_model='numpy')"] + \
-            plan.definition.replace("def kernel(", f"def {helper}(", 1).splitlines() + [""]
+        # the kernel compiled on its own (and cached on disk as such), the
+        # function calling it: numba compiles it once either way, where its
+        # text inside the function was typed and lowered again with it (4.5 s
+        # against 2 s for jit(grad) of the 200-op chain). The comment names
+        # it, as the function's text is its cache key.
+        helper = w.helpers[key] = f"fused_{len(w.linked)}"
+        w.linked[helper] = plan
+        digest = hashlib.sha256(plan.source.encode()).hexdigest()[:40]
+        w.helper_lines += [f"# {helper}: the fused kernel whose text's SHA-256 starts "
+                           f"{digest}", ""]
     shape, n = tuple(plan.shape), math.prod(plan.shape)
     args = [str(n)]
+    # what numba compiles per call site is kept short (shared helpers, no
+    # reshape of what is flat already): a jit(grad) of the 200-op chain
+    # passes some 100 arrays between its kernels
     for v, mode in zip(plan.inputs, plan.modes):
         text = w.operand(v)
         if not v.aval.shape:
             args.append(f"np.full(1, {text})")
         elif mode == "copy":
-            args.append(f"np.ascontiguousarray(np.broadcast_to({text}, {shape})).ravel()")
+            args.append(w.call("ascontiguousarray", [f"np.broadcast_to({text}, {shape})"],
+                               then=".ravel()"))
+        elif v.aval.ndim == 1 and w.layout(v) is not None:
+            args.append(text)
         else:
-            args.append(f"np.ascontiguousarray({text}).ravel()")
+            args.append(w.call("ascontiguousarray", [text], then=".ravel()"))
     flats = []
     if plan.packed:
         rows = w.new("o")
@@ -655,7 +670,8 @@ def _fused(w, depth, plan):
     w.emit(depth, f"{result} = {helper}({', '.join(args)})")
     for v, flat in zip(plan.outputs, flats):
         name = w.names[v] = w.new()
-        w.emit(depth, f"{name} = {flat}.reshape({shape})")
+        w.emit(depth, f"{name} = {flat}" if len(shape) == 1 else
+               f"{name} = {w.call('reshape', [flat, str(shape)])}")
         w.fresh.add(v)
         w.contiguous.add(v)
     for j, v in enumerate(plan.reduced):
@@ -729,7 +745,7 @@ class Plan:
             w = _write(self.graph, fused_loops=True)
             if w.unsupported:       # not expected: a group's loop stands for
                 w = _write(self.graph, fused_loops=False)   # supported equations
-            self._written = (w.source, w.consts)
+            self._written = (w.source, w.consts, w.linked)
         return self._written
 
     @property
@@ -739,6 +755,11 @@ class Plan:
     @property
     def consts(self):
         return self._text()[1] if self.supported else []
+
+    @property
+    def kernels(self):
+        """{name: `KernelPlan`}: the fused kernels the function calls."""
+        return self._text()[2] if self.supported else {}
 
     def __str__(self):
         if self.supported:
@@ -843,9 +864,10 @@ def _numba_type(shape, dtype):
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(source, signature):
+def _compiled(source, signature, linked=()):
     # the module stays importable: a call back into NumPy (objmode) needs it
-    return load_or_build(source, signature, keep_module="numba.objmode" in source)
+    return load_or_build(source, signature, keep_module="numba.objmode" in source,
+                         linked=dict(linked))
 
 
 def build(plan):
@@ -855,7 +877,8 @@ def build(plan):
     in_avals = [v.aval for v in graph.invars]
     signature = tuple(_numba_type(a.shape, a.dtype) for a in in_avals) + tuple(
         _numba_type(c.shape, c.dtype) for c in plan.consts)
-    kernel = _compiled(plan.source, signature)
+    linked = tuple((name, compiled_kernel(k)) for name, k in plan.kernels.items())
+    kernel = _compiled(plan.source, signature, linked)
     expected = [(tuple(a.shape), np.dtype(a.dtype)) for a in in_avals]
     namespace = {"kernel": kernel, "np": np, "ascontiguous": np.ascontiguousarray}
     lines = checked_call_header(expected, namespace, what="a whole-graph function")
