@@ -309,7 +309,7 @@ def test_without_dask_import_works_and_a_call_says_what_to_install():
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout
-    assert out.startswith("ImportError fgrad.dask needs dask, which is not installed")
+    assert out.startswith("ModuleNotFoundError fgrad.dask needs dask, which is not installed")
     assert "pip install 'fgrad[dask]'" in out
     assert issubclass(OptionalDependencyError, ImportError)
 

@@ -14,7 +14,7 @@ import sys
 
 import numpy
 
-from fgrad.core.errors import BackendMismatchError, DeviceError
+from fgrad.core.errors import BackendMismatchError, DeviceError, OptionalDependencyError
 from fgrad.core.trace import Tracer
 from fgrad.core.tree import tree_map
 
@@ -194,7 +194,7 @@ def scipy_module(xp, name):
         try:
             return importlib.import_module(f"scipy.{name}")
         except ImportError:
-            raise ModuleNotFoundError(
+            raise OptionalDependencyError(
                 f"this function is evaluated by scipy.{name}, and SciPy is not "
                 "installed: pip install 'fgrad[scipy]' (from a checkout: "
                 "pip install '.[scipy]')") from None

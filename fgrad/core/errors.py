@@ -203,9 +203,10 @@ class DaskArgumentError(FgradError, ValueError):
     """
 
 
-class OptionalDependencyError(FgradError, ImportError):
+class OptionalDependencyError(FgradError, ModuleNotFoundError):
     """A feature needs a package that is not installed (the message names the
-    extra to install, e.g. ``pip install 'fgrad[dask]'``)."""
+    extra to install, e.g. ``pip install 'fgrad[dask]'``). A
+    ``ModuleNotFoundError``, as Python's own import would raise."""
 
 
 # Users meet these as fgrad.errors.X (the public module re-exports them): name

@@ -27,6 +27,7 @@ says so, never a silent zero.
 import numpy as _np
 
 from fgrad.core.errors import MissingRuleError as _MissingRuleError
+from fgrad.core.errors import OptionalDependencyError as _OptionalDependencyError
 from fgrad.core.errors import ScipyArgumentError as _ScipyArgumentError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.transforms.custom import custom_vjp as _custom_vjp
@@ -69,7 +70,7 @@ def _scipy_integrate():
     try:
         import scipy.integrate
     except ImportError:
-        raise ModuleNotFoundError(
+        raise _OptionalDependencyError(
             "fgrad.scipy.integrate.odeint is solved by scipy.integrate, and SciPy is not "
             "installed: pip install 'fgrad[scipy]' (from a checkout: pip install "
             "'.[scipy]')") from None
