@@ -22,8 +22,13 @@ per-equation code, and
 ``plan(graph).unsupported`` (shown by ``jit(f).lower(...).whole_graph``)
 names each equation that stopped it and why.
 
-Values of shape ``()`` are numba scalars; every other value an array.
-``sin``, ``cos``, ``exp`` and ``tanh`` of arrays run as loops over the vector
+Values of shape ``()`` are numba scalars; every other value an array. Each
+elementwise group `fgrad.compiler.cpu_fusion.plan_kernels` picks is a call of
+that fused kernel (compiled and cached on its own); the other equations call
+NumPy's functions through helpers compiled once per argument types
+(`_Writer.call`), which keeps numba's compile time about linear in the
+number of equations. Outside kernels, ``sin``, ``cos``, ``exp`` and ``tanh``
+of arrays run as loops over the vector
 functions of `fgrad.compiler.vector_math`, which LLVM vectorises; ``log``,
 ``arcsinh`` and the other functions numba computes with the C library, 10-30
 times slower than NumPy's SIMD loops, are called back into NumPy through
@@ -621,17 +626,16 @@ def _live(eqns, outvars):
 
 def _fused(w, depth, plan):
     """Write a call of the fused kernel ``plan`` (a `KernelPlan` of
-    `fgrad.compiler.cpu_fusion`): one loop for a whole elementwise group, as
-    the per-equation code's kernels, where the equations one by one would each
-    allocate an array and loop over it."""
+    `fgrad.compiler.cpu_fusion`): one loop for a whole elementwise group,
+    where the equations one by one would each allocate an array and loop
+    over it."""
     key = ("kernel", plan.source)
     helper = w.helpers.get(key)
     if helper is None:
-        # the kernel compiled on its own (and cached on disk as such), the
-        # function calling it: numba compiles it once either way, where its
-        # text inside the function was typed and lowered again with it (4.5 s
-        # against 2 s for jit(grad) of the 200-op chain). The comment names
-        # it, as the function's text is its cache key.
+        # the kernel is the per-equation code's own, compiled and cached on
+        # disk on its own (`fgrad.compiler.cpu_fusion.compiled_kernel`) and
+        # bound to this name when the function is built; the comment
+        # identifies it, as the function's text is its cache key
         helper = w.helpers[key] = f"fused_{len(w.linked)}"
         w.linked[helper] = plan
         digest = hashlib.sha256(plan.source.encode()).hexdigest()[:40]
