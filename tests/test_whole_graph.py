@@ -3,6 +3,7 @@
 Each numba compilation costs about a second, so the tests share a few
 programs that cover the table between them.
 """
+import logging
 import os
 import subprocess
 import sys
@@ -179,7 +180,7 @@ def test_bad_input_to_the_compiled_graph_raises_and_jit_retraces():
     assert f.cache_info().traces == 2
 
 
-def test_the_off_switches_and_the_call_count(monkeypatch):
+def test_the_off_switches_and_the_call_count(monkeypatch, caplog):
     def f(x):
         return fnp.sum(fnp.sin(x) * x + 1.0)
     x = np.linspace(0, 1, 4)
@@ -192,9 +193,12 @@ def test_the_off_switches_and_the_call_count(monkeypatch):
     monkeypatch.delenv(cpu_fusion.FUSE_ENV)
     monkeypatch.setenv(WHOLE_GRAPH_ENV, "3")
     f_jit = fgrad.jit(f)
-    for call in (1, 2, 3):
-        np.testing.assert_allclose(f_jit(x), np.sum(np.sin(x) * x + 1.0))
-        assert f_jit.lower(x).whole_graph_compiled == (call == 3)
+    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
+        for call in (1, 2, 3):
+            np.testing.assert_allclose(f_jit(x), np.sum(np.sin(x) * x + 1.0))
+            assert f_jit.lower(x).whole_graph_compiled == (call == 3)
+            # the pause of the compiling call is said, at INFO
+            assert ("4-equation graph compiled whole in" in caplog.text) == (call == 3)
 
 
 # a scan on 512-element states whose tanh runs through the vector tanh of

@@ -51,6 +51,7 @@ import hashlib
 import logging
 import math
 import os
+import time
 
 import numpy as np
 
@@ -938,7 +939,12 @@ class Tiered:
         """Build the numba function now (normally done at the ``after``-th call)."""
         if self.compiled is None and self.error is None:
             try:
+                start = time.perf_counter()
                 self.compiled = build(self.plan)
+                # seconds on a large graph, once per process (the disk cache
+                # then has it): say what the pause was
+                _log.info("fgrad.jit: %d-equation graph compiled whole in %.2f s",
+                          count_equations(self.plan.graph), time.perf_counter() - start)
             except Exception as error:  # noqa: BLE001 -- numba refused the text: keep the fallback
                 self.error = error
                 _log.warning("fgrad.jit: whole-graph compilation failed (%s: %s); "
