@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import fgrad
 import fgrad.numpy as fnp
+from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.interpreters import compiled_sweep
 from fgrad.interpreters.batching import BatchTracer
 from fgrad.testing.strategies import in_axes_for
@@ -29,6 +30,11 @@ def _sweep_cache(grad_fn):
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_compiled_sweep_equals_the_eager_sweep(name, every_size, monkeypatch):
+    # a jitted function inside a spec switches to its whole-graph function at
+    # its 10th call, whose results may differ in the last bit; the two calls
+    # compared bit for bit below must not straddle that switch
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")
+
     @given(SPECS[name])
     def check(case):
         if not case.order:
