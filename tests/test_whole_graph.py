@@ -123,7 +123,10 @@ def test_elementwise_groups_become_fused_loops_in_the_function(monkeypatch):
         return c @ x.T, fnp.sum(c * 2.0), fnp.max(a * b, keepdims=True), a, b
     x = np.linspace(-3.0, 3.0, 12).reshape(3, 4)
     row, m = np.linspace(0.5, 1.0, 4), np.array([[1.0], [2.0], [3.0]])
+    modules = {k for k in sys.modules if k.startswith("fgrad_kernel_")}
     lowered = _agree(f, x, row, 0.7, m)
+    # loading the function (which calls no NumPy back) leaves no module behind
+    assert {k for k in sys.modules if k.startswith("fgrad_kernel_")} == modules
     # the kernels, compiled on their own, are named in the function's text
     kernels = lowered.whole_graph.kernels
     assert len(kernels) >= 2 and lowered.kernels == []

@@ -128,8 +128,8 @@ def _compile_file(directory, key, signature, keep_module=False, linked=None):
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-        for name, fn in (linked or {}).items():
-            setattr(module, name, fn)
+        for called, function in (linked or {}).items():
+            setattr(module, called, function)
         fn = _compile(module, signature, cache=True)
     except BaseException:
         sys.modules.pop(name, None)
