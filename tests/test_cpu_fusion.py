@@ -249,6 +249,25 @@ def test_broadcast_inputs_bias_rows_scalars_and_columns():
     _same(f_jit(x.T.copy().T, row, col, one), _unfused(f, x, row, col, one))
 
 
+
+
+@fused_only
+@pytest.mark.parametrize("shape", [(2, 3, 4), (0, 4), (3, 0), (5, 1)])
+def test_trailing_broadcasts_of_several_lengths_share_one_inner_loop(shape):
+    # inputs broadcast along leading axes (a bias row, a (3, 4) plane) are
+    # read along an inner loop over the longest one's length, not at i modulo
+    # their size; shorter ones take the modulo of the inner index
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    short, plane = rng.standard_normal(shape[-1:]), rng.standard_normal(shape[-2:])
+    padded = rng.standard_normal((1,) + shape[-2:])
+    f = lambda x, s, p, q: fnp.tanh(x * s + p) - q * s        # noqa: E731
+    f_jit = fgrad.jit(f)
+    _same(f_jit(x, short, plane, padded), _unfused(f, x, short, plane, padded))
+    if x.size and len(shape) == 3:
+        (kernel,) = _kernels(f_jit, x, short, plane, padded)
+        assert "for k in range(m)" in kernel.source and "% m" in kernel.source
+        assert "i %" not in kernel.source
 @fused_only
 def test_a_long_chain_is_cut_into_bounded_kernels_with_the_same_result():
     def f(x):

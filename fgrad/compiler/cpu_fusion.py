@@ -357,9 +357,9 @@ def numpy_type_text(dtype):
 
 def _input_mode(shape, group_shape):
     """How the kernel indexes an input of ``shape`` broadcast to the group's:
-    "full" (element i), "one" (a single value), "suffix" (i modulo its size:
-    a trailing-dimension broadcast such as a bias row), or "copy" (anything
-    else: broadcast out to a full array first)."""
+    "full" (element i), "one" (a single value), "suffix" (a trailing-dimension
+    broadcast such as a bias row: read along an inner loop, `_loop`), or
+    "copy" (anything else: broadcast out to a full array first)."""
     shape, group_shape = tuple(shape), tuple(group_shape)
     if shape == group_shape:
         return "full"
@@ -412,6 +412,7 @@ def kernel_source(graph, members, reductions, readers):
     inputs, in_names, names, modes = [], {}, {}, []
     # body: lines of the loop, or (exact line, vector lines) for a vector function
     hoisted, starts, body = [], [], []
+    suffixes = []           # (size, j) of each input broadcast along leading axes
 
     def operand(v, dtype):
         if type(v) is Var and v in inside:
@@ -432,8 +433,8 @@ def kernel_source(graph, members, reductions, readers):
                 if mode == "one":
                     hoisted.append(f"    x{j} = in{j}[0]")
                 elif mode == "suffix":
-                    hoisted.append(f"    m{j} = in{j}.shape[0]")
-                    body.append(f"        x{j} = in{j}[i % m{j}]")
+                    suffixes.append((math.prod(v.aval.shape), j))
+                    body.append(f"        x{j} = in{j}[SUFFIX{j}]")
                 else:
                     body.append(f"        x{j} = in{j}[i]")
             have = np.dtype(v.aval.dtype)
@@ -484,20 +485,20 @@ def kernel_source(graph, members, reductions, readers):
         hoisted += [f"    out{j} = outs[{j}]" for j in range(len(outputs))]
     else:
         params += [f"out{j}" for j in range(len(outputs))]
+    loop, body = _loop(suffixes, body, hoisted)
     lines = [f"def kernel({', '.join(params)}):"] + hoisted + starts
     if vectorised and len(outputs) <= MAX_VECTOR_OUTPUTS \
             and math.prod(shape) >= MIN_VECTOR_ELEMENTS:
         fast = [x for line in body for x in ([line] if type(line) is str else line[1])]
         exact = ["    " + (line if type(line) is str else line[0]) for line in body]
-        lines += ["    ok = True", "    for i in range(n):"] + fast + [
+        lines += ["    ok = True"] + loop + fast + [
             "    if not ok:",
             "        # an argument beyond the vector functions' range, nan or inf:",
             "        # the whole loop again, with the C library's functions"] + \
-            ["    " + line for line in starts] + ["        for i in range(n):"] + exact
+            ["    " + line for line in starts] + ["    " + line for line in loop] + exact
     else:
         vectorised = False
-        lines += ["    for i in range(n):"] + [
-            line if type(line) is str else line[0] for line in body]
+        lines += loop + [line if type(line) is str else line[0] for line in body]
     lines.append(f"    return ({''.join(a + ', ' for a in accumulators)})")
     signature = ",".join([np.dtype(v.aval.dtype).name + ":" + m
                           for v, m in zip(inputs, modes)] +
@@ -507,6 +508,41 @@ def kernel_source(graph, members, reductions, readers):
     # the header line names the argument types: the kernel's cache key is its text
     definition = f"# fgrad cpu kernel ({signature})\n" + "\n".join(lines) + "\n"
     return definition, vectorised, inputs, modes, outputs, [e.outvars[0] for e in red_eqns]
+
+
+def _loop(suffixes, body, hoisted):
+    """``(header, body)``: the kernel's loop over element ``i`` and its body.
+
+    With inputs broadcast along leading axes (``suffixes``: ``(size, j)`` of
+    each, a bias row say), the loop is two: over the rows of the longest such
+    input, and along it, so that it is read at the inner index ``k`` instead
+    of at ``i`` modulo its size (an integer division per element costs more
+    than the arithmetic and keeps LLVM from vectorising: 1.5 against 0.6 ns
+    an element for the backward of ``tanh(x @ W) * w``). The others' sizes
+    divide the longest's (each is a product of trailing dimensions of the
+    group's shape): one of the same size is read at ``k`` too, a shorter one
+    at ``k`` modulo its size. Lines may be (exact, vector lines) pairs."""
+    if not suffixes:
+        return ["    for i in range(n):"], body
+    longest, first = max(suffixes, key=lambda s: (s[0], -s[1]))
+    hoisted.append(f"    m = in{first}.shape[0]")
+    index = {}
+    for size, j in suffixes:
+        if size == longest:
+            index[j] = "[k]"
+        else:
+            hoisted.append(f"    m{j} = in{j}.shape[0]")
+            index[j] = f"[k % m{j}]"
+
+    def inner(line):            # one level deeper, each such input read at its index
+        for j, text in index.items():
+            line = line.replace(f"[SUFFIX{j}]", text)
+        return "    " + line
+    body = [inner(line) if type(line) is str else (inner(line[0]), [inner(x) for x in line[1]])
+            for line in body]
+    # m is 0 only when n is: the outer step stays positive
+    return ["    for o in range(0, n, m if m else 1):", "        for k in range(m):",
+            "            i = o + k"], body
 
 
 def _packed(outputs):
