@@ -15,6 +15,7 @@ parallelism is Dask's: its threads, or its worker processes.
 | `threads` | ``fgrad.dask.value_and_grad``, same arrays in chunks of 10^5 rows, threads |
 | `cluster-1` | a LocalCluster of 1 single-threaded worker process, data persisted on it |
 | `cluster-2` | 2 such workers |
+| `mlp cluster-N` | the same with a loss of many more flops per byte (a hidden layer of 64) |
 | `empty graph, cluster-N` | a graph of the same shape whose tasks do nothing: Dask's own cost of a call |
 """
 import benchmarks  # noqa: F401  (pins BLAS threads; first import)
@@ -24,6 +25,7 @@ import collections
 import contextlib
 import itertools
 import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -193,12 +195,12 @@ def speed(repeats):
               + ", ".join(f"{mb:.0f} MB" for mb in p))
     print(f"\nThe task stream of {repeats} more calls per cluster (medians over the calls):\n")
     print("| loss | workers | chunk tasks per worker | compute per chunk | overlap | "
-          "CPU / chunk time | before the first chunk | after the last chunk | "
-          "bytes between workers |\n|---|---|---|---|---|---|---|---|---|")
+          "CPU / chunk time | page faults per chunk | before the first chunk | "
+          "after the last chunk | bytes between workers |\n|---|---|---|---|---|---|---|---|---|---|")
     for (n, loss), f in streams.items():
         print(f"| {loss} | {n} | {f['per_worker']} | {f['per_chunk'] * 1e3:.1f} ms | "
-              f"{f['overlap']:.2f} | {f['on_core']:.2f} | {f['head'] * 1e3:.1f} ms | "
-              f"{f['tail'] * 1e3:.1f} ms | "
+              f"{f['overlap']:.2f} | {f['on_core']:.2f} | {f['faults']:.0f} | "
+              f"{f['head'] * 1e3:.1f} ms | {f['tail'] * 1e3:.1f} ms | "
               f"{f['transferred']:.0f} |")
     print("\nThe same arithmetic outside Dask, on the 2-worker cluster's workers: one "
           "worker alone, then both at once:\n")
@@ -226,19 +228,24 @@ def _memory_check(client, repeats):
         both.extend(client.run(_kernel_seconds).values())
     return {kernel: (statistics.median(a[kernel] for a in alone),
                      statistics.median(b[kernel] for b in both))
-            for kernel in ("streaming", "in cache")}
+            for kernel in ("streaming", "in cache", "new chunk-sized array", "reused array")}
 
 
 def _kernel_seconds(seconds=1.0):
-    """Median seconds of two kernels taken in turn for ``seconds``, so that any
-    load hits both alike: a chunk's gradient arithmetic (``X.T @ tanh(X @ w)``)
-    streaming a chunk of the benchmark's size from memory, and the same flops
-    on a block that stays in the core's cache."""
+    """Median seconds of kernels taken in turn for ``seconds``, so that any
+    load hits them alike: a chunk's gradient arithmetic (``X.T @ tanh(X @ w)``)
+    streaming a chunk of the benchmark's size from memory, the same flops on a
+    block that stays in the core's cache, and one multiplication of a chunk
+    written to a new array (as every NumPy temporary is: its pages are mapped
+    and zeroed by the kernel at first touch) and to one written before."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal(FEATURES)
     big, small = rng.standard_normal((CHUNK, FEATURES)), rng.standard_normal((500, FEATURES))
+    written = np.empty_like(big)
     kernels = {"streaming": lambda: big.T @ np.tanh(big @ w),
-               "in cache": lambda: [small.T @ np.tanh(small @ w) for _ in range(CHUNK // 500)]}
+               "in cache": lambda: [small.T @ np.tanh(small @ w) for _ in range(CHUNK // 500)],
+               "new chunk-sized array": lambda: np.multiply(big, 2.0),
+               "reused array": lambda: np.multiply(big, 2.0, out=written)}
     times = {name: [] for name in kernels}
     stop = time.perf_counter() + seconds
     while time.perf_counter() < stop:
@@ -256,16 +263,18 @@ def _task_stream_figures(client, call, repeats):
     one's start to the last one's end: 2.0 is two workers always busy), the
     workers' CPU seconds over their chunk tasks' seconds (near 1: a worker in a
     chunk task held a core, stalled on memory or not; well below 1: it waited
-    for a core), the seconds from the call to the first chunk task and from the
-    last one to the result, and the bytes fetched from worker to worker."""
+    for a core), the workers' minor page faults per chunk task, the seconds
+    from the call to the first chunk task and from the last one to the result,
+    and the bytes fetched from worker to worker."""
     figures = collections.defaultdict(list)
     for _ in range(repeats):
-        cpu_before = client.run(time.process_time)
+        cpu_before, faults_before = client.run(time.process_time), client.run(_minor_faults)
         with get_task_stream(client) as stream:
             start = time.time()
             call()
             stop = time.time()
         cpu = sum(client.run(time.process_time).values()) - sum(cpu_before.values())
+        faults = sum(client.run(_minor_faults).values()) - sum(faults_before.values())
         computes = [(task["worker"], s["start"], s["stop"]) for task in stream.data
                     if "fgrad-grad-chunk" in str(task["key"])
                     for s in task["startstops"] if s["action"] == "compute"]
@@ -275,12 +284,19 @@ def _task_stream_figures(client, call, repeats):
         figures["per_chunk"].append(statistics.median(c[2] - c[1] for c in computes))
         figures["overlap"].append(sum(c[2] - c[1] for c in computes) / (last - first))
         figures["on_core"].append(cpu / sum(c[2] - c[1] for c in computes))
+        figures["faults"].append(faults / len(computes))
         figures["head"].append(first - start)
         figures["tail"].append(stop - last)
         figures["transferred"].append(sum(client.run(_bytes_fetched_since, start).values()))
     per_worker = collections.Counter(figures.pop("per_worker")).most_common(1)[0][0]
     return {"per_worker": "/".join(map(str, per_worker)),
             **{name: statistics.median(v) for name, v in figures.items()}}
+
+
+def _minor_faults():
+    """Page faults this process took without reading from disk: each a page
+    mapped and zeroed at its first touch."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _bytes_fetched_since(start, dask_worker):
