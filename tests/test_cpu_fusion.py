@@ -1,5 +1,6 @@
 """Fused CPU kernels under jit (numba): NumPy's semantics, the fallback, bad input."""
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -268,6 +269,30 @@ def test_trailing_broadcasts_of_several_lengths_share_one_inner_loop(shape):
         (kernel,) = _kernels(f_jit, x, short, plane, padded)
         assert "for k in range(m)" in kernel.source and "% m" in kernel.source
         assert "i %" not in kernel.source
+
+
+@fused_only
+@pytest.mark.parametrize("shape,column,row", [
+    ((6, 4), (6, 1), (4,)),             # a value per row, and a bias row
+    ((6, 4), (6, 1), None),             # a value per row alone
+    ((2, 3, 4), (2, 3, 1), (4,)),
+    ((2, 3, 4), (2, 1, 1), (3, 4)),     # broadcast along the same trailing axes
+    ((2, 3, 4), (2, 1, 1), (4,)),       # along other axes: broadcast out first
+    ((5, 1, 4), (5, 1, 1), (4,)),
+    ((0, 4), (0, 1), (4,))])
+def test_columns_are_read_once_per_row_of_the_inner_loop(shape, column, row):
+    rng = np.random.default_rng(1)
+    x, c = rng.standard_normal(shape), rng.standard_normal(column)
+    r = rng.standard_normal(row) if row else np.float64(0.5)
+    f = lambda x, c, r: fnp.tanh(x * c) * (1.0 - x * x) + x * r      # noqa: E731
+    f_jit = fgrad.jit(f)
+    _same(f_jit(x, c, r), _unfused(f, x, c, r))
+    if x.size:
+        (kernel,) = _kernels(f_jit, x, c, r)
+        inner = math.prod(shape) // math.prod(column)
+        read_per_row = row is None or inner == math.prod(row)
+        assert ("float64:prefix" in kernel.source) == read_per_row
+        assert ("float64:copy" in kernel.source) == (not read_per_row)
 @fused_only
 def test_a_long_chain_is_cut_into_bounded_kernels_with_the_same_result():
     def f(x):

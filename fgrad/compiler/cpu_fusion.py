@@ -357,9 +357,11 @@ def numpy_type_text(dtype):
 
 def _input_mode(shape, group_shape):
     """How the kernel indexes an input of ``shape`` broadcast to the group's:
-    "full" (element i), "one" (a single value), "suffix" (a trailing-dimension
-    broadcast such as a bias row: read along an inner loop, `_loop`), or
-    "copy" (anything else: broadcast out to a full array first)."""
+    "full" (element i), "one" (a single value), "suffix" (broadcast along
+    leading axes, such as a bias row: read along an inner loop, `_loop`),
+    "prefix" (broadcast along trailing axes, such as a column of one value per
+    row: read once per row of that loop), or "copy" (anything else: broadcast
+    out to a full array first)."""
     shape, group_shape = tuple(shape), tuple(group_shape)
     if shape == group_shape:
         return "full"
@@ -371,6 +373,12 @@ def _input_mode(shape, group_shape):
     if trimmed and len(trimmed) <= len(group_shape) and \
             group_shape[len(group_shape) - len(trimmed):] == trimmed:
         return "suffix"
+    aligned = (1,) * (len(group_shape) - len(shape)) + shape
+    leading = len(aligned)
+    while aligned[leading - 1] == 1:
+        leading -= 1
+    if aligned[:leading] == group_shape[:leading] and math.prod(group_shape) > 0:
+        return "prefix"
     return "copy"
 
 
@@ -413,6 +421,7 @@ def kernel_source(graph, members, reductions, readers):
     # body: lines of the loop, or (exact line, vector lines) for a vector function
     hoisted, starts, body = [], [], []
     suffixes = []           # (size, j) of each input broadcast along leading axes
+    prefixes = []           # (size of the axes it is broadcast along, j): trailing ones
 
     def operand(v, dtype):
         if type(v) is Var and v in inside:
@@ -434,7 +443,10 @@ def kernel_source(graph, members, reductions, readers):
                     hoisted.append(f"    x{j} = in{j}[0]")
                 elif mode == "suffix":
                     suffixes.append((math.prod(v.aval.shape), j))
-                    body.append(f"        x{j} = in{j}[SUFFIX{j}]")
+                    body.append(f"        x{j} = in{j}[AXIS{j}]")
+                elif mode == "prefix":      # the inner loop's length it needs
+                    prefixes.append((math.prod(shape) // math.prod(v.aval.shape), j))
+                    body.append(f"        x{j} = in{j}[AXIS{j}]")
                 else:
                     body.append(f"        x{j} = in{j}[i]")
             have = np.dtype(v.aval.dtype)
@@ -485,7 +497,7 @@ def kernel_source(graph, members, reductions, readers):
         hoisted += [f"    out{j} = outs[{j}]" for j in range(len(outputs))]
     else:
         params += [f"out{j}" for j in range(len(outputs))]
-    loop, body = _loop(suffixes, body, hoisted)
+    loop, body = _loop(suffixes, prefixes, body, hoisted, modes)
     lines = [f"def kernel({', '.join(params)}):"] + hoisted + starts
     if vectorised and len(outputs) <= MAX_VECTOR_OUTPUTS \
             and math.prod(shape) >= MIN_VECTOR_ELEMENTS:
@@ -510,7 +522,7 @@ def kernel_source(graph, members, reductions, readers):
     return definition, vectorised, inputs, modes, outputs, [e.outvars[0] for e in red_eqns]
 
 
-def _loop(suffixes, body, hoisted):
+def _loop(suffixes, prefixes, body, hoisted, modes):
     """``(header, body)``: the kernel's loop over element ``i`` and its body.
 
     With inputs broadcast along leading axes (``suffixes``: ``(size, j)`` of
@@ -521,28 +533,43 @@ def _loop(suffixes, body, hoisted):
     an element for the backward of ``tanh(x @ W) * w``). The others' sizes
     divide the longest's (each is a product of trailing dimensions of the
     group's shape): one of the same size is read at ``k`` too, a shorter one
-    at ``k`` modulo its size. Lines may be (exact, vector lines) pairs."""
-    if not suffixes:
+    at ``k`` modulo its size. An input broadcast along trailing axes
+    (``prefixes``: a column) whose broadcast covers exactly the inner loop is
+    read once per outer row ``r``, instead of being broadcast out to a full
+    array first; another (its ``modes`` entry becomes "copy") still is.
+    Without suffixes, the first prefix input's broadcast sets the inner loop.
+    Lines may be (exact, vector lines) pairs."""
+    if not suffixes and not prefixes:
         return ["    for i in range(n):"], body
-    longest, first = max(suffixes, key=lambda s: (s[0], -s[1]))
-    hoisted.append(f"    m = in{first}.shape[0]")
     index = {}
-    for size, j in suffixes:
-        if size == longest:
-            index[j] = "[k]"
+    if suffixes:
+        inner, first = max(suffixes, key=lambda s: (s[0], -s[1]))
+        hoisted.append(f"    m = in{first}.shape[0]")
+        for size, j in suffixes:
+            if size == inner:
+                index[j] = "[k]"
+            else:
+                hoisted.append(f"    m{j} = in{j}.shape[0]")
+                index[j] = f"[k % m{j}]"
+    else:
+        inner, first = prefixes[0]
+        # a prefix input is not empty (the group is not), so neither is m
+        hoisted.append(f"    m = n // in{first}.shape[0]")
+    for size, j in prefixes:
+        if size == inner:
+            index[j] = "[r]"
         else:
-            hoisted.append(f"    m{j} = in{j}.shape[0]")
-            index[j] = f"[k % m{j}]"
+            index[j], modes[j] = "[i]", "copy"
 
-    def inner(line):            # one level deeper, each such input read at its index
+    def nested(line):           # one level deeper, each such input read at its index
         for j, text in index.items():
-            line = line.replace(f"[SUFFIX{j}]", text)
+            line = line.replace(f"[AXIS{j}]", text)
         return "    " + line
-    body = [inner(line) if type(line) is str else (inner(line[0]), [inner(x) for x in line[1]])
-            for line in body]
-    # m is 0 only when n is: the outer step stays positive
-    return ["    for o in range(0, n, m if m else 1):", "        for k in range(m):",
-            "            i = o + k"], body
+    body = [nested(line) if type(line) is str
+            else (nested(line[0]), [nested(x) for x in line[1]]) for line in body]
+    # m is 0 only when n is
+    return ["    for r in range(n // m if m else 0):", "        o = r * m",
+            "        for k in range(m):", "            i = o + k"], body
 
 
 def _packed(outputs):
