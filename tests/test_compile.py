@@ -91,6 +91,23 @@ def test_buffer_reuse_writes_into_dying_intermediates_only():
     np.testing.assert_allclose(f_jit(x), np.exp(np.sin(x) * 2.0) + 1.0)
 
 
+def test_a_dying_matmul_product_takes_the_bias_and_the_activation_in_place():
+    x, w, b = np.ones((4, 3)), np.linspace(0, 1, 6).reshape(3, 2), np.array([0.5, -0.5])
+    for a in (x, w, b):
+        a.flags.writeable = False           # writing into an input would raise
+    layer = fgrad.jit(lambda x, w, b: fnp.tanh(x @ w + b), fuse=False)
+    source = layer.lower(x, w, b).source
+    product = source.split(" = matmul")[0].split()[-1]
+    assert f"out={product}" in source.split("add")[1].splitlines()[0]
+    np.testing.assert_allclose(layer(x, w, b), np.tanh(x @ w + b))
+    # a product the function also returns is never written into
+    both = fgrad.jit(lambda x, w, b: (fnp.tanh(x @ w + b), x @ w), fuse=False)
+    assert "out=" not in both.lower(x, w, b).source.split("add")[1].splitlines()[0]
+    got_t, got_p = both(x, w, b)
+    np.testing.assert_allclose(got_t, np.tanh(x @ w + b))
+    np.testing.assert_allclose(got_p, x @ w)
+
+
 def test_multiplying_by_ones_is_dropped_but_not_for_complex():
     # grad of a sum seeds the sweep with ones: no equation should multiply by them
     def f(x):

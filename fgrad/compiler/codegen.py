@@ -8,8 +8,8 @@ per remaining equation. Each line calls the backend's function directly
 (``sin(a)``, not ``sin_p.bind(a)``), ``del`` releases every intermediate after
 its last reader, and an elementwise equation whose operand buffer dies at that
 line writes its result into that buffer (``out=``). A buffer is reused only if it
-was made by an earlier elementwise equation of this same call: never a user's
-input, a constant, or anything that might share memory with a live value.
+was made by an earlier elementwise equation or matmul of this same call: never a
+user's input, a constant, or anything that might share memory with a live value.
 """
 import functools
 import linecache
@@ -25,6 +25,7 @@ from fgrad.compiler.whole_graph import Tiered, compile_after, plan
 from fgrad.core.backend import elementwise_kernel_maker
 from fgrad.core.graph import Var
 from fgrad.interpreters.staging import gc_paused
+from fgrad.primitives.products import matmul_p
 
 # ---------------------------------------------------------------------------
 # Code generation
@@ -59,6 +60,17 @@ def is_fresh_elementwise(eqn):
     # NumPy scalars, which cannot be written into)
     return bool(getattr(eqn.prim, "ufunc_name", None)) and len(eqn.outvars) == 1 \
         and eqn.outvars[0].aval.ndim > 0
+
+
+# primitives whose NumPy and CuPy functions always return a new array, sharing
+# memory with no operand: an elementwise equation may write into their result
+# once it dies (the bias added to a matmul's product, in place, saves a new
+# array of the product's size: pages the system zeroes, written, read back)
+_NEW_ARRAY = frozenset({matmul_p})
+
+
+def _returns_new_array(eqn):
+    return eqn.prim in _NEW_ARRAY and len(eqn.outvars) == 1 and eqn.outvars[0].aval.ndim > 0
 
 
 class Compiled:
@@ -199,7 +211,7 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True, donated=()):
     groups = _Groups()
     fresh = set()
     for eqn in graph.eqns:
-        if is_fresh_elementwise(eqn):
+        if is_fresh_elementwise(eqn) or _returns_new_array(eqn):
             fresh.add(eqn.outvars[0])
         else:
             for out in eqn.outvars:
