@@ -309,6 +309,31 @@ def test_a_long_chain_is_cut_into_bounded_kernels_with_the_same_result():
 
 
 @fused_only
+def test_a_kernel_writes_into_a_dying_intermediate_never_into_an_input():
+    def f(x, w, c):
+        h = x @ w                           # a new array, dying at the kernel
+        return (c * 2.0) * (1.0 - h * h) + c
+    x, w = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(0, 1, 6).reshape(3, 2)
+    c = np.linspace(2, 3, 8).reshape(4, 2)
+    for a in (x, w, c):
+        a.flags.writeable = False           # writing into an input would raise
+    f_jit = fgrad.jit(f)
+    source = f_jit.lower(x, w, c).source
+    product = source.split(" = matmul")[0].split()[-1]
+    assert f"out={product})" in source and "out=a" not in source
+    want = (c * 2.0) * (1.0 - (x @ w) ** 2) + c
+    for _ in range(2):
+        np.testing.assert_allclose(f_jit(x, w, c), want, rtol=1e-14)
+    # a kernel that may run its loop twice (vector functions) rereads its
+    # inputs: it writes into none of them
+    g_jit = fgrad.jit(lambda x, w: fnp.sin(x @ w) * 2.0 + 1.0)
+    big_x = np.linspace(-1, 1, 512 * 3).reshape(512, 3)
+    (kernel,) = _kernels(g_jit, big_x, w)
+    assert "vector_sin" in kernel.source and "out=" not in g_jit.lower(big_x, w).source
+    np.testing.assert_allclose(g_jit(big_x, w), np.sin(big_x @ w) * 2.0 + 1.0, rtol=1e-14)
+
+
+@fused_only
 def test_values_read_outside_the_group_are_written_out():
     # the sum may not take the kernel's place: the matmul between reads the group
     def f(x, w):

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from fgrad.compiler.cpu_fusion import fuse_for_cpu
+from fgrad.compiler.cpu_fusion import cpu_fused_p, fuse_for_cpu
 from fgrad.compiler.fusion import fuse_elementwise
 from fgrad.compiler.passes import on_backend, optimize
 from fgrad.compiler.whole_graph import Tiered, compile_after, plan
@@ -62,15 +62,16 @@ def is_fresh_elementwise(eqn):
         and eqn.outvars[0].aval.ndim > 0
 
 
-# primitives whose NumPy and CuPy functions always return a new array, sharing
+# primitives whose NumPy and CuPy functions always return new arrays, sharing
 # memory with no operand: an elementwise equation may write into their result
 # once it dies (the bias added to a matmul's product, in place, saves a new
-# array of the product's size: pages the system zeroes, written, read back)
-_NEW_ARRAY = frozenset({matmul_p})
+# array of the product's size: pages the system zeroes, written, read back).
+# A fused CPU kernel's outputs are new arrays too, or rows of one.
+_NEW_ARRAY = frozenset({matmul_p, cpu_fused_p})
 
 
 def _returns_new_array(eqn):
-    return eqn.prim in _NEW_ARRAY and len(eqn.outvars) == 1 and eqn.outvars[0].aval.ndim > 0
+    return eqn.prim in _NEW_ARRAY and all(v.aval.ndim > 0 for v in eqn.outvars)
 
 
 class Compiled:
@@ -212,7 +213,7 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True, donated=()):
     fresh = set()
     for eqn in graph.eqns:
         if is_fresh_elementwise(eqn) or _returns_new_array(eqn):
-            fresh.add(eqn.outvars[0])
+            fresh.update(eqn.outvars)
         else:
             for out in eqn.outvars:
                 for v in eqn.invars:
@@ -261,8 +262,14 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True, donated=()):
             else ", ".join(operand(v) for v in eqn.invars)
         out_kw = ""
         if reuse_buffers and is_fresh_elementwise(eqn):
+            candidates = eqn.invars
+        elif reuse_buffers and eqn.prim is cpu_fused_p:
+            candidates = [eqn.invars[j] for j in eqn.params["kernel"].overwritable]
+        else:
+            candidates = ()
+        if candidates:
             out_aval = eqn.outvars[0].aval
-            for v in eqn.invars:
+            for v in candidates:
                 if type(v) is Var and v in fresh:
                     root = groups.find(v)
                     if (group_last[root] == k and root not in foreign
@@ -278,7 +285,7 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True, donated=()):
             target = ", ".join(outs) + ("," if eqn.prim.multiple_results and
                                         len(outs) == 1 else "")
             if out_kw and xp is np and getattr(eqn.prim, "ufunc_name", None) \
-                    not in _KEYWORD_OUT_ONLY:
+                    and eqn.prim.ufunc_name not in _KEYWORD_OUT_ONLY:
                 # NumPy parses a positional output faster than out=; the comment
                 # keeps the listing readable
                 lines.append(f"    {target} = {fn}({args}, {out_kw})  # out={out_kw}")

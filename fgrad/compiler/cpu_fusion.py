@@ -387,14 +387,18 @@ class CpuKernel:
     inputs, allocates outputs and runs it.
 
     ``source`` is the kernel's text; ``call(*inputs)`` returns the outputs;
-    ``fn`` is the numba function.
+    ``fn`` is the numba function. ``overwritable`` are the positions of the
+    inputs whose buffer ``call(*inputs, out=input)`` may write its one
+    output into (each read only at the element it writes, and only once).
     """
 
-    __slots__ = ("source", "name", "call", "fn", "size", "out_avals", "reductions")
+    __slots__ = ("source", "name", "call", "fn", "size", "out_avals", "reductions",
+                 "overwritable")
 
-    def __init__(self, source, name, call, fn, size, out_avals, reductions):
+    def __init__(self, source, name, call, fn, size, out_avals, reductions, overwritable=()):
         self.source, self.name, self.call, self.fn = source, name, call, fn
         self.size, self.out_avals, self.reductions = size, out_avals, reductions
+        self.overwritable = overwritable
 
     def __repr__(self):
         return f"<{self.name}: {self.size} ops>"
@@ -476,8 +480,6 @@ def kernel_source(graph, members, reductions, readers):
             body.append(exact)
     needed_outside = {v for v in inside if readers[v] > inner[v]}
     outputs = [e.outvars[0] for e in eqns if e.outvars[0] in needed_outside]
-    for j, v in enumerate(outputs):
-        body.append(f"        out{j}[i] = {names[v]}")
     accumulators = []
     for r, e in enumerate(red_eqns):
         start, update = _REDUCTIONS[e.prim.name]
@@ -491,6 +493,10 @@ def kernel_source(graph, members, reductions, readers):
         starts.append(f"    acc{r} = {numpy_type_text(acc_dtype)}({start})")
         body.append("        " + update.format(acc=f"acc{r}", x=value))
         accumulators.append(f"acc{r}")
+    # written last, when every input of the element has been read (an output
+    # may be written into a dying input's buffer: `_overwritable`)
+    for j, v in enumerate(outputs):
+        body.append(f"        out{j}[i] = {names[v]}")
     params = ["n"] + [f"in{j}" for j in range(len(inputs))]
     if _packed(outputs):            # one (outputs, n) array: its rows
         params.append("outs")
@@ -614,6 +620,8 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     expected = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in inputs]
     namespace = {"kernel": kernel, "empty": np.empty, "np": np}
     lines = checked_call_header(expected, namespace)
+    if len(outputs) == 1:       # a buffer to write the output into (see `overwritable`)
+        lines[0] = lines[0][:-2] + (", " if inputs else "") + "out=None):"
     flat = []
     for j, mode in enumerate(modes):
         flat.append(f"x{j}.ravel()" if mode != "copy" else
@@ -629,7 +637,8 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     else:
         for j, v in enumerate(outputs):
             namespace[f"O{j}"] = np.dtype(v.aval.dtype)
-            lines.append(f"    o{j} = empty(SHAPE, O{j})")
+            lines.append(f"    o{j} = empty(SHAPE, O{j})" +
+                         (" if out is None else out" if len(outputs) == 1 else ""))
         flat += [f"o{j}.ravel()" for j in range(len(outputs))]
         results = [f"o{j}" for j in range(len(outputs))]
     lines.append(f"    r = kernel({size}, {', '.join(flat)})")
@@ -787,7 +796,8 @@ def fuse_for_cpu(graph):
                                       plan.shape), fn,
                            len(plan.replaced), tuple(v.aval for v in outputs + reduced),
                            [k for k in plan.replaced
-                            if graph.eqns[k].outvars[0] in reduced])
+                            if graph.eqns[k].outvars[0] in reduced],
+                           _overwritable(plan))
         replace[plan.last] = Equation(cpu_fused_p, list(plan.inputs), outputs + reduced,
                                       {"kernel": kernel})
         skip.update(k for k in plan.replaced if k != plan.last)
@@ -795,6 +805,19 @@ def fuse_for_cpu(graph):
         return graph
     eqns = [replace.get(k, e) for k, e in enumerate(graph.eqns) if k not in skip]
     return Graph(graph.invars, eqns, graph.outvars)
+
+
+def _overwritable(plan):
+    """The inputs of ``plan`` whose buffer its one output may be written into:
+    read at the element written (mode "full"), of its shape and dtype. Each
+    iteration of the loop reads all it needs before it writes, but a kernel
+    with vector functions may run its loop a second time, reading its inputs
+    again: it writes into none."""
+    if len(plan.outputs) != 1 or plan.vectorised:
+        return ()
+    out = plan.outputs[0].aval
+    return tuple(j for j, (v, mode) in enumerate(zip(plan.inputs, plan.modes))
+                 if mode == "full" and v.aval.shape == out.shape and v.aval.dtype == out.dtype)
 
 
 def cpu_kernels(compiled):
