@@ -324,6 +324,19 @@ def test_a_kernel_writes_into_a_dying_intermediate_never_into_an_input():
     want = (c * 2.0) * (1.0 - (x @ w) ** 2) + c
     for _ in range(2):
         np.testing.assert_allclose(f_jit(x, w, c), want, rtol=1e-14)
+    # a dying buffer of another layout is not written into: the kernel
+    # writes flat arrays, and a ufunc's result on a transposed view keeps
+    # the view's order
+    def g(x, b, w, c):
+        h = fnp.transpose(x) + b            # one operation: a ufunc's new array
+        return h @ w, (h * 2.0 + 1.0) * c   # read by a matmul, then by a kernel
+    xt, b3 = np.linspace(-1, 1, 12).reshape(3, 4), np.linspace(-0.5, 0.5, 3)
+    w3, c4 = np.ones((3, 2)), np.linspace(1, 2, 12).reshape(4, 3)
+    g_jit = fgrad.jit(g)
+    h = xt.T + b3
+    assert ", out=" in g_jit.lower(xt, b3, w3, c4).source
+    for got, want in zip(g_jit(xt, b3, w3, c4), (h @ w3, (h * 2.0 + 1.0) * c4)):
+        np.testing.assert_allclose(got, want, rtol=1e-14)
     # a kernel that may run its loop twice (vector functions) rereads its
     # inputs: it writes into none of them
     g_jit = fgrad.jit(lambda x, w: fnp.sin(x @ w) * 2.0 + 1.0)

@@ -637,8 +637,11 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     else:
         for j, v in enumerate(outputs):
             namespace[f"O{j}"] = np.dtype(v.aval.dtype)
+            # the given buffer only if C-contiguous: the kernel writes flat
+            # arrays, and ravel() of another layout would be a copy
             lines.append(f"    o{j} = empty(SHAPE, O{j})" +
-                         (" if out is None else out" if len(outputs) == 1 else ""))
+                         (" if out is None or not out.flags.c_contiguous else out"
+                          if len(outputs) == 1 else ""))
         flat += [f"o{j}.ravel()" for j in range(len(outputs))]
         results = [f"o{j}" for j in range(len(outputs))]
     lines.append(f"    r = kernel({size}, {', '.join(flat)})")
