@@ -7,6 +7,9 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import fgrad
 import fgrad.numpy as fnp
@@ -269,6 +272,28 @@ def test_trailing_broadcasts_of_several_lengths_share_one_inner_loop(shape):
         (kernel,) = _kernels(f_jit, x, short, plane, padded)
         assert "for k in range(m)" in kernel.source and "% m" in kernel.source
         assert "i %" not in kernel.source
+
+
+@fused_only
+@settings(max_examples=60, deadline=None)
+@given(hnp.mutually_broadcastable_shapes(num_shapes=4, min_dims=0, max_dims=3, max_side=4),
+       st.booleans())
+def test_any_mix_of_broadcast_inputs_matches_numpy(shapes, backward):
+    # rows, columns, planes and scalars of every split of the group's shape,
+    # in one kernel: each is read along the nested loop, at k modulo its
+    # size, or broadcast out first, and the values are NumPy's
+    rng = np.random.default_rng(0)
+    args = [rng.uniform(-2, 2, s) for s in shapes.input_shapes]
+
+    def f(a, b, c, d):
+        return fnp.tanh(a * b + c) * (1.0 - d * a) + c * d
+
+    if backward:
+        g = fgrad.grad(lambda *xs: fnp.sum(f(*xs) * 1.5), (0, 1, 2, 3))
+        for got, want in zip(fgrad.jit(g)(*args), g(*args)):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    else:
+        _same(fgrad.jit(f)(*args), _unfused(f, *args))
 
 
 @fused_only
