@@ -1,6 +1,10 @@
 """The demo, in its short configuration: it trains, beats chance, and writes a
 PNG that matplotlib reads back."""
+import numpy as np
 import pytest
+
+import fgrad
+from fgrad.tree import tree_leaves
 
 pytest.importorskip("sklearn")
 pytest.importorskip("tqdm")
@@ -36,9 +40,6 @@ def test_the_jitted_training_step_equals_the_eager_one():
     # conv, pooling and relu layers: their backward passes hand fused kernels
     # buffers of every layout (transposed, strided), which the kernels may
     # write into only when contiguous
-    import numpy as np
-    import fgrad
-    from fgrad.tree import tree_leaves
     x, y = demo.load_data(0)[:2]
     params = demo.init_params(np.random.default_rng(0))
     eager = fgrad.value_and_grad(demo.loss_fn)

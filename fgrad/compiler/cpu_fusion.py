@@ -544,7 +544,8 @@ def _loop(suffixes, prefixes, body, hoisted, modes):
     read once per outer row ``r``, instead of being broadcast out to a full
     array first; another (its ``modes`` entry becomes "copy") still is.
     Without suffixes, the first prefix input's broadcast sets the inner loop.
-    Lines may be (exact, vector lines) pairs."""
+    Lines may be (exact, vector lines) pairs; the lines that must come before
+    the loop (the inner length) are appended to ``hoisted``."""
     if not suffixes and not prefixes:
         return ["    for i in range(n):"], body
     index = {}
@@ -619,9 +620,9 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     size = math.prod(shape)
     expected = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in inputs]
     namespace = {"kernel": kernel, "empty": np.empty, "np": np}
-    lines = checked_call_header(expected, namespace)
-    if len(outputs) == 1:       # a buffer to write the output into (see `overwritable`)
-        lines[0] = lines[0][:-2] + (", " if inputs else "") + "out=None):"
+    # one output may go into a buffer given (see `CpuKernel.overwritable`)
+    lines = checked_call_header(expected, namespace,
+                                extra=("out=None",) if len(outputs) == 1 else ())
     flat = []
     for j, mode in enumerate(modes):
         flat.append(f"x{j}.ravel()" if mode != "copy" else
@@ -657,18 +658,19 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     return namespace["call"]
 
 
-def checked_call_header(expected, namespace, what="a fused kernel"):
+def checked_call_header(expected, namespace, what="a fused kernel", extra=()):
     """The first lines of a generated ``call(x0, x1, ...)`` that check each
     argument's shape and dtype against ``expected`` ((shape, dtype) pairs)
     and hand a mismatch to `admit_inputs`; the names they use go into
-    ``namespace``. Shared with `fgrad.compiler.whole_graph`."""
+    ``namespace``. ``extra`` are further parameters, unchecked (``"out=None"``).
+    Shared with `fgrad.compiler.whole_graph`."""
     args = [f"x{j}" for j in range(len(expected))]
     namespace["admit"] = functools.partial(admit_inputs, expected=expected, what=what)
     checks = []
     for j, (want_shape, want_dtype) in enumerate(expected):
         namespace[f"S{j}"], namespace[f"D{j}"] = want_shape, want_dtype
         checks.append(f"x{j}.shape != S{j} or x{j}.dtype != D{j}")
-    lines = [f"def call({', '.join(args)}):"]
+    lines = [f"def call({', '.join(args + list(extra))}):"]
     if checks:
         lines += ["    try:",
                   f"        bad = {' or '.join(checks)}",
