@@ -383,6 +383,38 @@ def test_a_cluster_gives_the_exact_gradient_on_both_workers(client):
     assert all(1 <= n <= 2 for n in traces.values()), traces
 
 
+def _results_held(client):
+    """The keys of whole gradients (not chunks) the cluster's workers hold."""
+    return {key for keys in client.has_what().values() for key in keys
+            if str(key).startswith("fgrad-grad-") and "chunk" not in str(key)}
+
+
+def _eventually(condition, timeout=10.0):
+    """Wait for ``condition()``: the scheduler hears of released keys a little later."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_gradient_function_holds_only_its_last_result_on_the_cluster(client):
+    # a call's result stays until the next call's graph has gone out, so that
+    # dropping it does not hold that graph back in the client's message batch
+    X, y = _data()
+    Xd, yd = _chunked(X, y)
+    before = _results_held(client)
+    g = fdask.grad(_ByValue(logistic))
+    held = []
+    for scale in (1.0, 2.0, 2.0):
+        params = fgrad.tree.tree_map(lambda p: p * scale, PARAMS)
+        _assert_tree_close(g(params, Xd, yd), fgrad.grad(logistic)(params, X, y))
+        _eventually(lambda: len(_results_held(client) - before) == 1)
+        held.append(_results_held(client) - before)
+    assert held[0] != held[1] == held[2]       # the same arguments: the same result key
+    del g
+    _eventually(lambda: not _results_held(client) - before)
+
+
 def test_a_failing_chunk_on_a_cluster_names_it(client):
     X, y = _data()
     Xd, yd = _chunked(X, y)
