@@ -16,7 +16,7 @@ parallelism is Dask's: its threads, or its worker processes.
 | `cluster-1` | a LocalCluster of 1 single-threaded worker process, data persisted on it; calls far apart |
 | `cluster-2` | 2 such workers |
 | `mlp cluster-N` | the same with a loss of many more flops per byte (a hidden layer of 64) |
-| `empty graph, cluster-N` | a graph of the same shape whose tasks do nothing: Dask's own cost of a call |
+| `empty graph, cluster-N` | a graph of the same shape (a task per chunk, where it lives, and one to finish) whose tasks do nothing: Dask's own cost of a call |
 | `cluster-N, back to back` | 10 calls one after another (a training loop's steps), time per call |
 
 The data is dealt out to the workers evenly: chunk i on worker i mod N.
@@ -126,14 +126,17 @@ def _on_cluster(stack, n_workers, memory_limit="2GB"):
 
     empty_calls = itertools.count()
 
+    blocks = X.to_delayed().reshape(-1)
+
     def empty_graph():
         # Dask's own cost of one call: a graph of the gradient's shape (a task
-        # per chunk, one to combine them, one to finish) whose tasks do nothing
+        # per chunk, on the worker that holds it, and one to finish) whose
+        # tasks do nothing. Tasks with no data to depend on would be queued
+        # on the scheduler and sent out a few at a time, which costs more.
         token = next(empty_calls)
-        parts = [dask.delayed(_nothing, pure=True)(i, dask_key_name=("empty", token, i))
-                 for i in range(ROWS // CHUNK)]
-        combined = dask.delayed(_nothing, pure=True)(*parts, dask_key_name=("combine", token))
-        total = dask.delayed(_nothing, pure=True)(combined, dask_key_name=("finish", token))
+        parts = [dask.delayed(_nothing, pure=True)(block, dask_key_name=("empty", token, i))
+                 for i, block in enumerate(blocks)]
+        total = dask.delayed(_nothing, pure=True)(*parts, dask_key_name=("finish", token))
         return total.compute(scheduler=client.get)
 
     def caller(loss, params):
