@@ -13,13 +13,14 @@ parallelism is Dask's: its threads, or its worker processes.
 | `floor` | ``fgrad.value_and_grad(loss)`` on the NumPy arrays (10^6 x 64), in this process |
 | `floor-jit` | the same under ``fgrad.jit`` (what each chunk task runs) |
 | `threads` | ``fgrad.dask.value_and_grad``, same arrays in chunks of 10^5 rows, threads |
-| `cluster-1` | a LocalCluster of 1 single-threaded worker process, data persisted on it; calls far apart |
+| `cluster-1` | a LocalCluster of 1 single-threaded worker process holding the data |
 | `cluster-2` | 2 such workers |
 | `mlp cluster-N` | the same with a loss of many more flops per byte (a hidden layer of 64) |
-| `empty graph, cluster-N` | a graph of the same shape (a task per chunk, where it lives, and one to finish) whose tasks do nothing: Dask's own cost of a call |
+| `empty graph, cluster-N` | the gradient's graph with tasks that do nothing: Dask's cost |
 | `cluster-N, back to back` | 10 calls one after another (a training loop's steps), time per call |
 
-The data is dealt out to the workers evenly: chunk i on worker i mod N.
+The data is dealt out to the workers evenly: chunk i on worker i mod N. The
+rows' calls are far apart, except in the back-to-back rows.
 """
 import benchmarks  # noqa: F401  (pins BLAS threads; first import)
 
@@ -124,9 +125,7 @@ def _on_cluster(stack, n_workers, memory_limit="2GB"):
     client = stack.enter_context(Client(cluster, set_as_default=False))
     X, y = _persist_evenly(client, *_dataset(ROWS, FEATURES, CHUNK))
 
-    empty_calls = itertools.count()
-
-    blocks = X.to_delayed().reshape(-1)
+    empty_calls, blocks = itertools.count(), X.to_delayed().reshape(-1)
 
     def empty_graph():
         # Dask's own cost of one call: a graph of the gradient's shape (a task
@@ -216,10 +215,10 @@ def speed(repeats):
     for name, (median, best) in rows.items():
         print(f"| {name} | {median * 1e3:.0f} ms | {best * 1e3:.0f} ms | "
               f"{median / floor:.2f}x |")
-    for loss, suffix in (("logistic", ""), ("mlp", ""), ("logistic", ", back to back")):
-        prefix = "mlp " if loss == "mlp" else ""
-        one, two = rows[f"{prefix}cluster-1{suffix}"], rows[f"{prefix}cluster-2{suffix}"]
-        print(f"\n{loss}{suffix}: 2 workers vs 1: {one[0] / two[0]:.2f}x faster "
+    for label, row in (("logistic", "cluster-{}"), ("mlp", "mlp cluster-{}"),
+                       ("logistic, back to back", "cluster-{}, back to back")):
+        one, two = rows[row.format(1)], rows[row.format(2)]
+        print(f"\n{label}: 2 workers vs 1: {one[0] / two[0]:.2f}x faster "
               f"(best: {one[1] / two[1]:.2f}x)")
     for n, p in peaks.items():
         print(f"peak RSS per worker, {n} worker(s) holding the data: "

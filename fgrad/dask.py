@@ -261,12 +261,13 @@ class _Computer:
     On Dask's threaded scheduler it is ``dask.compute``. On a
     ``distributed.Client`` it keeps each call's result on the cluster (a
     future of the value and gradient: the size of the parameters) until the
-    next call's graph has been sent. A client sends its messages to the scheduler at most once every
-    10 ms (distributed's ``BatchedSend``), and dropping a future is such a
-    message: dropped at the end of a call, it would hold back the graph of a
-    call that follows at once (a training loop's next step) by up to 10 ms,
-    which on a LocalCluster was 7 ms of a 70 ms gradient. Dropped after the
-    next graph, it goes out in the batch after it, while the chunks compute.
+    next call's graph has been sent. A client sends its messages to the
+    scheduler at most once every 10 ms (distributed's ``BatchedSend``), and
+    dropping a future is such a message: dropped at the end of a call, it
+    would hold back the graph of a call that follows at once (a training
+    loop's next step) by up to 10 ms, which on a LocalCluster was 7 ms of a
+    70 ms gradient. Dropped after the next graph, it goes out in the batch
+    after it, while the chunks compute.
     """
 
     def __init__(self):

@@ -390,7 +390,8 @@ def _results_held(client):
 
 
 def _eventually(condition, timeout=10.0):
-    """Wait for ``condition()``: the scheduler hears of released keys a little later."""
+    """Wait for ``condition()`` about the cluster, which the scheduler learns
+    of a little after it happens (a key released, a chunk computed)."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -479,9 +480,7 @@ def test_a_worker_killed_mid_gradient_does_not_change_it(client):
         running = pool.submit(lambda: started.set() or fdask.grad(slow, jit=False)(
             PARAMS, Xd, yd))
         started.wait()
-        deadline = time.monotonic() + 30
-        while not _chunks_done(client) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _eventually(lambda: _chunks_done(client), timeout=30)
         victim = sorted(pids.values())[0]
         os.kill(victim, signal.SIGKILL)
         assert not running.done()                           # killed mid-computation
