@@ -53,6 +53,8 @@ from fgrad.debug import tap as tap  # noqa: E402
 from fgrad.debug import tap_forward as tap_forward  # noqa: E402
 from fgrad.inspection import graph_summary as graph_summary  # noqa: E402
 from fgrad.inspection import residuals as residuals  # noqa: E402
+from fgrad.core.trace import ShapedArray as ShapeDtypeStruct  # noqa: E402
+from fgrad.primitives.callback import pure_callback as pure_callback  # noqa: E402
 from fgrad.primitives.creation import stop_gradient as stop_gradient  # noqa: E402
 from fgrad.transforms.custom import custom_jvp as custom_jvp  # noqa: E402
 from fgrad.transforms.custom import custom_vjp as custom_vjp  # noqa: E402

@@ -15,7 +15,10 @@ from fgrad.core.errors import ArraySubclassError as ArraySubclassError
 from fgrad.core.errors import BackendMismatchError as BackendMismatchError
 from fgrad.core.errors import BatchAxisError as BatchAxisError
 from fgrad.core.errors import BatchedConversionError as BatchedConversionError
+from fgrad.core.errors import CallbackDerivativeError as CallbackDerivativeError
+from fgrad.core.errors import CallbackError as CallbackError
 from fgrad.core.errors import ConcretizationError as ConcretizationError
+from fgrad.core.errors import ConvergenceError as ConvergenceError
 from fgrad.core.errors import ControlFlowError as ControlFlowError
 from fgrad.core.errors import CotangentError as CotangentError
 from fgrad.core.errors import CustomRuleError as CustomRuleError
@@ -24,6 +27,7 @@ from fgrad.core.errors import DaskArgumentError as DaskArgumentError
 from fgrad.core.errors import DeviceError as DeviceError
 from fgrad.core.errors import FgradError as FgradError
 from fgrad.core.errors import ImmutableArrayError as ImmutableArrayError
+from fgrad.core.errors import ImplicitSolveError as ImplicitSolveError
 from fgrad.core.errors import IndexUpdateError as IndexUpdateError
 from fgrad.core.errors import InvalidInputError as InvalidInputError
 from fgrad.core.errors import LinalgDerivativeError as LinalgDerivativeError
@@ -73,4 +77,8 @@ __all__ = [
     "ArraySubclassError",
     "DaskArgumentError",
     "OptionalDependencyError",
+    "CallbackError",
+    "CallbackDerivativeError",
+    "ConvergenceError",
+    "ImplicitSolveError",
 ]

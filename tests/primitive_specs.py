@@ -855,3 +855,20 @@ import nn_specs  # noqa: E402,F401  (registers into SPECS)
 import linalg_specs  # noqa: E402,F401  (einsum, products, linalg, fft: fills SPECS)
 import numpy_gaps_specs  # noqa: E402,F401  (issue 3, second round: fills SPECS)
 import numpy_surface_specs  # noqa: E402,F401  (issue 17, the NumPy surface: fills SPECS)
+
+
+# -- a host callback, given its derivative with custom_jvp --------------------------------
+
+@fgrad.custom_jvp
+def _host_sin(x):
+    return fgrad.pure_callback(np.sin, fgrad.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+
+@_host_sin.defjvp
+def _host_sin_jvp(primals, tangents):
+    (x,), (x_dot,) = primals, tangents
+    return _host_sin(x), fnp.cos(x) * x_dot
+
+
+SPECS["pure_callback"] = shapes(max_dims=2).flatmap(arrays).map(
+    lambda x: Case(lambda x: _host_sin(x) * x, (np.asarray(x),), lambda x: np.sin(x) * x))

@@ -103,7 +103,9 @@ def fold_constants(graph, xp=np):
     for eqn in graph.eqns:
         invars = [read(v) for v in eqn.invars]
         prim = eqn.prim
-        foldable = not effectful(prim) and prim.impl is not None and (
+        # a host callback is the user's run-time work, not a constant to precompute
+        foldable = not effectful(prim) and not getattr(prim, "host_callback", False) \
+            and prim.impl is not None and (
             all(type(v) is Literal for v in invars) or getattr(prim, "shape_only", False))
         if foldable and not getattr(prim, "call_param", None):
             args = [v.value if type(v) is Literal else _dummy(xp, v.aval) for v in invars]

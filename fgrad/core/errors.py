@@ -143,6 +143,34 @@ class LinalgDerivativeError(FgradError, NotImplementedError):
     """
 
 
+class CallbackError(FgradError, ValueError):
+    """A `fgrad.pure_callback` callback returned something other than what its
+    ``result_shape_dtypes`` declared: another number of arrays, another shape,
+    or a dtype that does not cast safely. Fix the declaration or the callback;
+    the message names the offending output."""
+
+
+class CallbackDerivativeError(FgradError, TypeError):
+    """`fgrad.pure_callback` was differentiated. A host callback is opaque, so it
+    has no derivative of its own: wrap the function that calls it in
+    `fgrad.custom_jvp` or `fgrad.custom_vjp` and give the rule there."""
+
+
+class ConvergenceError(FgradError, RuntimeError):
+    """A solver stopped without converging (SciPy reported failure, or an
+    iteration reached its limit), so its result is not the solution whose
+    derivative fgrad would compute. The message carries the solver's own
+    report; raise the iteration limit, loosen the tolerance, or start closer."""
+
+
+class ImplicitSolveError(FgradError, ArithmeticError):
+    """The linear system of an implicit derivative could not be solved
+    reliably: the Jacobian (or Hessian) at the solution is singular or badly
+    conditioned, or its iterative solve did not converge. The solution is then
+    not a smooth function of the parameters (a degenerate optimum, a root of
+    multiplicity two), and no derivative is returned rather than a wrong one."""
+
+
 class TapError(FgradError, ValueError):
     """A `fgrad.tap` / `fgrad.tap_forward` callback returned a value of the wrong shape."""
 

@@ -137,9 +137,8 @@ class BatchTrace(Trace):
     def process_custom_vjp(self, fun, fwd, bwd, args):
         vals, dims = self.unwrap(args)
         lower = top_trace(vals)
-        if lower is None:
-            out, _ = fwd(*args)
-            return out
+        if lower is None:               # no derivative below: only the primal
+            return fun.body(*args)
         b_fun, b_fwd, b_bwd = _batched_custom_vjp(fun, fwd, bwd, dims, self.axis_size)
         outs = lower.process_custom_vjp(b_fun, b_fwd, b_bwd, vals)
         return tuple(BatchTracer(self, o, 0) for o in outs)
@@ -245,8 +244,10 @@ def _batched_custom_vjp(fun, fwd, bwd, dims, size):
         # a primal every example shared gets the sum of their cotangents
         return tuple(c if c is None else sum_(c, 0) if d is None else move_axis(c, 0, d)
                      for c, d in zip(per_example, dims))
+    def b_body(*xs):            # what staging records: the batched body, no rules
+        return vmap(fun.body, in_axes=in_axes, axis_size=size)(*xs)
     name = f"vmap({fun.__name__})"
-    return _named(lambda *xs: b_fwd(*xs)[0], name), b_fwd, b_bwd
+    return _named(lambda *xs: b_fwd(*xs)[0], name, b_body), b_fwd, b_bwd
 
 
 def _batched_custom_jvp(fun, rule, dims, size):
@@ -259,7 +260,9 @@ def _batched_custom_jvp(fun, rule, dims, size):
     def b_rule(primals, tangents):
         return vmap(rule, in_axes=(in_axes, in_axes), axis_size=size)(
             tuple(primals), tuple(tangents))
-    return _named(b_fun, f"vmap({fun.__name__})"), b_rule
+    def b_body(*xs):            # what staging records: the batched body, no rules
+        return vmap(fun.body, in_axes=in_axes, axis_size=size)(*xs)
+    return _named(b_fun, f"vmap({fun.__name__})", b_body), b_rule
 
 
 def _loop_rule(prim):

@@ -17,6 +17,7 @@ import gc
 from fgrad.core.errors import ConcretizationError, MissingRuleError
 from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.core.trace import (
+    Primitive,
     ShapedArray,
     Trace,
     Tracer,
@@ -26,6 +27,7 @@ from fgrad.core.trace import (
     new_trace,
     trace_state,
 )
+from fgrad.interpreters.custom_rules import top_trace
 from fgrad.interpreters.sources import describe_source, user_source
 
 
@@ -95,6 +97,8 @@ class StagingTrace(Trace):
     """Records equations from abstract rules instead of evaluating."""
 
     __slots__ = ("eqns", "captured", "_captured_vars", "_avals", "reverse_spans")
+    # read by work that must be staged even on constants (fgrad.pure_callback)
+    staging = True
 
     def __init__(self, level):
         super().__init__(level)
@@ -146,12 +150,10 @@ class StagingTrace(Trace):
         return StagingTracer(self, var)
 
     def process_custom_vjp(self, fun, fwd, bwd, args):
-        # Staging sees through custom rules to the primal computation; a
-        # transformation applied to the staged graph differentiates that.
-        return fun(*args)
+        return _stage_custom(self, custom_vjp_call_p, fun, args, fwd=fwd, bwd=bwd)
 
     def process_custom_jvp(self, fun, rule, args):
-        return fun(*args)
+        return _stage_custom(self, custom_jvp_call_p, fun, args, rule=rule)
 
 
 class DebugStagingTrace(StagingTrace):
@@ -279,3 +281,68 @@ def shaped(x):
 
 
 
+
+
+# ---------------------------------------------------------------------------
+# custom_jvp / custom_vjp functions in a staged graph
+# ---------------------------------------------------------------------------
+#
+# A custom function called while staging becomes one equation whose graph is
+# its body and whose parameters are the user's rules, so a transformation of
+# the staged graph (grad of a jitted function, vmap of it) still uses the
+# rules: binding the equation's primitive hands the call to the innermost
+# trace's ``process_custom_*``, exactly as calling the decorated function does.
+# The compiler inlines the body (``call_param``). A body that closes over a
+# value traced outside the custom function is inlined at once instead: its
+# rules could not be replayed on other values.
+
+
+class CustomCallPrimitive(Primitive):
+    """The primitive of a staged `custom_jvp` (parameter ``rule``) or
+    `custom_vjp` (``fwd``, ``bwd``) call; its ``body`` parameter is the
+    function's graph.
+
+    Structural, like a call: it has no rule columns of its own (its derivative
+    and batching are the user's rules, applied by the traces), so it stays out
+    of the dispatch table."""
+
+    def __init__(self, name, kind):
+        super().__init__(name, self._impl, self._abstract, multiple_results=True,
+                         family="fgrad/interpreters/staging.py", register=False)
+        self.kind = kind
+        self.call_param = "body"
+
+    @staticmethod
+    def _impl(*args, body, name, **rules):
+        return tuple(eval_graph(body, args))
+
+    @staticmethod
+    def _abstract(*avals, body, name, **rules):
+        return tuple(v.aval for v in body.outvars)
+
+    def bind(self, *args, body, name, **rules):
+        trace = top_trace(args)
+        if trace is None:
+            return self._impl(*args, body=body, name=name)
+
+        def fun(*xs):
+            return self.bind(*xs, body=body, name=name, **rules)
+        fun.__name__ = name
+        fun.body = lambda *xs: tuple(eval_graph(body, xs))
+        if self.kind == "jvp":
+            return trace.process_custom_jvp(fun, rules["rule"], args)
+        return trace.process_custom_vjp(fun, rules["fwd"], rules["bwd"], args)
+
+
+def _stage_custom(trace, prim, fun, args, **rules):
+    body_fun = getattr(fun, "body", fun)
+    name = getattr(fun, "__name__", "custom")
+    body, captured = stage(lambda *xs: list(body_fun(*xs)),
+                           [get_aval(a).strip_weak() for a in args])
+    if captured:
+        return tuple(body_fun(*args))
+    return trace.process(prim, args, dict(body=body, name=name, **rules))
+
+
+custom_jvp_call_p = CustomCallPrimitive("custom_jvp_call", "jvp")
+custom_vjp_call_p = CustomCallPrimitive("custom_vjp_call", "vjp")

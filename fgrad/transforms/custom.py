@@ -76,6 +76,8 @@ class custom_vjp:
 
         def flat_fun(*xs):
             return flat.flatten_out(self(*flat.args(xs)))
+        # the undecorated function, for traces that only need the primal (staging)
+        flat_fun.body = lambda *xs: flat.flatten_out(self.fun(*flat.args(xs)))
 
         def flat_fwd(*xs):
             out, residuals = call_fwd(self.fwd, flat.args(xs), name)
@@ -186,7 +188,7 @@ class custom_jvp:
 
         def flat_fun(*xs):
             return flat.flatten_out(self(*flat.args(xs)))
-        # the undecorated function, for traces that only need the primal (vmap)
+        # the undecorated function, for traces that only need the primal (vmap, staging)
         flat_fun.body = lambda *xs: flat.flatten_out(self.fun(*flat.args(xs)))
 
         def flat_rule(primals, tangents):
