@@ -10,6 +10,10 @@ from fgrad.transforms.lax import fori_loop as fori_loop
 from fgrad.transforms.lax import scan as scan
 from fgrad.transforms.lax import switch as switch
 from fgrad.transforms.lax import while_loop as while_loop
+from fgrad.transforms.linear_solve import custom_linear_solve as custom_linear_solve
+from fgrad.transforms.roots import custom_root as custom_root
+from fgrad.transforms.roots import dense_solve as dense_solve
+from fgrad.transforms.roots import fixed_point as fixed_point
 
 __all__ = [
     "cond",
@@ -17,4 +21,8 @@ __all__ = [
     "while_loop",
     "fori_loop",
     "scan",
+    "custom_linear_solve",
+    "custom_root",
+    "fixed_point",
+    "dense_solve",
 ]

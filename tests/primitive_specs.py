@@ -872,3 +872,39 @@ def _host_sin_jvp(primals, tangents):
 
 SPECS["pure_callback"] = shapes(max_dims=2).flatmap(arrays).map(
     lambda x: Case(lambda x: _host_sin(x) * x, (np.asarray(x),), lambda x: np.sin(x) * x))
+
+
+# -- implicit solves: an identity on a solution whose rules solve again -------------------
+
+def _dense(matvec, b):
+    return fgrad.lax.dense_solve(matvec, b)
+
+
+def _linear_solve_case(m, b):
+    a = m + 3 * np.eye(m.shape[0])          # well away from singular
+
+    def f(a, b):
+        return fgrad.lax.custom_linear_solve(lambda x: a @ x, b, _dense,
+                                             transpose_solve=_dense)
+    return Case(f, (a, b), lambda a, b: np.linalg.solve(a, b), tol={"rtol": 1e-4})
+
+
+SPECS["linear_solve"] = st.integers(1, 3).flatmap(
+    lambda n: st.tuples(arrays((n, n), values(-1, 1)), arrays((n,)))).map(
+    lambda ab: _linear_solve_case(*ab))
+
+
+def _root_case(a):
+    # x with x**3 + x = a: one real root for every a, and 3x**2 + 1 > 0
+    def newton(f, x):
+        for _ in range(30):
+            x = x - f(x) / (3 * x ** 2 + 1)
+        return x
+
+    def f(a):
+        return fgrad.lax.custom_root(lambda x: x ** 3 + x - a, fnp.zeros_like(a), newton,
+                                     lambda g, y: y / g(fnp.ones_like(y)))
+    return Case(f, (a,), None, tol={"rtol": 1e-4})
+
+
+SPECS["implicit_root"] = shapes(max_dims=1).flatmap(arrays).map(_root_case)

@@ -12,6 +12,7 @@ back into (`fgrad.interpreters.callbacks`).
 """
 from fgrad.interpreters import callbacks as _callbacks
 from fgrad.transforms import control_flow, custom, extend, jit, lax  # noqa: F401
+from fgrad.transforms import linear_solve, roots  # noqa: F401
 from fgrad.transforms.differentiation import vjp as _vjp
 from fgrad.transforms.vmap import vmap as _vmap
 
