@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 IMG = ROOT / "docs" / "img"
 
 # shown as one node each: their modules are one concept to a reader of the picture
-COLLAPSED = ("fgrad.primitives", "fgrad.numpy", "fgrad.scipy", "fgrad.testing")
+COLLAPSED = ("fgrad.primitives", "fgrad.numpy", "fgrad.scipy", "fgrad.testing", "fgrad.optim")
 LAYER_NAMES = {"fgrad.core": "core", "fgrad.primitives": "primitives (the rules)",
                "fgrad.interpreters": "interpreters", "fgrad.compiler": "compiler",
                "fgrad.transforms": "transforms",

@@ -128,8 +128,8 @@ def _run(argv):
     x_train, y_train, x_test, y_test = load_data(args.seed)
     rng = np.random.default_rng(args.seed)
     params = init_params(rng)
-    opt = optim.adam(optim.warmup_cosine_decay(args.lr, min(50, steps // 10),
-                                               steps, args.lr * 0.05))
+    opt = optim.adam(optim.warmup_cosine_decay_schedule(0.0, args.lr, min(50, steps // 10),
+                                                        steps, args.lr * 0.05))
     state = opt.init(params)
 
     eager_step = fgrad.value_and_grad(loss_fn)
