@@ -17,6 +17,8 @@ from fgrad.core.errors import BatchAxisError as BatchAxisError
 from fgrad.core.errors import BatchedConversionError as BatchedConversionError
 from fgrad.core.errors import CallbackDerivativeError as CallbackDerivativeError
 from fgrad.core.errors import CallbackError as CallbackError
+from fgrad.core.errors import CheckpointError as CheckpointError
+from fgrad.core.errors import CheckpointMismatchError as CheckpointMismatchError
 from fgrad.core.errors import ConcretizationError as ConcretizationError
 from fgrad.core.errors import ConvergenceError as ConvergenceError
 from fgrad.core.errors import ControlFlowError as ControlFlowError
@@ -61,6 +63,8 @@ __all__ = [
     "BatchAxisError",
     "BatchedConversionError",
     "LoopBatchingWarning",
+    "CheckpointError",
+    "CheckpointMismatchError",
     "ConcretizationError",
     "StaticArgumentError",
     "TraceLimitError",

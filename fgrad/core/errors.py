@@ -237,6 +237,27 @@ class OptionalDependencyError(FgradError, ModuleNotFoundError):
     ``ModuleNotFoundError``, as Python's own import would raise."""
 
 
+class CheckpointError(FgradError, ValueError):
+    """`fgrad.tree.save` got a tree it cannot write without pickle (an object
+    array, a traced value, a dict key JSON cannot hold), or `fgrad.tree.load` a
+    file `fgrad.tree.save` did not write. The message names the place in the
+    tree and what to change."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """`fgrad.tree.load(path, like=tree)` read a file that does not match
+    ``like``: another structure (keys, lengths, node types) or a leaf of
+    another shape or dtype.
+
+    >>> fgrad.tree.load("ckpt.npz", like=params)            # doctest: +SKIP
+    CheckpointMismatchError: fgrad.tree.load('ckpt.npz'): at ['w'] the file holds
+    float64[3, 2] where like= has float64[3, 4] ...
+
+    Fix: load with the ``like`` the file was saved from (the same model and
+    optimizer settings), or without ``like`` to see what the file holds.
+    """
+
+
 # Users meet these as fgrad.errors.X (the public module re-exports them): name
 # them so in tracebacks and reprs, and so pickling finds them there.
 for _cls in list(globals().values()):

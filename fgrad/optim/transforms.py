@@ -37,8 +37,12 @@ def _full(tree, value):
     return tree_map(lambda p: fnp.full_like(p, value), tree)
 
 
-def _cast(tree, dtype):
-    return tree if dtype is None else tree_map(lambda x: fnp.astype(x, dtype), tree)
+def _kept(new, old):
+    """``new`` in the dtypes of ``old``, leaf by leaf: a state keeps its dtypes
+    from step to step (a float64 hyperparameter meeting a float32 moment would
+    promote it), so a jitted step does not trace again and a scan's carry keeps
+    its type."""
+    return tree_map(lambda n, o: n if n.dtype == o.dtype else fnp.astype(n, o.dtype), new, old)
 
 
 def _ema(updates, moments, decay, power=abs_sq):
@@ -123,7 +127,7 @@ def trace(decay, nesterov=False, accumulator_dtype=None):
             updates = tree_map(lambda g, t: g + decay * t, updates, new_trace)
         else:
             updates = new_trace
-        return updates, TraceState(_cast(new_trace, accumulator_dtype))
+        return updates, TraceState(_kept(new_trace, state.trace))
     return GradientTransformation(init, update)
 
 
@@ -160,7 +164,7 @@ def scale_by_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None, *,
             mu_hat = _debias(mu, b1, count)
         nu_hat = _debias(nu, b2, count)
         updates = tree_map(lambda m, v: m / (fnp.sqrt(v + eps_root) + eps), mu_hat, nu_hat)
-        return updates, ScaleByAdamState(count, _cast(mu, mu_dtype), nu)
+        return updates, ScaleByAdamState(count, _kept(mu, state.mu), _kept(nu, state.nu))
     return GradientTransformation(init, update)
 
 
@@ -204,9 +208,10 @@ def scale_by_rms(decay=0.9, eps=1e-8, initial_scale=0.0, eps_in_sqrt=True,
         nu = _ema(updates, state.nu, decay)
         if bias_correction:
             count = safe_increment(state.count)
-            nu_hat, new_state = _debias(nu, decay, count), ScaleByRmsWithCountState(count, nu)
+            nu_hat = _debias(nu, decay, count)
+            new_state = ScaleByRmsWithCountState(count, _kept(nu, state.nu))
         else:
-            nu_hat, new_state = nu, ScaleByRmsState(nu)
+            nu_hat, new_state = nu, ScaleByRmsState(_kept(nu, state.nu))
         return tree_map(lambda g, v: g * inverse_root(v), updates, nu_hat), new_state
     return GradientTransformation(init, update)
 
@@ -248,9 +253,11 @@ def scale_by_stddev(decay=0.9, eps=1e-8, initial_scale=0.0, eps_in_sqrt=True,
         if bias_correction:
             count = safe_increment(state.count)
             mu_hat, nu_hat = _debias(mu, decay, count), _debias(nu, decay, count)
-            new_state = ScaleByRStdDevWithCountState(count, mu, nu)
+            new_state = ScaleByRStdDevWithCountState(count, _kept(mu, state.mu),
+                                                     _kept(nu, state.nu))
         else:
-            mu_hat, nu_hat, new_state = mu, nu, ScaleByRStdDevState(mu, nu)
+            mu_hat, nu_hat = mu, nu
+            new_state = ScaleByRStdDevState(_kept(mu, state.mu), _kept(nu, state.nu))
         updates = tree_map(lambda g, m, v: g * inverse_root(v - abs_sq(m)),
                            updates, mu_hat, nu_hat)
         return updates, new_state
@@ -279,7 +286,8 @@ def scale_by_rss(initial_accumulator_value=0.1, eps=1e-7):
 
     def update(updates, state, params=None):
         total = tree_map(lambda g, t: abs_sq(g) + t, updates, state.sum_of_squares)
-        return tree_map(rescale, updates, total), ScaleByRssState(total)
+        return tree_map(rescale, updates, total), ScaleByRssState(
+            _kept(total, state.sum_of_squares))
     return GradientTransformation(
         lambda params: ScaleByRssState(_full(params, initial_accumulator_value)), update)
 
@@ -305,7 +313,7 @@ def scale_by_lion(b1=0.9, b2=0.99, mu_dtype=None):
     def update(updates, state, params=None):
         signs = tree_map(lambda g, m: fnp.sign((1 - b1) * g + b1 * m), updates, state.mu)
         mu = _ema(updates, state.mu, b2, power=lambda g: g)
-        return signs, ScaleByLionState(safe_increment(state.count), _cast(mu, mu_dtype))
+        return signs, ScaleByLionState(safe_increment(state.count), _kept(mu, state.mu))
     return GradientTransformation(init, update)
 
 

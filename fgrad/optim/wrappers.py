@@ -214,7 +214,7 @@ def inject_hyperparams(inner_factory, static_args=(), hyperparam_dtype=None):
                                           inner_factory(**other, **hyperparams).init(params))
 
         def update(updates, state, params=None):
-            dtype = hyperparam_dtype or _float_dtype(updates)
+            dtype = hyperparam_dtype or _float_dtype(updates if params is None else params)
             # the values in the state, so that a user's change to them is kept
             hyperparams = current({k: state.hyperparams[k] for k in numeric}, state.count,
                                   dtype)
