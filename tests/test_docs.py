@@ -1,5 +1,7 @@
-"""Every ```python block in docs/ and the README runs, top to bottom per page,
-and every public module's docstring examples pass (doctest)."""
+"""Every ```python block in docs/ and the README runs on its own, as a reader
+pasting it into a fresh interpreter would run it (a block whose first line is
+exactly ``# continues the block above`` runs after the block above, in its
+namespace), and every public module's docstring examples pass (doctest)."""
 import doctest
 import importlib
 import importlib.util
@@ -25,21 +27,51 @@ DOCTEST_MODULES = sorted({
     | {"fgrad", "fgrad.primitives"})
 
 
+CONTINUES = "# continues the block above"
+
+
+def blocks_of(text):
+    """The page's ```python blocks, each with the blocks it continues prepended
+    as one list: ``[[block], [block, continuation], ...]`` runs, one per chain."""
+    chains = []
+    for block in BLOCK.findall(text):
+        if block.split("\n", 1)[0] == CONTINUES and chains:
+            chains[-1].append(block)
+        else:
+            chains.append([block])
+    return chains
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_code_blocks_run(page):
-    blocks = BLOCK.findall(page.read_text())
-    namespace = {"__name__": f"docs_{page.stem}"}
-    for i, block in enumerate(blocks):
-        # "# requires: autograd" on a block's first line: a peer library's side
-        # of a side-by-side comparison, run only where that library is installed
-        required = re.match(r"# requires: ([\w.]+)", block)
-        if required and importlib.util.find_spec(required.group(1)) is None:
-            continue
-        try:
-            exec(compile(block, f"{page.name}[block {i}]", "exec"), namespace)
-        except Exception as err:
-            raise AssertionError(f"{page.name}, code block {i} failed: {err!r}\n{block}") \
-                from err
+    text = page.read_text()
+    assert not text.startswith("```python\n" + CONTINUES), \
+        f"{page.name}: the first block cannot continue a block above it"
+    number = 0
+    for chain in blocks_of(text):
+        namespace = {"__name__": f"docs_{page.stem}_{number}"}       # a fresh one
+        for i, block in enumerate(chain):
+            # "# requires: autograd" first (after the marker): a block for an
+            # optional library (a peer's side of a comparison, dask), run only
+            # where it is installed; the blocks continuing it are left out too
+            required = re.match(r"(?:# continues the block above\n)?# requires: ([\w.]+)",
+                                block)
+            if required and importlib.util.find_spec(required.group(1)) is None:
+                number += len(chain) - i
+                break
+            try:
+                exec(compile(block, f"{page.name}[block {number}]", "exec"), namespace)
+            except Exception as err:
+                raise AssertionError(f"{page.name}, code block {number} failed: {err!r}"
+                                     f"\n{block}") from err
+            number += 1
+
+
+def test_a_continued_block_shares_the_namespace_above():
+    text = ("```python\nx = 1\n```\n\n```python\n# continues the block above\ny = x\n```\n"
+            "```python\nz = 2\n```\n")
+    assert blocks_of(text) == [["x = 1\n", "# continues the block above\ny = x\n"],
+                               ["z = 2\n"]]
 
 
 # modules whose examples need an optional package (skipped where it is missing)
