@@ -33,7 +33,7 @@ other.
 
 ``--json FILE`` writes the figures; ``--svg OUT.svg LABEL=FILE[,FILE...] ...``
 draws them as stacked bars, one per label, each the phase-by-phase median of
-its files (needs matplotlib): the chart in docs/performance.md, whose figures
+its files (needs matplotlib): the chart in docs/changelog.md, whose figures
 go to OUT.json beside it. Run it on a quiet machine, or compare runs taken
 alternately: every phase is the fastest of several repeats.
 """

@@ -1,15 +1,38 @@
-"""The figures of one `benchmarks.run` as a chart and as Markdown tables.
+"""The figures of one `benchmarks.run` as a chart, Markdown tables and JSON.
 
-``python -m benchmarks.run --plot DIR`` calls `write`: ``DIR/benchmarks.svg``
-is a bar chart of each row's time as a multiple of the NumPy floor measured in
-the same run (one group of bars per workload, one bar per library, log
-scale), and ``DIR/benchmarks.md`` the same figures as Markdown tables
-(workload x library: the ratio, then the time per call) under the run's
-header. docs/performance.md shows both.
+``python -m benchmarks.run --plot DIR`` calls `write`: ``DIR/benchmarks.json``
+keeps the run (its header and one ``[workload, library, seconds, ratio]`` row
+per timing), ``DIR/benchmarks.svg`` is a chart of each row's time as a multiple
+of the NumPy floor measured in the same run (one panel per group of workloads,
+one bar per library, log scale), and ``DIR/benchmarks.md`` the same figures as
+one Markdown table per group (the floor's time per call, then each library's
+ratio to it). docs/performance.md shows the chart and the tables.
+
+``python -m benchmarks.plot RUN.json --svg PATH`` draws the chart again from a
+stored run and prints its tables (docs/img/benchmarks.json is the page's run).
 """
+import argparse
+import json
+import math
 import os
+import sys
 
 from .peers import ORDER
+
+# The chart's panels and the page's tables, in order; a workload of no group
+# goes to "Other".
+GROUPS = [
+    ("Per-operation overhead and elementwise gradients (eager grad)",
+     ["chain-grad", "sin-eager", "elementwise", "mlp-grad"]),
+    ("Compiled: jit(grad)", ["jit-chain", "jit-mlp8", "jit-rnn", "jit-scan", "jit-elem",
+                             "jit-sin", "jit-compile"]),
+    ("Models and linear algebra", ["lenet-grad", "einsum-grad", "solve-grad"]),
+    ("Per-example gradients (vmap)", ["pex-grad", "pex-jit", "pex-loop"]),
+    ("Second order and Jacobians", ["hvp", "hvp-600", "jacrev", "jacrev-vjp"]),
+]
+
+# Short column titles, so that a group's table fits the page
+SHORT = {"fgrad-unfused": "unfused", "fgrad-eager": "eager"}
 
 
 def _libraries(results):
@@ -25,12 +48,20 @@ def _libraries(results):
     return sorted(names, key=rank)
 
 
-def _workloads(results):
-    names = []
-    for workload, _, _, _ in results:
-        if workload not in names:
-            names.append(workload)
-    return names
+def groups(results):
+    """``[(title, workloads, libraries)]``: the groups with rows in ``results``,
+    each with the libraries (the floor left out) that have a figure in it."""
+    present = []
+    for _, names in GROUPS:
+        present += names
+    other = [w for w, _, _, _ in results if w not in present]
+    out = []
+    for title, names in GROUPS + [("Other", list(dict.fromkeys(other)))]:
+        rows = [r for r in results if r[0] in names]
+        workloads = [w for w in names if any(r[0] == w for r in rows)]
+        if workloads:
+            out.append((title, workloads, [lib for lib in _libraries(rows) if lib != "numpy"]))
+    return out
 
 
 def _ratio(r):
@@ -46,60 +77,109 @@ def _time(seconds):
 
 
 def markdown(results, header):
-    """The run's header and two tables (ratio to the floor, time per call)."""
-    workloads, libs = _workloads(results), _libraries(results)
+    """The run's header, then one table per group: the floor's time per call
+    and every library's time as a multiple of it."""
     cell = {(w, lib): (t, r) for w, lib, t, r in results}
-    lines = ["```text", *header, "```", "",
-             "Time per call as a multiple of the NumPy floor in the same run "
-             "(lower is better):", "",
-             "| workload | " + " | ".join(libs) + " |",
-             "|---|" + "---:|" * len(libs)]
-    for w in workloads:
-        lines.append(f"| {w} | " + " | ".join(
-            _ratio(cell[w, lib][1]) if (w, lib) in cell else "—" for lib in libs) + " |")
-    lines += ["", "Time per call:", "",
-              "| workload | " + " | ".join(libs) + " |",
-              "|---|" + "---:|" * len(libs)]
-    for w in workloads:
-        lines.append(f"| {w} | " + " | ".join(
-            _time(cell[w, lib][0]) if (w, lib) in cell else "—" for lib in libs) + " |")
+    lines = ["```text", *header, "```"]
+    for title, workloads, libs in groups(results):
+        lines += ["", f"**{title}**", "",
+                  "| workload | NumPy floor | " + " | ".join(SHORT.get(x, x) for x in libs)
+                  + " |",
+                  "|---|---:|" + "---:|" * len(libs)]
+        for w in workloads:
+            floor = _time(cell[w, "numpy"][0]) if (w, "numpy") in cell else "—"
+            lines.append(f"| {w} | {floor} | " + " | ".join(
+                _ratio(cell[w, lib][1]) if (w, lib) in cell else "—" for lib in libs) + " |")
     return "\n".join(lines) + "\n"
 
 
 def chart(results, path):
-    """Write the SVG bar chart of the ratios to ``path`` (matplotlib)."""
+    """Write the SVG chart of the ratios to ``path`` (matplotlib): one panel per
+    group, a horizontal bar per workload and library, the floor at 1. Drawn 8
+    inches wide with 11-point text, so that at a page's ~800 px its labels are
+    about 15 px high."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    workloads, libs = _workloads(results), _libraries(results)
     cell = {(w, lib): r for w, lib, _, r in results}
-    width = 0.8 / max(len(libs), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(workloads) + 2), 4.2))
-    colors = plt.get_cmap("tab10")
-    for j, lib in enumerate(libs):
-        xs = [i + (j - (len(libs) - 1) / 2) * width for i, w in enumerate(workloads)
-              if (w, lib) in cell]
-        ys = [cell[w, lib] for w in workloads if (w, lib) in cell]
-        ax.bar(xs, ys, width, label=lib, color=colors(j % 10))
-    ax.set_yscale("log")
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(workloads)))
-    ax.set_xticklabels(workloads, rotation=30, ha="right")
-    ax.set_ylabel("time / NumPy floor (log scale, lower is better)")
-    ax.legend(fontsize="small", ncol=min(len(libs), 4))
-    fig.tight_layout()
-    # no timestamps in the file: the same figures give the same SVG
-    fig.savefig(path, format="svg", metadata={"Date": None})
-    plt.close(fig)
+    panels = groups(results)
+    all_libs = [lib for lib in _libraries(results) if lib != "numpy"]
+    colors = {lib: plt.get_cmap("tab10")(i % 10) for i, lib in enumerate(all_libs)}
+    heights = [0.9 + 0.11 * len(w) * len(libs) for _, w, libs in panels]
+    ratios = [r for (w, lib), r in cell.items() if lib != "numpy"] + [1.0]
+    # one scale for every panel, powers of ten labelled as multiples of the floor
+    low, high = min(ratios) / 2.5, max(ratios) * 2.5
+    ticks = [10.0 ** k for k in range(math.ceil(math.log10(low)),
+                                      math.floor(math.log10(high)) + 1)]
+    with plt.rc_context({"font.size": 11, "svg.hashsalt": "fgrad"}):
+        fig, axes = plt.subplots(len(panels), 1, figsize=(8, sum(heights) + 0.9),
+                                 gridspec_kw={"height_ratios": heights}, squeeze=False)
+        for ax, (title, workloads, libs) in zip(axes[:, 0], panels):
+            thickness = 0.8 / len(libs)
+            for j, lib in enumerate(libs):
+                ys = [i + (j - (len(libs) - 1) / 2) * thickness
+                      for i, w in enumerate(workloads) if (w, lib) in cell]
+                xs = [cell[w, lib] for w in workloads if (w, lib) in cell]
+                # from the floor: a bar to the left is faster than NumPy by hand
+                ax.barh(ys, [x - 1 for x in xs], thickness, left=1, color=colors[lib])
+                if lib == "fgrad":      # its figure at the bar's end, readable near 1x
+                    for x, y in zip(xs, ys):
+                        ax.annotate(_ratio(x), (x, y), xytext=(4 if x >= 1 else -4, 0),
+                                    textcoords="offset points", va="center",
+                                    ha="left" if x >= 1 else "right", fontsize=10)
+            ax.set_xscale("log")
+            ax.set_xlim(low, high)
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{t:g}x" for t in ticks])
+            ax.minorticks_off()
+            ax.axvline(1.0, color="black", linewidth=1)
+            ax.set_yticks(range(len(workloads)))
+            ax.set_yticklabels(workloads)
+            ax.set_ylim(len(workloads) - 0.5, -0.5)
+            ax.set_title(title, loc="left", fontsize=12)
+            ax.grid(axis="x", color="#dddddd")
+            ax.set_axisbelow(True)
+        axes[-1, 0].set_xlabel("time as a multiple of NumPy by hand (the black line); "
+                               "shorter is faster")
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colors[lib]) for lib in all_libs]
+        fig.legend(handles, all_libs, loc="upper center", ncol=min(len(all_libs), 4),
+                   frameon=False)
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / (sum(heights) + 0.9)))
+        # no timestamps in the file: the same figures give the same SVG
+        fig.savefig(path, format="svg", metadata={"Date": None})
+        plt.close(fig)
 
 
 def write(directory, results, header):
-    """Write benchmarks.svg and benchmarks.md into ``directory``; their paths."""
+    """Write benchmarks.json, benchmarks.svg and benchmarks.md into ``directory``;
+    their paths."""
     os.makedirs(directory, exist_ok=True)
-    svg = os.path.join(directory, "benchmarks.svg")
-    md = os.path.join(directory, "benchmarks.md")
-    chart(results, svg)
-    with open(md, "w", encoding="utf-8") as f:
+    paths = [os.path.join(directory, f"benchmarks.{ext}") for ext in ("json", "svg", "md")]
+    with open(paths[0], "w", encoding="utf-8") as f:
+        json.dump({"header": header, "results": [list(r) for r in results]}, f, indent=1)
+        f.write("\n")
+    chart(results, paths[1])
+    with open(paths[2], "w", encoding="utf-8") as f:
         f.write(markdown(results, header))
-    return [svg, md]
+    return paths
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.plot",
+                                     description="Draw a stored run's chart; print its "
+                                                 "tables.")
+    parser.add_argument("run", help="a benchmarks.json written by benchmarks.run --plot")
+    parser.add_argument("--svg", help="where to write the chart (default: beside RUN)")
+    args = parser.parse_args(argv)
+    with open(args.run, encoding="utf-8") as f:
+        run = json.load(f)
+    results = [tuple(r) for r in run["results"]]
+    svg = args.svg or os.path.join(os.path.dirname(args.run), "benchmarks.svg")
+    chart(results, svg)
+    print(markdown(results, run["header"]))
+    print(f"wrote {svg}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

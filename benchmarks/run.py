@@ -185,9 +185,10 @@ def main(argv=None) -> None:
                         help="report each row's fastest repeat instead of the median "
                              "(steadier on a shared machine)")
     parser.add_argument("--plot", metavar="DIR",
-                        help="also write DIR/benchmarks.svg (a bar chart of the ratios to "
-                             "the floor; needs matplotlib) and DIR/benchmarks.md (the "
-                             "figures as Markdown tables, with the run's header)")
+                        help="also write DIR/benchmarks.json (the run's figures), "
+                             "DIR/benchmarks.svg (a chart of the ratios to the floor, one "
+                             "panel per group of workloads; needs matplotlib) and "
+                             "DIR/benchmarks.md (one Markdown table per group)")
     args = parser.parse_args(argv)
 
     factories = discover_workloads()
