@@ -14,8 +14,8 @@ with the same results as before. They will be removed in a later release.
 >>> with warnings.catch_warnings():
 ...     warnings.simplefilter("ignore", DeprecationWarning)
 ...     s = piecewise_constant([100, 200], [1.0, 0.1, 0.01])
->>> [float(s(t)) for t in (0, 150, 500)]
-[1.0, 0.1, 0.01]
+>>> tuple(float(s(t)) for t in (0, 150, 500))
+(1.0, 0.1, 0.01)
 """
 import warnings
 

@@ -7,8 +7,8 @@ step count is a traced int32 array. Outside every transformation a schedule
 takes a plain int and returns a NumPy scalar.
 
 >>> s = warmup_cosine_decay_schedule(0.0, 1.0, warmup_steps=10, decay_steps=110)
->>> [round(float(s(t)), 3) for t in (0, 5, 10, 60, 110, 500)]
-[0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
+>>> tuple(round(float(s(t)), 3) for t in (0, 5, 10, 60, 110, 500))
+(0.0, 0.5, 1.0, 0.5, 0.0, 0.0)
 """
 import math
 
@@ -66,8 +66,8 @@ def piecewise_constant_schedule(init_value, boundaries_and_scales=None):
     ``boundaries_and_scales`` (a dict ``{boundary: scale}``) on.
 
     >>> s = piecewise_constant_schedule(1.0, {100: 0.1, 200: 0.1})
-    >>> [float(s(t)) for t in (0, 100, 250)]
-    [1.0, 0.1, 0.010000000000000002]
+    >>> tuple(float(s(t)) for t in (0, 100, 250))
+    (1.0, 0.1, 0.010000000000000002)
     """
     items = sorted((boundaries_and_scales or {}).items())
     if any(not scale >= 0 for _, scale in items):

@@ -398,8 +398,8 @@ def clip(max_delta):
 def clip_by_global_norm(max_norm):
     """Scale the updates down so that their `global_norm` is at most ``max_norm``.
 
-    >>> clip_by_global_norm(1.0).update([np.array([3.0, 4.0])], EmptyState())[0]
-    [array([0.6, 0.8])]
+    >>> clip_by_global_norm(1.0).update((np.array([3.0, 4.0]),), EmptyState())[0]
+    (array([0.6, 0.8]),)
     """
     if isinstance(max_norm, (int, float)) and not max_norm > 0:
         raise NNArgumentError(f"clip_by_global_norm: max_norm must be positive, got "
