@@ -264,7 +264,7 @@ def test_fit_full_batch_takes_the_same_steps_as_the_in_memory_loop():
         history.append(float(value))
     np.testing.assert_allclose(result.history, history, rtol=RTOL)
     _assert_tree_close(result.params, params)
-    assert result.state.step == 4
+    assert int(result.state[0].count) == 4          # adam: scale_by_adam counts the steps
 
 
 @needs_dask
