@@ -11,6 +11,7 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad import optim
 from fgrad.errors import NNArgumentError
+from standin_backend import StandInArray, registered, to_numpy, to_standin
 
 P = {"w": np.array([1.0, -2.0]), "b": (np.array(0.5),)}
 G = {"w": np.array([0.3, -0.1]), "b": (np.array(2.0),)}
@@ -320,3 +321,19 @@ def test_scan_training_loop_under_jit(name):
     expected_params, expected_losses = _eager_losses(opt, PARAMS)
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-12)
     np.testing.assert_allclose(_leaves(params), _leaves(expected_params), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_state_and_updates_stay_on_the_parameters_device(name):
+    # the stand-in refuses NumPy arrays among device operands, as CuPy does: the
+    # step count and the hyperparameters must be made on the parameters' backend
+    opt = OPTIMIZERS[name]
+    expected_params, _ = _eager_losses(opt, PARAMS)
+    with registered():
+        params, state = to_standin(PARAMS), opt.init(to_standin(PARAMS))
+        for x, y in zip(X, Y):
+            params, state, _ = _train_step(opt)(params, state, to_standin(x), to_standin(y))
+        for leaf in fgrad.tree.tree_leaves((params, state)):
+            assert type(leaf) is StandInArray
+        np.testing.assert_allclose(_leaves(to_numpy(params)), _leaves(expected_params),
+                                   rtol=1e-12)

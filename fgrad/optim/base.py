@@ -20,7 +20,8 @@ from fgrad.core.tree import tree_leaves, tree_map
 
 __all__ = [
     "GradientTransformation", "EmptyState", "identity", "init_empty_state",
-    "apply_updates", "global_norm", "zero_count", "safe_increment", "cast_like",
+    "apply_updates", "global_norm", "zero_count", "on_backend_of", "safe_increment",
+    "cast_like",
     "abs_sq", "check_learning_rate",
 ]
 
@@ -67,13 +68,28 @@ _COUNT_DTYPE = np.int32
 _COUNT_MAX = np.iinfo(_COUNT_DTYPE).max
 
 
-def zero_count():
-    """A fresh step count: a 0-d int32 array.
+def on_backend_of(value, tree):
+    """``value`` as an array of the backend (NumPy, CuPy) of ``tree``'s first
+    array leaf, so that a state's counters and hyperparameters meet the
+    parameters on one device (CuPy refuses NumPy arrays as operands).
+
+    >>> on_backend_of(0.5, {"w": np.ones(2)})
+    array(0.5)
+    """
+    for leaf in tree_leaves(tree):
+        if hasattr(leaf, "shape"):
+            return fnp.asarray(value, like=leaf)
+    return fnp.asarray(value)
+
+
+def zero_count(like=None):
+    """A fresh step count: a 0-d int32 array, on the backend of ``like`` (the
+    parameters) when given.
 
     >>> zero_count()
     array(0, dtype=int32)
     """
-    return np.zeros((), _COUNT_DTYPE)
+    return on_backend_of(np.zeros((), _COUNT_DTYPE), like)
 
 
 def safe_increment(count):

@@ -85,7 +85,8 @@ def scale_by_schedule(step_size_fn):
         step_size = step_size_fn(state.count)
         return (tree_map(lambda g: g * cast_like(step_size, g), updates),
                 ScaleByScheduleState(safe_increment(state.count)))
-    return GradientTransformation(lambda params: ScaleByScheduleState(zero_count()), update)
+    return GradientTransformation(lambda params: ScaleByScheduleState(zero_count(params)),
+                                  update)
 
 
 def scale_by_learning_rate(learning_rate, *, flip_sign=True):
@@ -150,7 +151,7 @@ def scale_by_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None, *,
     array([ 1., -1.])
     """
     def init(params):
-        return ScaleByAdamState(zero_count(), _zeros(params, mu_dtype), _zeros(params))
+        return ScaleByAdamState(zero_count(params), _zeros(params, mu_dtype), _zeros(params))
 
     def update(updates, state, params=None):
         mu = _ema(updates, state.mu, b1, power=lambda g: g)
@@ -201,7 +202,7 @@ def scale_by_rms(decay=0.9, eps=1e-8, initial_scale=0.0, eps_in_sqrt=True,
 
     def init(params):
         nu = _full(params, initial_scale)
-        return ScaleByRmsWithCountState(zero_count(), nu) if bias_correction \
+        return ScaleByRmsWithCountState(zero_count(params), nu) if bias_correction \
             else ScaleByRmsState(nu)
 
     def update(updates, state, params=None):
@@ -244,7 +245,7 @@ def scale_by_stddev(decay=0.9, eps=1e-8, initial_scale=0.0, eps_in_sqrt=True,
 
     def init(params):
         mu, nu = _zeros(params), _full(params, initial_scale)
-        return ScaleByRStdDevWithCountState(zero_count(), mu, nu) if bias_correction \
+        return ScaleByRStdDevWithCountState(zero_count(params), mu, nu) if bias_correction \
             else ScaleByRStdDevState(mu, nu)
 
     def update(updates, state, params=None):
@@ -308,7 +309,7 @@ def scale_by_lion(b1=0.9, b2=0.99, mu_dtype=None):
     array([ 1., -1.])
     """
     def init(params):
-        return ScaleByLionState(zero_count(), _zeros(params, mu_dtype))
+        return ScaleByLionState(zero_count(params), _zeros(params, mu_dtype))
 
     def update(updates, state, params=None):
         signs = tree_map(lambda g, m: fnp.sign((1 - b1) * g + b1 * m), updates, state.mu)
@@ -369,7 +370,7 @@ def add_decayed_weights(weight_decay=0.0, mask=None):
     scheduled = callable(weight_decay)
 
     def init(params):
-        return WeightDecaySchedule(zero_count()) if scheduled else EmptyState()
+        return WeightDecaySchedule(zero_count(params)) if scheduled else EmptyState()
 
     def update(updates, state, params=None):
         _params_needed(params, "add_decayed_weights")

@@ -24,7 +24,8 @@ import numpy as np
 
 from fgrad import numpy as fnp
 from fgrad.core.errors import NNArgumentError
-from fgrad.optim.base import GradientTransformation, cast_like, safe_increment, zero_count
+from fgrad.optim.base import (GradientTransformation, cast_like, on_backend_of, safe_increment,
+                              zero_count)
 from fgrad.core.tree import tree_leaves, tree_map
 
 __all__ = ["MultiSteps", "MultiStepsState", "skip_not_finite", "inject_hyperparams",
@@ -94,9 +95,9 @@ class MultiSteps:
 
     def init(self, params):
         """The first state: counters at zero, nothing accumulated."""
-        gradient_step = zero_count()
+        gradient_step = zero_count(params)
         _, skip_state = self._should_skip(self._zeros(params), gradient_step, params)
-        return MultiStepsState(zero_count(), gradient_step, self.inner_opt.init(params),
+        return MultiStepsState(zero_count(params), gradient_step, self.inner_opt.init(params),
                                self._zeros(params), skip_state)
 
     def update(self, updates, state, params=None):
@@ -155,12 +156,11 @@ def _float_dtype(params):
     return np.result_type(*dtypes) if dtypes else np.float64
 
 
-def _as_hyperparam(value, dtype):
-    """Floats in the parameters' float dtype; integers as they are."""
+def _as_hyperparam(value, dtype, like):
+    """An array on the parameters' backend; floats in their float dtype."""
     value_dtype = value.dtype if hasattr(value, "dtype") else np.result_type(value)
-    if np.issubdtype(value_dtype, np.floating):
-        return fnp.astype(fnp.asarray(value), dtype)
-    return fnp.asarray(value)
+    value = on_backend_of(value, like)
+    return fnp.astype(value, dtype) if np.issubdtype(value_dtype, np.floating) else value
 
 
 def inject_hyperparams(inner_factory, static_args=(), hyperparam_dtype=None):
@@ -201,23 +201,23 @@ def inject_hyperparams(inner_factory, static_args=(), hyperparam_dtype=None):
             else:
                 other[name] = value
 
-        def current(values, count, dtype):
-            hyperparams = {k: _as_hyperparam(v, dtype) for k, v in values.items()}
-            hyperparams.update({k: _as_hyperparam(s(count), dtype)
+        def current(values, count, like):
+            dtype = hyperparam_dtype or _float_dtype(like)
+            hyperparams = {k: _as_hyperparam(v, dtype, like) for k, v in values.items()}
+            hyperparams.update({k: _as_hyperparam(s(count), dtype, like)
                                 for k, s in schedules.items()})
             return hyperparams
 
         def init(params):
-            dtype = hyperparam_dtype or _float_dtype(params)
-            hyperparams = current(numeric, zero_count(), dtype)
-            return InjectHyperparamsState(zero_count(), hyperparams,
+            count = zero_count(params)
+            hyperparams = current(numeric, count, params)
+            return InjectHyperparamsState(count, hyperparams,
                                           inner_factory(**other, **hyperparams).init(params))
 
         def update(updates, state, params=None):
-            dtype = hyperparam_dtype or _float_dtype(updates if params is None else params)
             # the values in the state, so that a user's change to them is kept
             hyperparams = current({k: state.hyperparams[k] for k in numeric}, state.count,
-                                  dtype)
+                                  updates if params is None else params)
             updates, inner_state = inner_factory(**other, **hyperparams).update(
                 updates, state.inner_state, params)
             return updates, InjectHyperparamsState(safe_increment(state.count), hyperparams,
