@@ -266,37 +266,41 @@ def _train_step(opt):
     return step
 
 
+def _run(step, params, state, move=lambda batch: batch):
+    """``step`` over the batches; the final parameters and state, and the losses."""
+    losses = []
+    for x, y in zip(X, Y):
+        params, state, loss = step(params, state, move(x), move(y))
+        losses.append(loss)
+    return params, state, losses
+
+
 def _eager_losses(opt, params):
-    state, losses = opt.init(params), []
-    for x, y in zip(X, Y):
-        params, state, loss = _train_step(opt)(params, state, x, y)
-        losses.append(loss)
-    return params, np.array(losses)
+    params, _, losses = _run(_train_step(opt), params, opt.init(params))
+    return params, losses
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
-def test_jitted_step_traces_once(name):
-    opt = OPTIMIZERS[name]
-    step = fgrad.jit(_train_step(opt), max_traces=1)
-    params, state, losses = PARAMS, opt.init(PARAMS), []
-    for x, y in zip(X, Y):
-        params, state, loss = step(params, state, x, y)
-        losses.append(loss)
-    assert step.cache_info().traces == 1
+def _assert_as_eager(opt, params, losses):
     expected_params, expected_losses = _eager_losses(opt, PARAMS)
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-12)
     np.testing.assert_allclose(_leaves(params), _leaves(expected_params), rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
+def test_jitted_step_traces_once(name):
+    opt = OPTIMIZERS[name]
+    step = fgrad.jit(_train_step(opt), max_traces=1)
+    params, _, losses = _run(step, PARAMS, opt.init(PARAMS))
+    assert step.cache_info().traces == 1
+    _assert_as_eager(opt, params, losses)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
 def test_vmapped_ensemble_matches_each_model(name):
     opt = OPTIMIZERS[name]
     ensemble = fgrad.tree.tree_map(lambda leaf: np.stack([leaf, leaf + 1, 2 * leaf]), PARAMS)
-    state = fgrad.vmap(opt.init)(ensemble)
     step = fgrad.vmap(_train_step(opt), in_axes=(0, 0, None, None))
-    params = ensemble
-    for x, y in zip(X, Y):
-        params, state, _ = step(params, state, x, y)
+    params, _, _ = _run(step, ensemble, fgrad.vmap(opt.init)(ensemble))
     for i in range(3):
         alone, _ = _eager_losses(opt, fgrad.tree.tree_map(lambda leaf: leaf[i], ensemble))
         np.testing.assert_allclose(_leaves(fgrad.tree.tree_map(lambda leaf: leaf[i], params)),
@@ -317,10 +321,7 @@ def test_scan_training_loop_under_jit(name):
         (params, _), losses = fgrad.lax.scan(body, (params, opt.init(params)), (X, Y))
         return params, losses
 
-    params, losses = train(PARAMS)
-    expected_params, expected_losses = _eager_losses(opt, PARAMS)
-    np.testing.assert_allclose(losses, expected_losses, rtol=1e-12)
-    np.testing.assert_allclose(_leaves(params), _leaves(expected_params), rtol=1e-12)
+    _assert_as_eager(opt, *train(PARAMS))
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
@@ -330,9 +331,8 @@ def test_state_and_updates_stay_on_the_parameters_device(name):
     opt = OPTIMIZERS[name]
     expected_params, _ = _eager_losses(opt, PARAMS)
     with registered():
-        params, state = to_standin(PARAMS), opt.init(to_standin(PARAMS))
-        for x, y in zip(X, Y):
-            params, state, _ = _train_step(opt)(params, state, to_standin(x), to_standin(y))
+        params, state, _ = _run(_train_step(opt), to_standin(PARAMS),
+                                opt.init(to_standin(PARAMS)), move=to_standin)
         for leaf in fgrad.tree.tree_leaves((params, state)):
             assert type(leaf) is StandInArray
         np.testing.assert_allclose(_leaves(to_numpy(params)), _leaves(expected_params),
