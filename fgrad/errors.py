@@ -31,6 +31,7 @@ from fgrad.core.errors import FgradError as FgradError
 from fgrad.core.errors import ImmutableArrayError as ImmutableArrayError
 from fgrad.core.errors import ImplicitSolveError as ImplicitSolveError
 from fgrad.core.errors import IndexUpdateError as IndexUpdateError
+from fgrad.core.errors import IntegrationError as IntegrationError
 from fgrad.core.errors import InvalidInputError as InvalidInputError
 from fgrad.core.errors import LinalgDerivativeError as LinalgDerivativeError
 from fgrad.core.errors import LoopBatchingWarning as LoopBatchingWarning
@@ -85,4 +86,5 @@ __all__ = [
     "CallbackDerivativeError",
     "ConvergenceError",
     "ImplicitSolveError",
+    "IntegrationError",
 ]

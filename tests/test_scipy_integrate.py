@@ -91,3 +91,43 @@ def test_second_order_and_forward_mode_are_refused_not_zero():
 def test_options_it_cannot_honour_are_refused():
     with pytest.raises(fgrad.errors.ScipyArgumentError, match="full_output is not supported"):
         odeint(oscillator, Y0, TS, args=(K, C), full_output=True)
+
+
+def _neural_field(y, t, layers):
+    # a neural-ODE right-hand side: args holds a list of (W, b) layers
+    for i, (w, b) in enumerate(layers):
+        y = w @ y + b
+        y = fnp.tanh(y) if i < len(layers) - 1 else y
+    return y
+
+
+def test_pytree_args_forward_and_backward():
+    rng = np.random.default_rng(0)
+    layers = [(0.5 * rng.standard_normal((4, 2)), 0.1 * rng.standard_normal(4)),
+              (0.5 * rng.standard_normal((2, 4)), 0.1 * rng.standard_normal(2))]
+    ts = np.array([0.0, 0.5, 1.0])
+
+    def loss(layers):
+        return fnp.sum(odeint(_neural_field, Y0, ts, args=(layers,), **TOL) ** 2)
+
+    flat = [p for layer in layers for p in layer]
+
+    def flat_loss(*ps):
+        return loss([(ps[0], ps[1]), (ps[2], ps[3])])
+    grads = fgrad.grad(loss)(layers)
+    assert isinstance(grads, list) and isinstance(grads[0], tuple)
+    got = [g for layer in grads for g in layer]
+    for i, g in enumerate(got):
+        np.testing.assert_allclose(g, _finite_difference(flat_loss, flat, i), rtol=1e-5,
+                                   atol=1e-7)
+
+
+def test_args_leaves_that_are_not_floats_pass_through_undifferentiated():
+    def field(y, t, rates, power, name):
+        assert isinstance(power, int) and name == "decay"
+        return -rates["k"] * y ** power
+
+    def final(k):
+        return odeint(field, 1.0, np.array([0.0, 1.0]), args=({"k": k}, 1, "decay"),
+                      **TOL)[-1, 0]
+    np.testing.assert_allclose(fgrad.grad(final)(0.7), -np.exp(-0.7), rtol=1e-7)

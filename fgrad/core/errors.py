@@ -258,6 +258,14 @@ class CheckpointMismatchError(CheckpointError):
     """
 
 
+class IntegrationError(FgradError, RuntimeError):
+    """An `fgrad.scipy.integrate` solve failed: SciPy's integrator reported
+    failure (a status below zero: the step size underflowed, too much work), or
+    the right-hand side or its vector-Jacobian product returned NaN, in the
+    forward solve or in the adjoint pass of its derivative. The message says
+    which pass, the time reached and SciPy's own message."""
+
+
 # Users meet these as fgrad.errors.X (the public module re-exports them): name
 # them so in tracebacks and reprs, and so pickling finds them there.
 for _cls in list(globals().values()):
@@ -271,3 +279,4 @@ class ScipyArgumentError(FgradError, ValueError):
     """An `fgrad.scipy` function got arguments SciPy would refuse too: a
     covariance that is not positive semidefinite, or a singular one without
     ``allow_singular=True``. The message says which and what to pass instead."""
+

@@ -3,7 +3,8 @@
 `odeint` takes SciPy's call -- ``odeint(func, y0, t, args=(), ...)`` with
 ``func(y, t, *args)`` written with `fgrad.numpy` -- and SciPy's LSODA solves it.
 Reverse mode (`fgrad.grad`, `fgrad.vjp`) differentiates the solution with
-respect to ``y0``, the time points ``t`` and every array in ``args`` by solving
+respect to ``y0``, the time points ``t`` and every array in ``args`` (pytrees
+such as a list of ``(W, b)`` layers too) by solving
 the adjoint equations backwards, interval by interval, with the same solver:
 
     da/dt = -a^T df/dy,   dargs_bar/dt = -a^T df/dargs,   a(t_i) += ct_i
@@ -24,12 +25,16 @@ says so, never a silent zero.
 >>> round(float(fgrad.grad(lambda k: odeint(decay, 1.0, ts, args=(k,))[-1, 0])(0.5)), 5)
 -0.60653
 """
+import numbers as _numbers
+
 import numpy as _np
 
 from fgrad.core.errors import MissingRuleError as _MissingRuleError
 from fgrad.core.errors import OptionalDependencyError as _OptionalDependencyError
 from fgrad.core.errors import ScipyArgumentError as _ScipyArgumentError
 from fgrad.core.trace import Tracer as _Tracer
+from fgrad.core.tree import tree_flatten as _tree_flatten
+from fgrad.core.tree import tree_unflatten as _tree_unflatten
 from fgrad.transforms.custom import custom_vjp as _custom_vjp
 from fgrad.transforms.differentiation import vjp as _vjp
 
@@ -51,9 +56,40 @@ def odeint(func, y0, t, args=(), tfirst=False, **options):
             f"odeint: {', '.join(refused)} is not supported by fgrad.scipy.integrate."
             "odeint (its derivative needs the plain solution); leave it out -- fgrad "
             "computes the Jacobian products it needs from func")
-    args = tuple(args)
-    rhs = (lambda y, s, *a: func(s, y, *a)) if tfirst else func
-    return _with_adjoint(rhs, options)(y0, t, *args)
+    leaves, rebuild = _flat_args(args)
+    if tfirst:
+        def rhs(y, s, *leaves):
+            return func(s, y, *rebuild(leaves))
+    else:
+        def rhs(y, s, *leaves):
+            return func(y, s, *rebuild(leaves))
+    return _with_adjoint(rhs, options)(y0, t, *leaves)
+
+
+def _flat_args(args):
+    """The numeric leaves of ``args`` (a tuple of pytrees), and a function that
+    puts new leaves back into its structure. Leaves that are not floating-point
+    numbers or arrays (ints, strings, functions) stay as they are, undifferentiated."""
+    leaves, treedef = _tree_flatten(tuple(args))
+    numeric = [i for i, leaf in enumerate(leaves) if _differentiable(leaf)]
+
+    def rebuild(values):
+        full = list(leaves)
+        for i, value in zip(numeric, values):
+            full[i] = value
+        return _tree_unflatten(treedef, full)
+    return [leaves[i] for i in numeric], rebuild
+
+
+def _differentiable(leaf):
+    if isinstance(leaf, _Tracer):
+        return True
+    if isinstance(leaf, (bool, _np.bool_, _numbers.Integral)):
+        return False
+    if isinstance(leaf, _numbers.Number):
+        return True
+    dtype = getattr(leaf, "dtype", None)
+    return dtype is not None and _np.issubdtype(dtype, _np.inexact)
 
 
 def _integrate(func, y0, t, args, options):
