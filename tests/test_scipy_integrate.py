@@ -131,3 +131,26 @@ def test_args_leaves_that_are_not_floats_pass_through_undifferentiated():
         return odeint(field, 1.0, np.array([0.0, 1.0]), args=({"k": k}, 1, "decay"),
                       **TOL)[-1, 0]
     np.testing.assert_allclose(fgrad.grad(final)(0.7), -np.exp(-0.7), rtol=1e-7)
+
+
+def test_a_failed_solve_raises_instead_of_warning():
+    blow_up = lambda y, t: y ** 2            # y = 1 / (1 - t): infinite at t = 1
+    with pytest.raises(fgrad.errors.IntegrationError,
+                       match="odeint's solve failed near t=1: LSODA says 'Excess work"):
+        odeint(blow_up, 1.0, np.array([0.0, 2.0]))
+    with pytest.raises(fgrad.errors.IntegrationError, match="odeint's solve met NaN at t=0"), \
+            np.errstate(invalid="ignore"):
+        odeint(lambda y, t: fnp.sqrt(-y), 1.0, np.array([0.0, 1.0]))
+
+
+def test_a_failed_adjoint_pass_raises():
+    @fgrad.custom_vjp
+    def nan_gradient(y):
+        return y
+
+    nan_gradient.defvjp(lambda y: (y, None), lambda _, ct: (ct * np.nan,))
+    with pytest.raises(fgrad.errors.IntegrationError,
+                       match=r"odeint's adjoint pass \(func's vector-Jacobian products\) "
+                             "met NaN at t=1"):
+        fgrad.grad(lambda k: odeint(lambda y, t, k: -k * nan_gradient(y), 1.0,
+                                    np.array([0.0, 1.0]), args=(k,))[-1, 0])(0.5)

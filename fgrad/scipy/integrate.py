@@ -26,9 +26,11 @@ says so, never a silent zero.
 -0.60653
 """
 import numbers as _numbers
+import warnings as _warnings
 
 import numpy as _np
 
+from fgrad.core.errors import IntegrationError as _IntegrationError
 from fgrad.core.errors import MissingRuleError as _MissingRuleError
 from fgrad.core.errors import OptionalDependencyError as _OptionalDependencyError
 from fgrad.core.errors import ScipyArgumentError as _ScipyArgumentError
@@ -93,13 +95,39 @@ def _differentiable(leaf):
 
 
 def _integrate(func, y0, t, args, options):
-    scipy_integrate = _scipy_integrate()
     y0 = _np.atleast_1d(_np.asarray(y0, dtype=_np.float64))     # as SciPy's
 
     def rhs(y, s):
         return _np.asarray(func(y.reshape(y0.shape), s, *args), dtype=_np.float64).ravel()
-    ys = scipy_integrate.odeint(rhs, y0.ravel(), _np.asarray(t, dtype=_np.float64), **options)
+    ys = _lsoda(rhs, y0.ravel(), _np.asarray(t, dtype=_np.float64), options, "solve")
     return ys.reshape((-1,) + y0.shape)
+
+
+def _lsoda(rhs, y0, t, options, what):
+    """SciPy's odeint, raising `IntegrationError` where SciPy only warns."""
+    def checked(y, s):
+        dy = rhs(y, s)
+        _check_no_nan(dy, f"odeint's {what}", s)
+        return dy
+    with _warnings.catch_warnings():
+        # SciPy warns and returns what it has; the error below replaces the warning
+        _warnings.simplefilter("ignore", _scipy_integrate().ODEintWarning)
+        ys, info = _scipy_integrate().odeint(checked, y0, t, full_output=True, **options)
+    if info["message"] != "Integration successful.":
+        reached = info["tcur"][-1] if len(info["tcur"]) else t[0]
+        raise _IntegrationError(
+            f"odeint's {what} failed near t={reached:g}: LSODA says {info['message']!r}. "
+            "Raise mxstep, loosen rtol/atol, or check func for a blow-up or a "
+            "singularity in this time range.")
+    return ys
+
+
+def _check_no_nan(values, where, time):
+    # SciPy's solvers loop on a NaN or fail obscurely: stop at the first one
+    if _np.isnan(values).any():
+        raise _IntegrationError(
+            f"{where} met NaN at t={float(time):g}. Check the right-hand side for a "
+            "0/0, a log or sqrt of a negative number, or an overflow in this time range.")
 
 
 def _scipy_integrate():
@@ -165,7 +193,6 @@ def _adjoint(func, ys, t, args, ct, options):
         cts = pullback(a)
         return _np.concatenate([_np.ravel(dy)] + [-_np.ravel(c) for c in cts])
 
-    scipy_integrate = _scipy_integrate()
     a = _np.zeros(shape)
     args_bar = _np.zeros(sum(sizes))
     t_bar = _np.zeros(len(t))
@@ -173,7 +200,8 @@ def _adjoint(func, ys, t, args, ct, options):
         a = a + ct[i]
         t_bar[i] = _np.vdot(ct[i], f(ys[i], t[i]))        # y(t_i) moves along f
         state = _np.concatenate([ys[i].ravel(), a.ravel(), args_bar])
-        state = scipy_integrate.odeint(augmented, state, [t[i], t[i - 1]], **options)[-1]
+        state = _lsoda(augmented, state, _np.array([t[i], t[i - 1]]), options,
+                       "adjoint pass (func's vector-Jacobian products)")[-1]
         a, args_bar = state[n:2 * n].reshape(shape), state[2 * n:]
     # moving t_0 with y(t_0) held shifts the whole solution: -a(t_0) . f(y0, t_0)
     t_bar[0] = -_np.vdot(a, f(ys[0], t[0]))
