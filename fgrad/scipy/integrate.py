@@ -25,6 +25,7 @@ says so, never a silent zero.
 >>> round(float(fgrad.grad(lambda k: odeint(decay, 1.0, ts, args=(k,))[-1, 0])(0.5)), 5)
 -0.60653
 """
+import bisect as _bisect
 import numbers as _numbers
 import warnings as _warnings
 
@@ -464,6 +465,12 @@ class _AdjointField:
         self.sizes = [leaf.size for leaf in self.leaves]
         self.size = sum(self.sizes)
         self.stageable, self.compiled = True, {}
+        # the forward solution's pieces, found by bisection: SciPy's
+        # OdeSolution.__call__ costs several times the piece's own evaluation
+        dense = problem.dense
+        self.sign = 1.0 if dense.ts[-1] >= dense.ts[0] else -1.0
+        self.breaks = [self.sign * float(t) for t in dense.ts]
+        self.pieces = dense.interpolants
 
     def f(self, t, y):
         return _np.asarray(self.problem.rhs(t, y, self.leaves), dtype=_np.float64)
@@ -472,31 +479,37 @@ class _AdjointField:
         parts = _np.split(flat, _np.cumsum(self.sizes)[:-1]) if self.leaves else []
         return [part.reshape(leaf.shape) for part, leaf in zip(parts, self.leaves)]
 
+    def y(self, t):
+        """The forward solution at ``t``."""
+        i = _bisect.bisect_left(self.breaks, self.sign * t) - 1
+        return self.pieces[min(max(i, 0), len(self.pieces) - 1)](t)
+
     def field(self, t, z):
-        y = self.problem.dense(t)
-        dz = -_np.concatenate([_np.ravel(c) for c in self.staged(
-            "pullback", _np.asarray(t, dtype=_np.float64), y, z[:y.size], *self.leaves)])
+        y = self.y(t)
+        dz = self.staged("pullback", _np.asarray(t, dtype=_np.float64), y, z[:y.size],
+                         *self.leaves)
         _check_no_nan(dz, f"solve_ivp's adjoint pass ({self.problem.method}: fun's "
                           "vector-Jacobian products)", t)
         return dz
 
     def jacobian(self, t, z):
-        y = self.problem.dense(t)
+        y = self.y(t)
         n = y.size
-        blocks = self.staged("jacobian", _np.asarray(t, dtype=_np.float64), y, *self.leaves)
         jac = _np.zeros((z.size, z.size))
-        jac[:, :n] = -_np.concatenate([_np.reshape(b, (n, -1)) for b in blocks], axis=1).T
+        jac[:, :n] = self.staged("jacobian", _np.asarray(t, dtype=_np.float64), y, *self.leaves)
         return jac
 
     def pullback(self, t, y, a, *leaves):
-        """``(J^T a, F_args^T a)`` of ``fun`` at ``(t, y)``, one per leaf."""
+        """The adjoint field ``-[J^T a, F_args^T a]`` of ``fun`` at ``(t, y)``, flat."""
         _, pullback = _vjp(lambda y, *p: self.problem.rhs(t, y, p), y, *leaves)
-        return pullback(a)
+        return -_fnp.concatenate([_fnp.ravel(c) for c in pullback(a)])
 
     def jacobian_blocks(self, t, y, *leaves):
-        """``fun``'s Jacobians in ``y`` and in each leaf of ``args``."""
+        """The adjoint field's Jacobian in ``a``: ``-[J, F_args]^T``, shape
+        ``(n + args size, n)``."""
         argnums = tuple(range(1 + len(leaves)))
-        return _jacrev(lambda y, *p: self.problem.rhs(t, y, p), argnums=argnums)(y, *leaves)
+        blocks = _jacrev(lambda y, *p: self.problem.rhs(t, y, p), argnums=argnums)(y, *leaves)
+        return -_fnp.concatenate([_fnp.reshape(b, (y.size, -1)) for b in blocks], axis=1).T
 
     def staged(self, name, *inputs):
         # the adjoint calls fun's derivatives hundreds of times at one shape:
@@ -514,9 +527,8 @@ class _AdjointField:
 
     def forward_step(self, t):
         """The length of the forward solve's step that contains ``t``."""
-        ts = _np.sort(self.problem.dense.ts)
-        i = min(max(int(_np.searchsorted(ts, t)), 1), len(ts) - 1)
-        return float(ts[i] - ts[i - 1])
+        i = min(max(_bisect.bisect_left(self.breaks, self.sign * t), 1), len(self.breaks) - 1)
+        return self.breaks[i] - self.breaks[i - 1]
 
     def integrate(self, z, t_from, t_to):
         method, options = self.problem.method, self.problem.options
