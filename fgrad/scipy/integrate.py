@@ -513,8 +513,8 @@ class _AdjointField:
 
     def staged(self, name, *inputs):
         # the adjoint calls fun's derivatives hundreds of times at one shape:
-        # jit stages them once (about 20x faster than tracing each call);
-        # fun with Python control flow on values cannot be staged and runs as is
+        # jit stages them once (about 20x faster than tracing each call); fun
+        # with Python control flow on values cannot be staged and runs as is
         function = {"pullback": self.pullback, "jacobian": self.jacobian_blocks}[name]
         if self.stageable:
             if name not in self.compiled:
