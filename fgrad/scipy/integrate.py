@@ -129,7 +129,7 @@ def _lsoda(rhs, y0, t, options, what):
 
 def _check_no_nan(values, where, time):
     # SciPy's solvers loop on a NaN or fail obscurely: stop at the first one
-    if _np.isnan(values).any():
+    if _np.isnan(_np.vdot(values, values)):      # one number: NaN iff any entry is
         raise _IntegrationError(
             f"{where} met NaN at t={float(time):g}. Check the right-hand side for a "
             "0/0, a log or sqrt of a negative number, or an overflow in this time range.")

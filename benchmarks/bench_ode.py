@@ -1,0 +1,218 @@
+"""ODE workloads: ``fgrad.scipy.integrate.solve_ivp``'s adjoint gradient.
+
+The floor of the gradient rows is the textbook alternative written by hand in
+NumPy: the forward sensitivity equations ``S' = J S + F_theta`` integrated with
+the state by SciPy's ``solve_ivp``, with hand-written Jacobians. The ``fgrad``
+rows are ``fgrad.grad`` through ``fgrad.scipy.integrate.solve_ivp`` (the
+continuous adjoint, integrated backwards by SciPy along the forward dense
+output); ``fgrad-fd`` re-solves for central finite differences; ``jax`` is
+``jax.grad`` of ``jax.experimental.ode.odeint`` (Dormand-Prince with its own
+adjoint, at the same tolerances).
+
+Workloads:
+  ode-lv        gradient of a Lotka-Volterra fit (2 states, 4 parameters and
+                y0, 40 output times, DOP853) w.r.t. (y0, parameters)
+  ode-lv-fwd    the loss alone against its gradient: the forward solve with a
+                NumPy right-hand side (floor), fgrad's forward solve
+                (``fgrad-fwd``) and fgrad's value_and_grad (``fgrad``), whose
+                ratio to ``fgrad-fwd`` is the adjoint's cost in forward solves
+  ode-node      gradient of a neural ODE (8 states, an 8-32-8 tanh network:
+                552 parameters, 10 output times, RK45) w.r.t. its layers; time
+                and peak memory (the sensitivities are 8 x 552 more states)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .harness import Workload
+
+LV_P, LV_Y0 = np.array([1.5, 1.0, 1.0, 3.0]), np.array([1.0, 1.0])
+LV_T = np.linspace(0.25, 10.0, 40)
+LV_TOL = dict(method="DOP853", rtol=1e-9, atol=1e-11)
+NODE_SIZES, NODE_T = (8, 32), np.linspace(0.1, 1.0, 10)
+NODE_TOL = dict(method="RK45", rtol=1e-7, atol=1e-9)
+
+
+def _lv_data():
+    import scipy.integrate
+    res = scipy.integrate.solve_ivp(lambda t, y: _lv_numpy(y, LV_P * 1.1), (0.0, 10.0),
+                                    LV_Y0, t_eval=LV_T, **LV_TOL)
+    return res.y + 0.05 * np.random.default_rng(0).standard_normal(res.y.shape)
+
+
+def _lv_numpy(y, p):
+    return np.array([p[0] * y[0] - p[1] * y[0] * y[1], p[2] * y[0] * y[1] - p[3] * y[1]])
+
+
+def _lv_fgrad(fnp):
+    def field(t, y, p):
+        return fnp.stack([p[0] * y[0] - p[1] * y[0] * y[1], p[2] * y[0] * y[1] - p[3] * y[1]])
+    return field
+
+
+def _lv_sensitivities(y0, p, data):
+    """The loss gradient by the forward sensitivity equations, by hand."""
+    import scipy.integrate
+
+    def field(t, state):
+        y, s = state[:2], state[2:].reshape(2, 6)
+        jac = np.array([[p[0] - p[1] * y[1], -p[1] * y[0]],
+                        [p[2] * y[1], p[2] * y[0] - p[3]]])
+        f_p = np.array([[y[0], -y[0] * y[1], 0.0, 0.0], [0.0, 0.0, y[0] * y[1], -y[1]]])
+        ds = jac @ s + np.concatenate([np.zeros((2, 2)), f_p], axis=1)
+        return np.concatenate([_lv_numpy(y, p), ds.ravel()])
+    state0 = np.concatenate([y0, np.eye(2, 6).ravel()])
+    res = scipy.integrate.solve_ivp(field, (0.0, 10.0), state0, t_eval=LV_T, **LV_TOL)
+    ys, ss = res.y[:2], res.y[2:].reshape(2, 6, -1)
+    grad = np.einsum("it,ijt->j", 2 * (ys - data), ss)
+    return grad[:2], grad[2:]
+
+
+def ode_lv_workload() -> Workload:
+    data = _lv_data()
+
+    def fgrad_(peer):
+        from fgrad.scipy.integrate import solve_ivp
+        field = _lv_fgrad(peer.np)
+
+        def loss(y0, p):
+            res = solve_ivp(field, (0.0, 10.0), y0, t_eval=LV_T, args=(p,), **LV_TOL)
+            return peer.np.sum((res.y - data) ** 2)
+        grad = peer.module.grad(loss, argnums=(0, 1))
+        return lambda: grad(LV_Y0, LV_P)
+
+    def fgrad_fd(peer):
+        from fgrad.scipy.integrate import solve_ivp
+        field = _lv_fgrad(peer.np)
+
+        def loss(theta):         # re-solved tighter: a difference needs the digits
+            res = solve_ivp(field, (0.0, 10.0), theta[:2], t_eval=LV_T, args=(theta[2:],),
+                            method="DOP853", rtol=1e-12, atol=1e-14)
+            return np.sum((res.y - data) ** 2)
+
+        def run(eps=1e-5):
+            theta = np.concatenate([LV_Y0, LV_P])
+            grad = np.array([(loss(theta + e) - loss(theta - e)) / (2 * eps)
+                             for e in np.eye(6) * eps])
+            return grad[:2], grad[2:]
+        return run
+
+    def jax_(peer):
+        from jax.experimental.ode import odeint
+        jnp = peer.np
+
+        def field(y, t, p):
+            return jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1], p[2] * y[0] * y[1] - p[3] * y[1]])
+        ts = jnp.concatenate([jnp.zeros(1), jnp.asarray(LV_T)])
+
+        def loss(y0, p):
+            ys = odeint(field, y0, ts, p, rtol=LV_TOL["rtol"], atol=LV_TOL["atol"])[1:]
+            return jnp.sum((ys.T - data) ** 2)
+        grad = peer.module.grad(loss, argnums=(0, 1))
+        y0, p = jnp.asarray(LV_Y0), jnp.asarray(LV_P)
+        return lambda: peer.module.block_until_ready(grad(y0, p))
+
+    return Workload(
+        "ode-lv", "gradient of a Lotka-Volterra fit (DOP853, 40 output times) w.r.t. (y0, p); "
+        "floor: forward sensitivity equations by hand",
+        lambda: _lv_sensitivities(LV_Y0, LV_P, data),
+        {"fgrad": fgrad_, "fgrad-fd": fgrad_fd, "jax": jax_})
+
+
+def ode_lv_forward_workload() -> Workload:
+    import scipy.integrate
+    data = _lv_data()
+
+    def floor():
+        res = scipy.integrate.solve_ivp(lambda t, y: _lv_numpy(y, LV_P), (0.0, 10.0), LV_Y0,
+                                        t_eval=LV_T, **LV_TOL)
+        return np.sum((res.y - data) ** 2)
+
+    def loss_of(peer):
+        from fgrad.scipy.integrate import solve_ivp
+        field = _lv_fgrad(peer.np)
+
+        def loss(y0, p):
+            res = solve_ivp(field, (0.0, 10.0), y0, t_eval=LV_T, args=(p,), **LV_TOL)
+            return peer.np.sum((res.y - data) ** 2)
+        return loss
+
+    def fgrad_forward(peer):
+        loss = loss_of(peer)
+        return lambda: loss(LV_Y0, LV_P)
+
+    def fgrad_value_and_grad(peer):
+        value_and_grad = peer.module.value_and_grad(loss_of(peer), argnums=(0, 1))
+        return lambda: value_and_grad(LV_Y0, LV_P)[0]     # the value: what the floor returns
+
+    return Workload(
+        "ode-lv-fwd", "the Lotka-Volterra loss alone (floor: NumPy right-hand side; "
+        "fgrad-fwd: fgrad.numpy's) against fgrad's value_and_grad",
+        floor, {"fgrad": fgrad_value_and_grad, "fgrad-fwd": fgrad_forward})
+
+
+def _node_params():
+    n, hidden = NODE_SIZES
+    rng = np.random.default_rng(0)
+    return [(rng.standard_normal((hidden, n)) / np.sqrt(n), 0.1 * rng.standard_normal(hidden)),
+            (rng.standard_normal((n, hidden)) / np.sqrt(hidden), 0.1 * rng.standard_normal(n))]
+
+
+def _node_sensitivities(layers, y0):
+    """d sum(y(t)^2) / d layers by the forward sensitivity equations, by hand."""
+    import scipy.integrate
+    (w1, b1), (w2, b2) = layers
+    n, hidden = NODE_SIZES
+    size = w1.size + b1.size + w2.size + b2.size
+
+    def field(t, state):
+        y, s = state[:n], state[n:].reshape(n, size)
+        h = np.tanh(w1 @ y + b1)
+        w2d = w2 * (1 - h ** 2)                      # df/d(pre-activation)
+        f_theta = np.concatenate([
+            (w2d[:, :, None] * y[None, None, :]).reshape(n, -1),      # W1
+            w2d,                                                       # b1
+            np.kron(np.eye(n), h[None, :]),                            # W2
+            np.eye(n)], axis=1)                                        # b2
+        ds = (w2d @ w1) @ s + f_theta
+        return np.concatenate([w2 @ h + b2, ds.ravel()])
+    state0 = np.concatenate([y0, np.zeros(n * size)])
+    res = scipy.integrate.solve_ivp(field, (0.0, 1.0), state0, t_eval=NODE_T, **NODE_TOL)
+    ys, ss = res.y[:n], res.y[n:].reshape(n, size, -1)
+    grad = np.einsum("it,ijt->j", 2 * ys, ss)
+    sizes = np.cumsum([w1.size, b1.size, w2.size])
+    parts = np.split(grad, sizes)
+    return [(parts[0].reshape(w1.shape), parts[1]), (parts[2].reshape(w2.shape), parts[3])]
+
+
+def ode_node_workload() -> Workload:
+    layers = _node_params()
+    y0 = np.linspace(-1.0, 1.0, NODE_SIZES[0])
+
+    def fgrad_(peer):
+        from fgrad.scipy.integrate import solve_ivp
+        fnp = peer.np
+
+        def field(t, y, layers):
+            (w1, b1), (w2, b2) = layers
+            return w2 @ fnp.tanh(w1 @ y + b1) + b2
+
+        def loss(layers):
+            res = solve_ivp(field, (0.0, 1.0), y0, t_eval=NODE_T, args=(layers,), **NODE_TOL)
+            return fnp.sum(res.y ** 2)
+        grad = peer.module.grad(loss)
+        return lambda: grad(layers)
+
+    return Workload(
+        "ode-node", "gradient of a neural ODE (8 states, 8-32-8 tanh, RK45) w.r.t. its 552 "
+        "parameters; floor: forward sensitivity equations by hand",
+        lambda: _node_sensitivities(layers, y0), {"fgrad": fgrad_},
+        input_nbytes=sum(a.nbytes for layer in layers for a in layer))
+
+
+WORKLOADS = {
+    "ode-lv": ode_lv_workload,
+    "ode-lv-fwd": ode_lv_forward_workload,
+    "ode-node": ode_node_workload,
+}
