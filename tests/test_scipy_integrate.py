@@ -63,6 +63,7 @@ def test_adjoint_gradients_match_finite_differences():
         np.testing.assert_allclose(g, _finite_difference(loss, args, i), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_adjoint_gradients_match_differentiating_rk4_steps():
     adjoint = fgrad.grad(loss, argnums=(0, 2, 3))(Y0, TS, K, C)
     steps = fgrad.grad(lambda y0, k, c: _rk4(y0, TS, k, c), argnums=(0, 1, 2))(Y0, K, C)
@@ -154,3 +155,14 @@ def test_a_failed_adjoint_pass_raises():
                              "met NaN at t=1"):
         fgrad.grad(lambda k: odeint(lambda y, t, k: -k * nan_gradient(y), 1.0,
                                     np.array([0.0, 1.0]), args=(k,))[-1, 0])(0.5)
+
+
+def test_under_jit_and_vmap():
+    def final(k):
+        return fnp.sum(odeint(oscillator, Y0, TS[:3], args=(k, C))[-1])
+    ks = np.array([1.5, 2.0])
+    np.testing.assert_allclose(fgrad.jit(final)(K), final(K), rtol=1e-12)
+    np.testing.assert_allclose(fgrad.jit(fgrad.grad(final))(K), fgrad.grad(final)(K),
+                               rtol=1e-9)
+    np.testing.assert_allclose(fgrad.vmap(fgrad.grad(final))(ks),
+                               [fgrad.grad(final)(k) for k in ks], rtol=1e-9)

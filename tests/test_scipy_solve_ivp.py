@@ -262,3 +262,42 @@ def test_forward_mode_and_second_order_are_refused_not_zero():
         fgrad.grad(fgrad.grad(final))(0.5)
     with pytest.raises(fgrad.errors.CustomRuleError, match="'solve_ivp', which only defines"):
         fgrad.jvp(final, (0.5,), (1.0,))
+
+
+def _lv_final(p, y0):
+    res = solve_ivp(lotka_volterra, (0.0, 1.0), y0, t_eval=[0.5, 1.0], args=(p,), rtol=1e-8,
+                    atol=1e-10)
+    return fnp.sum(res.y ** 2)
+
+
+def test_under_jit_the_solve_is_a_host_callback_and_its_adjoint_the_derivative():
+    jitted, jitted_grad = fgrad.jit(_lv_final), fgrad.jit(fgrad.grad(_lv_final, argnums=(0, 1)))
+    for p in (LV_P, 1.2 * LV_P):           # run at each call, not baked in at tracing
+        np.testing.assert_allclose(jitted(p, LV_Y0), _lv_final(p, LV_Y0), rtol=1e-12)
+        for got, want in zip(jitted_grad(p, LV_Y0),
+                             fgrad.grad(_lv_final, argnums=(0, 1))(p, LV_Y0)):
+            np.testing.assert_allclose(got, want, rtol=1e-9)
+    assert jitted_grad.cache_info().traces == 1
+
+
+def test_vmap_solves_problems_one_by_one():
+    ps = np.stack([LV_P, 1.1 * LV_P])
+    y0s = np.stack([LV_Y0, 1.5 * LV_Y0])
+    values = fgrad.vmap(_lv_final, in_axes=(0, None))(ps, LV_Y0)
+    grads = fgrad.vmap(fgrad.grad(_lv_final), in_axes=(0, None))(ps, LV_Y0)
+    for i, p in enumerate(ps):
+        np.testing.assert_allclose(values[i], _lv_final(p, LV_Y0), rtol=1e-12)
+        np.testing.assert_allclose(grads[i], fgrad.grad(_lv_final)(p, LV_Y0), rtol=1e-9)
+    # grad of a vmapped sum: the shared parameters' cotangents add up
+    total = fgrad.grad(lambda p: fnp.sum(fgrad.vmap(_lv_final, in_axes=(None, 0))(p, y0s)))(LV_P)
+    want = sum(fgrad.grad(_lv_final)(LV_P, y0) for y0 in y0s)
+    np.testing.assert_allclose(total, want, rtol=1e-9)
+
+
+def test_under_jit_t_eval_is_needed_and_closures_over_traced_values_are_refused():
+    with pytest.raises(fgrad.errors.ScipyArgumentError, match="under jit or vmap needs t_eval"):
+        fgrad.jit(lambda k: solve_ivp(lambda t, y, k: -k * y, (0.0, 1.0), [1.0],
+                                      args=(k,)).y)(0.5)
+    with pytest.raises(fgrad.errors.ScipyArgumentError,
+                       match="closed over instead of passed in args"):
+        fgrad.grad(lambda k: solve_ivp(lambda t, y: -k * y, (0.0, 1.0), [1.0]).y[0, -1])(0.5)

@@ -258,8 +258,9 @@ class CheckpointMismatchError(CheckpointError):
     """
 
 
-class IntegrationError(FgradError, RuntimeError):
-    """An `fgrad.scipy.integrate` solve failed: SciPy's integrator reported
+class IntegrationError(ConvergenceError):
+    """An `fgrad.scipy.integrate` solve failed (a `ConvergenceError`, so one
+    ``except`` catches every solver's failure): SciPy's integrator reported
     failure (a status below zero: the step size underflowed, too much work), or
     the right-hand side or its vector-Jacobian product returned NaN, in the
     forward solve or in the adjoint pass of its derivative. The message says
