@@ -19,6 +19,8 @@ Workloads:
   ode-node      gradient of a neural ODE (8 states, an 8-32-8 tanh network:
                 552 parameters, 10 output times, RK45) w.r.t. its layers; time
                 and peak memory (the sensitivities are 8 x 552 more states)
+  ode-node-fwd  the neural ODE's loss alone against its value_and_grad, as
+                ode-lv-fwd
 """
 
 from __future__ import annotations
@@ -120,6 +122,22 @@ def ode_lv_workload() -> Workload:
         {"fgrad": fgrad_, "fgrad-fd": fgrad_fd, "jax": jax_})
 
 
+def _forward_workload(name, description, floor, loss_of, inputs):
+    """The loss alone (floor: SciPy on a NumPy right-hand side; ``fgrad-fwd``:
+    fgrad's solve_ivp on the fgrad.numpy one) against fgrad's value_and_grad,
+    whose row returns the value, so all three rows compare with the floor."""
+    def fgrad_forward(peer):
+        loss = loss_of(peer)
+        return lambda: loss(*inputs)
+
+    def fgrad_value_and_grad(peer):
+        value_and_grad = peer.module.value_and_grad(loss_of(peer),
+                                                    argnums=tuple(range(len(inputs))))
+        return lambda: value_and_grad(*inputs)[0]
+    return Workload(name, description, floor,
+                    {"fgrad": fgrad_value_and_grad, "fgrad-fwd": fgrad_forward})
+
+
 def ode_lv_forward_workload() -> Workload:
     import scipy.integrate
     data = _lv_data()
@@ -137,19 +155,10 @@ def ode_lv_forward_workload() -> Workload:
             res = solve_ivp(field, (0.0, 10.0), y0, t_eval=LV_T, args=(p,), **LV_TOL)
             return peer.np.sum((res.y - data) ** 2)
         return loss
-
-    def fgrad_forward(peer):
-        loss = loss_of(peer)
-        return lambda: loss(LV_Y0, LV_P)
-
-    def fgrad_value_and_grad(peer):
-        value_and_grad = peer.module.value_and_grad(loss_of(peer), argnums=(0, 1))
-        return lambda: value_and_grad(LV_Y0, LV_P)[0]     # the value: what the floor returns
-
-    return Workload(
+    return _forward_workload(
         "ode-lv-fwd", "the Lotka-Volterra loss alone (floor: NumPy right-hand side; "
-        "fgrad-fwd: fgrad.numpy's) against fgrad's value_and_grad",
-        floor, {"fgrad": fgrad_value_and_grad, "fgrad-fwd": fgrad_forward})
+        "fgrad-fwd: fgrad.numpy's) against fgrad's value_and_grad", floor, loss_of,
+        (LV_Y0, LV_P))
 
 
 def _node_params():
@@ -211,8 +220,37 @@ def ode_node_workload() -> Workload:
         input_nbytes=sum(a.nbytes for layer in layers for a in layer))
 
 
+def ode_node_forward_workload() -> Workload:
+    import scipy.integrate
+    layers = _node_params()
+    y0 = np.linspace(-1.0, 1.0, NODE_SIZES[0])
+    (w1, b1), (w2, b2) = layers
+
+    def floor():
+        res = scipy.integrate.solve_ivp(lambda t, y: w2 @ np.tanh(w1 @ y + b1) + b2,
+                                        (0.0, 1.0), y0, t_eval=NODE_T, **NODE_TOL)
+        return np.sum(res.y ** 2)
+
+    def loss_of(peer):
+        from fgrad.scipy.integrate import solve_ivp
+        fnp = peer.np
+
+        def field(t, y, layers):
+            (w1, b1), (w2, b2) = layers
+            return w2 @ fnp.tanh(w1 @ y + b1) + b2
+
+        def loss(layers):
+            res = solve_ivp(field, (0.0, 1.0), y0, t_eval=NODE_T, args=(layers,), **NODE_TOL)
+            return fnp.sum(res.y ** 2)
+        return loss
+    return _forward_workload(
+        "ode-node-fwd", "the neural ODE's loss alone against fgrad's value_and_grad", floor,
+        loss_of, (layers,))
+
+
 WORKLOADS = {
     "ode-lv": ode_lv_workload,
     "ode-lv-fwd": ode_lv_forward_workload,
     "ode-node": ode_node_workload,
+    "ode-node-fwd": ode_node_forward_workload,
 }

@@ -55,7 +55,7 @@ def odeint(func, y0, t, args=(), tfirst=False, **options):
             f"odeint: {', '.join(refused)} is not supported by fgrad.scipy.integrate."
             "odeint (its derivative needs the plain solution); leave it out -- fgrad "
             "computes the Jacobian products it needs from func")
-    leaves, rebuild = _ode.flat_args(args)
+    leaves, rebuild, _ = _ode.flat_args(args)
     if tfirst:
         def rhs(y, s, *leaves):
             return func(s, y, *rebuild(leaves))
@@ -182,8 +182,9 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, dense_output=False,
         raise _ScipyArgumentError(
             f"solve_ivp: args must be a tuple (as SciPy's), got {type(args).__name__}; "
             "write args=(k,) for a single argument.")
-    leaves, rebuild = _ode.flat_args(args or ())
-    problem = _InitialValueProblem(fun, rebuild, method, vectorized, dense_output, options)
+    leaves, rebuild, key = _ode.flat_args(args or ())
+    problem = _InitialValueProblem(fun, rebuild, method, vectorized, dense_output, options,
+                                   key)
     span = _as_array(t_span)
     observed = _np.empty(0) if t_eval is None else _as_array(t_eval)
     y0 = _as_array(y0)
@@ -206,9 +207,16 @@ class _InitialValueProblem:
     """One `solve_ivp` call: its forward solve (kept for the result's summary
     and dense output) and the adjoint rules of ``res.y`` and ``res.sol(t)``."""
 
-    def __init__(self, fun, rebuild, method, vectorized, dense_output, options):
+    def __init__(self, fun, rebuild, method, vectorized, dense_output, options, key):
         self.fun, self.rebuild, self.method = fun, rebuild, method
         self.vectorized, self.dense_output, self.options = vectorized, dense_output, options
+        self.rhs = _right_hand_side(fun, rebuild, vectorized)
+        key = None if key is None else (fun, vectorized, key)
+        try:
+            hash(key)
+        except TypeError:               # an unhashable callable object
+            key = None
+        self.derivatives = _ode.derivatives_of(self.rhs, key)
         self.summary = dict.fromkeys(("nfev", "njev", "nlu"))
         self.summary.update(status=0, success=True, message=_SUCCESS)
         self.dense = None
@@ -232,13 +240,6 @@ class _InitialValueProblem:
             return y, (y0, span, t, leaves, y)
         solve_ivp_solution.defvjp(evaluate_forward, self.evaluate_backward)
         self.evaluate = solve_ivp_solution
-
-    def rhs(self, t, y, leaves):
-        """``fun(t, y, *args)`` as a 1-d array, with ``args`` rebuilt from ``leaves``."""
-        args = self.rebuild(leaves)
-        if self.vectorized:       # fun takes a column of states
-            return _fnp.reshape(self.fun(t, y[:, None], *args), (-1,))
-        return _fnp.asarray(self.fun(t, y, *args))
 
     def scipy_solve(self, y0, span, observed, leaves, dense):
         """SciPy's ``solve_ivp`` on host values; its result."""
@@ -331,6 +332,17 @@ class _InitialValueProblem:
             _np.reshape(y, (n, -1)), _np.reshape(_np.asarray(ct, dtype=_np.float64), (n, -1)))
         return _ode.like_primals((y0_bar, _np.array([t0_bar, 0.0]), times_bar, *leaves_bar),
                                  (y0, span, t, *leaves))
+
+
+def _right_hand_side(fun, rebuild, vectorized):
+    # fun(t, y, *args) as a 1-d array, args rebuilt from their leaves; it keeps
+    # nothing of one call's problem, so its staged derivatives can be shared
+    def rhs(t, y, leaves):
+        args = rebuild(leaves)
+        if vectorized:           # fun takes a column of states
+            return _fnp.reshape(fun(t, y[:, None], *args), (-1,))
+        return _fnp.asarray(fun(t, y, *args))
+    return rhs
 
 
 _SUMMARY = ("nfev", "njev", "nlu", "status", "message", "success")
