@@ -2,8 +2,8 @@
 
 ``fgrad.scipy.special``, ``fgrad.scipy.stats``, ``fgrad.scipy.linalg``,
 ``fgrad.scipy.signal`` and ``fgrad.scipy.integrate`` mirror their SciPy
-namesakes and differentiate in both modes to any order (``integrate.odeint``:
-reverse mode, first order). Their implementations call SciPy, imported when a
+namesakes and differentiate in both modes to any order (``integrate.odeint``
+and ``integrate.solve_ivp``: reverse mode, first order, by the adjoint method). Their implementations call SciPy, imported when a
 function is first used, which runs on the CPU: CuPy arrays use ``cupyx.scipy``
 where it has the function, and fail otherwise. What is not provided, and why,
 is `fgrad.scipy.not_provided.NOT_PROVIDED`.
