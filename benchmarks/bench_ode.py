@@ -53,6 +53,17 @@ def _lv_fgrad(fnp):
     return field
 
 
+def _lv_loss_of(peer, data):
+    """The Lotka-Volterra fit's loss through fgrad's solve_ivp."""
+    from fgrad.scipy.integrate import solve_ivp
+    field = _lv_fgrad(peer.np)
+
+    def loss(y0, p):
+        res = solve_ivp(field, (0.0, 10.0), y0, t_eval=LV_T, args=(p,), **LV_TOL)
+        return peer.np.sum((res.y - data) ** 2)
+    return loss
+
+
 def _lv_sensitivities(y0, p, data):
     """The loss gradient by the forward sensitivity equations, by hand."""
     import scipy.integrate
@@ -75,13 +86,7 @@ def ode_lv_workload() -> Workload:
     data = _lv_data()
 
     def fgrad_(peer):
-        from fgrad.scipy.integrate import solve_ivp
-        field = _lv_fgrad(peer.np)
-
-        def loss(y0, p):
-            res = solve_ivp(field, (0.0, 10.0), y0, t_eval=LV_T, args=(p,), **LV_TOL)
-            return peer.np.sum((res.y - data) ** 2)
-        grad = peer.module.grad(loss, argnums=(0, 1))
+        grad = peer.module.grad(_lv_loss_of(peer, data), argnums=(0, 1))
         return lambda: grad(LV_Y0, LV_P)
 
     def fgrad_fd(peer):
@@ -147,18 +152,10 @@ def ode_lv_forward_workload() -> Workload:
                                         t_eval=LV_T, **LV_TOL)
         return np.sum((res.y - data) ** 2)
 
-    def loss_of(peer):
-        from fgrad.scipy.integrate import solve_ivp
-        field = _lv_fgrad(peer.np)
-
-        def loss(y0, p):
-            res = solve_ivp(field, (0.0, 10.0), y0, t_eval=LV_T, args=(p,), **LV_TOL)
-            return peer.np.sum((res.y - data) ** 2)
-        return loss
     return _forward_workload(
         "ode-lv-fwd", "the Lotka-Volterra loss alone (floor: NumPy right-hand side; "
-        "fgrad-fwd: fgrad.numpy's) against fgrad's value_and_grad", floor, loss_of,
-        (LV_Y0, LV_P))
+        "fgrad-fwd: fgrad.numpy's) against fgrad's value_and_grad", floor,
+        lambda peer: _lv_loss_of(peer, data), (LV_Y0, LV_P))
 
 
 def _node_params():
@@ -195,22 +192,28 @@ def _node_sensitivities(layers, y0):
     return [(parts[0].reshape(w1.shape), parts[1]), (parts[2].reshape(w2.shape), parts[3])]
 
 
+def _node_loss_of(peer, y0):
+    """The neural ODE's loss, sum(y(t)^2) at the output times, through fgrad's
+    solve_ivp."""
+    from fgrad.scipy.integrate import solve_ivp
+    fnp = peer.np
+
+    def field(t, y, layers):
+        (w1, b1), (w2, b2) = layers
+        return w2 @ fnp.tanh(w1 @ y + b1) + b2
+
+    def loss(layers):
+        res = solve_ivp(field, (0.0, 1.0), y0, t_eval=NODE_T, args=(layers,), **NODE_TOL)
+        return fnp.sum(res.y ** 2)
+    return loss
+
+
 def ode_node_workload() -> Workload:
     layers = _node_params()
     y0 = np.linspace(-1.0, 1.0, NODE_SIZES[0])
 
     def fgrad_(peer):
-        from fgrad.scipy.integrate import solve_ivp
-        fnp = peer.np
-
-        def field(t, y, layers):
-            (w1, b1), (w2, b2) = layers
-            return w2 @ fnp.tanh(w1 @ y + b1) + b2
-
-        def loss(layers):
-            res = solve_ivp(field, (0.0, 1.0), y0, t_eval=NODE_T, args=(layers,), **NODE_TOL)
-            return fnp.sum(res.y ** 2)
-        grad = peer.module.grad(loss)
+        grad = peer.module.grad(_node_loss_of(peer, y0))
         return lambda: grad(layers)
 
     return Workload(
@@ -231,21 +234,9 @@ def ode_node_forward_workload() -> Workload:
                                         (0.0, 1.0), y0, t_eval=NODE_T, **NODE_TOL)
         return np.sum(res.y ** 2)
 
-    def loss_of(peer):
-        from fgrad.scipy.integrate import solve_ivp
-        fnp = peer.np
-
-        def field(t, y, layers):
-            (w1, b1), (w2, b2) = layers
-            return w2 @ fnp.tanh(w1 @ y + b1) + b2
-
-        def loss(layers):
-            res = solve_ivp(field, (0.0, 1.0), y0, t_eval=NODE_T, args=(layers,), **NODE_TOL)
-            return fnp.sum(res.y ** 2)
-        return loss
     return _forward_workload(
         "ode-node-fwd", "the neural ODE's loss alone against fgrad's value_and_grad", floor,
-        loss_of, (layers,))
+        lambda peer: _node_loss_of(peer, y0), (layers,))
 
 
 WORKLOADS = {

@@ -6,7 +6,7 @@ under `jit` and `vmap`, refused under a second derivative).
 Private to `fgrad.scipy`; `fgrad.scipy.integrate` is the public face.
 
 >>> import numpy as np
->>> leaves, rebuild = flat_args(([np.ones(2), 3], "name"))
+>>> leaves, rebuild, key = flat_args(([np.ones(2), 3], "name"))
 >>> len(leaves), rebuild([np.zeros(2)])
 (1, ([array([0., 0.]), 3], 'name'))
 """
