@@ -132,7 +132,7 @@ def test_elementwise_groups_become_fused_loops_in_the_function(monkeypatch):
     assert len(kernels) >= 2 and lowered.kernels == []
     for name, kernel in kernels.items():
         assert f"{name}(" in lowered.whole_graph.source
-        assert "def kernel(n, " in kernel.source and "in0[i]" in kernel.source
+        assert "def kernel(n, " in kernel.source and '%"x0" = load' in kernel.source
     # a kernel of 256 or more elements calls the vector functions, and one
     # argument out of their range (here inf) reruns its loop with the C library
     big = np.linspace(-20.0, 20.0, 512)
@@ -140,7 +140,7 @@ def test_elementwise_groups_become_fused_loops_in_the_function(monkeypatch):
     with np.errstate(invalid="ignore"):
         lowered = _agree(lambda v: fnp.sum(fnp.sin(v) * fnp.exp(v * 0.1) + v), big)
     (kernel,) = lowered.whole_graph.kernels.values()
-    assert "t0 = (vector_sin(x0))" in kernel.source
+    assert '%"t0" = call double @"vector_sin"(double %"x0")' in kernel.source
 
 
 def test_an_unsupported_equation_is_named_and_the_graph_runs_per_equation():

@@ -44,7 +44,7 @@ import numpy as np
 from fgrad.compiler.fusion import (compute_dtypes, elementwise_name, operand_rule, plan_groups,
                                    reader_counts)
 from fgrad.compiler.kernel_cache import load_or_build
-from fgrad.compiler.vector_math import SOURCE as VECTOR_SOURCE
+from fgrad.compiler.kernel_ir import KernelSpec, Op, function_name, kernel_ir
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
 from fgrad.core.errors import InvalidInputError
 from fgrad.core.graph import Equation, Graph, Literal, Var
@@ -53,9 +53,13 @@ from fgrad.core.trace import Primitive
 FUSE_ENV = "FGRAD_JIT_FUSE"
 # compiled kernels kept in memory (by source); older ones are dropped
 KERNEL_CACHE_SIZE = 256
-# longest run of operations in one kernel: LLVM's compile time grows faster
-# than linearly with the loop body, so a longer group is cut into pieces
-MAX_KERNEL_OPS = 128
+# longest run of operations in one kernel: a longer group is cut into pieces.
+# A kernel written as IR (`fgrad.compiler.kernel_ir`) compiles in about 0.1 s
+# plus 0.3 ms an operation on one x86-64 core, and a cut costs every value
+# that crosses it an array written and read back (the 200-op chain's gradient
+# as one kernel: one input and one output; cut at 128, its pieces passed
+# each other some 100 arrays, and compiled in four times the time)
+MAX_KERNEL_OPS = 1024
 # most arrays a kernel may write and still call the vector functions of
 # `fgrad.compiler.vector_math`: LLVM vectorises a loop only while it can check
 # the arrays apart (about 15 here), and in a scalar loop those branch-free
@@ -77,60 +81,34 @@ _KERNEL_DTYPES = frozenset(np.dtype(k) for k in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float32", "float64"))
 
-# name -> (template for floating compute dtypes, template for integer and bool
-# ones, or None where a scalar loop would not match NumPy)
-_TEMPLATES = {
-    "add": ("{0} + {1}", "{0} + {1}"),
-    "subtract": ("{0} - {1}", "{0} - {1}"),
-    "multiply": ("{0} * {1}", "{0} * {1}"),
-    "divide": ("{0} / {1}", None),
-    "power": ("np.power({0}, {1})", None),
-    "negative": ("-{0}", "-{0}"),
-    "square": ("{0} * {0}", "{0} * {0}"),
-    # NumPy's maximum and minimum propagate NaN (from either side)
-    "maximum": ("{0} if ({0} != {0} or {0} > {1}) else {1}", "{0} if {0} > {1} else {1}"),
-    "minimum": ("{0} if ({0} != {0} or {0} < {1}) else {1}", "{0} if {0} < {1} else {1}"),
-    "absolute": ("abs({0})", "abs({0})"),
-    "equal": ("{0} == {1}", "{0} == {1}"),
-    "not_equal": ("{0} != {1}", "{0} != {1}"),
-    "less": ("{0} < {1}", "{0} < {1}"),
-    "less_equal": ("{0} <= {1}", "{0} <= {1}"),
-    "greater": ("{0} > {1}", "{0} > {1}"),
-    "greater_equal": ("{0} >= {1}", "{0} >= {1}"),
-    "logical_and": (None, "{0} and {1}"),
-    "logical_or": (None, "{0} or {1}"),
-    "logical_xor": (None, "{0} != {1}"),
-    "logical_not": (None, "not {0}"),
-    "where": ("{1} if {0} else {2}", "{1} if {0} else {2}"),
-    "convert_element_type": ("{0}", "{0}"),
-}
-for _name in ("sqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "cbrt",
-              "sin", "cos", "tan", "sinh", "cosh", "tanh", "arcsin", "arccos", "arctan",
-              "arcsinh", "arccosh", "arctanh", "floor", "ceil", "trunc", "rint",
-              "isnan", "isinf", "isfinite", "signbit"):
-    _TEMPLATES[_name] = (f"np.{_name}({{0}})", None)
-for _name in ("arctan2", "hypot", "fmod"):
-    _TEMPLATES[_name] = (f"np.{_name}({{0}}, {{1}})", None)
-for _name in ("floor", "ceil", "trunc"):      # of an integer: itself
-    _TEMPLATES[_name] = (_TEMPLATES[_name][0], "{0}")
+# operation -> (written for floating compute dtypes, for integer and bool
+# ones): False where a scalar loop would not match NumPy (integer division
+# and powers); `fgrad.compiler.kernel_ir` writes each
+_FLOAT_AND_INT = ("add", "subtract", "multiply", "negative", "square", "maximum",
+                  "minimum", "absolute", "equal", "not_equal", "less", "less_equal",
+                  "greater", "greater_equal", "where", "convert_element_type",
+                  "floor", "ceil", "trunc")
+_FLOAT_ONLY = ("divide", "power", "sqrt", "exp", "exp2", "expm1", "log", "log2", "log10",
+               "log1p", "cbrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "arcsin",
+               "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "rint", "isnan",
+               "isinf", "isfinite", "signbit", "arctan2", "hypot", "fmod")
+_LOGICAL = ("logical_and", "logical_or", "logical_xor", "logical_not")
+_OPERATIONS = {**{name: (True, True) for name in _FLOAT_AND_INT},
+               **{name: (True, False) for name in _FLOAT_ONLY},
+               **{name: (False, True) for name in _LOGICAL}}
 
-# reductions that may end a group: name -> (accumulator start, update)
-_REDUCTIONS = {
-    "sum": ("0", "{acc} += {x}"),
-    # NaN propagates: a NaN element is taken (the comparison fails), and once
-    # the accumulator is NaN (not equal to itself) it stays NaN
-    "max": ("-np.inf", "if {acc} == {acc} and not ({acc} >= {x}): {acc} = {x}"),
-    "min": ("np.inf", "if {acc} == {acc} and not ({acc} <= {x}): {acc} = {x}"),
-}
+# reductions that may end a group (kernel_ir writes their loops)
+_REDUCTIONS = ("sum", "max", "min")
 
 
 def _op_name(prim):
     name = elementwise_name(prim)
-    return name if name in _TEMPLATES else None
+    return name if name in _OPERATIONS else None
 
 
-def _template(eqn):
-    """The Python template for ``eqn`` and its operands' dtypes, or None."""
+def _operand_dtypes(eqn):
+    """The dtypes ``eqn``'s operands are converted to in a kernel, or None
+    when a kernel does not compute it."""
     name = _op_name(eqn.prim)
     if name is None or len(eqn.outvars) != 1 or eqn.prim.multiple_results:
         return None
@@ -154,11 +132,9 @@ def _template(eqn):
         return None
     if np.dtype(compute) not in _KERNEL_DTYPES:
         return None
-    float_template, int_template = _TEMPLATES[name]
-    template = float_template if np.dtype(compute).kind == "f" else int_template
-    if template is None:
+    if not _OPERATIONS[name][0 if np.dtype(compute).kind == "f" else 1]:
         return None
-    return template, [np.dtype(d) for d in operand_dtypes]
+    return [np.dtype(d) for d in operand_dtypes]
 
 
 def cpu_fusable(eqn):
@@ -169,7 +145,7 @@ def cpu_fusable(eqn):
     >>> [cpu_fusable(e) for e in g.eqns]            # floor_divide stays NumPy
     [True, False]
     """
-    return _template(eqn) is not None
+    return _operand_dtypes(eqn) is not None
 
 
 def _reduction_of(eqn, shape):
@@ -314,9 +290,9 @@ def _pieces(members, reductions):
 # ---------------------------------------------------------------------------
 
 
-def scalar_literal_text(lit, dtype):
-    """Python text for a scalar literal as a ``dtype`` value, or None (shared
-    with `fgrad.compiler.whole_graph`)."""
+def scalar_literal_value(lit):
+    """The Python number a literal holds (an array of one repeated value
+    included), or None: then a kernel takes it as an input array."""
     value = lit.value
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         if value.size == 0 or np.dtype(value.dtype) not in _KERNEL_DTYPES:
@@ -325,7 +301,17 @@ def scalar_literal_text(lit, dtype):
         if not bool((flat == flat[0]).all()):    # not one repeated value: pass it in
             return None
         value = flat[0].item()
-    return number_text(value, dtype)
+    if isinstance(value, bool) or isinstance(value, float) or \
+            (isinstance(value, int) and -(1 << 63) <= value < (1 << 64)):
+        return value
+    return None
+
+
+def scalar_literal_text(lit, dtype):
+    """Python text for a scalar literal as a ``dtype`` value, or None (shared
+    with `fgrad.compiler.whole_graph`)."""
+    value = scalar_literal_value(lit)
+    return None if value is None else number_text(value, dtype)
 
 
 def number_text(value, dtype):
@@ -405,15 +391,13 @@ class CpuKernel:
 
 
 def kernel_source(graph, members, reductions, readers):
-    """``(definition, vectorised, inputs, modes, outputs, reduced)`` of the
-    kernel for one group.
+    """``(spec, inputs, modes, outputs, reduced)`` of the kernel for one group.
 
-    ``definition`` is a function ``kernel(n, in0, ..., out0, ...)`` over flat
-    arrays that returns the reductions' values (a tuple); ``vectorised`` says
-    whether it calls the functions of `fgrad.compiler.vector_math` (whose
-    text must then come before it). ``inputs`` are the operands (vars and
-    literals passed in) and ``modes`` how each is indexed, ``outputs`` the
-    member vars written out, ``reduced`` the reductions' output vars.
+    ``spec`` is the `fgrad.compiler.kernel_ir.KernelSpec` of its loop over
+    flat arrays, which computes the reductions' values; ``inputs`` are the
+    operands (vars and literals passed in) and ``modes`` how each is
+    indexed, ``outputs`` the member vars written out, ``reduced`` the
+    reductions' output vars.
     """
     eqns = [graph.eqns[k] for k in members]
     red_eqns = [graph.eqns[k] for k in reductions]
@@ -421,162 +405,115 @@ def kernel_source(graph, members, reductions, readers):
     inside = {e.outvars[0] for e in eqns}
     inner = collections.Counter(v for e in eqns + red_eqns for v in e.invars
                                 if type(v) is Var)
-    inputs, in_names, names, modes = [], {}, {}, []
-    # body: lines of the loop, or (exact line, vector lines) for a vector function
-    hoisted, starts, body = [], [], []
+    inputs, in_index, op_index, modes = [], {}, {}, []
     suffixes = []           # (size, j) of each input broadcast along leading axes
     prefixes = []           # (size of the axes it is broadcast along, j): trailing ones
 
-    def operand(v, dtype):
+    def operand(v):
         if type(v) is Var and v in inside:
-            name, have = names[v], np.dtype(v.aval.dtype)
-        else:
-            if type(v) is Literal:
-                text = scalar_literal_text(v, dtype)
-                if text is not None:
-                    return text
-            key = v if type(v) is Var else ("literal", id(v))
-            name = in_names.get(key)
-            if name is None:
-                j = len(inputs)
-                mode = _input_mode(v.aval.shape, shape)
-                name = in_names[key] = f"x{j}"
-                inputs.append(v)
-                modes.append(mode)
-                if mode == "one":
-                    hoisted.append(f"    x{j} = in{j}[0]")
-                elif mode == "suffix":
-                    suffixes.append((math.prod(v.aval.shape), j))
-                    body.append(f"        x{j} = in{j}[AXIS{j}]")
-                elif mode == "prefix":      # the inner loop's length it needs
-                    prefixes.append((math.prod(shape) // math.prod(v.aval.shape), j))
-                    body.append(f"        x{j} = in{j}[AXIS{j}]")
-                else:
-                    body.append(f"        x{j} = in{j}[i]")
-            have = np.dtype(v.aval.dtype)
-        return name if have == dtype else f"{numpy_type_text(dtype)}({name})"
+            return ("t", op_index[v])
+        if type(v) is Literal:
+            value = scalar_literal_value(v)
+            if value is not None:
+                return ("c", value)
+        key = v if type(v) is Var else ("literal", id(v))
+        j = in_index.get(key)
+        if j is None:
+            j = in_index[key] = len(inputs)
+            mode = _input_mode(v.aval.shape, shape)
+            inputs.append(v)
+            modes.append(mode)
+            if mode == "suffix":
+                suffixes.append((math.prod(v.aval.shape), j))
+            elif mode == "prefix":      # the inner loop's length it needs
+                prefixes.append((math.prod(shape) // math.prod(v.aval.shape), j))
+        return ("x", j)
 
-    vectorised = False
-    for t, e in enumerate(eqns):
-        template, operand_dtypes = _template(e)
-        args = [operand(v, d) for v, d in zip(e.invars, operand_dtypes)]
+    ops = []
+    for e in eqns:
+        operand_dtypes = _operand_dtypes(e)
+        name = _op_name(e.prim)
         out = e.outvars[0]
-        names[out] = f"t{t}"
-        cast = numpy_type_text(out.aval.dtype)
-        if np.dtype(out.aval.dtype) == np.float64 and \
-                all(d == np.float64 for d in operand_dtypes):
-            # float64 in, float64 out: no cast (numba types each one, and a
-            # kernel of 128 operations compiles in half the time without)
-            cast = ""
-        exact = f"        t{t} = {cast}({template.format(*args)})"
-        vector = VECTOR_FUNCTIONS.get(_op_name(e.prim))
-        if vector is not None and operand_dtypes[0].kind == "f":
-            # the vector function where its argument allows, checked in `ok`
-            vectorised = True
-            function, limit = vector
-            body.append((exact, [f"        ok &= abs({args[0]}) <= {limit!r}",
-                                 f"        t{t} = {cast}({function}({args[0]}))"]))
-        else:
-            body.append(exact)
+        op_index[out] = len(ops)
+        ops.append(Op(name, [operand(v) for v in e.invars], operand_dtypes, out.aval.dtype,
+                      vector=name in VECTOR_FUNCTIONS and operand_dtypes[0].kind == "f"))
     needed_outside = {v for v in inside if readers[v] > inner[v]}
     outputs = [e.outvars[0] for e in eqns if e.outvars[0] in needed_outside]
-    accumulators = []
-    for r, e in enumerate(red_eqns):
-        start, update = _REDUCTIONS[e.prim.name]
-        x = e.invars[0]
+    folds = []
+    for e in red_eqns:
         out_dtype = np.dtype(e.outvars[0].aval.dtype)
         # floats accumulate in float64, integers in their (NumPy-promoted) dtype
         acc_dtype = np.dtype(np.float64) if out_dtype.kind == "f" else out_dtype
-        value = names[x] if x in inside else operand(x, np.dtype(x.aval.dtype))
-        if np.dtype(x.aval.dtype) != acc_dtype:
-            value = f"{numpy_type_text(acc_dtype)}({value})"
-        starts.append(f"    acc{r} = {numpy_type_text(acc_dtype)}({start})")
-        body.append("        " + update.format(acc=f"acc{r}", x=value))
-        accumulators.append(f"acc{r}")
-    # written last, when every input of the element has been read (an output
-    # may be written into a dying input's buffer: `_overwritable`)
-    for j, v in enumerate(outputs):
-        body.append(f"        out{j}[i] = {names[v]}")
-    params = ["n"] + [f"in{j}" for j in range(len(inputs))]
-    if _packed(outputs):            # one (outputs, n) array: its rows
-        params.append("outs")
-        hoisted += [f"    out{j} = outs[{j}]" for j in range(len(outputs))]
-    else:
-        params += [f"out{j}" for j in range(len(outputs))]
-    loop, body = _loop(suffixes, prefixes, body, hoisted, modes)
-    lines = [f"def kernel({', '.join(params)}):"] + hoisted + starts
-    if vectorised and len(outputs) <= MAX_VECTOR_OUTPUTS \
-            and math.prod(shape) >= MIN_VECTOR_ELEMENTS:
-        fast = [x for line in body for x in ([line] if type(line) is str else line[1])]
-        exact = ["    " + (line if type(line) is str else line[0]) for line in body]
-        lines += ["    ok = True"] + loop + fast + [
-            "    if not ok:",
-            "        # an argument beyond the vector functions' range, nan or inf:",
-            "        # the whole loop again, with the C library's functions"] + \
-            ["    " + line for line in starts] + ["    " + line for line in loop] + exact
-    else:
-        vectorised = False
-        lines += loop + [line if type(line) is str else line[0] for line in body]
-    lines.append(f"    return ({''.join(a + ', ' for a in accumulators)})")
-    signature = ",".join([np.dtype(v.aval.dtype).name + ":" + m
-                          for v, m in zip(inputs, modes)] +
-                         ([f"{np.dtype(outputs[0].aval.dtype).name}[{len(outputs)}, :]"]
-                          if _packed(outputs) else
-                          [np.dtype(v.aval.dtype).name for v in outputs]))
-    # the header line names the argument types: the kernel's cache key is its text
-    definition = f"# fgrad cpu kernel ({signature})\n" + "\n".join(lines) + "\n"
-    return definition, vectorised, inputs, modes, outputs, [e.outvars[0] for e in red_eqns]
+        folds.append((e.prim.name, operand(e.invars[0]), acc_dtype))
+    how, index = _loop(suffixes, prefixes, modes)
+    vectorised = any(op.vector for op in ops) and len(outputs) <= MAX_VECTOR_OUTPUTS \
+        and math.prod(shape) >= MIN_VECTOR_ELEMENTS
+    spec = KernelSpec([(np.dtype(v.aval.dtype), "one" if mode == "one" else index.get(j, "i"))
+                       for j, (v, mode) in enumerate(zip(inputs, modes))],
+                      how, ops, folds, [op_index[v] for v in outputs], _packed(outputs),
+                      vectorised)
+    return spec, inputs, modes, outputs, [e.outvars[0] for e in red_eqns]
 
 
-def _loop(suffixes, prefixes, body, hoisted, modes):
-    """``(header, body)``: the kernel's loop over element ``i`` and its body.
+def _loop(suffixes, prefixes, modes):
+    """``(inner, index)``: how the kernel's loop over element ``i`` runs, and
+    the index each broadcast input is read at (`fgrad.compiler.kernel_ir`).
 
     With inputs broadcast along leading axes (``suffixes``: ``(size, j)`` of
     each, a bias row say), the loop is two: over the rows of the longest such
-    input, and along it, so that it is read at the inner index ``k`` instead
-    of at ``i`` modulo its size (an integer division per element costs more
-    than the arithmetic and keeps LLVM from vectorising: 1.5 against 0.6 ns
-    an element for the backward of ``tanh(x @ W) * w``). The others' sizes
-    divide the longest's (each is a product of trailing dimensions of the
-    group's shape): one of the same size is read at ``k`` too, a shorter one
-    at ``k`` modulo its size. An input broadcast along trailing axes
-    (``prefixes``: a column) whose broadcast covers exactly the inner loop is
-    read once per outer row ``r``, instead of being broadcast out to a full
-    array first; another (its ``modes`` entry becomes "copy") still is.
-    Without suffixes, the first prefix input's broadcast sets the inner loop.
-    Lines may be (exact, vector lines) pairs; the lines that must come before
-    the loop (the inner length) are appended to ``hoisted``."""
-    if not suffixes and not prefixes:
-        return ["    for i in range(n):"], body
+    input, and along it, so that it is read at the inner index ``"k"``
+    instead of at ``i`` modulo its size (an integer division per element
+    costs more than the arithmetic and keeps LLVM from vectorising: 1.5
+    against 0.6 ns an element for the backward of ``tanh(x @ W) * w``). The
+    others' sizes divide the longest's (each is a product of trailing
+    dimensions of the group's shape): one of the same size is read at ``"k"``
+    too, a shorter one at ``"k%"`` (``k`` modulo its size). An input broadcast
+    along trailing axes (``prefixes``: a column) whose broadcast covers
+    exactly the inner loop is read once per outer row (``"r"``), instead of
+    being broadcast out to a full array first; another (its ``modes`` entry
+    becomes "copy") still is. Without suffixes, the first prefix input's
+    broadcast sets the inner loop. ``inner`` is None for one plain loop."""
     index = {}
+    if not suffixes and not prefixes:
+        return None, index
     if suffixes:
         inner, first = max(suffixes, key=lambda s: (s[0], -s[1]))
-        hoisted.append(f"    m = in{first}.shape[0]")
+        how = ("suffix", first)
         for size, j in suffixes:
-            if size == inner:
-                index[j] = "[k]"
-            else:
-                hoisted.append(f"    m{j} = in{j}.shape[0]")
-                index[j] = f"[k % m{j}]"
+            index[j] = "k" if size == inner else "k%"
     else:
         inner, first = prefixes[0]
-        # a prefix input is not empty (the group is not), so neither is m
-        hoisted.append(f"    m = n // in{first}.shape[0]")
+        how = ("prefix", first)
     for size, j in prefixes:
         if size == inner:
-            index[j] = "[r]"
+            index[j] = "r"
         else:
-            index[j], modes[j] = "[i]", "copy"
+            modes[j] = "copy"
+    return how, index
 
-    def nested(line):           # one level deeper, each such input read at its index
-        for j, text in index.items():
-            line = line.replace(f"[AXIS{j}]", text)
-        return "    " + line
-    body = [nested(line) if type(line) is str
-            else (nested(line[0]), [nested(x) for x in line[1]]) for line in body]
-    # m is 0 only when n is
-    return ["    for r in range(n // m if m else 0):", "        o = r * m",
-            "        for k in range(m):", "            i = o + k"], body
+
+def kernel_module(spec, signature_text, n_inputs, results):
+    """The text of the module numba compiles for a kernel: its IR, and
+    ``kernel(n, in0, ..., out0 | outs)`` calling it (see
+    `fgrad.compiler.kernel_ir`). The first line names the argument types: the
+    text is the kernel's cache key."""
+    ir_text = kernel_ir(spec, "kernel")
+    name = function_name(ir_text)
+    ir_text = ir_text.replace('@"kernel"', f'@"{name}"')
+    params = ["n"] + [f"in{j}" for j in range(n_inputs)] + (
+        ["outs"] if spec.packed else [f"out{j}" for j in range(len(spec.outputs))])
+    return "\n".join([
+        f"# fgrad cpu kernel ({signature_text})",
+        "from fgrad.compiler.kernel_ir import ir_intrinsic",
+        "",
+        f"_IR = r'''{ir_text}'''",
+        f"_body = ir_intrinsic(_IR, {name!r}, {n_inputs}, {len(params) - 1}, "
+        f"{tuple(results)!r})",
+        "",
+        "",
+        f"def kernel({', '.join(params)}):",
+        f"    return _body({', '.join(params)})",
+        ""])
 
 
 def _packed(outputs):
@@ -714,30 +651,45 @@ cpu_fused_p.lowering = lambda xp, kernel: kernel.call
 
 
 class KernelPlan:
-    """One kernel `plan_kernels` chose: the equations it replaces and its text.
+    """One kernel `plan_kernels` chose: the equations it replaces and its loop.
 
     ``last`` is the index of the equation whose place the kernel takes,
-    ``replaced`` the indices of every equation it computes; ``definition``
-    is its ``def kernel(n, in0, ..., out0 | outs)`` text and ``vectorised``
-    whether that calls `fgrad.compiler.vector_math` (then ``source``, the
-    kernel's whole text and cache key, carries that module's text too).
-    ``inputs`` are the operands passed in (vars or array literals) with their
-    ``modes`` (see `_input_mode`), ``outputs`` the member vars written out
-    (as the rows of one array when ``packed``), ``reduced`` the reductions'
-    output vars, ``shape`` the group's shape.
+    ``replaced`` the indices of every equation it computes; ``spec`` is its
+    loop (`fgrad.compiler.kernel_ir.KernelSpec`) and ``vectorised`` whether
+    that calls `fgrad.compiler.vector_math`'s functions; ``source``, the text
+    numba compiles and the kernel's cache key, is written when first asked
+    for. ``inputs`` are the operands passed in (vars or array literals) with
+    their ``modes`` (see `_input_mode`), ``outputs`` the member vars written
+    out (as the rows of one array when ``packed``), ``reduced`` the
+    reductions' output vars, ``shape`` the group's shape.
     """
 
-    __slots__ = ("last", "replaced", "definition", "vectorised", "source", "inputs",
-                 "modes", "outputs", "reduced", "shape", "packed")
+    __slots__ = ("last", "replaced", "spec", "vectorised", "inputs", "modes", "outputs",
+                 "reduced", "shape", "packed", "_source")
 
-    def __init__(self, last, replaced, definition, vectorised, inputs, modes, outputs,
-                 reduced, shape):
+    def __init__(self, last, replaced, spec, inputs, modes, outputs, reduced, shape):
         self.last, self.replaced = last, replaced
-        self.definition, self.vectorised = definition, vectorised
-        self.source = (VECTOR_SOURCE if vectorised else "") + definition
+        self.spec, self.vectorised = spec, spec.vectorised
         self.inputs, self.modes, self.outputs = inputs, modes, outputs
         self.reduced, self.shape = reduced, shape
-        self.packed = _packed(outputs)
+        self.packed = spec.packed
+        self._source = None
+
+    @property
+    def source(self):
+        if self._source is None:
+            signature = ",".join(
+                [np.dtype(v.aval.dtype).name + ":" + m for v, m in zip(self.inputs, self.modes)]
+                + ([f"{np.dtype(self.outputs[0].aval.dtype).name}[{len(self.outputs)}, :]"]
+                   if self.packed else [np.dtype(v.aval.dtype).name for v in self.outputs]))
+            self._source = kernel_module(self.spec, signature, len(self.inputs),
+                                         [_accumulator_dtype(v) for v in self.reduced])
+        return self._source
+
+
+def _accumulator_dtype(var):
+    dtype = np.dtype(var.aval.dtype)
+    return "float64" if dtype.kind == "f" else dtype.name
 
 
 def plan_kernels(graph):
@@ -761,15 +713,14 @@ def plan_kernels(graph):
             if len(run) + len(reds) < 2:
                 continue                  # one NumPy call is as good
             shape = tuple(graph.eqns[run[-1]].outvars[0].aval.shape)
-            definition, vectorised, inputs, modes, outputs, reduced = kernel_source(
-                graph, run, reds, readers)
+            spec, inputs, modes, outputs, reduced = kernel_source(graph, run, reds, readers)
             if not inputs:
                 continue                  # a constant: folding's business
             if not worth_fusing([graph.eqns[k] for k in run + reds], len(inputs),
                                 len(outputs), math.prod(shape)):
                 continue
-            plans.append(KernelPlan(max(run + reds), sorted(run + reds), definition,
-                                    vectorised, inputs, modes, outputs, reduced, shape))
+            plans.append(KernelPlan(max(run + reds), sorted(run + reds), spec, inputs, modes,
+                                    outputs, reduced, shape))
     return plans
 
 

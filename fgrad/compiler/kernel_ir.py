@@ -1,0 +1,462 @@
+"""LLVM IR for the fused CPU kernels, and the numba intrinsic that calls it.
+
+numba compiles Python text at several milliseconds a statement: its type
+inference and lowering run in Python, once per operation, so a fused kernel
+of 128 operations took about a second to compile, where LLVM itself needs a
+few milliseconds for the same loop. `fgrad.compiler.cpu_fusion` therefore
+describes each kernel as a `KernelSpec` and this module writes its loop
+directly as LLVM IR (`kernel_ir`). The kernel numba compiles is then one call,
+``kernel(n, in0, ..., out0) -> _body(n, in0, ..., out0)``, of an intrinsic
+(`ir_intrinsic`) that links the IR in: numba types and lowers one statement,
+and its dispatcher, its disk cache and the linking of a kernel into
+whole-graph functions work as for any numba function.
+
+The IR keeps NumPy's semantics as the numba text did: each operation computes
+in the dtype NumPy's promotion gives (integers wrap, float32 stays float32),
+no fast-math flags (NaN and inf propagate; LLVM does not reassociate a sum),
+``maximum`` and ``minimum`` propagate NaN, and the C library computes what has
+no LLVM instruction (``tanh``, ``expm1``, ``arcsinh``, ...), so a kernel's
+results are the numba text kernel's. ``sin``, ``cos``, ``exp`` and ``tanh`` may
+use the vector functions of `fgrad.compiler.vector_math` (their IR form).
+"""
+import hashlib
+import uuid
+
+import numpy as np
+
+from fgrad.compiler.vector_math import VECTOR_FUNCTIONS, define_ir
+
+# C library functions: operation -> name of the double version (float's adds "f")
+_LIBM = {"tan": "tan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "arcsin": "asin",
+         "arccos": "acos", "arctan": "atan", "arcsinh": "asinh", "arccosh": "acosh",
+         "arctanh": "atanh", "expm1": "expm1", "log1p": "log1p", "cbrt": "cbrt",
+         "arctan2": "atan2", "hypot": "hypot", "fmod": "fmod"}
+# LLVM intrinsics (LLVM calls the C library's function where there is no instruction)
+_INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "exp2": "llvm.exp2",
+               "log": "llvm.log", "log2": "llvm.log2", "log10": "llvm.log10",
+               "sin": "llvm.sin", "cos": "llvm.cos", "floor": "llvm.floor",
+               "ceil": "llvm.ceil", "trunc": "llvm.trunc", "rint": "llvm.rint",
+               "power": "llvm.pow", "absolute": "llvm.fabs"}
+_FLOAT_COMPARE = {"equal": ("==", True), "not_equal": ("!=", False), "less": ("<", True),
+                  "less_equal": ("<=", True), "greater": (">", True),
+                  "greater_equal": (">=", True)}
+# operations that, on bools, numba computed on integers (True + True is 2: true)
+_BOOL_ARITHMETIC = frozenset({"add", "subtract", "multiply", "negative", "square"})
+
+
+class Op:
+    """One operation of a kernel's loop: ``name`` (NumPy's ufunc name, or
+    ``convert_element_type``) of ``args`` — ``("x", j)`` (input j's element),
+    ``("t", k)`` (the result of operation k) or ``("c", number)`` — each
+    first converted to its dtype in ``arg_dtypes``; the result converted to
+    ``out_dtype``. ``vector`` says whether the fast loop computes it with a
+    vector function."""
+
+    __slots__ = ("name", "args", "arg_dtypes", "out_dtype", "vector")
+
+    def __init__(self, name, args, arg_dtypes, out_dtype, vector=False):
+        self.name, self.args, self.vector = name, args, vector
+        self.arg_dtypes = [np.dtype(d) for d in arg_dtypes]
+        self.out_dtype = np.dtype(out_dtype)
+
+
+class KernelSpec:
+    """What `kernel_ir` writes: the loop over ``n`` elements of one kernel.
+
+    ``inputs`` are ``(dtype, index)`` pairs: index ``"i"`` (the element),
+    ``"one"`` (element 0), ``"k"`` / ``"k%"`` (the inner loop's index, or it
+    modulo the input's length) or ``"r"`` (the outer loop's); ``inner`` is
+    None for one loop, else ``("suffix", j)`` (the inner loop runs over input
+    j's length) or ``("prefix", j)`` (over ``n`` divided by it). ``ops``
+    are `Op` s; ``reductions`` ``(kind, arg, acc_dtype)`` triples (kind
+    ``sum``, ``max`` or ``min``, arg as in `Op`); ``outputs`` the operations
+    written out (as rows of one array when ``packed``). With ``vectorised``
+    the loop runs first with the vector functions, checking each argument's
+    range, and again with the C library's if one was out of it.
+    """
+
+    def __init__(self, inputs, inner, ops, reductions, outputs, packed, vectorised):
+        self.inputs, self.inner, self.ops = inputs, inner, ops
+        self.reductions, self.outputs = reductions, outputs
+        self.packed, self.vectorised = packed, vectorised
+
+
+def _value_type(ir, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return ir.IntType(1)
+    if dtype.kind == "f":
+        return ir.DoubleType() if dtype.itemsize == 8 else ir.FloatType()
+    return ir.IntType(8 * dtype.itemsize)
+
+
+def _storage_type(ir, dtype):
+    # numba (and NumPy) store a bool in a byte
+    return ir.IntType(8) if np.dtype(dtype).kind == "b" else _value_type(ir, dtype)
+
+
+def _constant(ir, value, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return ir.Constant(ir.IntType(1), int(bool(value)))
+    if dtype.kind == "f":
+        # rounded to the dtype here, as np.float32(value) would
+        return ir.Constant(_value_type(ir, dtype), float(dtype.type(value)))
+    bits = 8 * dtype.itemsize
+    return ir.Constant(ir.IntType(bits), int(value) & ((1 << bits) - 1))
+
+
+def convert(ir, b, value, source, target):
+    """``value`` (of dtype ``source``) as a ``target`` value, as NumPy's cast
+    (``astype``) of an in-range value does."""
+    source, target = np.dtype(source), np.dtype(target)
+    if source == target:
+        return value
+    to = _value_type(ir, target)
+    if target.kind == "b":
+        if source.kind == "f":        # nan is true, as in NumPy
+            return b.fcmp_unordered("!=", value, ir.Constant(value.type, 0.0))
+        return b.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
+    if source.kind in "biu" and target.kind in "iu":
+        width, to_width = value.type.width, to.width
+        if to_width < width:
+            return b.trunc(value, to)
+        if to_width == width:
+            return value
+        return b.sext(value, to) if source.kind == "i" else b.zext(value, to)
+    if source.kind in "biu":          # to a float
+        return b.sitofp(value, to) if source.kind == "i" else b.uitofp(value, to)
+    if target.kind == "f":
+        return b.fpext(value, to) if target.itemsize > source.itemsize else b.fptrunc(value, to)
+    return b.fptosi(value, to) if target.kind == "i" else b.fptoui(value, to)
+
+
+def _compare(b, op, x, y, dtype):
+    if dtype.kind == "f":
+        symbol, ordered = _FLOAT_COMPARE[op]
+        return (b.fcmp_ordered if ordered else b.fcmp_unordered)(symbol, x, y)
+    symbol = _FLOAT_COMPARE[op][0]
+    return (b.icmp_signed if dtype.kind == "i" else b.icmp_unsigned)(symbol, x, y)
+
+
+def _call(ir, b, name, args):
+    """The C library's ``name`` (its float version for float arguments)."""
+    ty = args[0].type
+    name = name + ("f" if isinstance(ty, ir.FloatType) else "")
+    fn = b.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(ty, [a.type for a in args]), name)
+    return b.call(fn, args)
+
+
+def _operation(ir, b, name, args, dtype):
+    """``name`` of ``args`` (IR values of ``dtype``, the compute dtype; a
+    ``where``'s condition is a bool): ``(value, its dtype)``."""
+    if dtype.kind == "b" and name in _BOOL_ARITHMETIC:
+        i64 = ir.IntType(64)
+        args = [b.zext(a, i64) for a in args]
+        dtype = np.dtype(np.int64)
+    x = args[0]
+    floating = dtype.kind == "f"
+    if name in ("add", "subtract", "multiply", "divide"):
+        emit = {"add": b.fadd if floating else b.add, "subtract": b.fsub if floating else b.sub,
+                "multiply": b.fmul if floating else b.mul, "divide": b.fdiv}[name]
+        return emit(x, args[1]), dtype
+    if name == "square":
+        return (b.fmul if floating else b.mul)(x, x), dtype
+    if name == "negative":
+        return (b.fneg(x) if floating else b.neg(x)), dtype
+    if name in _FLOAT_COMPARE:
+        return _compare(b, name, x, args[1], dtype), np.dtype(bool)
+    if name in ("maximum", "minimum"):
+        y = args[1]
+        beyond = _compare(b, "greater" if name == "maximum" else "less", x, y, dtype)
+        if floating:                  # NaN propagates, from either side
+            beyond = b.or_(b.fcmp_unordered("!=", x, x), beyond)
+        return b.select(beyond, x, y), dtype
+    if name == "where":
+        return b.select(x, args[1], args[2]), dtype
+    if name == "convert_element_type":
+        return x, dtype
+    if name in ("logical_and", "logical_or", "logical_xor", "logical_not"):
+        truth = [convert(ir, b, a, dtype, bool) for a in args]
+        if name == "logical_not":
+            return b.not_(truth[0]), np.dtype(bool)
+        emit = {"logical_and": b.and_, "logical_or": b.or_, "logical_xor": b.xor}[name]
+        return emit(truth[0], truth[1]), np.dtype(bool)
+    if not floating:
+        if name == "absolute":
+            if dtype.kind != "i":
+                return x, dtype
+            negative = b.icmp_signed("<", x, ir.Constant(x.type, 0))
+            return b.select(negative, b.neg(x), x), dtype
+        if name in ("floor", "ceil", "trunc"):
+            return x, dtype
+        raise ValueError(f"{name} of {dtype} is not written in kernels")
+    if name == "isnan":
+        return b.fcmp_unordered("uno", x, x), np.dtype(bool)
+    if name in ("isinf", "isfinite"):
+        fabs = b.module.declare_intrinsic("llvm.fabs", [x.type])
+        inf = ir.Constant(x.type, float("inf"))
+        test = (b.fcmp_ordered("==", b.call(fabs, [x]), inf) if name == "isinf"
+                else b.fcmp_ordered("!=", b.call(fabs, [x]), inf))
+        return test, np.dtype(bool)
+    if name == "signbit":
+        bits = ir.IntType(8 * dtype.itemsize)
+        return b.icmp_signed("<", b.bitcast(x, bits), ir.Constant(bits, 0)), np.dtype(bool)
+    if name in _INTRINSICS:
+        fn = b.module.declare_intrinsic(_INTRINSICS[name], [x.type])
+        return b.call(fn, args), dtype
+    if name in _LIBM:
+        return _call(ir, b, _LIBM[name], args), dtype
+    raise ValueError(f"{name} is not written in kernels")
+
+
+def kernel_ir(spec, name):
+    """The LLVM IR text of ``spec`` (a `KernelSpec`) as function ``name``:
+    ``void name(i64 n, in0, len0, in1, len1, ..., outputs, results)`` where
+    each input is a pointer to its first element and its length, the
+    outputs one pointer per output (one to the first row when packed), and
+    ``results`` one pointer per reduction, where its value is stored."""
+    from llvmlite import ir
+    module = ir.Module(name=name)
+    i64, i1 = ir.IntType(64), ir.IntType(1)
+    params = [i64]
+    for dtype, _ in spec.inputs:
+        params += [_storage_type(ir, dtype).as_pointer(), i64]
+    out_dtypes = [spec.ops[t].out_dtype for t in spec.outputs]
+    if spec.packed:
+        params.append(_storage_type(ir, out_dtypes[0]).as_pointer())
+    else:
+        params += [_storage_type(ir, d).as_pointer() for d in out_dtypes]
+    params += [_value_type(ir, acc).as_pointer() for _, _, acc in spec.reductions]
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
+    # external: numba links it into the kernel's module (as linkonce_odr)
+    fn.attributes.add("alwaysinline")
+    args = list(fn.args)
+    # names that make the text readable: n, in0, len0, ..., out0 | outs, res0
+    names = ["n"] + [f"{kind}{j}" for j in range(len(spec.inputs)) for kind in ("in", "len")]
+    names += ["outs"] if spec.packed else [f"out{j}" for j in range(len(spec.outputs))]
+    names += [f"res{r}" for r in range(len(spec.reductions))]
+    for arg, arg_name in zip(args, names):
+        arg.name = arg_name
+    n = args[0]
+    in_ptrs = args[1:1 + 2 * len(spec.inputs):2]
+    in_lens = args[2:2 + 2 * len(spec.inputs):2]
+    rest = args[1 + 2 * len(spec.inputs):]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    if spec.packed:
+        out_ptrs = [b.gep(rest[0], [b.mul(n, ir.Constant(i64, j))])
+                    for j in range(len(spec.outputs))]
+        rest = rest[1:]
+    else:
+        out_ptrs, rest = rest[:len(spec.outputs)], rest[len(spec.outputs):]
+    result_ptrs = rest
+    vector_fns = define_ir(module) if spec.vectorised else {}
+
+    # the inner loop's length, and the inputs read once
+    m = None
+    if spec.inner is not None:
+        how, j = spec.inner
+        m = in_lens[j] if how == "suffix" else b.sdiv(n, in_lens[j], name="m")
+    hoisted = {}
+    for j, (dtype, index) in enumerate(spec.inputs):
+        if index == "one":
+            hoisted[j] = _load(ir, b, in_ptrs[j], ir.Constant(i64, 0), dtype, f"x{j}")
+    accumulators = [b.alloca(_value_type(ir, acc)) for _, _, acc in spec.reductions]
+    ok = b.alloca(i1) if spec.vectorised else None
+
+    def start():
+        for (kind, _, acc), slot in zip(spec.reductions, accumulators):
+            b.store(_reduction_start(ir, kind, acc), slot)
+        if ok is not None:
+            b.store(ir.Constant(i1, 1), ok)
+
+    def body(i, k, r, fast):
+        values = []
+        loaded = dict(hoisted)
+
+        def read(arg, dtype):
+            kind, what = arg
+            if kind == "c":
+                return _constant(ir, what, dtype)
+            if kind == "t":
+                have, value = spec.ops[what].out_dtype, values[what]
+            else:
+                have, index = spec.inputs[what]
+                value = loaded.get(what)
+                if value is None:
+                    at = {"i": i, "k": k, "r": r}.get(index)
+                    if index == "k%":
+                        at = b.urem(k, in_lens[what])
+                    value = loaded[what] = _load(ir, b, in_ptrs[what], at, have, f"x{what}")
+            return convert(ir, b, value, have, dtype)
+
+        for op in spec.ops:
+            operands = [read(a, d) for a, d in zip(op.args, op.arg_dtypes)]
+            compute = op.arg_dtypes[-1]
+            if op.vector and fast:
+                x = convert(ir, b, operands[0], compute, np.float64)
+                fabs = module.declare_intrinsic("llvm.fabs", [x.type])
+                limit = VECTOR_FUNCTIONS[op.name][1]
+                inside = b.fcmp_ordered("<=", b.call(fabs, [x]),
+                                        ir.Constant(x.type, limit))
+                b.store(b.and_(b.load(ok), inside), ok)
+                value = b.call(vector_fns[VECTOR_FUNCTIONS[op.name][0]], [x])
+                have = np.dtype(np.float64)
+            else:
+                value, have = _operation(ir, b, op.name, operands, compute)
+            value = convert(ir, b, value, have, op.out_dtype)
+            if isinstance(value, ir.Instruction) and value.name.startswith("."):
+                # unnamed (not another operation's or an input's value)
+                value.name = f"t{len(values)}"
+            values.append(value)
+        for (kind, arg, acc), slot in zip(spec.reductions, accumulators):
+            x = read(arg, acc)
+            b.store(_reduction_step(ir, b, kind, b.load(slot), x, acc), slot)
+        # written last, once every input of the element is read (an output
+        # may go into a dying input's buffer)
+        for t, ptr in zip(spec.outputs, out_ptrs):
+            _store(ir, b, ptr, i, values[t], spec.ops[t].out_dtype)
+
+    def loop(fast):
+        if m is None:
+            _counted(ir, b, n, lambda i: body(i, None, None, fast), "i")
+            return
+        # m is 0 only when n is
+        zero = ir.Constant(i64, 0)
+        is_zero = b.icmp_signed("==", m, zero)
+        rows = b.select(is_zero, zero, b.sdiv(n, b.select(is_zero, ir.Constant(i64, 1), m)))
+
+        def row(r):
+            offset = b.mul(r, m)
+            _counted(ir, b, m, lambda k: body(b.add(offset, k, name="i"), k, r, fast), "k")
+        _counted(ir, b, rows, row, "r")
+
+    start()
+    loop(spec.vectorised)
+    if spec.vectorised:
+        # an argument beyond the vector functions' range, nan or inf: the
+        # whole loop again, with the C library's functions
+        again = b.append_basic_block("again")
+        done = b.append_basic_block("done")
+        b.cbranch(b.load(ok), done, again)
+        b.position_at_end(again)
+        start()
+        loop(False)
+        b.branch(done)
+        b.position_at_end(done)
+    for slot, ptr in zip(accumulators, result_ptrs):
+        b.store(b.load(slot), ptr)
+    b.ret_void()
+    return str(module)
+
+
+def _load(ir, b, ptr, index, dtype, name):
+    value = b.load(b.gep(ptr, [index]), name=name)
+    if np.dtype(dtype).kind == "b":
+        return b.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
+    return value
+
+
+def _store(ir, b, ptr, index, value, dtype):
+    if np.dtype(dtype).kind == "b":
+        value = b.zext(value, ir.IntType(8))
+    b.store(value, b.gep(ptr, [index]))
+
+
+def _counted(ir, b, count, body, name):
+    """``for name in range(count): body(name)`` (body may add blocks)."""
+    i64 = ir.IntType(64)
+    before = b.block
+    head = b.append_basic_block("loop")
+    inside = b.append_basic_block("body")
+    after = b.append_basic_block("after")
+    b.branch(head)
+    b.position_at_end(head)
+    index = b.phi(i64, name=name)
+    index.add_incoming(ir.Constant(i64, 0), before)
+    b.cbranch(b.icmp_signed("<", index, count), inside, after)
+    b.position_at_end(inside)
+    body(index)
+    index.add_incoming(b.add(index, ir.Constant(i64, 1)), b.block)
+    b.branch(head)
+    b.position_at_end(after)
+
+
+def _reduction_start(ir, kind, dtype):
+    dtype = np.dtype(dtype)
+    if kind == "sum":
+        return _constant(ir, 0, dtype)
+    if dtype.kind == "f":
+        return _constant(ir, float("-inf") if kind == "max" else float("inf"), dtype)
+    if dtype.kind == "b":
+        return _constant(ir, kind == "min", dtype)
+    info = np.iinfo(dtype)
+    return _constant(ir, info.min if kind == "max" else info.max, dtype)
+
+
+def _reduction_step(ir, b, kind, acc, x, dtype):
+    dtype = np.dtype(dtype)
+    if kind == "sum":
+        return b.fadd(acc, x) if dtype.kind == "f" else b.add(acc, x)
+    # max: take x unless acc >= x; a NaN is taken (the comparison fails), and
+    # once acc is NaN (not equal to itself) it stays
+    keeps = _compare(b, "greater_equal" if kind == "max" else "less_equal", acc, x, dtype)
+    take = b.not_(keeps)
+    if dtype.kind == "f":
+        take = b.and_(b.fcmp_ordered("==", acc, acc), take)
+    return b.select(take, x, acc)
+
+
+def ir_intrinsic(ir_text, name, n_inputs, n_arrays, results):
+    """A numba intrinsic ``body(n, in0, ..., out0 | outs)`` that calls function
+    ``name`` of ``ir_text`` (see `kernel_ir`; of its ``n_arrays`` arrays, the
+    first ``n_inputs`` are inputs) and returns the reductions' values, a tuple of the dtypes
+    named in ``results``. The module `fgrad.compiler.cpu_fusion` writes for a
+    kernel defines the kernel as one call of it."""
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.np.numpy_support import from_dtype
+    from numba.extending import intrinsic
+
+    result_types = [from_dtype(np.dtype(d)) for d in results]
+
+    def typing(n, *arrays):
+        signature = types.Tuple(result_types)(n, *arrays)
+
+        def codegen(context, builder, sig, args):
+            # a name of its own for each library: two compilations of one
+            # kernel in a process must not define one symbol twice
+            unique = f"{name}_{uuid.uuid4().hex[:12]}"
+            library = context.codegen().create_library(unique)
+            library.add_llvm_module(llvm.parse_assembly(
+                ir_text.replace(f'@"{name}"', f'@"{unique}"')))
+            context.active_code_library.add_linking_library(library)
+            call_args = [args[0]]
+            for j, (ty, value) in enumerate(zip(sig.args[1:], args[1:])):
+                array = context.make_array(ty)(context, builder, value)
+                call_args.append(array.data)
+                if j < n_inputs:
+                    call_args.append(cgutils.unpack_tuple(builder, array.shape)[0])
+            slots = [cgutils.alloca_once(builder, context.get_value_type(t))
+                     for t in result_types]
+            fnty = ir.FunctionType(ir.VoidType(), [a.type for a in call_args + slots])
+            builder.call(cgutils.get_or_insert_function(builder.module, fnty, unique),
+                         call_args + slots)
+            return context.make_tuple(builder, sig.return_type,
+                                      [builder.load(s) for s in slots])
+        return signature, codegen
+
+    # numba reads the intrinsic's parameters from its signature: one per argument
+    params = ", ".join(f"a{j}" for j in range(n_arrays))
+    namespace = {"typing": typing}
+    exec(f"def {name}(typingctx, n, {params}):\n    return typing(n, {params})\n",  # noqa: S102
+         namespace)
+    return intrinsic(namespace[name])
+
+
+def function_name(text):
+    """A name for the kernel of IR ``text``: its digest."""
+    return "fgrad_kernel_" + hashlib.sha256(text.encode()).hexdigest()[:24]
