@@ -1,95 +1,306 @@
-"""Compile cost of jit in fresh processes: ``python -m benchmarks.compile_cost``.
+"""What jit's compiling costs, call by call, from a fresh process: ``python -m benchmarks.compile_cost``.
 
-The ``jit-compile`` row of `benchmarks.run` repeats the first call in one
-process, where fused kernels come from the in-memory cache after the first
-time. This measures what a user meets: a fresh interpreter calling a jitted
-1,000-equation program (``jit-compile``'s) and ``jit(grad)`` of the 200-op
-chain (``jit-chain``'s) ten times, timed from the first call. fgrad runs a
-graph it can compile whole equation by equation for its first nine calls and
-compiles it at the tenth (docs/jit.md), so its figures are the first call and
-the tenth:
+Each row is the program of a jit row of `benchmarks.run` (``jit-compile``: its
+1,000-equation program as one jitted function), called ``--calls`` times (50)
+in fresh processes:
 
-- fgrad, empty kernel cache (a new private directory);
-- fgrad, a second process on the cache the first one filled;
-- fgrad with ``FGRAD_JIT_FUSE=0`` (NumPy calls, nothing to compile): first call;
-- jax.jit, when jax is installed: first call (it compiles there).
+- fgrad, ``compile="background"`` (the default), an empty kernel cache;
+- fgrad, ``compile="background"``, a second process on the cache the first
+  filled;
+- fgrad, ``compile="sync"`` (the plotted rows, jit-rnn and jit-chain): every
+  compile on the calling thread, at the call that needs it (the kernels at
+  the first call, the whole graph at the 10th), as jit did before it had
+  tiers;
+- fgrad, ``compile="never"``: NumPy calls, nothing compiled;
+- jax.jit, when jax is installed.
 
-Each compiler has a start-up that every process using it pays once, whatever
-it compiles or loads: for numba, importing it and filling its CPU target's
-registries (which import SciPy's BLAS bindings when SciPy is installed); for
-JAX, importing it and starting its CPU backend. Both are measured on their
-own, before the timed calls, and reported in their own columns, so the
-compile and cache figures are the work of that program alone; add the
-start-up column for what a fresh process pays in all.
+Columns (times are the best of ``--repeats`` runs, default 3):
 
-Each figure is the best of ``--repeats`` fresh processes (default 3).
+- ``interp``: a steady interpreted call (``compile="never"``, after the
+  calls); ``compiled``: a steady call of the background process once its
+  compiles under way are done (``tier``: the tier it then runs; the whole
+  graph compiles only once the calls have taken as long, docs/jit.md);
+- ``worst bg``: the slowest of the background process's calls from the second
+  on (the first also stages the program, as every jit's first call does:
+  ``1st bg`` and ``1st never`` give both first calls), and ``bound``, 2 x
+  ``interp`` + 50 ms;
+- ``compile``: the seconds every tier's compile took, on every thread (numba's
+  start-up apart: ``numba``), in the background process; ``jax``: jax.jit's
+  compile, its first call less a steady call (tracing, lowering and XLA's
+  compile; JAX's start-up apart: ``jax start``), and the ratio;
+- ``compile cpu``, ``jax cpu``, ``cpu ratio``: the same in CPU time (the
+  compiling thread's; jax.jit's first call's, all threads, less a steady
+  call's), which a busy machine leaves alike where it stretches times;
+- ``warm: fast at``: in the second process, the seconds from its first call
+  to the first call that ran the last tier; ``warm 1st``: its first call.
+
+``--plot DIR`` also writes ``DIR/compile_calls.svg``: the time of each of the
+first calls of jit-rnn and jit-chain, background and sync against jax.jit
+(`benchmarks.plot.calls_chart`), and ``--before PATH`` adds the same calls
+run by the fgrad checked out at PATH (its default mode) to it.
 """
 import argparse
+import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import types
 
-_PROGRAMS = {
-    "jit-compile": """
-def program(xp, lib):
-    cycle = (lambda v: xp.sin(v), lambda v: v * 1.01, lambda v: v + 0.1,
-             lambda v: xp.tanh(v))
-    def f(v):
-        for i in range(1000):
-            v = cycle[i % 4](v)
-        return v
-    return lib.jit(f)
-""",
-    "jit-chain": """
-from benchmarks.bench_engine import chain_function
-def program(xp, lib):
-    return lib.jit(lib.grad(chain_function(xp)))
-""",
-}
+import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROWS = ("jit-chain", "jit-rnn", "jit-scan", "jit-mlp8", "jit-elem", "jit-compile")
+# the rows of the plot, whose calls are also run with compile="sync" (and --before)
+PLOTTED = ("jit-rnn", "jit-chain")
+COMPILE_EQNS = 1000
+
+
+def program(row, lib, xp, **options):
+    """``(jitted function, arguments)`` of ``row`` written with ``lib`` (fgrad
+    or jax) and its NumPy namespace ``xp``; ``options`` go to ``lib.jit``."""
+    from benchmarks import bench_engine as engine
+    from benchmarks import bench_jit as jit_rows
+    rng = np.random.default_rng(engine.RNG_SEED)
+    if row == "jit-chain":
+        loss, args = engine.chain_function(xp), (rng.standard_normal(engine.CHAIN_SIZE),)
+    elif row in ("jit-rnn", "jit-scan"):
+        params = (rng.standard_normal((jit_rows.RNN_HIDDEN, jit_rows.RNN_HIDDEN))
+                  / np.sqrt(jit_rows.RNN_HIDDEN),
+                  rng.standard_normal((jit_rows.RNN_INPUT, jit_rows.RNN_HIDDEN))
+                  / np.sqrt(jit_rows.RNN_INPUT))
+        xs = rng.standard_normal((jit_rows.RNN_STEPS, jit_rows.RNN_BATCH, jit_rows.RNN_INPUT))
+        loss = jit_rows.rnn_loss_function(xp) if row == "jit-rnn" else \
+            jit_rows.rnn_scan_loss_function(types.SimpleNamespace(np=xp, module=lib))
+        args = (params, xs)
+    elif row == "jit-mlp8":
+        n_in, n_hidden, n_out = engine.MLP_SIZES
+        params = (rng.standard_normal((n_in, n_hidden)) / np.sqrt(n_in),
+                  0.1 * rng.standard_normal(n_hidden),
+                  rng.standard_normal((n_hidden, n_out)) / np.sqrt(n_hidden),
+                  0.1 * rng.standard_normal(n_out))
+        x = rng.standard_normal((jit_rows.MLP8_BATCH, n_in))
+        onehot = np.eye(n_out)[rng.integers(0, n_out, jit_rows.MLP8_BATCH)]
+        loss, args = engine.mlp_loss_function(xp), (params, x, onehot)
+    elif row == "jit-elem":
+        loss = engine.elementwise_function(xp)
+        args = (rng.standard_normal(engine.ELEMENTWISE_SIZE),)
+    elif row == "jit-compile":
+        cycle = (lambda v: xp.sin(v), lambda v: v * 1.01, lambda v: v + 0.1,
+                 lambda v: xp.tanh(v))
+
+        def f(v):
+            for i in range(COMPILE_EQNS):
+                v = cycle[i % len(cycle)](v)
+            return v
+        return lib.jit(f, **options), (xp.asarray(rng.standard_normal(engine.CHAIN_SIZE)),)
+    else:
+        raise ValueError(f"no program {row!r}: one of {', '.join(ROWS)}")
+    convert = (lambda a: a) if lib.__name__ == "fgrad" else xp.asarray
+    args = tuple(tuple(map(convert, a)) if isinstance(a, tuple) else convert(a) for a in args)
+    return lib.jit(lib.grad(loss), **options), args
+
+
+# a fresh process: the first calls, each timed, then the steady call
 _FGRAD = """
-import os, time, numpy as np, fgrad, fgrad.numpy as fnp
-{program}
+import json, statistics, sys, time
 start = time.perf_counter()
-if os.environ["FGRAD_JIT_FUSE"] == "1":
-    import numba
-    from numba.core.registry import cpu_target
-    cpu_target.target_context.refresh()
-startup = time.perf_counter() - start
-x = np.random.default_rng(0).standard_normal(16)
-f = program(fnp, fgrad)
-seconds = []
-for _ in range(10):
+import numpy as np, fgrad, fgrad.numpy as fnp
+from benchmarks.compile_cost import program
+row, mode, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+f, args = program(row, fgrad, fnp, **({{}} if mode == "default" else {{"compile": mode}}))
+times, tiers, at = [], [], []
+first = time.perf_counter()
+{loop}
+try:            # the compiles under way finish (none is started)
+    from fgrad.compiler.tiers import wait_all
+    wait_all()
+except ImportError:
+    pass
+steady = []
+for _ in range(30):
     t = time.perf_counter()
-    f(x)
-    seconds.append(time.perf_counter() - t)
-print(startup, seconds[0], seconds[-1])
+    f(*args)
+    steady.append(time.perf_counter() - t)
+info = f.compile_info() if hasattr(f, "compile_info") else []
+seconds, cpu = {{}}, {{}}
+for record in info:
+    for tier, s in record.seconds.items():
+        seconds[tier] = seconds.get(tier, 0.0) + s
+    for tier, s in getattr(record, "cpu_seconds", {{}}).items():
+        cpu[tier] = cpu.get(tier, 0.0) + s
+final = info[0].tier if info else None
+fast_at = next((a for a, tier in zip(at, tiers) if tier == final), None)
+print(json.dumps({{"times": times, "steady": statistics.median(steady[10:]), "tier": final,
+                  "cpu": cpu,
+                  "seconds": seconds, "tiers": tiers, "fast_at": fast_at}}))
+"""
+
+# the calls, and more (untimed) until no compile is under way, so that the
+# time to the last tier is known (at most 60 s)
+_LOOP = """
+def tier():
+    info = f.compile_info()
+    return (info[0].tier, info[0].compiling) if info else ("numpy", False)
+while True:
+    t = time.perf_counter()
+    f(*args)
+    done = time.perf_counter()
+    now, compiling = tier()
+    if len(times) < calls:
+        times.append(done - t)
+    tiers.append(now)
+    at.append(t - first)
+    if len(times) >= calls and (not compiling or done - first > 60):
+        break
+"""
+
+# the fgrad checked out at another path (--before): no tiers, no compile_info
+_LOOP_BEFORE = """
+for _ in range(calls):
+    t = time.perf_counter()
+    f(*args)
+    times.append(time.perf_counter() - t)
 """
 
 _JAX = """
-import time, numpy as np
+import json, statistics, sys, time
 start = time.perf_counter()
-import jax, jax.numpy as jnp
+import numpy as np, jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
-x = jnp.asarray(np.random.default_rng(0).standard_normal(16))
+jnp.zeros(2).block_until_ready()
 startup = time.perf_counter() - start
-{program}
-f = program(jnp, jax)
-t = time.perf_counter()
-f(x).block_until_ready()
-print(startup, time.perf_counter() - t)
+from benchmarks.compile_cost import program
+row, calls = sys.argv[1], int(sys.argv[2])
+f, args = program(row, jax, jnp)
+times, cpu = [], []
+for _ in range(calls + 20):
+    t, c = time.perf_counter(), time.process_time()
+    jax.block_until_ready(f(*args))
+    times.append(time.perf_counter() - t)
+    cpu.append(time.process_time() - c)
+steady = statistics.median(times[calls:])
+print(json.dumps({"times": times[:calls], "steady": steady, "startup": startup,
+                  "compile": times[0] - steady,
+                  "compile cpu": cpu[0] - statistics.median(cpu[calls:])}))
+"""
+
+# numba's start-up on its own (what every process that compiles pays once)
+_NUMBA_START = """
+import time
+start = time.perf_counter()
+import numba
+from numba.core.registry import cpu_target
+cpu_target.target_context.refresh()
+print(time.perf_counter() - start)
 """
 
 
-def _seconds(code, env):
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=600,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+def _run(code, args, env=None, path=None):
+    """Run ``code`` in a fresh interpreter; its last line of output, read as
+    JSON. ``path``: import fgrad from that checkout (these benchmarks still)."""
+    environment = {**os.environ, **(env or {})}
+    cwd = ROOT
+    if path is not None:
+        cwd = tempfile.mkdtemp(prefix="fgrad-before-")
+        os.symlink(os.path.join(ROOT, "benchmarks"), os.path.join(cwd, "benchmarks"))
+        environment["PYTHONPATH"] = path
+    try:
+        done = subprocess.run([sys.executable, "-c", code, *map(str, args)],
+                              env=environment, capture_output=True, text=True, timeout=900,
+                              cwd=cwd)
+    finally:
+        if path is not None:
+            shutil.rmtree(cwd, ignore_errors=True)
     if done.returncode:
-        raise RuntimeError(done.stderr[-2000:])
-    return [float(word) for word in done.stdout.strip().splitlines()[-1].split()]
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(row, calls, repeats, have_jax, before=None):
+    """Every process of one row, ``repeats`` times: {series: [runs]}."""
+    runs = {}
+    loop = _FGRAD.format(loop=_LOOP)
+    for _ in range(repeats):
+        cache = tempfile.mkdtemp(prefix="fgrad-kernels-")
+        try:
+            env = {"FGRAD_KERNEL_CACHE": os.path.join(cache, "k")}
+            runs.setdefault("background", []).append(_run(loop, [row, "background", calls], env))
+            runs.setdefault("warm", []).append(_run(loop, [row, "background", calls], env))
+            shutil.rmtree(cache, ignore_errors=True)
+            if row in PLOTTED:
+                runs.setdefault("sync", []).append(_run(loop, [row, "sync", calls], env))
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        runs.setdefault("never", []).append(_run(loop, [row, "never", calls]))
+        if have_jax:
+            runs.setdefault("jax", []).append(_run(_JAX, [row, calls]))
+        if before is not None:
+            cache = tempfile.mkdtemp(prefix="fgrad-kernels-")
+            try:
+                runs.setdefault("before", []).append(_run(
+                    _FGRAD.format(loop=_LOOP_BEFORE), [row, "default", calls],
+                    {"FGRAD_KERNEL_CACHE": os.path.join(cache, "k")}, path=before))
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+    return runs
+
+
+def summary(runs):
+    """The columns of one row (see the module's docstring), from `measure`'s runs."""
+    def best(series, pick):
+        values = [pick(r) for r in runs.get(series, [])]
+        values = [v for v in values if v is not None]
+        return min(values) if values else float("nan")
+    interp = best("never", lambda r: r["steady"])
+    compile_s = best("background", lambda r: sum(s for t, s in r["seconds"].items()
+                                                 if t != "numba start-up"))
+    jax_compile = best("jax", lambda r: r["compile"])
+    compile_cpu = best("background", lambda r: sum(s for t, s in r.get("cpu", {}).items()
+                                                   if t != "numba start-up"))
+    jax_cpu = best("jax", lambda r: r["compile cpu"])
+    tiers = [r.get("tier") for r in runs.get("background", [])]
+    return {
+        "tier": tiers[0] if tiers else None,
+        "interp": interp,
+        "compiled": best("background", lambda r: r["steady"]),
+        "first bg": best("background", lambda r: r["times"][0]),
+        "first never": best("never", lambda r: r["times"][0]),
+        "worst bg": best("background", lambda r: max(r["times"][1:])),
+        "bound": 2 * interp + 0.05,
+        "worst sync": best("sync", lambda r: max(r["times"][1:])),
+        "compile": compile_s,
+        "numba": best("background", lambda r: r["seconds"].get("numba start-up")),
+        "jax": jax_compile,
+        "ratio": compile_s / jax_compile if jax_compile == jax_compile else float("nan"),
+        "compile cpu": compile_cpu,
+        "jax cpu": jax_cpu,
+        "cpu ratio": compile_cpu / jax_cpu if jax_cpu == jax_cpu else float("nan"),
+        "jax start": best("jax", lambda r: r["startup"]),
+        "warm fast at": best("warm", lambda r: r["fast_at"]),
+        "warm first": best("warm", lambda r: r["times"][0]),
+    }
+
+
+_COLUMNS = (("tier", ""), ("interp", "ms"), ("compiled", "ms"), ("first bg", "ms"), ("first never", "ms"),
+            ("worst bg", "ms"), ("bound", "ms"), ("worst sync", "s"), ("compile", "s"),
+            ("numba", "s"), ("jax", "s"), ("ratio", "x"), ("compile cpu", "s"),
+            ("jax cpu", "s"), ("cpu ratio", "x"), ("jax start", "s"),
+            ("warm fast at", "s"), ("warm first", "ms"))
+
+
+def _cell(value, unit):
+    if not unit:
+        return str(value)
+    if value != value:
+        return "—"
+    if unit == "ms":
+        return f"{value * 1e3:.2f}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    return f"{value:.3f}"
 
 
 def main(argv=None):
@@ -97,35 +308,44 @@ def main(argv=None):
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--rows", default=",".join(ROWS),
+                        help="comma-separated rows (default: all)")
+    parser.add_argument("--plot", metavar="DIR", help="write DIR/compile_calls.svg")
+    parser.add_argument("--before", metavar="PATH",
+                        help="an older fgrad checkout whose calls the plot shows too")
+    parser.add_argument("--json", metavar="FILE", help="write every run's figures")
     args = parser.parse_args(argv)
     try:
         import jax  # noqa: F401
         have_jax = True
     except ImportError:
         have_jax = False
-    print(f"{'program':12}  {'numba start':>11}  {'cold: 1st':>10}  {'10th':>7}  "
-          f"{'2nd process: 1st':>16}  {'10th':>7}  {'unfused':>8}  {'jax start':>9}  "
-          f"{'jax.jit':>8}")
-    for name, program in _PROGRAMS.items():
-        fgrad_code = _FGRAD.format(program=program)
-        cold, warm = [], []
-        for _ in range(args.repeats):
-            cache = tempfile.mkdtemp(prefix="fgrad-kernels-")
-            try:
-                env = {"FGRAD_KERNEL_CACHE": os.path.join(cache, "k"), "FGRAD_JIT_FUSE": "1"}
-                cold.append(_seconds(fgrad_code, env))
-                warm.append(_seconds(fgrad_code, env))
-            finally:
-                shutil.rmtree(cache, ignore_errors=True)
-        unfused = [_seconds(fgrad_code, {"FGRAD_JIT_FUSE": "0"})
-                   for _ in range(args.repeats)]
-        jax_runs = ([_seconds(_JAX.format(program=program), {})
-                     for _ in range(args.repeats)] if have_jax else [[float("nan")] * 2])
-        best = (lambda runs, k: min(r[k] for r in runs))
-        print(f"{name:12}  {best(cold + warm, 0):>10.3f}s  {best(cold, 1):>9.3f}s  "
-              f"{best(cold, 2):>6.3f}s  {best(warm, 1):>15.3f}s  {best(warm, 2):>6.3f}s  "
-              f"{best(unfused, 1):>7.3f}s  {best(jax_runs, 0):>8.3f}s  "
-              f"{best(jax_runs, 1):>7.3f}s", flush=True)
+    try:
+        numba_start = min(float(subprocess.run(
+            [sys.executable, "-c", _NUMBA_START], capture_output=True, text=True,
+            check=True).stdout) for _ in range(args.repeats))
+        print(f"numba start-up alone: {numba_start:.3f} s")
+    except (subprocess.CalledProcessError, ValueError):
+        print("numba: not installed")
+    print("| row | " + " | ".join(f"{name} ({unit})" if unit else name
+                                  for name, unit in _COLUMNS) + " |")
+    print("|---|" + "---:|" * len(_COLUMNS), flush=True)
+    everything = {}
+    for row in args.rows.split(","):
+        runs = everything[row] = measure(row, args.calls, args.repeats, have_jax,
+                                         args.before if row in PLOTTED else None)
+        figures = summary(runs)
+        print(f"| {row} | " + " | ".join(_cell(figures[name], unit)
+                                         for name, unit in _COLUMNS) + " |", flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(everything, f)
+    if args.plot:
+        from benchmarks.plot import calls_chart
+        path = os.path.join(args.plot, "compile_calls.svg")
+        calls_chart({row: runs for row, runs in everything.items() if row in PLOTTED}, path)
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -151,6 +151,38 @@ def chart(results, path):
         plt.close(fig)
 
 
+def calls_chart(rows, path):
+    """Write to ``path`` an SVG of the time of each first call, one panel per
+    row: ``rows`` maps a row to `benchmarks.compile_cost.measure`'s runs
+    ({series: [runs]}, each run's ``times`` one per call); each call's
+    best time over the runs is drawn (log scale)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {"background": "fgrad (background)", "sync": "fgrad (compile=\"sync\")",
+              "before": "fgrad before tiers", "never": "fgrad (compile=\"never\")",
+              "jax": "jax.jit"}
+    fig, axes = plt.subplots(1, len(rows), figsize=(5.5 * len(rows), 4.0), squeeze=False)
+    colors = plt.get_cmap("tab10")
+    for ax, (row, runs) in zip(axes[0], rows.items()):
+        for j, series in enumerate(labels):
+            if series not in runs:
+                continue
+            per_call = [min(values) for values in zip(*(r["times"] for r in runs[series]))]
+            ax.plot(range(1, len(per_call) + 1), per_call, marker=".", linewidth=1,
+                    label=labels[series], color=colors(j))
+        ax.set_yscale("log")
+        ax.set_title(row)
+        ax.set_xlabel("call")
+        ax.set_ylabel("seconds (log scale)")
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(fig)
+
+
 def write(directory, results, header):
     """Write benchmarks.json, benchmarks.svg and benchmarks.md into ``directory``;
     their paths."""

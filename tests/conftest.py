@@ -10,8 +10,13 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))   # test helper modules (primitive_specs)
+# jit compiles on the calling thread in tests, at the calls it did before it had
+# tiers (kernels at the first call, the whole graph at the 10th), so that a test
+# checks the code it means to; tests of background compilation ask for it
+os.environ.setdefault("FGRAD_JIT_COMPILE", "sync")
 
 import fgrad  # noqa: E402
+from fgrad.compiler import tiers  # noqa: E402
 from fgrad.core.trace import checking_graphs  # noqa: E402
 from fgrad.interpreters import reverse  # noqa: E402
 
@@ -32,6 +37,14 @@ def _prune_every_residual(monkeypatch):
     """Reverse mode keeps small residuals whole; tests drop every residual the
     rules do not declare, so a wrong declaration cannot hide behind small arrays."""
     monkeypatch.setattr(reverse, "PRUNE_MIN_BYTES", 0)
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_left_running():
+    """A compile a test started in the background ends with the test, so that
+    it neither runs into the next test nor is cut off by the process's exit."""
+    yield
+    assert tiers.wait_all(timeout=600), "a background compile ran for 10 minutes"
 
 
 @pytest.fixture(autouse=True)

@@ -5,10 +5,13 @@
 - `codegen`: Python source for a graph, with buffer reuse; `compile_graph`.
 - `fusion`: elementwise groups and the backend kernels they become.
 - `cpu_fusion`: the same groups on NumPy as numba kernels (under jit).
+- `kernel_ir`: those kernels' loops, written as LLVM IR.
 - `kernel_cache`: compiling those kernels, and the private disk cache.
 - `whole_graph`: a small graph (loops and branches included) as one numba
   function, so no Python runs between its equations.
 - `parallel`: independent large equations run on worker threads.
+- `tiers`: a jitted graph runs NumPy calls at once while its kernels and
+  whole-graph function compile on a background thread.
 
 The compiler knows graphs and primitives' ``impl`` columns, never tracing.
 """

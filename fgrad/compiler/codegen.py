@@ -21,7 +21,6 @@ import numpy as np
 from fgrad.compiler.cpu_fusion import cpu_fused_p, fuse_for_cpu
 from fgrad.compiler.fusion import fuse_elementwise
 from fgrad.compiler.passes import on_backend, optimize
-from fgrad.compiler.whole_graph import Tiered, compile_after, plan
 from fgrad.core.backend import elementwise_kernel_maker
 from fgrad.core.graph import Var
 from fgrad.interpreters.staging import gc_paused
@@ -77,15 +76,12 @@ def _returns_new_array(eqn):
 class Compiled:
     """A compiled graph: call it with the flat inputs; ``source`` is its code."""
 
-    __slots__ = ("fn", "source", "graph", "whole_graph", "__weakref__")
+    __slots__ = ("fn", "source", "graph", "__weakref__")
 
     def __init__(self, fn, source, graph):
         self.fn = fn
         self.source = source
         self.graph = graph
-        # the `fgrad.compiler.whole_graph.Plan` when whole-graph compilation
-        # was considered; a `Tiered` when it runs
-        self.whole_graph = None
 
     def __call__(self, *args):
         return self.fn(*args)
@@ -325,40 +321,23 @@ def _copy(x):
 
 
 def compile_graph(graph, xp=np, name="staged", optimize_graph=True, fuse=True,
-                  fuse_cpu=False, whole_graph=False, donated=()):
+                  fuse_cpu=False, donated=()):
     """Optimise ``graph`` and generate its code; returns a `Compiled` callable.
 
     On a backend registered with an ``elementwise_kernel`` hook (CuPy), chains
     of elementwise equations then become one generated kernel each
-    (`fgrad.compiler.fusion`). On NumPy, ``fuse_cpu=True`` (what `jit` passes
-    when numba is installed) makes them numba kernels
-    (`fgrad.compiler.cpu_fusion`); otherwise the code is NumPy calls.
-    ``whole_graph=True`` (with ``fuse_cpu``) compiles a graph whose every
-    equation `fgrad.compiler.whole_graph` supports into one numba function,
-    once it has been called `compile_after` times; until then, and for every
-    other graph, the code is as above. ``compiled.whole_graph`` is the plan.
-    ``donated`` is `generate`'s: the compiled function then takes one list.
+    (`fgrad.compiler.fusion`). On NumPy, ``fuse_cpu=True`` makes them numba
+    kernels (`fgrad.compiler.cpu_fusion`), compiled now; otherwise the code is
+    NumPy calls. (`jit` builds its code in tiers instead:
+    `fgrad.compiler.tiers`.) ``donated`` is `generate`'s: the compiled
+    function then takes one list.
     """
     with gc_paused():
         if optimize_graph:
             graph = optimize(graph, xp)
-            # the whole-graph function takes its inputs as arguments, so a graph
-            # with donated inputs (the compiled sweep's) stays equation by equation
-            after = compile_after() \
-                if whole_graph and fuse and fuse_cpu and xp is np and not donated else None
-            whole = plan(graph) if after is not None else None
-            if whole is not None and whole.supported:
-                # the first calls run NumPy calls, with no kernels to compile
-                compiled = generate(graph, xp, name)
-                tiered = compiled.whole_graph = Tiered(whole, compiled.fn, after)
-                compiled.fn = tiered.run
-                return compiled
             make_kernel = elementwise_kernel_maker(xp) if fuse else None
             if make_kernel is not None:
                 graph = fuse_elementwise(graph, make_kernel)
             elif fuse and fuse_cpu and xp is np:
                 graph = fuse_for_cpu(graph)
-            compiled = generate(graph, xp, name, donated=donated)
-            compiled.whole_graph = whole
-            return compiled
         return generate(graph, xp, name, donated=donated)

@@ -732,9 +732,10 @@ def compiled_kernel(plan):
     return _compiled(plan.source, signature)
 
 
-def fuse_for_cpu(graph):
+def fuse_for_cpu(graph, plans=None):
     """``graph`` with each elementwise group (and the full reductions ending
-    it) replaced by one numba kernel call.
+    it) replaced by one numba kernel call (``plans``: `plan_kernels`'s, when
+    made already).
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x: fnp.sum(fnp.tanh(fnp.sin(x) + 1.0)))(np.ones(3))
@@ -743,7 +744,7 @@ def fuse_for_cpu(graph):
     ['cpu_fused']
     """
     replace, skip = {}, set()
-    for plan in plan_kernels(graph):
+    for plan in plan_kernels(graph) if plans is None else plans:
         outputs, reduced = plan.outputs, plan.reduced
         digest = hashlib.sha256(plan.source.encode()).hexdigest()[:12]
         fn = compiled_kernel(plan)

@@ -149,6 +149,11 @@ class ParallelCompiled:
             weakref.finalize(self, self._pool.shutdown, wait=False)
         return self._pool
 
+    @property
+    def fn(self):
+        """The callable (as `fgrad.compiler.codegen.Compiled.fn`)."""
+        return self.__call__
+
     def __call__(self, *args):
         graph = self.graph
         eqns = graph.eqns

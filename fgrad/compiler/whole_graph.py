@@ -48,10 +48,8 @@ off; ``FGRAD_JIT_WHOLE_GRAPH=N`` compiles at the N-th call (1: at once).
 """
 import functools
 import hashlib
-import logging
 import math
 import os
-import time
 
 import numpy as np
 
@@ -74,6 +72,15 @@ from fgrad.core.graph import Var
 WHOLE_GRAPH_ENV = "FGRAD_JIT_WHOLE_GRAPH"
 # calls of one compiled graph after which it is compiled whole (when unset)
 COMPILE_AFTER_CALLS = 10
+# numba's compile time of a whole graph, roughly, on one x86-64 core: each
+# function it compiles (the graph's, and a helper per NumPy function and
+# argument types it calls, `_Writer.call`) and each line of the graph's
+# (`Plan.estimated_seconds`; measured: the 50-step RNN's gradient, 15
+# functions and 653 lines, 9 s; the MLP's at batch 8, 20 and 67, some 30 s).
+# In the background a graph is compiled whole only once its calls have taken
+# that long (`fgrad.compiler.tiers`)
+COMPILE_SECONDS_PER_FUNCTION = 1.0
+COMPILE_SECONDS_PER_LINE = 0.01
 # the largest elementwise operation or reduction compiled into a whole graph
 MAX_ELEMENTS = 8192
 # the most equations (loop bodies and branches counted once): with NumPy's
@@ -84,7 +91,9 @@ MAX_ELEMENTS = 8192
 # for 292 and 230 s for 600)
 MAX_EQUATIONS = 1000
 # fewer equations, and no loop: the Python the function saves is less than
-# the checks and numba's dispatch it adds (about 1.5 us a call)
+# the checks and numba's dispatch it adds (about 1.5 us a call). Counted
+# after fusion: a fused kernel is one call (the gradient of the 200-op chain,
+# one kernel, is not compiled again as a whole graph)
 MIN_EQUATIONS = 4
 # what compiled code pays to call back into NumPy (numba's objmode: the GIL,
 # boxing the arrays); NumPy's SIMD loops for exp, tanh, log and kin are so much
@@ -92,7 +101,6 @@ MIN_EQUATIONS = 4
 # hundred elements calling NumPy wins (tanh: about 1 ns an element, against
 # 10-30 ns), as `cpu_fusion.ELEMENT_NS` estimates
 OBJMODE_NS = 1500
-_log = logging.getLogger("fgrad.jit")
 
 _DTYPES = frozenset(np.dtype(d) for d in ("bool", "int64", "float32", "float64"))
 
@@ -765,6 +773,17 @@ class Plan:
         """{name: `KernelPlan`}: the fused kernels the function calls."""
         return self._text()[2] if self.supported else {}
 
+    @property
+    def estimated_seconds(self):
+        """Roughly how long numba takes to compile the function (see
+        `COMPILE_SECONDS_PER_FUNCTION`); None when it is not supported."""
+        if not self.supported:
+            return None
+        source = self.source
+        body = source[source.index("\ndef kernel("):]
+        return (COMPILE_SECONDS_PER_FUNCTION * (source.count("@numba.njit") + 1)
+                + COMPILE_SECONDS_PER_LINE * body.count("\n"))
+
     def __str__(self):
         if self.supported:
             return f"whole graph compiled as one function:\n{self.source}"
@@ -789,13 +808,22 @@ def plan(graph):
         reason = (f"the graph has {size} equations, over MAX_EQUATIONS={MAX_EQUATIONS} "
                   "(numba compiles some 10 ms an equation)")
         return Plan(graph, [reason])
-    if size < MIN_EQUATIONS and not any(e.prim.name in _CONTROL_WRITERS for e in graph.eqns):
+    looping = any(e.prim.name in _CONTROL_WRITERS for e in graph.eqns)
+    if size < MIN_EQUATIONS and not looping:
         reason = (f"the graph has {size} equation{'s' * (size != 1)} and no loop, under "
                   f"MIN_EQUATIONS={MIN_EQUATIONS}: its NumPy calls cost less than "
                   "entering compiled code")
         return Plan(graph, [reason])
     # every equation checked one by one; the fused loops are written later
-    return Plan(graph, _write(graph, fused_loops=False).unsupported)
+    unsupported = _write(graph, fused_loops=False).unsupported
+    if not unsupported and not looping:
+        calls = len(graph.eqns) - sum(len(k.replaced) - 1 for k in plan_kernels(graph))
+        if calls < MIN_EQUATIONS:
+            unsupported = [f"with its fused kernels the graph makes {calls} "
+                           f"call{'s' * (calls != 1)}, under MIN_EQUATIONS={MIN_EQUATIONS}: "
+                           "compiled whole it would save less than entering compiled "
+                           "code costs"]
+    return Plan(graph, unsupported)
 
 
 def _write(graph, fused_loops):
@@ -857,6 +885,18 @@ def compile_after():
         return COMPILE_AFTER_CALLS
 
 
+def compile_after_named():
+    """Whether ``FGRAD_JIT_WHOLE_GRAPH`` names the call that compiles a graph
+    whole (then the call count alone decides, as with ``compile="sync"``).
+
+    >>> compile_after_named() == (os.environ.get(WHOLE_GRAPH_ENV, "").strip().isdigit()
+    ...                           and os.environ[WHOLE_GRAPH_ENV].strip() != "0")
+    True
+    """
+    value = os.environ.get(WHOLE_GRAPH_ENV, "").strip()
+    return value.isdigit() and int(value) > 0
+
+
 def _numba_type(shape, dtype):
     """A scalar for shape (), else a read-only C-ordered array (the wrapper
     passes C-ordered arrays; a writable one converts)."""
@@ -903,50 +943,3 @@ def build(plan):
     exec(compile("\n".join(lines) + "\n", "<fgrad whole graph call>", "exec"),  # noqa: S102
          namespace)
     return namespace["call"]
-
-
-
-class Tiered:
-    """A compiled graph that runs its per-equation code for its first calls,
-    then compiles the whole graph with numba and runs that.
-
-    ``plan`` is the `Plan`; ``compiled`` the numba callable once built (None
-    before); ``error`` what numba said if it refused the source (the graph
-    then keeps running its per-equation code).
-    """
-
-    __slots__ = ("after", "calls", "compiled", "error", "fallback", "plan", "run")
-
-    def __init__(self, plan, fallback, after):
-        self.plan, self.fallback, self.after = plan, fallback, after
-        self.calls, self.compiled, self.error = 0, None, None
-        state = self
-
-        def run(*args):
-            fast = state.compiled
-            if fast is not None:
-                return fast(*args)
-            state.calls += 1
-            if state.calls >= state.after and state.error is None:
-                fast = state.compile()
-                if fast is not None:
-                    return fast(*args)
-            return state.fallback(*args)
-        self.run = run
-
-    def compile(self):
-        """Build the numba function now (normally done at the ``after``-th call)."""
-        if self.compiled is None and self.error is None:
-            try:
-                start = time.perf_counter()
-                self.compiled = build(self.plan)
-                # seconds on a large graph, once per process (the disk cache
-                # then has it): say what the pause was
-                _log.info("fgrad.jit: %d-equation graph compiled whole in %.2f s",
-                          count_equations(self.plan.graph), time.perf_counter() - start)
-            except Exception as error:  # noqa: BLE001 -- numba refused the text: keep the fallback
-                self.error = error
-                _log.warning("fgrad.jit: whole-graph compilation failed (%s: %s); "
-                             "running the graph equation by equation",
-                             type(error).__name__, str(error).splitlines()[0][:200])
-        return self.compiled

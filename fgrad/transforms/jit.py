@@ -21,6 +21,7 @@ import functools
 import inspect
 import logging
 import os
+import time
 import warnings
 
 import numpy as np
@@ -29,6 +30,7 @@ from fgrad.compiler.codegen import compile_graph
 from fgrad.compiler.cpu_fusion import cpu_kernels
 from fgrad.compiler.cpu_fusion import enabled as cpu_fusion_enabled
 from fgrad.compiler.parallel import ParallelCompiled
+from fgrad.compiler.tiers import MODES, Tiers, default_mode
 from fgrad.compiler.passes import (
     effectful,
     eliminate_dead_code,
@@ -83,19 +85,26 @@ def fuses(graph):
     return graph.compiled.get(_FUSE, True) and cpu_fusion_enabled()
 
 
-def compiled_for(graph, xp, parallel=False, whole=True):
-    """The graph's compiled code for backend ``xp`` (compiled once, kept on it).
+def compiled_for(graph, xp, parallel=False, whole=True, name="staged", start=True):
+    """The graph's compiled code for backend ``xp`` (made once, kept on it).
 
-    ``whole=False`` (a loop body or branch, run by its control-flow
-    primitive) leaves out whole-graph compilation: the graph that holds the
-    loop is compiled whole, loop included, when it can be.
+    On NumPy that is a `fgrad.compiler.tiers.Tiers`: NumPy calls at once,
+    fused kernels and the whole-graph function built as its compile mode (the
+    graph's mark, else ``FGRAD_JIT_COMPILE``) says. ``whole=False`` (a loop
+    body or branch, run by its control-flow primitive) leaves out whole-graph
+    compilation: the graph that holds the loop is compiled whole, loop
+    included, when it can be. ``name`` names the graph in the log;
+    ``start=False`` leaves asking for its compiles to the caller
+    (`fgrad.compiler.tiers.Tiers.start`).
     """
     fuse = fuses(graph)
     if parallel:
         compiled = graph.compiled.get((xp, "parallel", fuse))
         if compiled is None:
-            sequential = compiled_for(graph, xp)
-            compiled = ParallelCompiled(sequential.graph, sequential, xp)
+            sequential = compiled_for(graph, xp, name=name)
+            # the parallel schedule runs the per-equation code: its kernels first
+            sequential.finish(whole=False)
+            compiled = ParallelCompiled(sequential.compiled.graph, sequential.compiled, xp)
             if not any(compiled.big):       # nothing worth a thread: plain code
                 compiled = sequential
             graph.compiled[(xp, "parallel", fuse)] = compiled
@@ -103,25 +112,48 @@ def compiled_for(graph, xp, parallel=False, whole=True):
     key = (xp, fuse) if whole else (xp, fuse, "per equation")
     compiled = graph.compiled.get(key)
     if compiled is None:
-        compiled = graph.compiled[key] = compile_graph(graph, xp, fuse_cpu=fuse,
-                                                       whole_graph=fuse and whole)
+        if xp is not np:
+            compiled = graph.compiled[key] = compile_graph(graph, xp)
+            return compiled
+        with gc_paused():
+            optimized = optimize(graph, xp)
+        # two threads may get here at once: one Tiers is kept, and started
+        compiled = graph.compiled.setdefault(key, Tiers(
+            optimized, xp, name, fuse, whole, graph.compiled.get(_MODE) or default_mode()))
+        if start or compiled.mode == "sync":     # sync: the first call runs kernels
+            compiled.start()
     return compiled
 
 
-# the key of ``graph.compiled`` that marks a graph of a ``jit(fuse=False)``
+# keys of ``graph.compiled`` that mark a graph of a ``jit(fuse=False)`` and
+# one of a ``jit(compile=...)``
 _FUSE = "fuse"
+_MODE = "compile mode"
+
+
+def _graphs_in(graph):
+    """``graph`` and every graph in its equations' parameters, at any depth."""
+    found = [graph]
+    for eqn in graph.eqns:
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple) else (value,):
+                if isinstance(sub, Graph):
+                    found += _graphs_in(sub)
+    return found
 
 
 def _mark_unfused(graph, like):
     if like.compiled.get(_FUSE, True) is False:
         graph.compiled[_FUSE] = False
+    if _MODE in like.compiled:
+        graph.compiled[_MODE] = like.compiled[_MODE]
     return graph
 
 
 def _call_impl(*args, graph, name):
     if graph.sources is not None and nans_enabled():
         return tuple(run_checked(graph, args))
-    return compiled_for(graph, array_module(*args))(*args)
+    return compiled_for(graph, array_module(*args), name=name)(*args)
 
 
 def _call_abstract(*avals, graph, name):
@@ -307,7 +339,7 @@ def _split_vjp_rule(ct, ans, needed, *args, split, residuals, name):
     if inputs:
         arg_cts = jit_call_p.bind(*inputs, graph=graph, name=name)
     else:       # a constant gradient: on the backend of the outputs
-        arg_cts = compiled_for(graph, array_module(*ans))()
+        arg_cts = compiled_for(graph, array_module(*ans), name=name)()
     out = [None] * len(args)
     for i, c in zip(split.positions, arg_cts):
         out[i] = c
@@ -343,7 +375,8 @@ def _bind_call(prim, leaves, graph, name, parallel):
         return prim.bind(*leaves, graph=graph, name=name)
     primals, in_nodes = trace.unwrap(leaves)
     split = _vjp_split(graph, tuple(n is not None for n in in_nodes))
-    results = compiled_for(split.forward, array_module(*primals), parallel)(*primals)
+    results = compiled_for(split.forward, array_module(*primals), parallel,
+                           name=name)(*primals)
     n_out = len(graph.outvars)
     outs, residuals = tuple(results[:n_out]), tuple(results[n_out:])
     # the inputs are not kept: the backward graph reads only the residuals
@@ -385,6 +418,20 @@ def _describe_leaf(sig):
 
 
 CacheInfo = collections.namedtuple("CacheInfo", "hits misses traces size")
+CompileInfo = collections.namedtuple("CompileInfo",
+                                     "signature tier compiling seconds cpu_seconds")
+
+
+def _tiers_of(graph):
+    """The `Tiers` made for ``graph``, and for the halves of its gradient."""
+    found = []
+    for value in list(graph.compiled.values()):
+        if isinstance(value, Tiers):
+            found.append(value)
+        elif isinstance(value, _VJPSplit):
+            for half in [value.forward, value.backward] + list(value._seeded.values()):
+                found += _tiers_of(half)
+    return found
 
 
 class _Entry:
@@ -407,17 +454,22 @@ class Lowered:
     ``source``), empty when nothing was fused. ``whole_graph`` is the plan of
     whole-graph compilation (`fgrad.compiler.whole_graph.Plan`: its numba
     ``source``, or the ``unsupported`` equations and why), None when it is
-    off; ``whole_graph_compiled`` says whether the numba function is built.
+    off; ``whole_graph_compiled`` says whether the numba function is built,
+    and ``tier`` which tier calls run now (`fgrad.compiler.tiers`). Lowering
+    waits for the kernels (built now if not yet), not for the whole graph.
     """
 
     def __init__(self, graph, compiled):
         self.graph = graph
+        tiers = compiled if isinstance(compiled, Tiers) else None
+        if tiers is not None:
+            compiled = tiers.compiled
         self.optimized = compiled.graph
         self.source = compiled.source
         self.kernels = cpu_kernels(compiled)
-        whole = getattr(compiled, "whole_graph", None)
-        self.whole_graph = getattr(whole, "plan", whole)
-        self.whole_graph_compiled = getattr(whole, "compiled", None) is not None
+        self.whole_graph = tiers.whole_plan() if tiers is not None else None
+        self.whole_graph_compiled = tiers is not None and tiers.whole is not None
+        self.tier = tiers.tier if tiers is not None else "numpy"
 
     def __str__(self):
         return self.source
@@ -435,11 +487,16 @@ class JitFunction:
     """
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), max_traces=None,
-                 prim=jit_call_p, parallel=False, fuse=True):
+                 prim=jit_call_p, parallel=False, fuse=True, compile=None):
         functools.update_wrapper(self, fun)
+        if compile is not None and compile not in MODES:
+            raise InvalidInputError(
+                f"jit(compile={compile!r}): the compile mode is one of "
+                f"{', '.join(map(repr, MODES))} (or None, for FGRAD_JIT_COMPILE's default).")
         self.fun = fun
         self.parallel = parallel
-        self.fuse = bool(fuse)
+        self.compile = compile
+        self.fuse = bool(fuse) and compile != "never"
         self._prim = prim
         nums = (static_argnums,) if isinstance(static_argnums, int) else \
             tuple(static_argnums)
@@ -538,7 +595,7 @@ class JitFunction:
                 if hit is not None and not nans_enabled():
                     entry, run, single = hit
                     self._hits += 1
-                    outs = run(*args)
+                    outs = run.fn(*args)        # the tier running now
                     if entry.returns_input:
                         outs = _not_aliasing(outs, args)
                     return outs[0] if single else tree_unflatten(entry.out_tree, list(outs))
@@ -579,22 +636,30 @@ class JitFunction:
             outs = _not_aliasing(run_checked(entry.graph, leaves), leaves)
             return tree_unflatten(entry.out_tree, outs)
         run = entry.run
+        started = True
         if run is None:
             xp = array_module(*leaves)
-            run = entry.run = compiled_for(entry.graph, xp, self.parallel)
+            # its compiles start once this first call is done, not during it
+            run = entry.run = compiled_for(entry.graph, xp, self.parallel, name=self.__name__,
+                                           start=False)
             entry.returns_input = _returns_input(run)
+            started = False
         fast = self._fast
         if fast is not None and not kwargs and key is not None and \
                 all(type(a) is _NDARRAY for a in args):
             if len(fast) >= CACHE_SIZE:     # bounded like the signature cache
                 fast.clear()
-            # the generated function itself, not its wrapper; and whether the
+            # the code (whose ``fn`` is the tier running), and whether the
             # output is one array (no pytree to rebuild)
             fast[tuple(x for a in args for x in (a.shape, a.dtype))] = (
-                entry, getattr(run, "fn", run),
+                entry, run,
                 entry.out_tree.num_leaves == 1 and
                 tree_unflatten(entry.out_tree, [_LEAF]) is _LEAF)
-        outs = run(*leaves)
+        try:
+            outs = run(*leaves)
+        finally:
+            if not started and isinstance(run, Tiers):
+                run.start()
         if entry.returns_input:
             outs = _not_aliasing(outs, leaves)
         return tree_unflatten(entry.out_tree, list(outs))
@@ -650,8 +715,13 @@ class JitFunction:
             return out_leaves
         with gc_paused():
             graph, captured = stage(flat_fun, [shaped(x) for x in leaves])
-        if not self.fuse:
-            graph.compiled[_FUSE] = False
+        # on the graph and on its loop bodies and branches, which their
+        # control-flow primitives compile on their own
+        for sub in _graphs_in(graph):
+            if not self.fuse:
+                sub.compiled[_FUSE] = False
+            if self.compile is not None:
+                sub.compiled[_MODE] = self.compile
         return _Entry(graph, out_tree_box[0], record), captured
 
     def _record(self, args, kwargs, statics, leaves, tree, sig):
@@ -695,6 +765,47 @@ class JitFunction:
         """``CacheInfo(hits, misses, traces, size)`` of this jitted function."""
         return CacheInfo(self._hits, self._misses, self._traces, len(self._cache))
 
+    def compile_info(self):
+        """One `CompileInfo` per cached signature: the tier its calls run
+        (``"numpy"``, ``"kernels"`` or ``"whole"``: `fgrad.compiler.tiers`),
+        whether a compile is under way, and the seconds each tier's compile
+        took (and numba's start-up, if that compile paid it), in time and in
+        the compiling thread's CPU time."""
+        infos = []
+        for entry in list(self._cache.values()):
+            signature = ", ".join(_describe_leaf(leaf) for _, (_, leaves) in
+                                  entry.record["args"].items() for leaf in leaves)
+            run = entry.run
+            if isinstance(run, Tiers):
+                infos.append(CompileInfo(signature, run.tier, run.compiling,
+                                         dict(run.seconds), dict(run.cpu_seconds)))
+            else:       # not called with arrays yet, or on another backend
+                infos.append(CompileInfo(signature, None if run is None else "numpy",
+                                         False, {}, {}))
+        return infos
+
+    def wait_compiled(self, timeout=None):
+        """Build every tier left for each cached signature (the whole graph
+        too, without waiting for its call count), and the code of its
+        gradient's halves, and wait for them: the calls that follow run the
+        fastest code jit has for them. Returns False if ``timeout`` seconds
+        passed first.
+
+        >>> import numpy as np, fgrad, fgrad.numpy as fnp
+        >>> f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) * 2.0 + x))
+        >>> float(f(np.zeros(3)))
+        0.0
+        >>> f.wait_compiled()
+        True
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for entry in list(self._cache.values()):
+            for tiers in _tiers_of(entry.graph):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not tiers.finish(left):
+                    return False
+        return True
+
     def clear_cache(self):
         """Forget every compilation (the counters are kept)."""
         self._cache.clear()
@@ -713,7 +824,12 @@ class JitFunction:
         if entry is None:
             entry, _ = self._trace(args, kwargs, statics, leaves, tree, sig)
             self._remember(key, entry)
-        return Lowered(entry.graph, compiled_for(entry.graph, array_module(*leaves)))
+        compiled = compiled_for(entry.graph, array_module(*leaves), name=self.__name__)
+        if isinstance(compiled, Tiers):
+            # the per-equation code as it will run: its kernels built, and a
+            # whole-graph compile under way finished
+            compiled.finish(whole=False)
+        return Lowered(entry.graph, compiled)
 
 
 def _not_aliasing(outs, inputs):
@@ -782,7 +898,7 @@ def _describe_change(old, new):
 
 
 def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
-        parallel=False, fuse=True):
+        parallel=False, fuse=True, compile=None):
     """Stage ``fun`` once per input signature and replay it as compiled code.
 
     The signature is the arguments' pytree structure, every leaf's shape, dtype
@@ -807,6 +923,16 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     ``fuse=False``, or the environment variable ``FGRAD_JIT_FUSE=0``, turns
     that off: the code is then NumPy calls, one per equation.
 
+    No call waits for numba: the first calls run NumPy calls while the
+    kernels (and, for small graphs, the whole graph as one function) compile
+    on a background thread, and later calls switch to them once built
+    (`fgrad.compiler.tiers`; docs/jit.md). ``compile="sync"`` compiles on the
+    calling thread instead, at the call that needs it; ``compile="never"``
+    keeps NumPy calls (as ``fuse=False``); None takes ``FGRAD_JIT_COMPILE``'s
+    default (``background``). ``f_jit.wait_compiled()`` waits for the
+    compiled code; ``f_jit.compile_info()`` says, per signature, which tier
+    runs and what each compile took.
+
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) ** 2))
     >>> float(f(np.zeros(3)))
@@ -817,9 +943,9 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
                                  static_argnames=static_argnames, max_traces=max_traces,
-                                 parallel=parallel, fuse=fuse)
+                                 parallel=parallel, fuse=fuse, compile=compile)
     return JitFunction(fun, static_argnums, static_argnames, max_traces,
-                       parallel=parallel, fuse=fuse)
+                       parallel=parallel, fuse=fuse, compile=compile)
 
 
 def make_graph(fun, static_argnums=()):
@@ -869,4 +995,4 @@ def optimized_graph(graph, xp=np):
 
 
 __all__ = ["jit", "make_graph", "checkpoint", "JitFunction", "jit_call_p",
-           "checkpoint_p", "get_aval"]
+           "checkpoint_p", "get_aval", "CompileInfo"]

@@ -1,0 +1,350 @@
+"""Tiered compilation: a graph runs at once; its compiled forms are built on a thread.
+
+A graph `fgrad.jit` runs on NumPy arrays goes through up to three tiers, each
+faster than the one before and dearer to build:
+
+- ``"numpy"``: the generated code, one NumPy call per equation
+  (`fgrad.compiler.codegen`); built at the first call in milliseconds, with no
+  compiler involved;
+- ``"kernels"``: the same code with each fusable elementwise group one fused
+  numba kernel (`fgrad.compiler.cpu_fusion`); built from the first call;
+- ``"whole"``: the graph as one numba function (`fgrad.compiler.whole_graph`),
+  where every equation is in its table and that pays; built once the graph
+  has been called `compile_after()` times and, in the background, once those
+  calls have taken as long as the compile is estimated to
+  (`fgrad.compiler.whole_graph.estimated_compile_seconds`: seconds), so that
+  compiling never costs more than the calls it speeds up have cost already.
+
+With ``compile="background"`` (the default) the kernels and the whole graph
+are built on a compile thread while the calls go on in the best tier ready;
+a finished tier replaces the running one in one attribute store, so a call
+runs one tier or the next, whole, whichever thread makes it. ``"sync"`` builds
+each on the calling thread, at the call that needs it (the kernels at the
+first, the whole graph at the `compile_after()`-th), as jit did before it had
+tiers; ``"never"`` stays in the NumPy tier (numba is never imported). The
+environment variable ``FGRAD_JIT_COMPILE`` sets the default.
+
+The compile thread is a daemon: a process that exits while it compiles does
+not wait for it (`atexit` also drops the compiles not started). One thread is
+enough, as numba compiles one function at a time (its global compiler lock).
+Its compiles run in the order asked for; `wait_all` waits for all of them.
+
+Each compile is logged (logger ``fgrad.jit``, level INFO) with its tier, its
+time and its thread, and kept in `Tiers.seconds`.
+"""
+import atexit
+import collections
+import logging
+import os
+import threading
+import time
+
+from fgrad.compiler.codegen import generate
+from fgrad.compiler.cpu_fusion import fuse_for_cpu, plan_kernels
+from fgrad.compiler.kernel_cache import start_numba
+from fgrad.compiler.whole_graph import (
+    build,
+    compile_after,
+    compile_after_named,
+    count_equations,
+    plan,
+)
+
+COMPILE_ENV = "FGRAD_JIT_COMPILE"
+MODES = ("background", "sync", "never")
+# tier names, from the first to the last
+TIERS = ("numpy", "kernels", "whole")
+# the compile thread's niceness (Linux: a thread's own)
+COMPILE_NICE = 10
+_log = logging.getLogger("fgrad.jit")
+
+
+def default_mode():
+    """``FGRAD_JIT_COMPILE`` (``background``, ``sync`` or ``never``), else
+    ``background``.
+
+    >>> default_mode() in MODES
+    True
+    """
+    value = os.environ.get(COMPILE_ENV, "").strip().lower()
+    return value if value in MODES else "background"
+
+
+class CompileQueue:
+    """Daemon threads (at most ``threads``) that run compile jobs in order."""
+
+    def __init__(self, threads=1):
+        self.threads = threads
+        self._jobs = collections.deque()
+        self._running = 0
+        self._workers = 0
+        self._closed = False
+        self._lock = threading.Condition()
+
+    def submit(self, job):
+        """Run ``job()`` on a compile thread; False once the process is exiting."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._jobs.append(job)
+            if self._workers < self.threads and self._workers <= self._running:
+                self._workers += 1
+                threading.Thread(target=self._work, name="fgrad-compile",
+                                 daemon=True).start()
+            self._lock.notify()
+        return True
+
+    def _work(self):
+        # below the calling threads in the CPU's queue: on a busy machine the
+        # calls, not the compile, run first (where the system lets a thread
+        # lower its own priority)
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COMPILE_NICE)
+        except (AttributeError, OSError):
+            pass
+        while True:
+            with self._lock:
+                while not self._jobs and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    self._workers -= 1
+                    return
+                job = self._jobs.popleft()
+                self._running += 1
+            try:
+                job()
+            finally:
+                with self._lock:
+                    self._running -= 1
+                    self._lock.notify_all()
+
+    def wait(self, timeout=None):
+        """Wait until no job is queued or running; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._jobs or self._running:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
+    def close(self):
+        """Drop the jobs not started (the process is exiting)."""
+        with self._lock:
+            self._closed = True
+            self._jobs.clear()
+            self._lock.notify_all()
+
+
+# the process's compile thread: the one piece of state tiers share
+_QUEUE = CompileQueue()
+atexit.register(_QUEUE.close)
+
+
+def wait_all(timeout=None):
+    """Wait until every compile asked for so far has finished (tests and
+    benchmarks); False on timeout.
+
+    >>> wait_all()
+    True
+    """
+    return _QUEUE.wait(timeout)
+
+
+class Tiers:
+    """One optimised graph's code in tiers; ``fn`` runs the best one built.
+
+    ``tier`` names it; ``seconds`` maps each tier built to its compile time
+    (numba's start-up, when this graph's compile paid it, under
+    ``"numba start-up"``), ``cpu_seconds`` to the compiling thread's CPU
+    time (numba's start-up included); ``compiled`` is the per-equation code (the
+    `fgrad.compiler.codegen.Compiled` of the kernels tier once built, else
+    of the NumPy tier), ``plan`` the whole-graph `fgrad.compiler.whole_graph.Plan`
+    (None until asked for, or where whole-graph compilation is off) and
+    ``whole`` its callable once built. ``fuse`` (numba installed, not turned
+    off) allows the kernels tier, ``whole`` the whole-graph tier; ``mode``
+    is one of `MODES`.
+    """
+
+    def __init__(self, graph, xp, name, fuse, whole, mode):
+        self.graph, self.xp, self.name, self.mode = graph, xp, name, mode
+        self.compiled = generate(graph, xp)
+        self.seconds, self.cpu_seconds = {}, {}
+        self.plan, self.whole, self.error = None, None, None
+        self.tier = "numpy"
+        self._fuse = fuse and mode != "never"
+        self._after = compile_after() if whole and self._fuse else None
+        self._calls = 0
+        self._spent = 0.0           # seconds the calls took so far
+        # what the calls must have taken before the whole graph is compiled:
+        # its estimated compile time in the background (a function called
+        # briefly never pays for it, one called for minutes does, and the
+        # compile costs at most what the calls cost before it); nothing when
+        # the call that compiles it is named (sync, FGRAD_JIT_WHOLE_GRAPH=N)
+        # (None until estimated, on the compile thread, from the plan)
+        self._budget = 0.0 if mode == "sync" or compile_after_named() else None
+        self._whole_asked = False
+        self._queued = set()        # tiers asked for and not finished
+        self._done = set()          # tiers built, or found not to pay
+        self._lock = threading.Condition()
+        self._current = self.compiled.fn
+        self.fn = self._counting() if self._last() == "whole" else self._current
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    @property
+    def source(self):
+        return self.compiled.source
+
+    def _last(self):
+        """The last tier this graph may reach."""
+        return "whole" if self._after is not None else "kernels" if self._fuse else "numpy"
+
+    def _counting(self):
+        clock = time.perf_counter
+
+        def run(*args):
+            self._calls += 1
+            # >=: two threads may count past it together
+            budget = self._budget
+            if self._calls >= self._after and budget is not None \
+                    and self._spent >= budget and not self._whole_asked:
+                self._whole_asked = True
+                self._ask("whole")
+            start = clock()
+            try:
+                return self._current(*args)
+            finally:
+                self._spent += clock() - start
+        return run
+
+    # -- building ------------------------------------------------------------
+
+    def start(self):
+        """Ask for the kernels (on the first call; idempotent)."""
+        if self._fuse:
+            self._ask("kernels")
+            if self._after == 1:
+                self._ask("whole")
+
+    def _ask(self, tier):
+        with self._lock:
+            if tier in self._queued or tier in self._done:
+                return
+            self._queued.add(tier)
+        if self.mode == "sync" or not _QUEUE.submit(lambda: self._build(tier)):
+            self._build(tier)
+
+    def _build(self, tier):
+        thread = threading.current_thread().name
+        code = fn = seconds = None
+        cpu_start = time.thread_time()
+        try:
+            if tier == "kernels":
+                plans = plan_kernels(self.graph)
+                if plans:               # else nothing to compile: numba not needed
+                    self._start_numba(thread)
+                    start_time = time.perf_counter()
+                    code = generate(fuse_for_cpu(self.graph, plans), self.xp)
+                    fn, seconds = code.fn, time.perf_counter() - start_time
+                    what = f"{len(plans)} kernel{'s' * (len(plans) != 1)}"
+                self._plan_whole()
+            else:
+                whole_plan = self.plan = self.plan or plan(self.graph)
+                if whole_plan.supported:
+                    self._start_numba(thread)
+                    start_time = time.perf_counter()
+                    fn = build(whole_plan)
+                    seconds = time.perf_counter() - start_time
+                    what = f"{count_equations(self.graph)} equations"
+            if fn is not None:
+                # said before the tier runs, so that a caller waiting for it
+                # finds the line logged
+                _log.info("fgrad.jit: %s: %s tier compiled in %.2f s (%s, %s thread)",
+                          self.name, tier, seconds, what, thread)
+                self.cpu_seconds[tier] = time.thread_time() - cpu_start
+        except Exception as error:  # noqa: BLE001 -- numba refused: keep the tier running
+            self.error = error
+            code = fn = seconds = None
+            _log.warning("fgrad.jit: %s: %s tier failed (%s: %s); running the %s tier",
+                         self.name, tier, type(error).__name__,
+                         str(error).splitlines()[0][:200] if str(error) else "", self.tier)
+            if self.mode == "sync" and tier == "kernels":
+                self._promote(tier, None, None, None)
+                raise
+        self._promote(tier, code, fn, seconds)
+
+    def _plan_whole(self):
+        """After the kernels, on their thread: whether the graph may be
+        compiled whole, and how long its calls must have taken first."""
+        if self._after is None or self._budget is not None:
+            return
+        whole_plan = self.whole_plan()
+        if whole_plan.supported:
+            self._budget = whole_plan.estimated_seconds
+        else:                           # nothing left to count calls for
+            self._promote("whole", None, None, None)
+
+    def _start_numba(self, thread):
+        startup = start_numba()
+        if startup:
+            self.seconds["numba start-up"] = startup
+            _log.info("fgrad.jit: numba loaded in %.2f s (%s thread)", startup, thread)
+
+    def _promote(self, tier, code, fn, seconds):
+        with self._lock:
+            self._queued.discard(tier)
+            self._done.add(tier)
+            if seconds is not None:
+                self.seconds[tier] = seconds
+            if fn is not None and TIERS.index(tier) > TIERS.index(self.tier):
+                if code is not None:
+                    self.compiled = code
+                if tier == "whole":
+                    self.whole = fn
+                self.tier = tier
+                self._current = fn
+            # no tier left to count calls for: run the best one directly
+            if "whole" in self._done or self._last() != "whole":
+                self.fn = self._current
+            self._lock.notify_all()
+
+    def finish(self, timeout=None, whole=True):
+        """Build every tier left (the whole graph without waiting for its
+        call count; not at all with ``whole=False``) and wait for them; False
+        on timeout."""
+        if self._fuse:
+            self._ask("kernels")
+            if whole and self._after is not None:
+                self._ask("whole")
+        return self.wait(timeout)
+
+    def whole_plan(self):
+        """The whole-graph `fgrad.compiler.whole_graph.Plan` (made now if not
+        yet), or None where whole-graph compilation is off."""
+        if self._after is None:
+            return None
+        if self.plan is None:
+            self.plan = plan(self.graph)
+        return self.plan
+
+    def wait(self, timeout=None):
+        """Wait for the tiers asked for; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._queued:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
+    @property
+    def compiling(self):
+        """Whether a tier is asked for and not built yet."""
+        return bool(self._queued)
+
+    def __repr__(self):
+        return f"<Tiers of {self.name}: {self.tier}>"

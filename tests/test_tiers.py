@@ -1,0 +1,168 @@
+"""Tiered compilation (issue 35): calls run NumPy calls while the kernels and the
+whole graph compile on a background thread, switch to them once built, agree
+with them, and never wait for numba."""
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.compiler import cpu_fusion
+from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+compiles = pytest.mark.skipif(not cpu_fusion.enabled(),
+                              reason="numba missing or FGRAD_JIT_FUSE=0")
+
+
+def _python(code, **env):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": ROOT, **env})
+
+
+def _arithmetic(x, y):
+    # operations NumPy and compiled code compute alike, to the bit, in
+    # elementwise groups (kernels) with a transpose and a reshape between them
+    z = (x * 1.5 + y) * (x - y) - fnp.maximum(x, y) / 3.0
+    t = fnp.where(z.T > 0.25, z.T, -z.T * 2.0) + (x.T < y.T).astype(x.dtype)
+    r = t.reshape(-1)
+    w = (r * r - 0.5 * r).reshape(t.shape).T + z
+    return fnp.sum(w * w), w
+
+
+@compiles
+def test_calls_run_numpy_while_the_kernels_compile_on_the_compile_thread(caplog):
+    x = np.linspace(-2.0, 2.0, 300)
+    f = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fnp.sin(x) * fnp.exp(-x * x) + x * x)),
+                  compile="background")
+    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
+        first = f(x)
+        assert f.wait_compiled()
+    compiled = [r for r in caplog.records if "tier compiled" in r.getMessage()]
+    assert compiled and all(r.threadName == "fgrad-compile" for r in compiled)
+    assert "kernels tier compiled in" in compiled[0].getMessage()
+    (info,) = f.compile_info()
+    assert info.tier == "kernels" and not info.compiling and info.seconds["kernels"] > 0
+    assert info.signature == "float64[300]" and f.lower(x).tier == "kernels"
+    np.testing.assert_allclose(f(x), first, rtol=1e-13, atol=1e-15)
+
+
+def _tiers_agree(x, y, tier, monkeypatch):
+    monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)     # fuse even tiny groups
+    want = fgrad.jit(_arithmetic, compile="never")(x, y)
+    compiled = fgrad.jit(_arithmetic, compile="sync")
+    first = compiled(x, y)
+    assert compiled.wait_compiled()
+    lowered = compiled.lower(x, y)
+    assert lowered.tier == tier and lowered.kernels
+    got = compiled(x, y)
+    # the first call, in the tier it ran, and the last tier
+    for result in (first, got):
+        np.testing.assert_array_equal(result[1], want[1])
+        # a sum is taken in order by compiled code, pairwise by NumPy
+        np.testing.assert_allclose(result[0], want[0], rtol=1e-5 if x.dtype == np.float32
+                                   else 1e-13)
+
+
+@compiles
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_kernels_tier_gives_numpys_bits_where_the_operations_are_the_same(
+        dtype, monkeypatch):
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal((4, 8)).astype(dtype) for _ in range(2))
+    _tiers_agree(x, y, "kernels", monkeypatch)
+
+
+@compiles
+@pytest.mark.slow           # numba compiles the whole graph: tens of seconds
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_whole_graph_tier_gives_numpys_bits_where_the_operations_are_the_same(
+        dtype, monkeypatch):
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, "1")
+    rng = np.random.default_rng(4)
+    x, y = (rng.standard_normal((4, 8)).astype(dtype) for _ in range(2))
+    _tiers_agree(x, y, "whole", monkeypatch)
+
+
+@compiles
+def test_several_threads_call_while_the_tiers_are_switched_in(monkeypatch):
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")
+    x = np.linspace(-3.0, 3.0, 1000)
+    loss = lambda x: fnp.sum(fnp.tanh(fnp.sin(x) * 1.5 + x) * fnp.exp(-x * x))  # noqa: E731
+    want = fgrad.grad(loss)(x)
+    f = fgrad.jit(fgrad.grad(loss), compile="background")
+    results, errors = [[] for _ in range(6)], []
+    barrier = threading.Barrier(len(results))
+
+    def work(i):
+        try:
+            barrier.wait()
+            for _ in range(40):
+                results[i].append(f(x))
+        except Exception as err:                    # reported in the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(results))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert f.wait_compiled() and f.compile_info()[0].tier == "kernels"
+    for got in [r for rs in results for r in rs] + [f(x)]:
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+@compiles
+def test_wait_compiled_builds_the_halves_of_a_jitted_functions_gradient():
+    inner = fgrad.jit(lambda x: fnp.sin(x) * fnp.cos(x) * 2.0 + x * x, compile="background")
+    x = np.linspace(0.0, 1.0, 400)
+    g = fgrad.grad(lambda x: fnp.sum(inner(x)))(x)
+    assert inner.wait_compiled()
+    np.testing.assert_allclose(g, np.cos(2 * x) * 2.0 + 2 * x, rtol=1e-12)
+
+
+def test_a_bad_compile_mode_names_the_modes():
+    with pytest.raises(fgrad.errors.InvalidInputError, match="'background', 'sync', 'never'"):
+        fgrad.jit(np.sin, compile="later")
+
+
+def test_compile_never_and_import_leave_numba_unloaded():
+    done = _python("""
+        import sys
+        import numpy as np, fgrad, fgrad.numpy as fnp
+        assert "numba" not in sys.modules, "import fgrad imported numba"
+        f = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fnp.sin(x) * x)), compile="never")
+        for _ in range(12):
+            f(np.ones(100))
+        assert f.wait_compiled() and f.compile_info()[0].tier == "numpy"
+        assert "numba" not in sys.modules, "compile='never' imported numba"
+        print("ok")
+    """)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
+
+
+@compiles
+def test_a_process_exits_at_once_while_a_compile_runs():
+    # the child asks for a kernel (with numba's start-up before it) and exits
+    # while it compiles: neither the compile nor its log line may finish
+    done = _python("""
+        import logging, time
+        import numpy as np, fgrad, fgrad.numpy as fnp
+        logging.basicConfig(level=logging.INFO)
+        f = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fnp.tanh(fnp.sin(x) * x + 1.0) * x)),
+                      compile="background")
+        f(np.linspace(0, 1, 500))
+        assert f.compile_info()[0].compiling
+        print("exiting", flush=True)
+    """, FGRAD_KERNEL_CACHE="0")
+    assert done.returncode == 0 and "exiting" in done.stdout, done.stderr
+    assert "tier compiled" not in done.stderr
