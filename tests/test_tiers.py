@@ -54,42 +54,28 @@ def test_calls_run_numpy_while_the_kernels_compile_on_the_compile_thread(caplog)
     np.testing.assert_allclose(f(x), first, rtol=1e-13, atol=1e-15)
 
 
-def _tiers_agree(x, y, tier, monkeypatch):
+@compiles
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("tier", ["kernels", pytest.param("whole", marks=pytest.mark.slow)])
+def test_each_tier_gives_numpys_bits_where_the_operations_are_the_same(
+        tier, dtype, monkeypatch):
+    # (numba compiles a whole graph in tens of seconds: that one is slow)
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, "1" if tier == "whole" else "0")
     monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)     # fuse even tiny groups
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal((4, 8)).astype(dtype) for _ in range(2))
     want = fgrad.jit(_arithmetic, compile="never")(x, y)
     compiled = fgrad.jit(_arithmetic, compile="sync")
     first = compiled(x, y)
     assert compiled.wait_compiled()
     lowered = compiled.lower(x, y)
     assert lowered.tier == tier and lowered.kernels
-    got = compiled(x, y)
     # the first call, in the tier it ran, and the last tier
-    for result in (first, got):
+    for result in (first, compiled(x, y)):
         np.testing.assert_array_equal(result[1], want[1])
         # a sum is taken in order by compiled code, pairwise by NumPy
-        np.testing.assert_allclose(result[0], want[0], rtol=1e-5 if x.dtype == np.float32
+        np.testing.assert_allclose(result[0], want[0], rtol=1e-5 if dtype == np.float32
                                    else 1e-13)
-
-
-@compiles
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_the_kernels_tier_gives_numpys_bits_where_the_operations_are_the_same(
-        dtype, monkeypatch):
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")
-    rng = np.random.default_rng(3)
-    x, y = (rng.standard_normal((4, 8)).astype(dtype) for _ in range(2))
-    _tiers_agree(x, y, "kernels", monkeypatch)
-
-
-@compiles
-@pytest.mark.slow           # numba compiles the whole graph: tens of seconds
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_the_whole_graph_tier_gives_numpys_bits_where_the_operations_are_the_same(
-        dtype, monkeypatch):
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "1")
-    rng = np.random.default_rng(4)
-    x, y = (rng.standard_normal((4, 8)).astype(dtype) for _ in range(2))
-    _tiers_agree(x, y, "whole", monkeypatch)
 
 
 @compiles

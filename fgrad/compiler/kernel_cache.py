@@ -106,6 +106,20 @@ def entry_key(source, signature):
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
+def is_cached(source, signature):
+    """Whether the disk cache holds a valid entry for ``source`` compiled for
+    ``signature``.
+
+    >>> is_cached("def kernel(): pass", "no signature")    # doctest: +SKIP
+    False
+    """
+    root = cache_dir()
+    if root is None:
+        return False
+    key = entry_key(source, signature)
+    return verify(os.path.join(root, key), key)
+
+
 def load_or_build(source, signature, keep_module=False, linked=None):
     """The numba function for ``source`` compiled for ``signature``: from the
     disk cache when a valid entry exists, else compiled (and stored). Used by

@@ -36,6 +36,7 @@ import atexit
 import collections
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -47,6 +48,7 @@ from fgrad.compiler.whole_graph import (
     compile_after,
     compile_after_named,
     count_equations,
+    on_disk,
     plan,
 )
 
@@ -282,10 +284,14 @@ class Tiers:
         if self._after is None or self._budget is not None:
             return
         whole_plan = self.whole_plan()
-        if whole_plan.supported:
-            self._budget = whole_plan.estimated_seconds
-        else:                           # nothing left to count calls for
+        if not whole_plan.supported:    # nothing left to count calls for
             self._promote("whole", None, None, None)
+        elif "numba" in sys.modules and on_disk(whole_plan):
+            # compiled before (asked only once numba is loaded, for kernels:
+            # a graph with none does not load it for this)
+            self._budget = 0.0
+        else:
+            self._budget = whole_plan.estimated_seconds
 
     def _start_numba(self, thread):
         startup = start_numba()

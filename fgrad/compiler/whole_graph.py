@@ -63,7 +63,7 @@ from fgrad.compiler.cpu_fusion import (
     scalar_literal_text,
 )
 from fgrad.compiler.fusion import compute_dtypes, elementwise_name, operand_rule
-from fgrad.compiler.kernel_cache import load_or_build
+from fgrad.compiler.kernel_cache import is_cached, load_or_build
 from fgrad.compiler.passes import effectful
 from fgrad.compiler.vector_math import SOURCE as VECTOR_SOURCE
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
@@ -796,7 +796,7 @@ def plan(graph):
     equations that keep it from having one.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
-    >>> g = fgrad.make_graph(lambda x: fnp.sum(fnp.tanh(x) * 2.0 + x))(np.ones(3))
+    >>> g = fgrad.make_graph(lambda x: fnp.sum(fnp.tanh(x @ x @ x) @ x))(np.ones((3, 3)))
     >>> plan(g).supported
     True
     >>> print(plan(fgrad.make_graph(lambda x: fnp.cumsum(x * x) * 2.0 + x)(np.ones(3))))
@@ -914,13 +914,23 @@ def _compiled(source, signature, linked=()):
                          linked=dict(linked))
 
 
+def _signature(plan):
+    return tuple(_numba_type(v.aval.shape, v.aval.dtype) for v in plan.graph.invars) + \
+        tuple(_numba_type(c.shape, c.dtype) for c in plan.consts)
+
+
+def on_disk(plan):
+    """Whether the disk cache holds the compiled function of a supported
+    `Plan` (then building it loads it: milliseconds, not seconds)."""
+    return is_cached(plan.source, _signature(plan))
+
+
 def build(plan):
     """The callable of a supported `Plan`: checks the inputs' shapes and
     dtypes, runs the numba function, returns NumPy arrays and scalars."""
     graph = plan.graph
     in_avals = [v.aval for v in graph.invars]
-    signature = tuple(_numba_type(a.shape, a.dtype) for a in in_avals) + tuple(
-        _numba_type(c.shape, c.dtype) for c in plan.consts)
+    signature = _signature(plan)
     linked = tuple((name, compiled_kernel(k)) for name, k in plan.kernels.items())
     kernel = _compiled(plan.source, signature, linked)
     expected = [(tuple(a.shape), np.dtype(a.dtype)) for a in in_avals]
