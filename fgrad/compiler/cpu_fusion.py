@@ -5,17 +5,17 @@ before code generation: each maximal group of elementwise equations (the
 grouping of `fgrad.compiler.fusion.plan_groups`, the one CuPy's kernels use),
 together with a ``sum``, ``max`` or ``min`` over all axes that reads it (the
 loss at the end of most programs), becomes one ``cpu_fused`` equation. Its
-kernel is a single loop written in Python source and compiled by numba: it
-reads each input once, keeps every intermediate in a register, and writes
-only the values an equation outside the group reads (or the graph returns).
+kernel is a single loop, written as LLVM IR (`fgrad.compiler.kernel_ir`) and
+compiled through numba: it reads each input once, keeps every intermediate in
+a register, and writes only the values an equation outside the group reads
+(or the graph returns).
 
 Semantics are NumPy's, decided from the dtypes the staged graph carries:
 
 - every operation computes in the dtype NumPy's promotion gives and its result
-  is cast back to it, so float32 stays float32 and integers wrap as NumPy's do
-  (numba would otherwise widen ``int8 + int8`` to int64);
-- numba's ``error_model="numpy"``: division by zero gives inf or NaN, never an
-  exception; no fast-math, so NaN and inf propagate as in NumPy;
+  is cast back to it, so float32 stays float32 and integers wrap as NumPy's do;
+- division by zero gives inf or NaN, never an exception; no fast-math, so NaN
+  and inf propagate as in NumPy;
 - operations whose NumPy behaviour a scalar loop would not reproduce (integer
   division and powers, float-to-int casts, float16, complex) stay NumPy calls;
 - a float sum accumulates in float64 in order (NumPy sums pairwise): equal to
@@ -73,7 +73,7 @@ MAX_VECTOR_OUTPUTS = 12
 MIN_VECTOR_ELEMENTS = 256
 
 # ---------------------------------------------------------------------------
-# The per-operation table: Python text numba compiles
+# The per-operation table: what a kernel computes
 # ---------------------------------------------------------------------------
 
 # dtypes a kernel computes in (float16 and complex are left to NumPy)
@@ -369,7 +369,7 @@ def _input_mode(shape, group_shape):
 
 
 class CpuKernel:
-    """One fused kernel: its numba source and the Python call that checks
+    """One fused kernel: its source and the Python call that checks
     inputs, allocates outputs and runs it.
 
     ``source`` is the kernel's text; ``call(*inputs)`` returns the outputs;

@@ -160,7 +160,7 @@ class Tiers:
     ``tier`` names it; ``seconds`` maps each tier built to its compile time
     (numba's start-up, when this graph's compile paid it, under
     ``"numba start-up"``), ``cpu_seconds`` to the compiling thread's CPU
-    time (numba's start-up included); ``compiled`` is the per-equation code (the
+    time; ``compiled`` is the per-equation code (the
     `fgrad.compiler.codegen.Compiled` of the kernels tier once built, else
     of the NumPy tier), ``plan`` the whole-graph `fgrad.compiler.whole_graph.Plan`
     (None until asked for, or where whole-graph compilation is off) and
@@ -248,7 +248,7 @@ class Tiers:
                 plans = plan_kernels(self.graph)
                 if plans:               # else nothing to compile: numba not needed
                     self._start_numba(thread)
-                    start_time = time.perf_counter()
+                    start_time, cpu_start = time.perf_counter(), time.thread_time()
                     code = generate(fuse_for_cpu(self.graph, plans), self.xp)
                     fn, seconds = code.fn, time.perf_counter() - start_time
                     what = f"{len(plans)} kernel{'s' * (len(plans) != 1)}"
@@ -257,7 +257,7 @@ class Tiers:
                 whole_plan = self.plan = self.plan or plan(self.graph)
                 if whole_plan.supported:
                     self._start_numba(thread)
-                    start_time = time.perf_counter()
+                    start_time, cpu_start = time.perf_counter(), time.thread_time()
                     fn = build(whole_plan)
                     seconds = time.perf_counter() - start_time
                     what = f"{count_equations(self.graph)} equations"
@@ -294,9 +294,11 @@ class Tiers:
             self._budget = whole_plan.estimated_seconds
 
     def _start_numba(self, thread):
+        cpu_start = time.thread_time()
         startup = start_numba()
         if startup:
             self.seconds["numba start-up"] = startup
+            self.cpu_seconds["numba start-up"] = time.thread_time() - cpu_start
             _log.info("fgrad.jit: numba loaded in %.2f s (%s thread)", startup, thread)
 
     def _promote(self, tier, code, fn, seconds):
