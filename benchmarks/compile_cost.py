@@ -23,7 +23,8 @@ Columns (times are the best of ``--repeats`` runs, default 3):
 - ``worst bg``: the slowest of the background process's calls from the second
   on (the first also stages the program, as every jit's first call does:
   ``1st bg`` and ``1st never`` give both first calls), and ``bound``, 2 x
-  ``interp`` + 50 ms;
+  ``interp`` + 50 ms (``worst never``: the slowest interpreted call, what
+  the machine alone adds);
 - ``compile``: the seconds every tier's compile took, on every thread (numba's
   start-up apart: ``numba``), in the background process; ``jax``: jax.jit's
   compile, its first call less a steady call (tracing, lowering and XLA's
@@ -37,7 +38,9 @@ Columns (times are the best of ``--repeats`` runs, default 3):
 ``--plot DIR`` also writes ``DIR/compile_calls.svg``: the time of each of the
 first calls of jit-rnn and jit-chain, background and sync against jax.jit
 (`benchmarks.plot.calls_chart`), and ``--before PATH`` adds the same calls
-run by the fgrad checked out at PATH (its default mode) to it.
+run by the fgrad checked out at PATH (its default mode) to it. ``--json FILE``
+keeps every run's figures, and ``--load FILE`` prints their table (and plot)
+again without running anything.
 """
 import argparse
 import json
@@ -269,6 +272,7 @@ def summary(runs):
         "first bg": best("background", lambda r: r["times"][0]),
         "first never": best("never", lambda r: r["times"][0]),
         "worst bg": best("background", lambda r: max(r["times"][1:])),
+        "worst never": best("never", lambda r: max(r["times"][1:])),
         "bound": 2 * interp + 0.05,
         "worst sync": best("sync", lambda r: max(r["times"][1:])),
         "compile": compile_s,
@@ -285,7 +289,7 @@ def summary(runs):
 
 
 _COLUMNS = (("tier", ""), ("interp", "ms"), ("compiled", "ms"), ("first bg", "ms"), ("first never", "ms"),
-            ("worst bg", "ms"), ("bound", "ms"), ("worst sync", "s"), ("compile", "s"),
+            ("worst bg", "ms"), ("worst never", "ms"), ("bound", "ms"), ("worst sync", "s"), ("compile", "s"),
             ("numba", "s"), ("jax", "s"), ("ratio", "x"), ("compile cpu", "s"),
             ("jax cpu", "s"), ("cpu ratio", "x"), ("jax start", "s"),
             ("warm fast at", "s"), ("warm first", "ms"))
@@ -315,7 +319,15 @@ def main(argv=None):
     parser.add_argument("--before", metavar="PATH",
                         help="an older fgrad checkout whose calls the plot shows too")
     parser.add_argument("--json", metavar="FILE", help="write every run's figures")
+    parser.add_argument("--load", metavar="FILE",
+                        help="print the table (and --plot) from a --json file, running nothing")
     args = parser.parse_args(argv)
+    if args.load:
+        with open(args.load, encoding="utf-8") as f:
+            everything = json.load(f)
+        _table(everything)
+        _plot(everything, args.plot)
+        return
     try:
         import jax  # noqa: F401
         have_jax = True
@@ -328,22 +340,31 @@ def main(argv=None):
         print(f"numba start-up alone: {numba_start:.3f} s")
     except (subprocess.CalledProcessError, ValueError):
         print("numba: not installed")
-    print("| row | " + " | ".join(f"{name} ({unit})" if unit else name
-                                  for name, unit in _COLUMNS) + " |")
-    print("|---|" + "---:|" * len(_COLUMNS), flush=True)
     everything = {}
     for row in args.rows.split(","):
         runs = everything[row] = measure(row, args.calls, args.repeats, have_jax,
                                          args.before if row in PLOTTED else None)
+        if args.json:               # after each row: a long run keeps what it measured
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(everything, f)
+    _table(everything)
+    _plot(everything, args.plot)
+
+
+def _table(everything):
+    print("| row | " + " | ".join(f"{name} ({unit})" if unit else name
+                                  for name, unit in _COLUMNS) + " |")
+    print("|---|" + "---:|" * len(_COLUMNS))
+    for row, runs in everything.items():
         figures = summary(runs)
         print(f"| {row} | " + " | ".join(_cell(figures[name], unit)
                                          for name, unit in _COLUMNS) + " |", flush=True)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(everything, f)
-    if args.plot:
+
+
+def _plot(everything, directory):
+    if directory:
         from benchmarks.plot import calls_chart
-        path = os.path.join(args.plot, "compile_calls.svg")
+        path = os.path.join(directory, "compile_calls.svg")
         calls_chart({row: runs for row, runs in everything.items() if row in PLOTTED}, path)
         print(f"wrote {path}")
 

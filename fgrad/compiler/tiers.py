@@ -56,8 +56,6 @@ COMPILE_ENV = "FGRAD_JIT_COMPILE"
 MODES = ("background", "sync", "never")
 # tier names, from the first to the last
 TIERS = ("numpy", "kernels", "whole")
-# the compile thread's niceness (Linux: a thread's own)
-COMPILE_NICE = 10
 _log = logging.getLogger("fgrad.jit")
 
 
@@ -97,13 +95,8 @@ class CompileQueue:
         return True
 
     def _work(self):
-        # below the calling threads in the CPU's queue: on a busy machine the
-        # calls, not the compile, run first (where the system lets a thread
-        # lower its own priority)
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COMPILE_NICE)
-        except (AttributeError, OSError):
-            pass
+        # (not given a lower priority: numba compiles holding the GIL, and a
+        # thread the system runs less often would keep the callers waiting)
         while True:
             with self._lock:
                 while not self._jobs and not self._closed:
