@@ -60,6 +60,12 @@ KERNEL_CACHE_SIZE = 256
 # as one kernel: one input and one output; cut at 128, its pieces passed
 # each other some 100 arrays, and compiled in four times the time)
 MAX_KERNEL_OPS = 1024
+# most arrays a kernel reads: numba compiles the unboxing and reference
+# counting of each array argument (some 15 ms of CPU each: a kernel adding the
+# 50 per-step gradients of an unrolled RNN took 0.8 s to compile for 25 us a
+# call saved), so a group reading more stays NumPy calls. What a kernel
+# writes costs nothing of the kind: several outputs are the rows of one array
+MAX_KERNEL_INPUTS = 16
 # most arrays a kernel may write and still call the vector functions of
 # `fgrad.compiler.vector_math`: LLVM vectorises a loop only while it can check
 # the arrays apart (about 15 here), and in a scalar loop those branch-free
@@ -492,11 +498,13 @@ def _loop(suffixes, prefixes, modes):
     return how, index
 
 
+@functools.lru_cache(maxsize=KERNEL_CACHE_SIZE)
 def kernel_module(spec, signature_text, n_inputs, results):
     """The text of the module numba compiles for a kernel: its IR, and
     ``kernel(n, in0, ..., out0 | outs)`` calling it (see
     `fgrad.compiler.kernel_ir`). The first line names the argument types: the
-    text is the kernel's cache key."""
+    text is the kernel's cache key. Kept for equal specs (the last
+    `KERNEL_CACHE_SIZE`): writing the IR costs milliseconds a kernel."""
     ir_text = kernel_ir(spec, "kernel")
     name = function_name(ir_text)
     ir_text = ir_text.replace('@"kernel"', f'@"{name}"')
@@ -683,7 +691,7 @@ class KernelPlan:
                 + ([f"{np.dtype(self.outputs[0].aval.dtype).name}[{len(self.outputs)}, :]"]
                    if self.packed else [np.dtype(v.aval.dtype).name for v in self.outputs]))
             self._source = kernel_module(self.spec, signature, len(self.inputs),
-                                         [_accumulator_dtype(v) for v in self.reduced])
+                                         tuple(_accumulator_dtype(v) for v in self.reduced))
         return self._source
 
 
@@ -716,6 +724,8 @@ def plan_kernels(graph):
             spec, inputs, modes, outputs, reduced = kernel_source(graph, run, reds, readers)
             if not inputs:
                 continue                  # a constant: folding's business
+            if len(inputs) > MAX_KERNEL_INPUTS:
+                continue                  # dearer to compile than it saves
             if not worth_fusing([graph.eqns[k] for k in run + reds], len(inputs),
                                 len(outputs), math.prod(shape)):
                 continue

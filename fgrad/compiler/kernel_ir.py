@@ -79,6 +79,29 @@ class KernelSpec:
         self.inputs, self.inner, self.ops = inputs, inner, ops
         self.reductions, self.outputs = reductions, outputs
         self.packed, self.vectorised = packed, vectorised
+        self._key = None
+
+    def key(self):
+        """What the IR depends on, as a tuple: equal keys, equal kernels (so
+        that a graph repeating one group, an unrolled loop's, writes and
+        compiles it once). Numbers are told apart by type and repr (-0.0 is
+        not 0.0, True not 1)."""
+        if self._key is None:
+            def arg(a):
+                return ("c", type(a[1]).__name__, repr(a[1])) if a[0] == "c" else a
+            self._key = (
+                tuple(self.inputs), self.inner,
+                tuple((op.name, tuple(map(arg, op.args)), tuple(op.arg_dtypes),
+                       op.out_dtype, op.vector) for op in self.ops),
+                tuple((kind, arg(a), acc) for kind, a, acc in self.reductions),
+                tuple(self.outputs), self.packed, self.vectorised)
+        return self._key
+
+    def __eq__(self, other):
+        return isinstance(other, KernelSpec) and self.key() == other.key()
+
+    def __hash__(self):
+        return hash(self.key())
 
 
 def _value_type(ir, dtype):

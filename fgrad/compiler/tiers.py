@@ -245,7 +245,7 @@ class Tiers:
                     code = generate(fuse_for_cpu(self.graph, plans), self.xp)
                     fn, seconds = code.fn, time.perf_counter() - start_time
                     what = f"{len(plans)} kernel{'s' * (len(plans) != 1)}"
-                self._plan_whole()
+                self._plan_whole(plans)
             else:
                 whole_plan = self.plan = self.plan or plan(self.graph)
                 if whole_plan.supported:
@@ -271,12 +271,13 @@ class Tiers:
                 raise
         self._promote(tier, code, fn, seconds)
 
-    def _plan_whole(self):
-        """After the kernels, on their thread: whether the graph may be
-        compiled whole, and how long its calls must have taken first."""
+    def _plan_whole(self, kernels):
+        """After the kernels (``kernels``: their plans), on their thread:
+        whether the graph may be compiled whole, and how long its calls must
+        have taken first."""
         if self._after is None or self._budget is not None:
             return
-        whole_plan = self.whole_plan()
+        whole_plan = self.whole_plan(kernels)
         if not whole_plan.supported:    # nothing left to count calls for
             self._promote("whole", None, None, None)
         elif "numba" in sys.modules and on_disk(whole_plan):
@@ -322,13 +323,14 @@ class Tiers:
                 self._ask("whole")
         return self.wait(timeout)
 
-    def whole_plan(self):
+    def whole_plan(self, kernels=None):
         """The whole-graph `fgrad.compiler.whole_graph.Plan` (made now if not
-        yet), or None where whole-graph compilation is off."""
+        yet; ``kernels``: the graph's kernel plans, if made), or None where
+        whole-graph compilation is off."""
         if self._after is None:
             return None
         if self.plan is None:
-            self.plan = plan(self.graph)
+            self.plan = plan(self.graph, kernels)
         return self.plan
 
     def wait(self, timeout=None):

@@ -745,9 +745,11 @@ class Plan:
     time: jit plans a graph at its first call and compiles it at its tenth.
     """
 
-    def __init__(self, graph, unsupported):
+    def __init__(self, graph, unsupported, functions=0, lines=0):
         self.graph, self.unsupported = graph, unsupported
         self._written = None
+        # what `estimated_seconds` counts, from the check's text
+        self._size = (functions, lines)
 
     @property
     def supported(self):
@@ -779,10 +781,8 @@ class Plan:
         `COMPILE_SECONDS_PER_FUNCTION`); None when it is not supported."""
         if not self.supported:
             return None
-        source = self.source
-        body = source[source.index("\ndef kernel("):]
-        return (COMPILE_SECONDS_PER_FUNCTION * (source.count("@numba.njit") + 1)
-                + COMPILE_SECONDS_PER_LINE * body.count("\n"))
+        functions, lines = self._size
+        return COMPILE_SECONDS_PER_FUNCTION * functions + COMPILE_SECONDS_PER_LINE * lines
 
     def __str__(self):
         if self.supported:
@@ -791,9 +791,10 @@ class Plan:
             f"  {line}" for line in self.unsupported)
 
 
-def plan(graph):
+def plan(graph, kernels=None):
     """The `Plan` of ``graph`` (an optimised graph): its numba source, or the
-    equations that keep it from having one.
+    equations that keep it from having one. ``kernels``: `plan_kernels`'s
+    for ``graph``, when made already.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x: fnp.sum(fnp.tanh(x @ x @ x) @ x))(np.ones((3, 3)))
@@ -815,15 +816,17 @@ def plan(graph):
                   "entering compiled code")
         return Plan(graph, [reason])
     # every equation checked one by one; the fused loops are written later
-    unsupported = _write(graph, fused_loops=False).unsupported
-    if not unsupported and not looping:
-        calls = len(graph.eqns) - sum(len(k.replaced) - 1 for k in plan_kernels(graph))
+    w = _write(graph, fused_loops=False)
+    if not w.unsupported and not looping:
+        kernels = plan_kernels(graph) if kernels is None else kernels
+        calls = len(graph.eqns) - sum(len(k.replaced) - 1 for k in kernels)
         if calls < MIN_EQUATIONS:
-            unsupported = [f"with its fused kernels the graph makes {calls} "
-                           f"call{'s' * (calls != 1)}, under MIN_EQUATIONS={MIN_EQUATIONS}: "
-                           "compiled whole it would save less than entering compiled "
-                           "code costs"]
-    return Plan(graph, unsupported)
+            return Plan(graph, [f"with its fused kernels the graph makes {calls} "
+                                f"call{'s' * (calls != 1)}, under "
+                                f"MIN_EQUATIONS={MIN_EQUATIONS}: compiled whole it would "
+                                "save less than entering compiled code costs"])
+    functions = 1 + sum(line.startswith("@numba.njit") for line in w.helper_lines)
+    return Plan(graph, w.unsupported, functions, len(w.lines))
 
 
 def _write(graph, fused_loops):

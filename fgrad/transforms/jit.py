@@ -423,14 +423,16 @@ CompileInfo = collections.namedtuple("CompileInfo",
 
 
 def _tiers_of(graph):
-    """The `Tiers` made for ``graph``, and for the halves of its gradient."""
+    """The `Tiers` made for ``graph``, its loop bodies and branches, and the
+    halves of its gradient."""
     found = []
-    for value in list(graph.compiled.values()):
-        if isinstance(value, Tiers):
-            found.append(value)
-        elif isinstance(value, _VJPSplit):
-            for half in [value.forward, value.backward] + list(value._seeded.values()):
-                found += _tiers_of(half)
+    for sub in _graphs_in(graph):
+        for value in list(sub.compiled.values()):
+            if isinstance(value, Tiers):
+                found.append(value)
+            elif isinstance(value, _VJPSplit):
+                for half in [value.forward, value.backward] + list(value._seeded.values()):
+                    found += _tiers_of(half)
     return found
 
 
@@ -768,20 +770,23 @@ class JitFunction:
     def compile_info(self):
         """One `CompileInfo` per cached signature: the tier its calls run
         (``"numpy"``, ``"kernels"`` or ``"whole"``: `fgrad.compiler.tiers`),
-        whether a compile is under way, and the seconds each tier's compile
-        took (and numba's start-up, if that compile paid it), in time and in
-        the compiling thread's CPU time."""
+        whether a compile is under way, and the seconds each tier's compiles
+        took (its loop bodies' and its gradient's halves' included; and
+        numba's start-up, if they paid it), in time and in the compiling
+        thread's CPU time."""
         infos = []
         for entry in list(self._cache.values()):
             signature = ", ".join(_describe_leaf(leaf) for _, (_, leaves) in
                                   entry.record["args"].items() for leaf in leaves)
             run = entry.run
-            if isinstance(run, Tiers):
-                infos.append(CompileInfo(signature, run.tier, run.compiling,
-                                         dict(run.seconds), dict(run.cpu_seconds)))
-            else:       # not called with arrays yet, or on another backend
-                infos.append(CompileInfo(signature, None if run is None else "numpy",
-                                         False, {}, {}))
+            seconds, cpu = collections.Counter(), collections.Counter()
+            every = _tiers_of(entry.graph)
+            for tiers in every:
+                seconds.update(tiers.seconds)
+                cpu.update(tiers.cpu_seconds)
+            tier = run.tier if isinstance(run, Tiers) else None if run is None else "numpy"
+            infos.append(CompileInfo(signature, tier, any(t.compiling for t in every),
+                                     dict(seconds), dict(cpu)))
         return infos
 
     def wait_compiled(self, timeout=None):
