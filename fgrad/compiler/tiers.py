@@ -180,6 +180,7 @@ class Tiers:
         # (None until estimated, on the compile thread, from the plan)
         self._budget = 0.0 if mode == "sync" or compile_after_named() else None
         self._whole_asked = False
+        self._planned = False       # `_plan_whole` done
         self._queued = set()        # tiers asked for and not finished
         self._done = set()          # tiers built, or found not to pay
         self._lock = threading.Condition()
@@ -275,11 +276,14 @@ class Tiers:
         """After the kernels (``kernels``: their plans), on their thread:
         whether the graph may be compiled whole, and how long its calls must
         have taken first."""
-        if self._after is None or self._budget is not None:
+        if self._after is None or self._planned:
             return
+        self._planned = True
         whole_plan = self.whole_plan(kernels)
         if not whole_plan.supported:    # nothing left to count calls for
             self._promote("whole", None, None, None)
+        elif self._budget is not None:  # the call that compiles it is named
+            pass
         elif "numba" in sys.modules and on_disk(whole_plan):
             # compiled before (asked only once numba is loaded, for kernels:
             # a graph with none does not load it for this)
