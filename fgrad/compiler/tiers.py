@@ -81,12 +81,13 @@ class CompileQueue:
         self._closed = False
         self._lock = threading.Condition()
 
-    def submit(self, job):
-        """Run ``job()`` on a compile thread; False once the process is exiting."""
+    def submit(self, job, cancel=None):
+        """Run ``job()`` on a compile thread; False once the process is
+        exiting. ``cancel()`` is called instead if the job is dropped."""
         with self._lock:
             if self._closed:
                 return False
-            self._jobs.append(job)
+            self._jobs.append((job, cancel))
             if self._workers < self.threads and self._workers <= self._running:
                 self._workers += 1
                 threading.Thread(target=self._work, name="fgrad-compile",
@@ -104,7 +105,7 @@ class CompileQueue:
                 if self._closed:
                     self._workers -= 1
                     return
-                job = self._jobs.popleft()
+                job, _ = self._jobs.popleft()
                 self._running += 1
             try:
                 job()
@@ -128,8 +129,12 @@ class CompileQueue:
         """Drop the jobs not started (the process is exiting)."""
         with self._lock:
             self._closed = True
+            dropped = list(self._jobs)
             self._jobs.clear()
             self._lock.notify_all()
+        for _, cancel in dropped:
+            if cancel is not None:
+                cancel()
 
 
 # the process's compile thread: the one piece of state tiers share
@@ -230,8 +235,11 @@ class Tiers:
             if tier in self._queued or tier in self._done:
                 return
             self._queued.add(tier)
-        if self.mode == "sync" or not _QUEUE.submit(lambda: self._build(tier)):
+        if self.mode == "sync":
             self._build(tier)
+        elif not _QUEUE.submit(lambda: self._build(tier),
+                               lambda: self._promote(tier, None, None, None)):
+            self._promote(tier, None, None, None)     # exiting: not compiled
 
     def _build(self, tier):
         thread = threading.current_thread().name
