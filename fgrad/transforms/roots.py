@@ -12,7 +12,7 @@ derivatives are further solves.
 import numpy as np
 
 from fgrad.core.errors import ConvergenceError, CustomRuleError
-from fgrad.core.trace import Primitive, Tracer, Zero, get_aval
+from fgrad.core.trace import Primitive, Zero, get_aval
 from fgrad.core.tree import tree_flatten, tree_unflatten
 from fgrad.primitives.callback import pure_callback
 from fgrad.primitives.creation import stop_gradient
@@ -36,7 +36,6 @@ from fgrad.transforms.linear_solve import (
     any_traced,
     as_leaves,
     closure_convert,
-    custom_linear_solve,
     per_example_batch_rule,
     solve_leaves,
 )
