@@ -406,3 +406,46 @@ def test_ridge_and_system_derivatives_match_jax():
     p = np.array([2.0, 2.5, 1.5])
     np.testing.assert_allclose(fgrad.jacrev(system_root)(p), jax.jacrev(jax_root)(p),
                                rtol=1e-7)
+
+
+# -- what SciPy is given --------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["Nelder-Mead", "Powell"])
+def test_gradient_free_methods_pass_through(method):
+    def argmin(c):
+        return fo.minimize(lambda x, c: fnp.sum((x - c) ** 2 * (1 + x ** 2)), np.zeros(2),
+                           args=(c,), method=method,
+                           options={"xatol": 1e-12, "fatol": 1e-14} if method ==
+                           "Nelder-Mead" else {"xtol": 1e-12, "ftol": 1e-14}).x
+    c = np.array([0.5, -1.0])
+    np.testing.assert_allclose(argmin(c), c, atol=1e-6)
+    np.testing.assert_allclose(fgrad.jacrev(argmin)(c), np.eye(2), atol=1e-5)
+
+
+def test_user_jac_and_hess_are_given_to_scipy_and_the_derivative_is_fgrads():
+    calls = {"jac": 0, "hess": 0}
+
+    def f(x, a):
+        return fnp.sum((x - a) ** 2) + fnp.sum(x ** 4)
+
+    def jac(x, a):
+        calls["jac"] += 1
+        return 2 * (x - a) + 4 * x ** 3
+
+    def hess(x, a):
+        calls["hess"] += 1
+        return np.diag(2 + 12 * x ** 2)
+
+    def argmin(a):
+        return fo.minimize(f, np.zeros(2), args=(a,), method="Newton-CG", jac=jac,
+                           hess=hess, options={"xtol": 1e-12}).x
+    a = np.array([1.0, 0.5])
+    g = fgrad.jacrev(argmin)(a)
+    assert calls["jac"] > 0 and calls["hess"] > 0
+    x = argmin(a)
+    np.testing.assert_allclose(g, np.diag(2 / (2 + 12 * x ** 2)), rtol=1e-8)
+
+    def value_and_gradient(x, a):         # jac=True: fun returns both
+        return f(x, a), jac(x, a)
+    x2 = fo.minimize(value_and_gradient, np.zeros(2), args=(a,), jac=True, tol=1e-12).x
+    np.testing.assert_allclose(x2, x, rtol=1e-6)
