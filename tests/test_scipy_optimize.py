@@ -289,6 +289,8 @@ def test_curve_fit_matches_scipy_and_its_data_sensitivities_finite_differences()
                                             p0=[1.0, 0.0], sigma=SIGMA)
     np.testing.assert_allclose(popt, ref, rtol=1e-6)
     np.testing.assert_allclose(pcov, ref_cov, rtol=1e-5)
+    # without p0, the parameter count comes from f's signature, as in SciPy
+    np.testing.assert_allclose(fo.curve_fit(model, T, DATA, sigma=SIGMA)[0], ref, rtol=1e-6)
 
     def fit(y, s):
         return fo.curve_fit(model, T, y, p0=[1.0, 0.0], sigma=s)

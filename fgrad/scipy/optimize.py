@@ -51,7 +51,6 @@ import numpy as np
 import fgrad.numpy as fnp
 from fgrad.core.errors import ConvergenceError, ScipyArgumentError
 from fgrad.core.trace import Tracer, get_aval
-from fgrad.core.tree import tree_flatten
 from fgrad.primitives.creation import stop_gradient
 from fgrad.scipy._implicit import (
     Staged,
@@ -366,9 +365,12 @@ def _precision_limited(res, method, f):
 
 
 def _size_of(con, x0):
-    out = con.call(x0, con.ops) if con.closed is None else tree_flatten(
-        con.closed.graph.outvars)[0][0]
-    return int(np.prod(get_aval(out).shape, dtype=np.int64))
+    """How many values a constraint function returns."""
+    if con.closed is not None:
+        shape = con.closed.graph.outvars[0].aval.shape
+    else:
+        shape = get_aval(con.call(x0, con.ops)).shape
+    return int(np.prod(shape, dtype=np.int64))
 
 
 def _scipy_objective(fun, f, jac, objective, obj_ops, method):
@@ -389,18 +391,18 @@ def _scipy_objective(fun, f, jac, objective, obj_ops, method):
 
 
 def _scipy_constraints(cons, con_ops, constraints, method):
+    """The constraints SciPy is given: NumPy functions, with fgrad's Jacobian
+    unless the user gave one (or the method uses none)."""
     out = []
     for con, ops, c in zip(cons, con_ops, constraints):
         def fun(x, con=con, ops=ops):
             return np.asarray(fnp.atleast_1d(con.call(x, ops)))
         entry = {"type": c["type"], "fun": fun}
-        if method not in _GRADIENT_FREE:
-            entry["jac"] = c.get("jac") or (
-                lambda x, con=con, ops=ops: np.atleast_2d(
-                    np.asarray(jacfwd(lambda x: fnp.atleast_1d(con.call(x, ops)))(x))))
-            if callable(entry["jac"]) and "jac" in c:
-                user = con.args_of(ops)
-                entry["jac"] = (lambda x, j=c["jac"], user=user: j(x, *user))
+        if callable(c.get("jac")):
+            entry["jac"] = (lambda x, j=c["jac"], user=con.args_of(ops): j(x, *user))
+        elif method not in _GRADIENT_FREE:
+            entry["jac"] = (lambda x, con=con, ops=ops: np.atleast_2d(np.asarray(
+                jacfwd(lambda x: fnp.atleast_1d(con.call(x, ops)))(x))))
         out.append(entry)
     return out
 
@@ -530,10 +532,7 @@ def root_scalar(f, args=(), method=None, bracket=None, fprime=None, fprime2=None
     opt = scipy_optimize()
     args = args if isinstance(args, tuple) else (args,)
     value = (lambda x, *a: f(x, *a)[0]) if fprime is True or fprime2 is True else f
-    start = x0 if x0 is not None else (bracket[0] if bracket is not None else 0.0)
-    x_like = np.asarray(stop_gradient(start) if isinstance(start, Tracer) else start,
-                        dtype=float) * 1.0 if not isinstance(start, Tracer) else start
-    problem = Staged(value, fnp.asarray(x_like, dtype=float), args)
+    problem = Staged(value, np.float64(1.0), args)      # x: a float64 scalar
     state = {"method": method}
     initial = [v for v in (x0, x1) if v is not None] + (
         list(bracket) if bracket is not None else [])
@@ -750,10 +749,8 @@ def curve_fit(f, xdata, ydata, p0=None, sigma=None, absolute_sigma=False,
     (2, 6)
     """
     opt = scipy_optimize()
-    n = len(p0) if p0 is not None and np.ndim(stop_gradient(p0) if isinstance(
-        p0, Tracer) else p0) else _parameter_count(f)
-    p0 = np.ones(n) if p0 is None else p0
-    p0 = _vector(p0, "p0")
+    p0 = _vector(np.ones(_parameter_count(f)) if p0 is None else p0, "p0")
+    n = get_aval(p0).shape[0]
     ydata = ydata if isinstance(ydata, Tracer) else np.asarray(ydata, float)
     data = (xdata, ydata, sigma)
 
