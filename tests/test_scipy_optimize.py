@@ -451,3 +451,13 @@ def test_user_jac_and_hess_are_given_to_scipy_and_the_derivative_is_fgrads():
         return f(x, a), jac(x, a)
     x2 = fo.minimize(value_and_gradient, np.zeros(2), args=(a,), jac=True, tol=1e-12).x
     np.testing.assert_allclose(x2, x, rtol=1e-6)
+
+
+def test_value_dependent_python_control_flow_is_explained_under_a_transformation():
+    def f(x, a):
+        if fnp.sum(x) > 0:                    # fine outside transformations
+            return fnp.sum((x - a) ** 2)
+        return fnp.sum((x - a) ** 2) + 1.0
+    np.testing.assert_allclose(fo.minimize(f, np.zeros(2), args=(1.0,)).x, 1.0, atol=1e-6)
+    with pytest.raises(fgrad.errors.ConcretizationError, match="fgrad.numpy.where"):
+        fgrad.grad(lambda a: fnp.sum(fo.minimize(f, np.zeros(2), args=(a,)).x))(1.0)

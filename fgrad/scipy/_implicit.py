@@ -7,7 +7,11 @@ Private to `fgrad.scipy`.
 import numpy as np
 
 import fgrad.numpy as fnp
-from fgrad.core.errors import ImplicitSolveError, OptionalDependencyError
+from fgrad.core.errors import (
+    ConcretizationError,
+    ImplicitSolveError,
+    OptionalDependencyError,
+)
 from fgrad.core.trace import Tracer, current_level, get_aval
 from fgrad.core.tree import tree_flatten, tree_unflatten
 from fgrad.primitives.callback import pure_callback
@@ -59,8 +63,16 @@ class Staged:
         if current_level() > 0:
             avals = [get_aval(x)] + [get_aval(a) for a in arrays]
             in_tree = tree_flatten((x,) + tuple(arrays))[1]
-            self.closed = closure_convert(lambda xa: fun(xa[0], *self._args(xa[1:])),
-                                          in_tree, avals, "fun")
+            try:
+                self.closed = closure_convert(
+                    lambda xa: fun(xa[0], *self._args(xa[1:])), in_tree, avals, "fun")
+            except ConcretizationError as err:
+                raise ConcretizationError(
+                    f"fgrad.scipy.optimize stages {getattr(fun, '__name__', 'the function')}"
+                    " (as jit would) to find the traced values it reads, because it is "
+                    "called inside a transformation; Python control flow on array values "
+                    "cannot be staged: write it with fgrad.numpy.where or fgrad.lax.cond. "
+                    f"The staging error: {err}") from None
             self.ops = arrays + list(self.closed.consts)
         else:
             self.ops = arrays
