@@ -92,8 +92,10 @@ def _abstract(*avals, n, matvec, **params):
     return tuple(a.strip_weak() for a in avals[:n])
 
 
+# Its parameters are the caller's functions, new at each call: out of the dispatch
+# table, like pure_callback_p, so compiled sweeps do not cache its structures.
 linear_solve_p = Primitive("linear_solve", _impl, _abstract, multiple_results=True,
-                           family=FAMILY)
+                           family=FAMILY, register=False)
 
 
 def _split(ops, n):
