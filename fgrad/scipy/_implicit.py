@@ -65,7 +65,7 @@ class Staged:
             in_tree = tree_flatten((x,) + tuple(arrays))[1]
             try:
                 self.closed = closure_convert(
-                    lambda xa: fun(xa[0], *self._args(xa[1:])), in_tree, avals, "fun")
+                    lambda xa: fun(xa[0], *self._args(xa[1:])), in_tree, avals)
             except ConcretizationError as err:
                 raise ConcretizationError(
                     f"fgrad.scipy.optimize stages {getattr(fun, '__name__', 'the function')}"

@@ -76,10 +76,6 @@ def _jacobian_maps(f, x, params):
     return matvec, vecmat
 
 
-def _solver(tangent_solve):
-    return lambda g, y: tangent_solve(g, y)
-
-
 def _live(fun, args, live):
     def of_live(*xs):
         full = list(args)
@@ -99,8 +95,7 @@ def _jvp(tangents, ans, *ops, n, f, tangent_solve, symmetric, tree):
     _, rhs = jvp(_live(lambda p: tuple(f(x, p)), params, live),
                  tuple(params[i] for i in live), tuple(tangents[n + i] for i in live))
     matvec, _ = _jacobian_maps(f, x, params)
-    ts = _solver(tangent_solve)
-    x_dot = solve_leaves(matvec, list(rhs), ts, ts, symmetric, tree)
+    x_dot = solve_leaves(matvec, list(rhs), tangent_solve, tangent_solve, symmetric, tree)
     return tuple(negative(t) for t in x_dot)
 
 
@@ -112,9 +107,9 @@ def _vjp(ct, ans, needed, *ops, n, f, tangent_solve, symmetric, tree):
         return (None,) * len(ops)
     cts = [multiply(xi, 0.0) if c is None or type(c) is Zero else c for c, xi in zip(ct, x)]
     matvec, vecmat = _jacobian_maps(f, x, params)
-    ts = _solver(tangent_solve)
     # J^T lam = ct; the parameters then get -(df/dtheta)^T lam
-    lam = solve_leaves(matvec if symmetric else vecmat, cts, ts, ts, symmetric, tree)
+    lam = solve_leaves(matvec if symmetric else vecmat, cts, tangent_solve, tangent_solve,
+                       symmetric, tree)
     pulled = vjp(_live(lambda p: tuple(f(x, p)), params, live),
                  *[params[i] for i in live])[1](tuple(lam))
     out = [None] * len(ops)
@@ -189,7 +184,7 @@ def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
     (2.0, 0.083333333333)
     """
     leaves, tree = as_leaves(initial_guess)
-    closed = closure_convert(f, tree, [get_aval(x) for x in leaves], "f")
+    closed = closure_convert(f, tree, [get_aval(x) for x in leaves])
     if closed.out_tree != tree:
         raise CustomRuleError(
             f"custom_root: f maps x to a pytree of structure {closed.out_tree}, but "
