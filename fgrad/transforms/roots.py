@@ -16,6 +16,7 @@ from fgrad.core.trace import Primitive, Zero, get_aval
 from fgrad.core.tree import tree_flatten, tree_unflatten
 from fgrad.primitives.callback import pure_callback
 from fgrad.primitives.creation import stop_gradient
+from fgrad.primitives.einsum import identity_like
 from fgrad.primitives.elementwise import (
     absolute,
     add,
@@ -240,7 +241,7 @@ def dense_solve(matvec, b):
         out = matvec(tree_unflatten(tree, _unravel(e, b_leaves)))
         return _ravel(tree_flatten(out)[0])
     # columns of A, one per basis vector: the rows of A^T
-    a_t = vmap(column)(np.eye(size, dtype=dtype))
+    a_t = vmap(column)(identity_like(b_leaves[0], size, dtype))   # on b's device
     x = reshape(dense_linalg_solve(transpose(a_t, (1, 0)),
                                    reshape(_ravel(b_leaves), (size, 1))), (size,))
     return tree_unflatten(tree, _unravel(x, b_leaves))
