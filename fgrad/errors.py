@@ -41,6 +41,9 @@ from fgrad.core.errors import NonFiniteError as NonFiniteError
 from fgrad.core.errors import NonScalarOutputError as NonScalarOutputError
 from fgrad.core.errors import NumpyArgumentError as NumpyArgumentError
 from fgrad.core.errors import ScipyArgumentError as ScipyArgumentError
+from fgrad.core.errors import SingularMatrixError as SingularMatrixError
+from fgrad.core.errors import SparseShapeError as SparseShapeError
+from fgrad.core.errors import SparseStructureError as SparseStructureError
 from fgrad.core.errors import NumpyFunctionError as NumpyFunctionError
 from fgrad.core.errors import RetracingWarning as RetracingWarning
 from fgrad.core.errors import OptionalDependencyError as OptionalDependencyError
@@ -87,4 +90,7 @@ __all__ = [
     "ConvergenceError",
     "ImplicitSolveError",
     "IntegrationError",
+    "SparseShapeError",
+    "SparseStructureError",
+    "SingularMatrixError",
 ]

@@ -267,6 +267,35 @@ class IntegrationError(ConvergenceError):
     which pass, the time reached and SciPy's own message."""
 
 
+class SparseShapeError(FgradError, ValueError):
+    """A dense operand whose shape does not fit a sparse matrix (``A @ x`` with
+    ``len(x) != A.shape[1]``, a right-hand side of the wrong length).
+
+    >>> fgrad.sparse.csr_array(A) @ np.ones(A.shape[1] + 1)   # doctest: +SKIP
+    SparseShapeError: sparse matmul: a 4x4 sparse matrix multiplies ...
+
+    Fix: the message gives the shape the operand must have.
+    """
+
+
+class SparseStructureError(FgradError, ValueError):
+    """Sparse index arrays that do not describe a matrix, values that do not
+    fit the structure, or two sparse arrays with different structures where
+    an operation (``A + B``) needs the same one.
+
+    Fix: build both from the same index arrays, or convert one explicitly
+    (``.todense()``); the message names the arrays and lengths involved.
+    """
+
+
+class SingularMatrixError(FgradError, ValueError):
+    """A sparse direct solve (`spsolve`, `splu`) met an exactly singular matrix.
+
+    Fix: check the matrix (a boundary condition missing, a zero row); a
+    least-squares solve (``lsqr``) suits a matrix that is singular on purpose.
+    """
+
+
 # Users meet these as fgrad.errors.X (the public module re-exports them): name
 # them so in tracebacks and reprs, and so pickling finds them there.
 for _cls in list(globals().values()):

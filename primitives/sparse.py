@@ -1,0 +1,305 @@
+"""Sparse matrices: products, direct solves and eigenvalues over a fixed structure.
+
+A sparse matrix is split the way SciPy stores it: a `SparseStructure` (the
+integer index arrays and the shape: which entries are stored, constant, a static
+parameter) and ``data``, the vector of stored values, the only operand with a
+derivative. The implementations build SciPy's matrix from the two and call its
+kernels (``cupyx.scipy.sparse`` on CuPy arrays); the rules are written with
+fgrad primitives, so every order differentiates.
+
+The derivative with respect to the values keeps the sparsity: for ``y = A @ x``
+the cotangent of entry ``(i, j)`` is ``ct[i] * x[j]``, one number per stored
+entry, gathered with the structure's ``rows`` and ``cols``.
+
+A direct solve keeps its factorization as a value in the graph: `splu` returns
+SuperLU's factor object inside a 0-d object array (no derivative, like an
+integer), and `lu_solve` takes it as an operand. The adjoint solve of the
+reverse sweep (``trans='T'``) reuses that factor, so a forward and backward
+pass factorizes once, under `jit` as well.
+"""
+import numpy as np
+
+from fgrad.core.backend import array_module, asarray_on, scipy_module
+from fgrad.core.errors import (
+    DeviceError,
+    LinalgDerivativeError,
+    SingularMatrixError,
+    SparseShapeError,
+    SparseStructureError,
+)
+from fgrad.core.trace import Primitive, ShapedArray, Zero, get_aval
+
+from fgrad.primitives.base import dummy
+
+FAMILY = "primitives/sparse.py"
+FORMATS = ("csr", "csc", "coo")
+
+
+# -- the structure: constant index arrays ------------------------------------------
+
+def _constant_index(a, name):
+    """``a`` as a read-only 1-d integer NumPy array (copied unless it already is one)."""
+    a = np.asarray(a)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise SparseStructureError(
+            f"{name} must be a 1-d integer array, got {a.dtype} of shape {a.shape}")
+    return read_only(a.copy()) if a.flags.writeable else a
+
+
+def read_only(a):
+    """``a``, a NumPy array fgrad just made, marked read-only (a structure's)."""
+    a.flags.writeable = False
+    return a
+
+
+class SparseStructure:
+    """Which entries of an ``(m, n)`` sparse matrix are stored, in SciPy's terms.
+
+    ``format`` is ``"csr"`` (``arrays`` = ``(indices, indptr)``, rows
+    compressed), ``"csc"`` (the same, columns compressed) or ``"coo"``
+    (``arrays`` = ``(row, col)``, duplicates summed). The arrays are kept as
+    read-only copies, so the structure is a constant: it hashes and compares
+    by value, as a static parameter of a primitive must. Transposing swaps
+    ``csr`` and ``csc`` over the same arrays, so the stored values keep their order.
+
+    >>> s = SparseStructure("csr", (2, 3), (np.array([0, 2, 1]), np.array([0, 2, 3])))
+    >>> s, s.nnz, s.rows.tolist(), s.cols.tolist()
+    (csr(2x3, nnz=3), 3, [0, 0, 1], [0, 2, 1])
+    >>> s.T
+    csc(3x2, nnz=3)
+    """
+
+    __slots__ = ("format", "shape", "arrays", "_rows", "_cols", "_transpose", "_device")
+
+    def __init__(self, format, shape, arrays, check=True):
+        if format not in FORMATS:
+            raise SparseStructureError(f"unknown sparse format {format!r}: use one of "
+                                       f"{', '.join(FORMATS)}")
+        self.format = format
+        self.shape = tuple(int(d) for d in shape)
+        names = ("row", "col") if format == "coo" else ("indices", "indptr")
+        arrays = tuple(_constant_index(a, n) for a, n in zip(arrays, names))
+        # one index dtype for both arrays, as SciPy wants (it would otherwise
+        # convert them on every product)
+        dtype = np.int32 if max(self.shape + (len(arrays[0]),), default=0) < 2**31 \
+            else np.int64
+        self.arrays = tuple(a if a.dtype == dtype else read_only(a.astype(dtype))
+                            for a in arrays)
+        self._rows = self._cols = self._transpose = None
+        self._device = {}
+        if check:
+            self._check()
+
+    def _check(self):
+        if len(self.shape) != 2 or min(self.shape) < 0:
+            raise SparseStructureError(f"a sparse matrix has a 2-d shape, got {self.shape}")
+        m, n = self.shape
+        if self.format == "coo":
+            row, col = self.arrays
+            if len(row) != len(col):
+                raise SparseStructureError(
+                    f"coo: row and col differ in length ({len(row)} != {len(col)})")
+            for a, bound, name in ((row, m, "row"), (col, n, "col")):
+                if len(a) and (a.min() < 0 or a.max() >= bound):
+                    raise SparseStructureError(
+                        f"coo: {name} indices must lie in [0, {bound}) for shape "
+                        f"{self.shape}, got {a.min()}..{a.max()}")
+            return
+        indices, indptr = self.arrays
+        major, minor = (m, n) if self.format == "csr" else (n, m)
+        if len(indptr) != major + 1 or (len(indptr) and indptr[0] != 0) \
+                or np.any(np.diff(indptr) < 0) or indptr[-1] != len(indices):
+            raise SparseStructureError(
+                f"{self.format}: indptr must rise from 0 to len(indices) = {len(indices)} "
+                f"in {major + 1} entries for shape {self.shape}, got {len(indptr)} "
+                f"entries ending at {indptr[-1] if len(indptr) else None}")
+        if len(indices) and (indices.min() < 0 or indices.max() >= minor):
+            raise SparseStructureError(
+                f"{self.format}: indices must lie in [0, {minor}) for shape {self.shape}, "
+                f"got {indices.min()}..{indices.max()}")
+
+    @property
+    def nnz(self):
+        """The number of stored entries (duplicates of a COO structure included)."""
+        return len(self.arrays[0])
+
+    def _expand(self):
+        if self.format == "coo":
+            rows, cols = self.arrays
+        else:
+            indices, indptr = self.arrays
+            major = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+            rows, cols = (major, indices) if self.format == "csr" else (indices, major)
+        # np.intp: NumPy gathers with native-width indices fastest
+        self._rows, self._cols = (read_only(a.astype(np.intp)) for a in (rows, cols))
+
+    @property
+    def rows(self):
+        """The row of each stored entry (read-only ``intp`` array)."""
+        if self._rows is None:
+            self._expand()
+        return self._rows
+
+    @property
+    def cols(self):
+        """The column of each stored entry (read-only ``intp`` array)."""
+        if self._cols is None:
+            self._expand()
+        return self._cols
+
+    @property
+    def T(self):
+        """The structure of the transpose; the stored values keep their order."""
+        if self._transpose is None:
+            format = {"csr": "csc", "csc": "csr", "coo": "coo"}[self.format]
+            arrays = self.arrays[::-1] if self.format == "coo" else self.arrays
+            t = SparseStructure(format, self.shape[::-1], arrays, check=False)
+            t._transpose, self._transpose = self, t
+        return self._transpose
+
+    def on(self, xp):
+        """The index arrays on backend ``xp`` (copied to a device once, then kept)."""
+        if xp is np:
+            return self.arrays
+        key = getattr(xp, "__name__", id(xp))
+        if key not in self._device:
+            self._device[key] = tuple(asarray_on(xp, a) for a in self.arrays)
+        return self._device[key]
+
+    def matrix(self, data):
+        """SciPy's sparse matrix of ``data`` on this structure (``cupyx``'s on CuPy)."""
+        xp = array_module(data)
+        constructor = sparse_function(xp, "", f"{self.format}_matrix")
+        arrays = self.on(xp)
+        if self.format == "coo":
+            return constructor((data, arrays), shape=self.shape)
+        return constructor((data, *arrays), shape=self.shape)
+
+    # constant: equal structures are interchangeable, so a graph, a jit cache
+    # entry or a compiled sweep recorded with one serves the other
+    def __eq__(self, other):
+        if self is other:
+            return True
+        return (type(other) is SparseStructure and self.format == other.format
+                and self.shape == other.shape and self.nnz == other.nnz
+                and all(np.array_equal(a, b) for a, b in zip(self.arrays, other.arrays)))
+
+    def __hash__(self):
+        # cheap: equal hashes fall back to __eq__, which compares the arrays
+        return hash((self.format, self.shape, self.nnz))
+
+    def __repr__(self):
+        return f"{self.format}({self.shape[0]}x{self.shape[1]}, nnz={self.nnz})"
+
+
+def sparse_function(xp, module, name):
+    """``scipy.sparse[.module].name`` for backend ``xp`` (``cupyx.scipy.sparse``
+    on CuPy), or a `DeviceError` naming it where that backend lacks it."""
+    namespace = scipy_module(xp, "sparse" + (f".{module}" if module else ""))
+    fn = getattr(namespace, name, None)
+    if fn is None:
+        raise DeviceError(
+            f"scipy.sparse{'.' + module if module else ''}.{name} has no counterpart in "
+            f"{namespace.__name__}, so it cannot run on these device arrays: move the "
+            "sparse values and the dense operands to the host with "
+            "fgrad.device_put(x, 'cpu') for this function.")
+    return fn
+
+
+def _check_data(data, structure, name):
+    if data.ndim != 1 or data.shape[0] != structure.nnz:
+        raise SparseStructureError(
+            f"{name}: the values of a {structure} matrix are a vector of "
+            f"{structure.nnz}, got shape {data.shape}")
+
+
+def _gather_product(left, right, rows, cols):
+    """``left[rows] * right[cols]``, summed over trailing axes: the value at
+    each stored entry (i, j) of ``left @ right.T``, as the derivative of a
+    product needs."""
+    prod = getitem(left, rows) * getitem(right, cols)
+    if get_aval(prod).ndim > 1:
+        prod = sum_(reshape(prod, (get_aval(prod).shape[0], -1)), 1)
+    return prod
+
+
+# -- y = A @ x ----------------------------------------------------------------------
+
+def _matmul_impl(data, x, *, structure):
+    return structure.matrix(data) @ x
+
+
+def _matmul_abstract(data, x, *, structure):
+    _check_data(data, structure, "sparse matmul")
+    m, n = structure.shape
+    if x.ndim not in (1, 2) or x.shape[0] != n:
+        raise SparseShapeError(
+            f"sparse matmul: a {m}x{n} sparse matrix multiplies a dense vector of "
+            f"{n} or a matrix of {n} rows, got shape {x.shape}")
+    return ShapedArray((m,) + x.shape[1:], np.result_type(dummy(data), dummy(x)))
+
+
+sparse_matmul_p = Primitive("sparse_matmul", _matmul_impl, _matmul_abstract, family=FAMILY)
+sparse_matmul_p.def_vjp(
+    lambda ct, ans, data, x, *, structure: cast_like(
+        _gather_product(ct, x, structure.rows, structure.cols), get_aval(data)),
+    lambda ct, ans, data, x, *, structure: cast_like(
+        sparse_matmul(data, ct, structure.T), get_aval(x)),
+    reads=[{1}, {0}])
+sparse_matmul_p.def_jvp(lambda t, ans, data, x, *, structure: sparse_matmul(t, x, structure),
+                        lambda t, ans, data, x, *, structure: sparse_matmul(data, t, structure))
+
+
+def _row_sums(structure):
+    """The ``(m, nnz)`` 0/1 matrix adding each stored entry into its row."""
+    nnz = structure.nnz
+    return SparseStructure("coo", (structure.shape[0], nnz),
+                           (structure.rows, np.arange(nnz)), check=False)
+
+
+def _matmul_batch(args, dims, *, structure):
+    (data, x), (dd, dx) = args, dims
+    if dd is None:
+        # a batch of vectors is a matrix, a batch of matrices a wider one
+        x = move_axis(x, dx, 1)
+        shape = get_aval(x).shape
+        y = sparse_matmul(data, reshape(x, (shape[0], -1)), structure)
+        return reshape(y, (structure.shape[0],) + shape[1:]), 1
+    # a batch of value vectors: each product y[b] = sum over stored entries of
+    # data[b, e] * x[cols[e]] into rows[e], one sparse product over all
+    # examples with the (m, nnz) matrix that adds entries into their rows
+    data = move_axis(data, dd, 1)                          # (nnz, B)
+    ones = full_like(getitem(data, (slice(None), 0)), 1,
+                     np.result_type(dummy(get_aval(data)), dummy(get_aval(x))))
+    if dx is not None:
+        x = move_axis(x, dx, get_aval(x).ndim - 1)         # (n, [k,] B)
+    xs = getitem(x, structure.cols)                        # (nnz, [k,] B) or (nnz, [k])
+    if get_aval(x).ndim - (dx is not None) == 2:
+        data = expand_dims(data, 1)                        # (nnz, 1, B)
+        if dx is None:
+            xs = expand_dims(xs, 2)                        # (nnz, k, 1)
+    elif dx is None:
+        xs = expand_dims(xs, 1)                            # (nnz, 1)
+    terms = data * xs
+    shape = get_aval(terms).shape
+    summed = sparse_matmul(ones, reshape(terms, (shape[0], -1)), _row_sums(structure))
+    return reshape(summed, (structure.shape[0],) + shape[1:]), len(shape) - 1
+
+
+sparse_matmul_p.batch = _matmul_batch
+
+
+def sparse_matmul(data, x, structure):
+    """``A @ x`` for the sparse matrix ``A`` of ``data`` on ``structure``, and
+    ``x`` a dense vector or matrix."""
+    return sparse_matmul_p.bind(data, x, structure=structure)
+
+
+# Families use each other's functions in their rules; importing them last
+# makes the cycle harmless (every name above exists by then).
+from fgrad.primitives.batching import move_axis  # noqa: E402
+from fgrad.primitives.creation import full_like  # noqa: E402
+from fgrad.primitives.elementwise import cast_like  # noqa: E402
+from fgrad.primitives.indexing import getitem  # noqa: E402
+from fgrad.primitives.reductions import sum_  # noqa: E402
+from fgrad.primitives.shape import expand_dims, reshape  # noqa: E402
