@@ -295,11 +295,195 @@ def sparse_matmul(data, x, structure):
     return sparse_matmul_p.bind(data, x, structure=structure)
 
 
+# -- direct solves: one SuperLU factorization, reused by every solve --------------
+
+def _factor_abstract(data, *, structure, options):
+    _check_data(data, structure, "splu")
+    m, n = structure.shape
+    if m != n:
+        raise SparseShapeError(f"splu: the matrix must be square, got shape {structure.shape}")
+    return ShapedArray((), np.dtype(object))
+
+
+def _factor_impl(data, *, structure, options):
+    splu = sparse_function(array_module(data), "linalg", "splu")
+    kwargs = dict(options)
+    if "options" in kwargs:                    # SuperLU's own options, held as pairs
+        kwargs["options"] = dict(kwargs["options"])
+    try:
+        factor = splu(structure.matrix(data).tocsc(), **kwargs)
+    except RuntimeError as err:                   # SuperLU: "Factor is exactly singular"
+        raise SingularMatrixError(
+            f"splu: the {structure} matrix is singular ({err}), so it has no LU "
+            "factorization: check it for an empty row or column or a missing boundary "
+            "condition") from None
+    held = np.empty((), object)               # a 0-d array, so the graph can hold it
+    held[()] = factor
+    return held
+
+
+splu_p = Primitive("splu", _factor_impl, _factor_abstract, nondiff=True, family=FAMILY)
+
+
+def splu(data, structure, options=()):
+    """SuperLU's factorization of the square matrix of ``data`` on ``structure``,
+    held in a 0-d object array (no derivative); `lu_solve` solves with it.
+    ``options`` are ``splu``'s keyword arguments as ``(name, value)`` pairs."""
+    return splu_p.bind(data, structure=structure, options=tuple(options))
+
+
+def _solve_abstract(factor, data, b, *, structure, trans):
+    _check_data(data, structure, "sparse solve")
+    n = structure.shape[0]
+    if b.ndim not in (1, 2) or b.shape[0] != n:
+        raise SparseShapeError(
+            f"sparse solve: the right-hand side of a {n}x{n} system is a vector of {n} "
+            f"or a matrix of {n} rows, got shape {b.shape}")
+    return ShapedArray(b.shape, np.result_type(dummy(data), dummy(b), np.float32))
+
+
+def _solve_impl(factor, data, b, *, structure, trans):
+    lu = factor[()] if isinstance(factor, np.ndarray) else factor
+    # SuperLU solves in the precision it factorized in, that of the values
+    x = lu.solve(b.astype(np.result_type(data.dtype, np.float32), copy=False),
+                 trans="T" if trans else "N")
+    return x.astype(np.result_type(data.dtype, b.dtype, np.float32), copy=False)
+
+
+lu_solve_p = Primitive("lu_solve_sparse", _solve_impl, _solve_abstract, family=FAMILY)
+
+
+def _solve_vjp(ct, ans, needed, factor, data, b, *, structure, trans):
+    # the adjoint system, solved with the same factor
+    lam = lu_solve(factor, data, ct, structure, not trans)
+    ct_data = ct_b = None
+    if needed[1]:
+        # A x = b: dA = -lam x^T at the stored entries; A^T x = b: its transpose
+        left, right = (lam, ans) if not trans else (ans, lam)
+        ct_data = cast_like(-_gather_product(left, right, structure.rows, structure.cols),
+                            get_aval(data))
+    if needed[2]:
+        ct_b = cast_like(lam, get_aval(b))
+    return None, ct_data, ct_b
+
+
+def _solve_jvp(tangents, ans, factor, data, b, *, structure, trans):
+    _, t_data, t_b = tangents
+    rhs = None if type(t_b) is Zero else t_b
+    if type(t_data) is not Zero:
+        moved = sparse_matmul(t_data, ans, structure.T if trans else structure)
+        rhs = -moved if rhs is None else rhs - moved
+    if rhs is None:
+        return None
+    return lu_solve(factor, data, rhs, structure, trans)
+
+
+lu_solve_p.def_vjp_joint(_solve_vjp, reads={0, 1, "ans"})
+lu_solve_p.def_jvp_joint(_solve_jvp)
+
+
+def _solve_batch(args, dims, *, structure, trans):
+    (factor, data, b), (df, dd, db) = args, dims
+    if df is None and dd is None:
+        # a batch of right-hand sides is one matrix right-hand side
+        b = move_axis(b, db, get_aval(b).ndim - 1)
+        shape = get_aval(b).shape
+        x = lu_solve(factor, data, reshape(b, (shape[0], -1)), structure, trans)
+        return reshape(x, shape), len(shape) - 1
+    return per_example(lu_solve_p, args, dims, structure=structure, trans=trans)
+
+
+lu_solve_p.batch = _solve_batch
+splu_p.batch = lambda args, dims, **params: per_example(splu_p, args, dims, **params)
+
+
+def lu_solve(factor, data, b, structure, trans=False):
+    """``A^-1 b`` (``A^-T b`` with ``trans``) for the matrix ``A`` of ``data`` on
+    ``structure``, whose `splu` factorization is ``factor``."""
+    return lu_solve_p.bind(factor, data, b, structure=structure, trans=bool(trans))
+
+
+# -- a few eigenpairs of a symmetric matrix ------------------------------------------
+#
+# A simple eigenvalue of a symmetric A moves by d(lambda) = v^T dA v, which at the
+# stored entries is v[rows] * v[cols]. Eigenvectors are another matter: their
+# derivative needs the whole spectrum (or a singular solve per vector), which
+# eigsh does not compute. So the reverse rule refuses a cotangent reaching
+# the eigenvectors, and the forward rule gives them NaN tangents: a derivative
+# through the eigenvectors is never silently a wrong number.
+
+def _eigsh_abstract(data, *, structure, k, options):
+    _check_data(data, structure, "eigsh")
+    m, n = structure.shape
+    if m != n or not 0 < k < n:
+        raise SparseShapeError(f"eigsh: a square matrix and 0 < k < n, got shape "
+                               f"{structure.shape} and k={k}")
+    dtype = np.result_type(data.dtype, np.float32)
+    return ShapedArray((k,), dtype), ShapedArray((n, k), dtype)
+
+
+def _eigsh_impl(data, *, structure, k, options):
+    eigsh = sparse_function(array_module(data), "linalg", "eigsh")
+    w, v = eigsh(structure.matrix(data), k=k, **dict(options))
+    order = array_module(w).argsort(w)
+    dtype = np.result_type(data.dtype, np.float32)
+    return w[order].astype(dtype, copy=False), v[:, order].astype(dtype, copy=False)
+
+
+eigsh_p = Primitive("eigsh", _eigsh_impl, _eigsh_abstract, multiple_results=True,
+                    family=FAMILY)
+
+
+def _eigsh_vjp(ct, ans, needed, data, *, structure, k, options):
+    ct_w, ct_v = ct
+    if not (ct_v is None or type(ct_v) is Zero):
+        raise LinalgDerivativeError(
+            "eigsh: the derivative of the eigenvectors is not available (it needs the "
+            "whole spectrum); differentiate a function of the eigenvalues alone, or use "
+            "fgrad.numpy.linalg.eigh on the dense matrix (.todense())")
+    if ct_w is None or type(ct_w) is Zero:
+        return (None,)
+    v = ans[1]
+    return (cast_like(_gather_product(v * ct_w, v, structure.rows, structure.cols),
+                      get_aval(data)),)
+
+
+def _eigsh_jvp(tangents, ans, data, *, structure, k, options):
+    w, v = ans
+    t = tangents[0]
+    dw = sum_(v * sparse_matmul(t, v, structure), 0)           # v_i^T dA v_i
+    return dw, full_like(v, np.nan)
+
+
+eigsh_p.def_vjp_joint(_eigsh_vjp, reads={"ans"})
+eigsh_p.def_jvp_joint(_eigsh_jvp)
+eigsh_p.batch = lambda args, dims, **params: per_example(eigsh_p, args, dims, **params)
+
+
+def eigsh(data, structure, k, options=()):
+    """``(w, v)``: ``k`` eigenvalues (ascending) and eigenvectors of the symmetric
+    matrix of ``data`` on ``structure``, by ARPACK (``scipy.sparse.linalg.eigsh``
+    with ``options``); derivatives reach the eigenvalues only."""
+    return eigsh_p.bind(data, structure=structure, k=int(k), options=tuple(options))
+
+
+def per_example(prim, args, dims, **params):
+    """Bind ``prim`` once per example of a batch and stack the results (the
+    batching rule of SciPy's functions, which take one matrix at a time)."""
+    size = axis_size(args, dims)
+    moved = [x if d is None else move_axis(x, d, 0) for x, d in zip(args, dims)]
+    outs = [prim.bind(*[x if d is None else getitem(x, i) for x, d in zip(moved, dims)],
+                      **params) for i in range(size)]
+    if prim.multiple_results:
+        return tuple(stack(o) for o in zip(*outs)), (0,) * len(outs[0])
+    return stack(outs), 0
+
+
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from fgrad.primitives.batching import move_axis  # noqa: E402
+from fgrad.primitives.batching import axis_size, move_axis  # noqa: E402
 from fgrad.primitives.creation import full_like  # noqa: E402
 from fgrad.primitives.elementwise import cast_like  # noqa: E402
 from fgrad.primitives.indexing import getitem  # noqa: E402
 from fgrad.primitives.reductions import sum_  # noqa: E402
-from fgrad.primitives.shape import expand_dims, reshape  # noqa: E402
+from fgrad.primitives.shape import expand_dims, reshape, stack  # noqa: E402

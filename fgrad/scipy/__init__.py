@@ -10,4 +10,4 @@ function is first used, which runs on the CPU: CuPy arrays use ``cupyx.scipy``
 where it has the function, and fail otherwise. What is not provided, and why,
 is `fgrad.scipy.not_provided.NOT_PROVIDED`.
 """
-from fgrad.scipy import integrate, linalg, optimize, signal, special, stats  # noqa: F401
+from fgrad.scipy import integrate, linalg, optimize, signal, sparse, special, stats  # noqa: F401
