@@ -17,6 +17,8 @@ integer), and `lu_solve` takes it as an operand. The adjoint solve of the
 reverse sweep (``trans='T'``) reuses that factor, so a forward and backward
 pass factorizes once, under `jit` as well.
 """
+import math
+
 import numpy as np
 
 from fgrad.core.backend import array_module, asarray_on, scipy_module
@@ -171,6 +173,7 @@ class SparseStructure:
         xp = array_module(data)
         constructor = sparse_function(xp, "", f"{self.format}_matrix")
         arrays = self.on(xp)
+        data = xp.ascontiguousarray(data)        # one example of a batch is a strided view
         if self.format == "coo":
             return constructor((data, arrays), shape=self.shape)
         return constructor((data, *arrays), shape=self.shape)
@@ -213,13 +216,20 @@ def _check_data(data, structure, name):
             f"{structure.nnz}, got shape {data.shape}")
 
 
+def _as_matrix(x):
+    """``x`` with its trailing axes flattened into one (sizes spelled out: an
+    empty array has no size to infer a ``-1`` from)."""
+    shape = get_aval(x).shape
+    return reshape(x, (shape[0], math.prod(shape[1:])))
+
+
 def _gather_product(left, right, rows, cols):
     """``left[rows] * right[cols]``, summed over trailing axes: the value at
     each stored entry (i, j) of ``left @ right.T``, as the derivative of a
     product needs."""
     prod = getitem(left, rows) * getitem(right, cols)
     if get_aval(prod).ndim > 1:
-        prod = sum_(reshape(prod, (get_aval(prod).shape[0], -1)), 1)
+        prod = sum_(_as_matrix(prod), 1)
     return prod
 
 
@@ -263,7 +273,7 @@ def _matmul_batch(args, dims, *, structure):
         # a batch of vectors is a matrix, a batch of matrices a wider one
         x = move_axis(x, dx, 1)
         shape = get_aval(x).shape
-        y = sparse_matmul(data, reshape(x, (shape[0], -1)), structure)
+        y = sparse_matmul(data, _as_matrix(x), structure)
         return reshape(y, (structure.shape[0],) + shape[1:]), 1
     # a batch of value vectors: each product y[b] = sum over stored entries of
     # data[b, e] * x[cols[e]] into rows[e], one sparse product over all
@@ -282,7 +292,7 @@ def _matmul_batch(args, dims, *, structure):
         xs = expand_dims(xs, 1)                            # (nnz, 1)
     terms = data * xs
     shape = get_aval(terms).shape
-    summed = sparse_matmul(ones, reshape(terms, (shape[0], -1)), _row_sums(structure))
+    summed = sparse_matmul(ones, _as_matrix(terms), _row_sums(structure))
     return reshape(summed, (structure.shape[0],) + shape[1:]), len(shape) - 1
 
 
@@ -388,7 +398,7 @@ def _solve_batch(args, dims, *, structure, trans):
         # a batch of right-hand sides is one matrix right-hand side
         b = move_axis(b, db, get_aval(b).ndim - 1)
         shape = get_aval(b).shape
-        x = lu_solve(factor, data, reshape(b, (shape[0], -1)), structure, trans)
+        x = lu_solve(factor, data, _as_matrix(b), structure, trans)
         return reshape(x, shape), len(shape) - 1
     return per_example(lu_solve_p, args, dims, structure=structure, trans=trans)
 
@@ -423,9 +433,13 @@ def _eigsh_abstract(data, *, structure, k, options):
 
 
 def _eigsh_impl(data, *, structure, k, options):
-    eigsh = sparse_function(array_module(data), "linalg", "eigsh")
-    w, v = eigsh(structure.matrix(data), k=k, **dict(options))
-    order = array_module(w).argsort(w)
+    xp = array_module(data)
+    eigsh = sparse_function(xp, "linalg", "eigsh")
+    # ARPACK starts from a random vector unless given one: a fixed one makes
+    # the result the same on every call (a jit-compiled sweep's, an eager one's)
+    start = asarray_on(xp, np.random.default_rng(0).standard_normal(structure.shape[0]))
+    w, v = eigsh(structure.matrix(data), k=k, v0=start.astype(data.dtype), **dict(options))
+    order = xp.argsort(w)
     dtype = np.result_type(data.dtype, np.float32)
     return w[order].astype(dtype, copy=False), v[:, order].astype(dtype, copy=False)
 
