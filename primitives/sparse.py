@@ -241,12 +241,17 @@ def _matmul_impl(data, x, *, structure):
 
 def _matmul_abstract(data, x, *, structure):
     _check_data(data, structure, "sparse matmul")
+    _check_operand(x, structure)
+    return ShapedArray((structure.shape[0],) + x.shape[1:],
+                       np.result_type(dummy(data), dummy(x)))
+
+
+def _check_operand(x, structure):
     m, n = structure.shape
     if x.ndim not in (1, 2) or x.shape[0] != n:
         raise SparseShapeError(
             f"sparse matmul: a {m}x{n} sparse matrix multiplies a dense vector of "
             f"{n} or a matrix of {n} rows, got shape {x.shape}")
-    return ShapedArray((m,) + x.shape[1:], np.result_type(dummy(data), dummy(x)))
 
 
 sparse_matmul_p = Primitive("sparse_matmul", _matmul_impl, _matmul_abstract, family=FAMILY)
@@ -302,6 +307,7 @@ sparse_matmul_p.batch = _matmul_batch
 def sparse_matmul(data, x, structure):
     """``A @ x`` for the sparse matrix ``A`` of ``data`` on ``structure``, and
     ``x`` a dense vector or matrix."""
+    _check_operand(get_aval(x), structure)     # eager calls skip the abstract rule
     return sparse_matmul_p.bind(data, x, structure=structure)
 
 
@@ -339,17 +345,22 @@ def splu(data, structure, options=()):
     """SuperLU's factorization of the square matrix of ``data`` on ``structure``,
     held in a 0-d object array (no derivative); `lu_solve` solves with it.
     ``options`` are ``splu``'s keyword arguments as ``(name, value)`` pairs."""
+    _factor_abstract(get_aval(data), structure=structure, options=options)
     return splu_p.bind(data, structure=structure, options=tuple(options))
 
 
 def _solve_abstract(factor, data, b, *, structure, trans):
     _check_data(data, structure, "sparse solve")
+    _check_rhs(b, structure)
+    return ShapedArray(b.shape, np.result_type(dummy(data), dummy(b), np.float32))
+
+
+def _check_rhs(b, structure):
     n = structure.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise SparseShapeError(
             f"sparse solve: the right-hand side of a {n}x{n} system is a vector of {n} "
             f"or a matrix of {n} rows, got shape {b.shape}")
-    return ShapedArray(b.shape, np.result_type(dummy(data), dummy(b), np.float32))
 
 
 def _solve_impl(factor, data, b, *, structure, trans):
@@ -410,6 +421,7 @@ splu_p.batch = lambda args, dims, **params: per_example(splu_p, args, dims, **pa
 def lu_solve(factor, data, b, structure, trans=False):
     """``A^-1 b`` (``A^-T b`` with ``trans``) for the matrix ``A`` of ``data`` on
     ``structure``, whose `splu` factorization is ``factor``."""
+    _check_rhs(get_aval(b), structure)
     return lu_solve_p.bind(factor, data, b, structure=structure, trans=bool(trans))
 
 
@@ -478,6 +490,7 @@ def eigsh(data, structure, k, options=()):
     """``(w, v)``: ``k`` eigenvalues (ascending) and eigenvectors of the symmetric
     matrix of ``data`` on ``structure``, by ARPACK (``scipy.sparse.linalg.eigsh``
     with ``options``); derivatives reach the eigenvalues only."""
+    _eigsh_abstract(get_aval(data), structure=structure, k=int(k), options=options)
     return eigsh_p.bind(data, structure=structure, k=int(k), options=tuple(options))
 
 

@@ -195,7 +195,10 @@ class SparseArray:
 
     def __add__(self, other):
         if issparse(other):
-            return self._with(self.data + self._at_entries(other, "add"))
+            other = as_sparse(other)
+            if other.structure == self.structure:
+                return self._with(self.data + other.data)
+            return _union_sum(self, other)
         if get_aval(_dense(other)).ndim == 0:
             raise SparseShapeError("adding a scalar to a sparse array would fill every "
                                    "entry: add it to .todense(), or to .data")
@@ -255,7 +258,7 @@ class SparseArray:
         length = max(0, min(m + min(k, 0), n - max(k, 0)))
         s = self.structure
         on = np.flatnonzero(s.cols - s.rows == k)
-        position = s.rows[on] - min(k, 0)
+        position = s.rows[on] if k >= 0 else s.cols[on]
         values = indexing.getitem(self.data, on)
         return indexing.scatter_add(values, (position,), (("array", 0),), (length,))
 
@@ -266,6 +269,22 @@ class SparseArray:
                                     (("array", 0), ("array", 1)), self.shape)
 
     toarray = todense
+
+
+def _union_sum(a, b):
+    """``a + b`` of different structures: the union of the stored entries, in
+    ``a``'s format, each value the sum of those stored there."""
+    if a.shape != b.shape:
+        raise SparseShapeError(f"add: the sparse arrays' shapes differ ({a.shape} and "
+                               f"{b.shape})")
+    sa, sb = a.structure, b.structure
+    both = SparseStructure("coo", a.shape, (np.concatenate([sa.rows, sb.rows]),
+                                            np.concatenate([sa.cols, sb.cols])), check=False)
+    dtype = np.result_type(a.dtype, b.dtype)
+    data = shape.concatenate([x if x.dtype == dtype else ew.convert_element_type(x, dtype)
+                              for x in (a.data, b.data)], 0)
+    return SparseArray.from_parts(data, both).asformat("csr" if a.format == "coo"
+                                                       else a.format)
 
 
 def _axis(axis, name):
