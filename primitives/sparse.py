@@ -168,6 +168,15 @@ class SparseStructure:
             self._device[key] = tuple(asarray_on(xp, a) for a in self.arrays)
         return self._device[key]
 
+    def expanded_on(self, xp):
+        """``(rows, cols)`` on backend ``xp`` (copied to a device once, then kept)."""
+        if xp is np:
+            return self.rows, self.cols
+        key = ("expanded", getattr(xp, "__name__", id(xp)))
+        if key not in self._device:
+            self._device[key] = (asarray_on(xp, self.rows), asarray_on(xp, self.cols))
+        return self._device[key]
+
     def matrix(self, data):
         """SciPy's sparse matrix of ``data`` on this structure (``cupyx``'s on CuPy)."""
         xp = array_module(data)
@@ -223,14 +232,53 @@ def _as_matrix(x):
     return reshape(x, (shape[0], math.prod(shape[1:])))
 
 
-def _gather_product(left, right, rows, cols):
-    """``left[rows] * right[cols]``, summed over trailing axes: the value at
-    each stored entry (i, j) of ``left @ right.T``, as the derivative of a
-    product needs."""
-    prod = getitem(left, rows) * getitem(right, cols)
-    if get_aval(prod).ndim > 1:
-        prod = sum_(_as_matrix(prod), 1)
-    return prod
+# -- the values of a product at the stored entries ------------------------------------
+#
+# The derivative of every product and solve with respect to the values is
+# (left @ right.T) read at the stored entries, left and right dense with k
+# columns: a sampled product (SDDMM). One column at a time keeps the working
+# memory at a few vectors of nnz, where gathering whole rows would take 3 k.
+
+def _sampled_abstract(left, right, *, structure):
+    m, n = structure.shape
+    if left.shape[:1] != (m,) or right.shape[:1] != (n,) or left.shape[1:] != right.shape[1:] \
+            or left.ndim > 2:
+        raise SparseShapeError(
+            f"sampled product: for a {m}x{n} structure the operands are ({m}[, k]) and "
+            f"({n}[, k]), got shapes {left.shape} and {right.shape}")
+    return ShapedArray((structure.nnz,), np.result_type(dummy(left), dummy(right)))
+
+
+def _sampled_impl(left, right, *, structure):
+    xp = array_module(left, right)
+    rows, cols = structure.expanded_on(xp)
+    if left.ndim == 1:
+        return left[rows] * right[cols]
+    out = xp.zeros(structure.nnz, np.result_type(left.dtype, right.dtype))
+    for j in range(left.shape[1]):
+        out += left[:, j][rows] * right[:, j][cols]
+    return out
+
+
+sampled_product_p = Primitive("sparse_sampled_product", _sampled_impl, _sampled_abstract,
+                              family=FAMILY)
+sampled_product_p.def_vjp(
+    lambda ct, ans, left, right, *, structure: cast_like(
+        sparse_matmul(ct, right, structure), get_aval(left)),
+    lambda ct, ans, left, right, *, structure: cast_like(
+        sparse_matmul(ct, left, structure.T), get_aval(right)),
+    reads=[{1}, {0}])
+sampled_product_p.def_jvp(
+    lambda t, ans, left, right, *, structure: sampled_product(t, right, structure),
+    lambda t, ans, left, right, *, structure: sampled_product(left, t, structure))
+sampled_product_p.batch = lambda args, dims, **params: per_example(
+    sampled_product_p, args, dims, **params)
+
+
+def sampled_product(left, right, structure):
+    """``(left @ right.T)[rows, cols]``: the product's value at each stored entry
+    of ``structure`` (``left[rows] * right[cols]`` for vectors)."""
+    return sampled_product_p.bind(left, right, structure=structure)
 
 
 # -- y = A @ x ----------------------------------------------------------------------
@@ -257,7 +305,7 @@ def _check_operand(x, structure):
 sparse_matmul_p = Primitive("sparse_matmul", _matmul_impl, _matmul_abstract, family=FAMILY)
 sparse_matmul_p.def_vjp(
     lambda ct, ans, data, x, *, structure: cast_like(
-        _gather_product(ct, x, structure.rows, structure.cols), get_aval(data)),
+        sampled_product(ct, x, structure), get_aval(data)),
     lambda ct, ans, data, x, *, structure: cast_like(
         sparse_matmul(data, ct, structure.T), get_aval(x)),
     reads=[{1}, {0}])
@@ -381,7 +429,7 @@ def _solve_vjp(ct, ans, needed, factor, data, b, *, structure, trans):
     if needed[1]:
         # A x = b: dA = -lam x^T at the stored entries; A^T x = b: its transpose
         left, right = (lam, ans) if not trans else (ans, lam)
-        ct_data = cast_like(-_gather_product(left, right, structure.rows, structure.cols),
+        ct_data = cast_like(-sampled_product(left, right, structure),
                             get_aval(data))
     if needed[2]:
         ct_b = cast_like(lam, get_aval(b))
@@ -470,7 +518,7 @@ def _eigsh_vjp(ct, ans, needed, data, *, structure, k, options):
     if ct_w is None or type(ct_w) is Zero:
         return (None,)
     v = ans[1]
-    return (cast_like(_gather_product(v * ct_w, v, structure.rows, structure.cols),
+    return (cast_like(sampled_product(v * ct_w, v, structure),
                       get_aval(data)),)
 
 

@@ -116,3 +116,19 @@ def _eigsh_case(draw):
 
 
 SPECS["eigsh"] = _eigsh_case()
+
+
+@st.composite
+def _sampled_case(draw):
+    s = draw(structures())
+    trailing = draw(st.sampled_from([(), (2,)]))
+    left = draw(arrays((s.shape[0],) + trailing))
+    right = draw(arrays((s.shape[1],) + trailing))
+
+    def ref(left, right):
+        full = np.outer(left, right) if not trailing else left @ right.T
+        return full[s.rows, s.cols].astype(np.result_type(left, right))
+    return Case(lambda a, b: ps.sampled_product(a, b, s), (left, right), ref)
+
+
+SPECS["sparse_sampled_product"] = _sampled_case()
