@@ -17,6 +17,7 @@ integer), and `lu_solve` takes it as an operand. The adjoint solve of the
 reverse sweep (``trans='T'``) reuses that factor, so a forward and backward
 pass factorizes once, under `jit` as well.
 """
+import collections
 import math
 
 import numpy as np
@@ -45,7 +46,8 @@ def _constant_index(a, name):
     if a.ndim != 1 or a.dtype.kind not in "iu":
         raise SparseStructureError(
             f"{name} must be a 1-d integer array, got {a.dtype} of shape {a.shape}")
-    return read_only(a.copy()) if a.flags.writeable else a
+    # kept as is only if nothing can change it: read-only and owning its memory
+    return a if not a.flags.writeable and a.flags.owndata else read_only(a.copy())
 
 
 def read_only(a):
@@ -204,6 +206,38 @@ class SparseStructure:
         return f"{self.format}({self.shape[0]}x{self.shape[1]}, nnz={self.nnz})"
 
 
+# The structures of the last few read-only index arrays, so that rebuilding a
+# sparse array from them (``csr_array((new_values, A.indices, A.indptr))`` in a
+# loss) finds the same structure, its expanded rows and columns and its device
+# copies already made. Bounded; entries hold their arrays, so ids stay unique.
+_RECENT = collections.OrderedDict()
+_RECENT_SIZE = 16
+
+
+def structure_of(format, shape, arrays):
+    """``SparseStructure(format, shape, arrays)``, the same object as last time
+    for the same read-only index arrays (a structure's own, ``A.indices``).
+
+    >>> a = structure_of("coo", (2, 2), (np.array([0, 1]), np.array([1, 0])))
+    >>> structure_of("coo", (2, 2), a.arrays) is structure_of("coo", (2, 2), a.arrays)
+    True
+    """
+    arrays = tuple(arrays)
+    if not all(isinstance(a, np.ndarray) and not a.flags.writeable and a.flags.owndata
+               for a in arrays):
+        return SparseStructure(format, shape, arrays)
+    key = (format, tuple(shape)) + tuple(map(id, arrays))
+    hit = _RECENT.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
+        _RECENT.move_to_end(key)
+        return hit[1]
+    structure = SparseStructure(format, shape, arrays)
+    _RECENT[key] = (arrays, structure)
+    if len(_RECENT) > _RECENT_SIZE:
+        _RECENT.popitem(last=False)
+    return structure
+
+
 def sparse_function(xp, module, name):
     """``scipy.sparse[.module].name`` for backend ``xp`` (``cupyx.scipy.sparse``
     on CuPy), or a `DeviceError` naming it where that backend lacks it."""
@@ -256,7 +290,9 @@ def _sampled_impl(left, right, *, structure):
         return left[rows] * right[cols]
     out = xp.zeros(structure.nnz, np.result_type(left.dtype, right.dtype))
     for j in range(left.shape[1]):
-        out += left[:, j][rows] * right[:, j][cols]
+        term = left[:, j][rows]
+        term *= right[:, j][cols]
+        out += term
     return out
 
 
@@ -369,13 +405,29 @@ def _factor_abstract(data, *, structure, options):
     return ShapedArray((), np.dtype(object))
 
 
+class Factor:
+    """A SuperLU factorization and whether it is of the transpose (a CSR matrix
+    is factorized as its transpose, the CSC matrix on the same arrays: no copy)."""
+
+    __slots__ = ("lu", "transposed")
+
+    def __init__(self, lu, transposed):
+        self.lu, self.transposed = lu, transposed
+
+
 def _factor_impl(data, *, structure, options):
     splu = sparse_function(array_module(data), "linalg", "splu")
     kwargs = dict(options)
     if "options" in kwargs:                    # SuperLU's own options, held as pairs
         kwargs["options"] = dict(kwargs["options"])
+    matrix = structure.matrix(data)
+    transposed = structure.format == "csr"
+    matrix = matrix.T if transposed else matrix.tocsc()
+    if not matrix.has_canonical_format:
+        # splu sorts and merges entries in place: not in the structure's arrays
+        matrix = matrix.copy()
     try:
-        factor = splu(structure.matrix(data).tocsc(), **kwargs)
+        factor = Factor(splu(matrix, **kwargs), transposed)
     except RuntimeError as err:                   # SuperLU: "Factor is exactly singular"
         raise SingularMatrixError(
             f"splu: the {structure} matrix is singular ({err}), so it has no LU "
@@ -412,10 +464,10 @@ def _check_rhs(b, structure):
 
 
 def _solve_impl(factor, data, b, *, structure, trans):
-    lu = factor[()] if isinstance(factor, np.ndarray) else factor
+    factor = factor[()] if isinstance(factor, np.ndarray) else factor
     # SuperLU solves in the precision it factorized in, that of the values
-    x = lu.solve(b.astype(np.result_type(data.dtype, np.float32), copy=False),
-                 trans="T" if trans else "N")
+    x = factor.lu.solve(b.astype(np.result_type(data.dtype, np.float32), copy=False),
+                        trans="T" if trans != factor.transposed else "N")
     return x.astype(np.result_type(data.dtype, b.dtype, np.float32), copy=False)
 
 
@@ -428,9 +480,9 @@ def _solve_vjp(ct, ans, needed, factor, data, b, *, structure, trans):
     ct_data = ct_b = None
     if needed[1]:
         # A x = b: dA = -lam x^T at the stored entries; A^T x = b: its transpose
-        left, right = (lam, ans) if not trans else (ans, lam)
-        ct_data = cast_like(-sampled_product(left, right, structure),
-                            get_aval(data))
+        # (the sign goes on lam, a vector per row: smaller than one per entry)
+        left, right = (-lam, ans) if not trans else (ans, -lam)
+        ct_data = cast_like(sampled_product(left, right, structure), get_aval(data))
     if needed[2]:
         ct_b = cast_like(lam, get_aval(b))
     return None, ct_data, ct_b

@@ -325,8 +325,13 @@ class StandInSparse:
     def __matmul__(self, x):
         return _wrap(self._m @ _unwrap(x, "sparse matmul"))
 
+    has_canonical_format = property(lambda self: self._m.has_canonical_format)
+
     def tocsc(self):
         return StandInSparse(self._m.tocsc())
+
+    def copy(self):
+        return StandInSparse(self._m.copy())
 
 
 class StandInSuperLU:

@@ -19,7 +19,7 @@ from fgrad.core.trace import Tracer, get_aval
 from fgrad.core.tree import register_pytree_node
 from fgrad.primitives import elementwise as ew
 from fgrad.primitives import indexing, reductions, shape
-from fgrad.primitives.sparse import FORMATS, SparseStructure, sparse_matmul
+from fgrad.primitives.sparse import FORMATS, SparseStructure, sparse_matmul, structure_of
 
 # the modules of SciPy's and CuPy's sparse classes (recognised without importing them)
 _FOREIGN_SPARSE = ("scipy.sparse", "cupyx.scipy.sparse")
@@ -409,7 +409,7 @@ def _parts(arg1, shape, format):
         if shape is None:
             raise SparseStructureError(f"{format}_array((data, indices, indptr)) needs "
                                        "shape=(m, n)")
-        structure = SparseStructure(format, shape, (indices, indptr))
+        structure = structure_of(format, shape, (indices, indptr))
         return _values(data, structure.nnz), structure
     if isinstance(arg1, Tracer):
         raise SparseStructureError(
