@@ -9,6 +9,7 @@ import fgrad
 import fgrad.numpy as fnp
 import fgrad.sparse as fs
 from fgrad.errors import (
+    ConvergenceError,
     LinalgDerivativeError,
     SingularMatrixError,
     SparseShapeError,
@@ -234,6 +235,46 @@ def test_spsolve_under_jit_and_vmap():
     Bs = np.stack([b, 2 * b])
     np.testing.assert_allclose(fgrad.vmap(lambda b: fla.spsolve(A, b))(Bs)[1],
                                2 * spla.spsolve(A.tocsc(), b))
+
+
+def _spd(n=12):
+    lap = sp.diags_array([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(n, n)).tocsr()
+    return (lap + sp.diags_array(np.linspace(0.0, 1.0, n - 2), offsets=2, shape=(n, n))
+            + sp.diags_array(np.linspace(0.0, 1.0, n - 2), offsets=-2, shape=(n, n))).tocsr()
+
+
+@pytest.mark.parametrize("name", ["cg", "minres", "gmres", "bicgstab"])
+def test_iterative_solves_differentiate_like_spsolve(name):
+    A = _spd() if name in ("cg", "minres") else _system(12)
+    build = _rebuild(A)
+    solver = getattr(fla, name)
+    b = np.linspace(1.0, 2.0, 12)
+
+    def loss(solve):
+        return lambda d, b: fnp.sum(fnp.sin(solve(build(d), b)))
+    iterative = loss(lambda A, b: solver(A, b, rtol=1e-13)[0])
+    direct = loss(fla.spsolve)
+    np.testing.assert_allclose(iterative(A.data, b), direct(A.data, b), rtol=1e-9)
+    for got, want in zip(fgrad.grad(iterative, (0, 1))(A.data, b),
+                         fgrad.grad(direct, (0, 1))(A.data, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-10)
+    tangents = (np.cos(np.arange(A.nnz)), b[::-1].copy())
+    _, t_got = fgrad.jvp(iterative, (A.data, b), tangents)
+    _, t_want = fgrad.jvp(direct, (A.data, b), tangents)
+    np.testing.assert_allclose(t_got, t_want, rtol=1e-7)
+    np.testing.assert_allclose(fgrad.jit(fgrad.grad(iterative))(A.data, b),
+                               fgrad.grad(direct)(A.data, b), rtol=1e-7, atol=1e-10)
+    batched = fgrad.vmap(lambda b: solver(A, b, rtol=1e-13)[0])(np.stack([b, -b]))
+    np.testing.assert_allclose(batched[1], -spla.spsolve(A.tocsc(), b), rtol=1e-9)
+
+
+def test_a_solve_that_does_not_converge_raises():
+    A = _spd(40)
+    with pytest.raises(ConvergenceError, match=r"cg: stopped after 2 iterations with "
+                                               r"relative residual"):
+        fla.cg(A, np.ones(40), maxiter=2)
+    with pytest.raises(ConvergenceError, match="raise maxiter"):
+        fgrad.jit(lambda b: fla.gmres(A, b, maxiter=1, restart=2)[0])(np.ones(40))
 
 
 def test_eigsh_gradient_of_eigenvalues():

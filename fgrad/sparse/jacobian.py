@@ -43,6 +43,32 @@ def colour_columns(rows, cols, n):
     return colour
 
 
+class Colouring:
+    """A structure's columns grouped by `colour_columns`, with one seed vector per
+    colour and, for each stored entry, where its value lands in the products
+    with the seeds."""
+
+    def __init__(self, structure):
+        self.structure = structure
+        m, n = structure.shape
+        colour = colour_columns(structure.rows, structure.cols, n)
+        self.seeds = np.zeros((int(colour.max(initial=-1)) + 1, n))
+        self.seeds[colour, np.arange(n)] = 1.0
+        # each stored (i, j) is row i of the product with the seed of j's colour
+        self.where = (colour[structure.cols], structure.rows)
+
+    def values(self, linear, dtype):
+        """The values on the structure of the matrix of ``linear`` (a linear map of
+        vectors, traced or not): one product per colour, batched by `vmap`."""
+        compressed = vmap(linear)(self.seeds.astype(dtype))
+        expected = (len(self.seeds), self.structure.shape[0])
+        if get_aval(compressed).shape != expected:
+            raise SparseShapeError(
+                f"the map's products have shape {get_aval(compressed).shape[1:]}, but its "
+                f"sparsity pattern has {expected[1]} rows")
+        return indexing.getitem(compressed, self.where)
+
+
 def sparse_jacobian(fun, sparsity):
     """A function computing the Jacobian of ``fun`` (a vector of ``n`` to a
     vector of ``m``) at a point, stored on the ``(m, n)`` pattern ``sparsity``.
@@ -60,28 +86,14 @@ def sparse_jacobian(fun, sparsity):
            [0., 3., 2.]])
     """
     pattern = csr_array(sparsity if issparse(sparsity) else np.asarray(sparsity, bool))
-    structure = pattern.structure
-    m, n = structure.shape
-    colour = colour_columns(structure.rows, structure.cols, n)
-    n_colours = int(colour.max(initial=-1)) + 1
-    seeds = np.zeros((n_colours, n))
-    seeds[colour, np.arange(n)] = 1.0
-    # each stored (i, j) is row i of the JVP along the seed of j's colour
-    where = (colour[structure.cols], structure.rows)
+    colouring = Colouring(pattern.structure)
+    n = pattern.shape[1]
 
     def jacobian(x):
         aval = get_aval(x)
         if aval.shape != (n,):
             raise SparseShapeError(f"sparse_jacobian: the pattern has {n} columns, so the "
                                    f"input is a vector of {n}, got shape {aval.shape}")
-        tangents = seeds.astype(aval.dtype)
-
-        def along(seed):
-            return jvp(fun, (x,), (seed,))[1]
-        compressed = vmap(along)(tangents)
-        if get_aval(compressed).shape != (n_colours, m):
-            raise SparseShapeError(
-                f"sparse_jacobian: the pattern has {m} rows, so fun returns a vector of "
-                f"{m}, got shape {get_aval(compressed).shape[1:]}")
-        return SparseArray.from_parts(indexing.getitem(compressed, where), structure)
+        values = colouring.values(lambda seed: jvp(fun, (x,), (seed,))[1], aval.dtype)
+        return SparseArray.from_parts(values, pattern.structure)
     return jacobian
