@@ -547,6 +547,12 @@ def _eigsh_abstract(data, *, structure, k, options):
 def _eigsh_impl(data, *, structure, k, options):
     xp = array_module(data)
     eigsh = sparse_function(xp, "linalg", "eigsh")
+    if xp is not np and "sigma" in dict(options):
+        raise DeviceError(
+            "scipy.sparse.linalg.eigsh(sigma=...) has no counterpart in cupyx.scipy's "
+            "eigsh (no shift-invert mode), so it cannot run on these device arrays: "
+            "use which='SA'/'LA', or move the values to the host with "
+            "fgrad.device_put(x, 'cpu')")
     # ARPACK starts from a random vector unless given one: a fixed one makes
     # the result the same on every call (a jit-compiled sweep's, an eager one's)
     start = asarray_on(xp, np.random.default_rng(0).standard_normal(structure.shape[0]))

@@ -353,12 +353,15 @@ def _sparse_namespaces():
             getattr(scipy.sparse, name)(_unwrap(arg, name), shape=shape))
     sparse = types.SimpleNamespace(__name__=f"{SCIPY_NAME}.sparse", **{
         name: constructor(name) for name in ("csr_matrix", "csc_matrix", "coo_matrix")})
-    # like cupyx.scipy.sparse.linalg's eigsh: no shift-invert (sigma)
+    # cupyx.scipy.sparse.linalg's eigsh signature: no shift-invert (sigma), no mode
+    def eigsh(a, k=6, *, which="LM", v0=None, ncv=None, maxiter=None, tol=0,
+              return_eigenvectors=True):
+        return _wrap(scipy.sparse.linalg.eigsh(
+            a._m, k=k, which=which, v0=None if v0 is None else _unwrap(v0, "eigsh"),
+            ncv=ncv, maxiter=maxiter, tol=tol, return_eigenvectors=return_eigenvectors))
     linalg = types.SimpleNamespace(
-        __name__=f"{SCIPY_NAME}.sparse.linalg",
-        splu=lambda a, **kw: StandInSuperLU(scipy.sparse.linalg.splu(a._m, **kw)),
-        eigsh=lambda a, k, v0=None, **kw: _wrap(scipy.sparse.linalg.eigsh(
-            a._m, k=k, v0=None if v0 is None else _unwrap(v0, "eigsh"), **kw)))
+        __name__=f"{SCIPY_NAME}.sparse.linalg", eigsh=eigsh,
+        splu=lambda a, **kw: StandInSuperLU(scipy.sparse.linalg.splu(a._m, **kw)))
     return {f"{SCIPY_NAME}.sparse": sparse, f"{SCIPY_NAME}.sparse.linalg": linalg}
 
 

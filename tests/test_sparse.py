@@ -10,6 +10,7 @@ import fgrad.numpy as fnp
 import fgrad.sparse as fs
 from fgrad.errors import (
     ConvergenceError,
+    DeviceError,
     LinalgDerivativeError,
     SingularMatrixError,
     SparseShapeError,
@@ -313,3 +314,37 @@ def test_errors_say_what_is_wrong():
         fla.spsolve(singular, np.ones(2))
     with pytest.raises(SparseShapeError, match="right-hand side of a 7x7 system"):
         fla.spsolve(_system(), np.ones(3))
+
+
+# -- on a device ---------------------------------------------------------------------------
+
+def _device_round_trip(put, get):
+    """fgrad.sparse on device values: products, gradients, solves, eigenvalues."""
+    A = _system()
+    S = fs.csr_array((put(A.data), A.indices, A.indptr), shape=A.shape)
+    x = put(np.linspace(0.0, 1.0, 7))
+    np.testing.assert_allclose(get(S @ x), A @ get(x))
+    g = fgrad.grad(lambda S: fnp.sum(fla.spsolve(S, x) ** 2))(S)
+    host = fgrad.grad(lambda S: fnp.sum(fla.spsolve(S, get(x)) ** 2))(fs.csr_array(A))
+    np.testing.assert_allclose(get(g.data), host.data, rtol=1e-9)
+    symmetric = fs.csr_array(A + A.T)
+    top = fla.eigsh(fs.csr_array((put(symmetric.data), symmetric.indices, symmetric.indptr),
+                                 shape=A.shape), k=1, which="LA")[0]
+    np.testing.assert_allclose(get(top), np.linalg.eigvalsh((A + A.T).toarray())[-1:])
+    return S
+
+
+def test_sparse_arrays_on_the_standin_device():
+    from standin_backend import StandInArray, registered, to_numpy, to_standin
+    with registered():
+        S = _device_round_trip(to_standin, to_numpy)
+        assert type((S @ to_standin(np.ones(7)))) is StandInArray
+        with pytest.raises(DeviceError, match="no shift-invert"):
+            fla.eigsh(S + S.T, k=1, sigma=0.0)
+
+
+@pytest.mark.cupy
+def test_sparse_arrays_on_cupy():
+    pytest.importorskip("cupy")
+    _device_round_trip(lambda a: fgrad.device_put(a, "gpu"), lambda a: fgrad.device_put(
+        a, "cpu"))

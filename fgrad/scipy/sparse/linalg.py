@@ -137,7 +137,7 @@ def eigsh(A, k=6, M=None, sigma=None, which="LM", v0=None, ncv=None, maxiter=Non
             raise NotImplementedError(f"fgrad's eigsh does not take {name}: the standard "
                                       "problem A v = w v only")
     options = {"sigma": sigma, "which": which, "ncv": ncv, "maxiter": maxiter, "tol": tol,
-               "mode": mode}
+               "mode": None if mode == "normal" else mode}
     A = _square(A, "eigsh")
     w, v = _sparse.eigsh(A.data, A.structure, k,
                          tuple((key, val) for key, val in options.items() if val is not None))
