@@ -50,6 +50,16 @@ def _parts():
     return A.shape, data, indices, indptr, rows, rng
 
 
+def _jax_grad(p, loss, data, dense, indices, indptr):
+    """A call of ``jax.jit(jax.grad(loss, (0, 1)))`` on the values and the dense
+    operand. The index arrays are arguments too: closed over, XLA would spend a
+    minute constant-folding them."""
+    jax, jnp = p.module, p.np
+    g = jax.jit(jax.grad(loss, (0, 1)))
+    args = tuple(map(jnp.asarray, (data, dense, indices, indptr)))
+    return lambda: jax.block_until_ready(g(*args))
+
+
 # --- y = A x ------------------------------------------------------------------------------
 
 def matvec_workload() -> Workload:
@@ -73,17 +83,12 @@ def matvec_workload() -> Workload:
         return lambda: g(data, x)
 
     def jax_(p):
-        jax, jnp = p.module, p.np
         from jax.experimental import sparse as jsparse
-        idx, ptr = jnp.asarray(indices), jnp.asarray(indptr)
+        jnp = p.np
 
-        # the index arrays are arguments: closed over, XLA would spend a minute
-        # constant-folding them
         def loss(d, x, idx, ptr):
             return jnp.sum(jnp.tanh(jsparse.BCSR((d, idx, ptr), shape=shape) @ x))
-        g = jax.jit(jax.grad(loss, (0, 1)))
-        d, xj = jnp.asarray(data), jnp.asarray(x)
-        return lambda: jax.block_until_ready(g(d, xj, idx, ptr))
+        return _jax_grad(p, loss, data, x, indices, indptr)
 
     return Workload(
         "sparse-matvec-grad",
@@ -122,15 +127,11 @@ def spsolve_workload() -> Workload:
         return lambda: g(data, b)
 
     def jax_(p):
-        jax, jnp = p.module, p.np
         from jax.experimental.sparse.linalg import spsolve
-        idx, ptr = jnp.asarray(indices), jnp.asarray(indptr)
 
         def loss(d, b, idx, ptr):
-            return 0.5 * jnp.sum(spsolve(d, idx, ptr, b) ** 2)
-        g = jax.jit(jax.grad(loss, (0, 1)))
-        d, bj = jnp.asarray(data), jnp.asarray(b)
-        return lambda: jax.block_until_ready(g(d, bj, idx, ptr))
+            return 0.5 * p.np.sum(spsolve(d, idx, ptr, b) ** 2)
+        return _jax_grad(p, loss, data, b, indices, indptr)
 
     return Workload(
         "spsolve-grad",
