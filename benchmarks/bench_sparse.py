@@ -43,10 +43,12 @@ def laplacian():
 def _parts():
     A = laplacian()
     rng = np.random.default_rng(0)
-    data = A.data * rng.uniform(0.5, 1.5, A.nnz)       # values to differentiate
+    # values to differentiate: the off-diagonal ones scaled at random, so the
+    # matrix stays diagonally dominant and SuperLU keeps its diagonal pivots
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    data = np.where(rows == A.indices, A.data, A.data * rng.uniform(0.5, 1.0, A.nnz))
     indices, indptr = A.indices.copy(), A.indptr.copy()
     indices.flags.writeable = indptr.flags.writeable = False
-    rows = np.repeat(np.arange(A.shape[0]), np.diff(indptr))
     return A.shape, data, indices, indptr, rows, rng
 
 

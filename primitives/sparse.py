@@ -19,6 +19,7 @@ pass factorizes once, under `jit` as well.
 """
 import collections
 import math
+import threading
 
 import numpy as np
 
@@ -212,6 +213,7 @@ class SparseStructure:
 # copies already made. Bounded; entries hold their arrays, so ids stay unique.
 _RECENT = collections.OrderedDict()
 _RECENT_SIZE = 16
+_RECENT_LOCK = threading.Lock()
 
 
 def structure_of(format, shape, arrays):
@@ -227,14 +229,16 @@ def structure_of(format, shape, arrays):
                for a in arrays):
         return SparseStructure(format, shape, arrays)
     key = (format, tuple(shape)) + tuple(map(id, arrays))
-    hit = _RECENT.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
-        _RECENT.move_to_end(key)
-        return hit[1]
+    with _RECENT_LOCK:
+        hit = _RECENT.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
+            _RECENT.move_to_end(key)
+            return hit[1]
     structure = SparseStructure(format, shape, arrays)
-    _RECENT[key] = (arrays, structure)
-    if len(_RECENT) > _RECENT_SIZE:
-        _RECENT.popitem(last=False)
+    with _RECENT_LOCK:
+        _RECENT[key] = (arrays, structure)
+        if len(_RECENT) > _RECENT_SIZE:
+            _RECENT.popitem(last=False)
     return structure
 
 
