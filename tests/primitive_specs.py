@@ -908,4 +908,7 @@ def _root_case(a):
 
 
 SPECS["implicit_root"] = shapes(max_dims=1).flatmap(arrays).map(_root_case)
+
+
+# -- sparse matrices: their primitives, in their own module -------------------------------
 import sparse_specs  # noqa: E402,F401  (fgrad.sparse's primitives: fills SPECS)
