@@ -42,8 +42,11 @@ from fgrad.core.errors import NonScalarOutputError as NonScalarOutputError
 from fgrad.core.errors import NumpyArgumentError as NumpyArgumentError
 from fgrad.core.errors import ScipyArgumentError as ScipyArgumentError
 from fgrad.core.errors import NumpyFunctionError as NumpyFunctionError
+from fgrad.core.errors import RandomArgumentError as RandomArgumentError
+from fgrad.core.errors import RandomKeyError as RandomKeyError
 from fgrad.core.errors import RetracingWarning as RetracingWarning
 from fgrad.core.errors import OptionalDependencyError as OptionalDependencyError
+from fgrad.core.errors import StatefulRandomnessError as StatefulRandomnessError
 from fgrad.core.errors import StaticArgumentError as StaticArgumentError
 from fgrad.core.errors import TapError as TapError
 from fgrad.core.errors import TraceLimitError as TraceLimitError
@@ -87,4 +90,7 @@ __all__ = [
     "ConvergenceError",
     "ImplicitSolveError",
     "IntegrationError",
+    "RandomArgumentError",
+    "RandomKeyError",
+    "StatefulRandomnessError",
 ]

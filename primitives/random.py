@@ -469,7 +469,7 @@ def random_gamma(key, a):
 # -- d x / d a for x ~ Gamma(a): the incomplete gamma function's derivative -------
 
 
-_EPS = np.finfo(np.float64).eps
+_EPS = float(np.finfo(np.float64).eps)
 
 
 def _digamma(xp, a):

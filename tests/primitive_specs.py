@@ -908,3 +908,4 @@ def _root_case(a):
 
 
 SPECS["implicit_root"] = shapes(max_dims=1).flatmap(arrays).map(_root_case)
+import random_specs  # noqa: E402,F401  (primitives/random.py: fills both tables)
