@@ -346,7 +346,7 @@ def random_split(key, shape):
 def _fold_in_impl(key, data):
     xp = array_module(key, data)
     keys = _flat_keys(xp, key)
-    data = xp.ascontiguousarray(data.reshape(-1))
+    data = xp.ascontiguousarray(xp.asarray(data).reshape(-1))
     out = xp.empty((keys.shape[0], 2), np.uint32)
     if not _kernel_draw(xp, 32, keys, data, out, FOLD_IN):
         y0, y1 = threefry2x32(keys[:, 0], keys[:, 1], xp.zeros_like(data), data)
@@ -383,20 +383,17 @@ def random_fold_in(key, data):
 _MAX_ROUNDS = 1000
 
 
-def _xp_split(xp, keys, n):
-    return xp.stack(_counter_words(xp, keys, 0, n), axis=-1)
-
-
-def _xp_fold_in(xp, keys, r):
-    data = xp.full(keys.shape[0], r, np.uint32)
-    y0, y1 = threefry2x32(keys[:, 0], keys[:, 1], xp.zeros_like(data), data)
-    return xp.stack([y0, y1], axis=-1)
+def _split_in_two(xp, keys):
+    """Two ``(k, 2)`` arrays of keys split from ``keys``."""
+    both = _split_impl(keys, (2,))
+    return xp.ascontiguousarray(both[:, 0]), xp.ascontiguousarray(both[:, 1])
 
 
 def _round_draws(xp, keys, r, n, kinds):
     """Round ``r``'s draws: one array ``(k, n)`` per kind, each from its own
     key folded from ``keys`` (``(k, 2)``)."""
-    subkeys = _xp_split(xp, _xp_fold_in(xp, keys, r), len(kinds))
+    folded = _fold_in_impl(keys, xp.full(keys.shape[0], r, np.uint32))
+    subkeys = _split_impl(folded, (len(kinds),))
     return [_draw(xp, xp.ascontiguousarray(subkeys[:, j]), n, kind, np.dtype(np.float64))
             for j, kind in enumerate(kinds)]
 
@@ -408,11 +405,10 @@ def _standard_gamma(xp, keys, a):
     counter ``i`` are accepted, so it depends on its key, ``i`` and ``a_i``
     alone. ``a < 1`` draws ``Gamma(a + 1) * U ** (1 / a)``."""
     n = a.shape[1]
-    rounds_key, boost_key = (xp.ascontiguousarray(s) for s in
-                             xp.moveaxis(_xp_split(xp, keys, 2), 1, 0))
+    rounds_key, boost_key = _split_in_two(xp, keys)
     valid = (a > 0) & (a < np.inf)
     boosted = a < 1
-    shape = xp.where(boosted, a + 1, xp.where(valid, a, 1.0))
+    shape = xp.where(valid, xp.where(boosted, a + 1, a), 1.0)
     d = shape - 1.0 / 3.0
     c = (1.0 / 3.0) / xp.sqrt(d)
     x = xp.full(a.shape, np.nan)
@@ -645,8 +641,7 @@ def _poisson_impl(key, lam, dtype):
     xp = array_module(key, lam)
     keys = _flat_keys(xp, key)
     flat = lam.reshape(keys.shape[0], -1).astype(np.float64)
-    small_key, large_key = (xp.ascontiguousarray(s) for s in
-                            xp.moveaxis(_xp_split(xp, keys, 2), 1, 0))
+    small_key, large_key = _split_in_two(xp, keys)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         valid = (flat >= 0) & xp.isfinite(flat)
         small = valid & (flat < _KNUTH_BELOW)

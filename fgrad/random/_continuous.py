@@ -27,8 +27,20 @@ def float_dtype(dtype, fname, complex_ok=False):
 
 
 def as_param(x, dtype):
-    """A distribution's parameter as an array (or tracer) of ``dtype``."""
+    """A distribution's parameter as an array (or tracer) of ``dtype``; a
+    number stays a Python number (rounded to ``dtype``), which joins arrays of
+    any dtype and on any device as NumPy's scalars do not."""
+    if isinstance(x, (int, float, np.number)) and not isinstance(x, (bool, np.bool_)):
+        return np.dtype(dtype).type(x).item()
     return fnp.asarray(x, dtype)
+
+
+def broadcast_param(key, x, shape, dtype):
+    """``x`` (from `as_param`) broadcast to ``shape``, as ``dtype`` and on the
+    key's device."""
+    if isinstance(x, (int, float)):
+        x = fnp.full_like(key[0], x, dtype)
+    return fnp.broadcast_to(x, shape)
 
 
 def check_broadcast(fname, shape, *params):
@@ -87,7 +99,7 @@ def normal(key, shape=(), dtype=float):
     if dtype.kind == "c":
         real = np.dtype(f"f{dtype.itemsize // 2}")
         k1, k2 = split(key)
-        scale = np.asarray(math.sqrt(0.5), real)
+        scale = math.sqrt(0.5)
         return (_p.random_normal(k1, shape, real) * scale
                 + 1j * (_p.random_normal(k2, shape, real) * scale)).astype(dtype)
     return _p.random_normal(key, shape, dtype)
@@ -145,7 +157,7 @@ def cauchy(key, shape=(), dtype=float):
     """
     dtype = float_dtype(dtype, "cauchy")
     u = uniform(check_key(key, "cauchy"), shape, dtype, np.finfo(dtype).eps, 1.0)
-    return fnp.tan(np.asarray(np.pi, dtype) * (u - 0.5))
+    return fnp.tan(math.pi * (u - 0.5))
 
 
 def truncated_normal(key, lower, upper, shape=None, dtype=float):
@@ -160,13 +172,13 @@ def truncated_normal(key, lower, upper, shape=None, dtype=float):
     dtype = float_dtype(dtype, "truncated_normal")
     lower, upper = as_param(lower, dtype), as_param(upper, dtype)
     shape = param_shape("truncated_normal", shape, lower, upper)
-    sqrt2 = np.asarray(math.sqrt(2.0), dtype)
+    lower, upper = (broadcast_param(key, b, get_aval(b).shape, dtype) for b in (lower, upper))
+    sqrt2 = math.sqrt(2.0)
     u = uniform(key, shape, dtype, erf(lower / sqrt2), erf(upper / sqrt2))
     x = sqrt2 * erfinv(u)
     # rounding (or u at a bound) must not put a sample on or past a bound
-    inf = np.asarray(np.inf, dtype)
-    return fnp.clip(x, fnp.nextafter(fnp.stop_gradient(lower), inf),
-                    fnp.nextafter(fnp.stop_gradient(upper), -inf))
+    return fnp.clip(x, fnp.nextafter(fnp.stop_gradient(lower), np.inf),
+                    fnp.nextafter(fnp.stop_gradient(upper), -np.inf))
 
 
 def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky"):

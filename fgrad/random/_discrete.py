@@ -14,7 +14,8 @@ from fgrad import numpy as fnp
 from fgrad.core.errors import RandomArgumentError
 from fgrad.core.trace import get_aval
 from fgrad.primitives import random as _p
-from fgrad.random._continuous import as_param, check_broadcast, gumbel, param_shape, uniform
+from fgrad.random._continuous import (as_param, broadcast_param, check_broadcast, gumbel,
+                                      param_shape, uniform)
 from fgrad.random._keys import as_shape, check_key
 
 
@@ -38,7 +39,7 @@ def randint(key, shape, minval, maxval, dtype=int):
     key = check_key(key, "randint")
     shape = as_shape(shape, "randint")
     dtype = _int_dtype(dtype, "randint")
-    minval, maxval = fnp.asarray(minval, np.int64), fnp.asarray(maxval, np.int64)
+    minval, maxval = as_param(minval, np.int64), as_param(maxval, np.int64)
     check_broadcast("randint", shape, minval, maxval)
     span = fnp.maximum(maxval - minval, 1).astype(np.uint64)
     offset = fnp.remainder(_p.random_bits(key, shape, np.uint64), span)
@@ -205,4 +206,4 @@ def poisson(key, lam, shape=None, dtype=int):
     dtype = _int_dtype(dtype, "poisson")
     lam = as_param(lam, np.float64)
     shape = param_shape("poisson", shape, lam)
-    return _p.random_poisson(key, fnp.broadcast_to(lam, shape), dtype)
+    return _p.random_poisson(key, broadcast_param(key, lam, shape, np.float64), dtype)

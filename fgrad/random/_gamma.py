@@ -11,7 +11,7 @@ from fgrad import numpy as fnp
 from fgrad.core.errors import RandomArgumentError
 from fgrad.core.trace import get_aval
 from fgrad.primitives import random as _p
-from fgrad.random._continuous import as_param, float_dtype, normal, param_shape
+from fgrad.random._continuous import as_param, broadcast_param, float_dtype, normal, param_shape
 from fgrad.random._keys import as_shape, check_key, split
 
 
@@ -27,7 +27,7 @@ def gamma(key, a, shape=None, dtype=float):
     dtype = float_dtype(dtype, "gamma")
     a = as_param(a, dtype)
     shape = param_shape("gamma", shape, a)
-    return _p.random_gamma(key, fnp.broadcast_to(a, shape))
+    return _p.random_gamma(key, broadcast_param(key, a, shape, dtype))
 
 
 def beta(key, a, b, shape=None, dtype=float):
@@ -43,8 +43,8 @@ def beta(key, a, b, shape=None, dtype=float):
     a, b = as_param(a, dtype), as_param(b, dtype)
     shape = param_shape("beta", shape, a, b)
     key_a, key_b = split(key)
-    x = _p.random_gamma(key_a, fnp.broadcast_to(a, shape))
-    y = _p.random_gamma(key_b, fnp.broadcast_to(b, shape))
+    x = _p.random_gamma(key_a, broadcast_param(key, a, shape, dtype))
+    y = _p.random_gamma(key_b, broadcast_param(key, b, shape, dtype))
     return x / (x + y)
 
 
@@ -66,7 +66,7 @@ def dirichlet(key, alpha, shape=None, dtype=float):
                                   "axis (the categories).")
     batch = alpha_shape[:-1] if shape is None else as_shape(shape, "dirichlet")
     shape = param_shape("dirichlet", batch + alpha_shape[-1:], alpha)
-    x = _p.random_gamma(key, fnp.broadcast_to(alpha, shape))
+    x = _p.random_gamma(key, broadcast_param(key, alpha, shape, dtype))
     return x / fnp.sum(x, axis=-1, keepdims=True)
 
 
@@ -85,5 +85,5 @@ def t(key, df, shape=None, dtype=float):
     key_normal, key_gamma = split(key)
     z = normal(key_normal, shape, dtype)
     half_df = df / 2
-    g = _p.random_gamma(key_gamma, fnp.broadcast_to(half_df, shape))
+    g = _p.random_gamma(key_gamma, broadcast_param(key, half_df, shape, dtype))
     return z * fnp.sqrt(half_df / g)

@@ -125,7 +125,8 @@ def fold_in(key, data):
     """
     key = check_key(key, "fold_in")
     if isinstance(data, (int, np.integer)) and not isinstance(data, (bool, np.bool_)):
-        data = np.asarray(int(data) % (1 << 32), np.uint32)
+        # a NumPy scalar, not an array: it joins a key on any device
+        data = np.uint32(int(data) % (1 << 32))
     elif hasattr(data, "dtype") and get_aval(data).dtype.kind in "iu" \
             and get_aval(data).shape == ():
         data = fnp.asarray(data).astype(np.uint32)
