@@ -299,7 +299,7 @@ def random_bits(key, shape, dtype):
     key of ``key`` (shape ``(*lead, 2)``).
 
     >>> random_bits(np.array([0, 42], np.uint32), (2,), np.dtype(np.uint32))
-    array([3501526685, 3339564928], dtype=uint32)
+    array([2098992034, 2919706841], dtype=uint32)
     """
     return random_bits_p.bind(key, shape=tuple(shape), dtype=np.dtype(dtype))
 
@@ -568,7 +568,7 @@ def random_gamma_grad(a, x):
     P the regularized lower incomplete gamma function and p the density.
 
     >>> float(random_gamma_grad(np.array(1.0), np.array(1.0)))  # exponential
-    -0.5963473623231...
+    1.17356302722...
     """
     return random_gamma_grad_p.bind(a, x)
 
