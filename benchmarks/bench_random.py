@@ -23,16 +23,35 @@ with the floor.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from .bench_engine import MLP_BATCH, MLP_SIZES, RNG_SEED, _jax_blocking, _rowmax, _rowsum
+from .bench_engine import (MLP_BATCH, MLP_SIZES, RNG_SEED, _jax_blocking, _rowmax, _rowsum,
+                           mlp_problem)
 from .harness import Workload
 
 DRAWS = 10**6
 RATE = 0.5
 
 
-def _draw_workload(name, what, numpy_draw, fgrad_draw, jax_draw, torch_draw) -> Workload:
+# name -> (what, NumPy's draw, fgrad's, JAX's, torch's), each of n float64 numbers
+DRAW_KINDS = {
+    "rand-uniform": ("uniforms in [0, 1)",
+                     lambda g, n: g.random(n),
+                     lambda r, k, n: r.uniform(k, (n,)),
+                     lambda jax, k, n: jax.random.uniform(k, (n,), jax.numpy.float64),
+                     lambda torch, gen, n: torch.rand(n, dtype=torch.float64, generator=gen)),
+    "rand-normal": ("standard normals",
+                    lambda g, n: g.standard_normal(n),
+                    lambda r, k, n: r.normal(k, (n,)),
+                    lambda jax, k, n: jax.random.normal(k, (n,), jax.numpy.float64),
+                    lambda torch, gen, n: torch.randn(n, dtype=torch.float64, generator=gen)),
+}
+
+
+def draw_workload(name) -> Workload:
+    what, numpy_draw, fgrad_draw, jax_draw, torch_draw = DRAW_KINDS[name]
     g = np.random.default_rng(RNG_SEED)
 
     def floor():
@@ -69,24 +88,6 @@ def _draw_workload(name, what, numpy_draw, fgrad_draw, jax_draw, torch_draw) -> 
                             "jax-jit": jax_jit, "torch": torch_})
 
 
-def uniform_workload() -> Workload:
-    return _draw_workload(
-        "rand-uniform", "uniforms in [0, 1)",
-        lambda g, n: g.random(n),
-        lambda r, k, n: r.uniform(k, (n,)),
-        lambda jax, k, n: jax.random.uniform(k, (n,), jax.numpy.float64),
-        lambda torch, gen, n: torch.rand(n, dtype=torch.float64, generator=gen))
-
-
-def normal_workload() -> Workload:
-    return _draw_workload(
-        "rand-normal", "standard normals",
-        lambda g, n: g.standard_normal(n),
-        lambda r, k, n: r.normal(k, (n,)),
-        lambda jax, k, n: jax.random.normal(k, (n,), jax.numpy.float64),
-        lambda torch, gen, n: torch.randn(n, dtype=torch.float64, generator=gen))
-
-
 # --- a jitted training step with dropout -----------------------------------------------
 
 
@@ -113,14 +114,8 @@ def _stepper(step, split, key):
 
 
 def dropout_workload() -> Workload:
-    rng = np.random.default_rng(RNG_SEED)
-    n_in, n_hidden, n_out = MLP_SIZES
-    params = (rng.standard_normal((n_in, n_hidden)) / np.sqrt(n_in),
-              0.1 * rng.standard_normal(n_hidden),
-              rng.standard_normal((n_hidden, n_out)) / np.sqrt(n_hidden),
-              0.1 * rng.standard_normal(n_out))
-    x = rng.standard_normal((MLP_BATCH, n_in))
-    onehot = np.eye(n_out)[rng.integers(0, n_out, MLP_BATCH)]
+    params, x, onehot = mlp_problem(MLP_BATCH)
+    hidden = MLP_SIZES[1]
     g = np.random.default_rng(RNG_SEED)
 
     def hand_written():
@@ -152,7 +147,7 @@ def dropout_workload() -> Workload:
 
     def fgrad_mask(p):
         fgrad = p.module
-        mask = fgrad.jit(lambda k: fgrad.random.uniform(k, (MLP_BATCH, n_hidden)) < 1 - RATE)
+        mask = fgrad.jit(lambda k: fgrad.random.uniform(k, (MLP_BATCH, hidden)) < 1 - RATE)
         return _stepper(mask, lambda k: tuple(fgrad.random.split(k)), fgrad.random.key(1))
 
     def jax_(p):
@@ -188,5 +183,5 @@ def dropout_workload() -> Workload:
                 "jax": jax_, "torch": torch_})
 
 
-WORKLOADS = {"rand-uniform": uniform_workload, "rand-normal": normal_workload,
+WORKLOADS = {**{name: functools.partial(draw_workload, name) for name in DRAW_KINDS},
              "mlp-dropout": dropout_workload}

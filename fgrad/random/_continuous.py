@@ -66,6 +66,22 @@ def param_shape(fname, shape, *params):
     return shape
 
 
+def batch_shape(fname, shape, batch, what):
+    """``shape`` if given (``batch``, the ``what``'s batch shape, must
+    broadcast to it), else ``batch``."""
+    if shape is None:
+        return batch
+    shape = as_shape(shape, fname)
+    try:
+        fits = np.broadcast_shapes(shape, batch) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise RandomArgumentError(f"fgrad.random.{fname}: the batch shape of {what}, "
+                                  f"{batch}, does not broadcast to shape {shape}.")
+    return shape
+
+
 def uniform(key, shape=(), dtype=float, minval=0.0, maxval=1.0):
     """Uniform on [``minval``, ``maxval``), differentiable in both bounds.
 
@@ -203,19 +219,8 @@ def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky
         raise RandomArgumentError(
             f"fgrad.random.multivariate_normal: mean must have shape (..., n) and cov "
             f"(..., n, n), got {mean_shape} and {cov_shape}.")
-    batch = np.broadcast_shapes(mean_shape[:-1], cov_shape[:-2])
-    if shape is None:
-        shape = batch
-    else:
-        shape = as_shape(shape, "multivariate_normal")
-        try:
-            fits = np.broadcast_shapes(shape, batch) == shape
-        except ValueError:
-            fits = False
-        if not fits:
-            raise RandomArgumentError(
-                f"fgrad.random.multivariate_normal: the batch shapes of mean and cov "
-                f"({batch}) do not broadcast to shape {shape}.")
+    shape = batch_shape("multivariate_normal", shape,
+                        np.broadcast_shapes(mean_shape[:-1], cov_shape[:-2]), "mean and cov")
     if method == "cholesky":
         factor = fnp.linalg.cholesky(cov)
     elif method == "eigh":

@@ -14,8 +14,8 @@ from fgrad import numpy as fnp
 from fgrad.core.errors import RandomArgumentError
 from fgrad.core.trace import get_aval
 from fgrad.primitives import random as _p
-from fgrad.random._continuous import (as_param, broadcast_param, check_broadcast, gumbel,
-                                      param_shape, uniform)
+from fgrad.random._continuous import (as_param, batch_shape, broadcast_param,
+                                      check_broadcast, gumbel, param_shape, uniform)
 from fgrad.random._keys import as_shape, check_key
 
 
@@ -84,30 +84,26 @@ def categorical(key, logits, axis=-1, shape=None):
     if get_aval(logits).dtype.kind != "f":
         logits = logits.astype(np.float64)
     logits_shape = get_aval(logits).shape
-    ndim = len(logits_shape)
-    if not -ndim <= axis < ndim:
-        raise RandomArgumentError(f"fgrad.random.categorical: axis {axis} is out of range "
-                                  f"for logits of shape {logits_shape}.")
-    axis %= ndim
+    axis = _axis_of(logits_shape, axis, "categorical", "logits")
     batch = logits_shape[:axis] + logits_shape[axis + 1:]
-    if shape is None:
-        shape = batch
-    else:
-        shape = as_shape(shape, "categorical")
-        try:
-            fits = np.broadcast_shapes(shape, batch) == shape
-        except ValueError:
-            fits = False
-        if not fits:
-            raise RandomArgumentError(
-                f"fgrad.random.categorical: shape {shape} must end with (or broadcast "
-                f"from) the logits' batch shape {batch}.")
+    shape = batch_shape("categorical", shape, batch, "the logits")
     prefix = shape[:len(shape) - len(batch)]
     noise_shape = list(shape[len(shape) - len(batch):])
     noise_shape.insert(axis, logits_shape[axis])
     noise = gumbel(key, prefix + tuple(noise_shape), get_aval(logits).dtype)
     return fnp.argmax(noise + fnp.reshape(logits, (1,) * len(prefix) + logits_shape),
                       axis=len(prefix) + axis)
+
+
+def _axis_of(shape, axis, fname, name):
+    """``axis`` of an array of ``shape`` (at least one axis), made non-negative."""
+    if not shape:
+        raise RandomArgumentError(f"fgrad.random.{fname}: {name} must be an int or an "
+                                  "array of at least one axis, got a 0-d array.")
+    if not -len(shape) <= axis < len(shape):
+        raise RandomArgumentError(f"fgrad.random.{fname}: axis {axis} is out of range "
+                                  f"for {name} of shape {shape}.")
+    return axis % len(shape)
 
 
 def _shuffled_order(key, n):
@@ -128,13 +124,7 @@ def permutation(key, x, axis=0, independent=False):
         return _shuffled_order(key, operator.index(x))
     x = fnp.asarray(x)
     x_shape = get_aval(x).shape
-    if not x_shape:
-        raise RandomArgumentError("fgrad.random.permutation: x must be an int or an array "
-                                  "of at least one axis, got a 0-d array.")
-    if not -len(x_shape) <= axis < len(x_shape):
-        raise RandomArgumentError(f"fgrad.random.permutation: axis {axis} is out of range "
-                                  f"for shape {x_shape}.")
-    axis %= len(x_shape)
+    axis = _axis_of(x_shape, axis, "permutation", "x")
     if independent and len(x_shape) > 1:
         order = fnp.argsort(_p.random_bits(key, x_shape, np.uint64), axis=axis, stable=True)
         return fnp.take_along_axis(x, order, axis)
@@ -156,13 +146,7 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0):
     else:
         items = fnp.asarray(a)
         a_shape = get_aval(items).shape
-        if not a_shape:
-            raise RandomArgumentError("fgrad.random.choice: a must be an int or an array "
-                                      "of at least one axis.")
-        if not -len(a_shape) <= axis < len(a_shape):
-            raise RandomArgumentError(f"fgrad.random.choice: axis {axis} is out of range "
-                                      f"for a of shape {a_shape}.")
-        axis %= len(a_shape)
+        axis = _axis_of(a_shape, axis, "choice", "a")
         n = a_shape[axis]
     draws = math.prod(shape)
     if n <= 0 and draws:
