@@ -433,12 +433,15 @@ def dropout(x, rate, key, *, deterministic=False):
     if deterministic or rate == 0.0:
         return x
     aval = get_aval(x)
+    dtype = aval.dtype if aval.dtype.kind in "fc" else np.dtype(np.float64)
     if _is_key(key):
-        dtype = aval.dtype if aval.dtype.kind == "f" else np.dtype(np.float64)
-        keep = random.uniform(key, aval.shape, dtype) < 1.0 - rate
+        keep = random.uniform(key, aval.shape, dtype.type(0).real.dtype) < 1.0 - rate
     else:
         keep = _like(_generator(key, "dropout").random(aval.shape) >= rate, x)
-    return where(keep, x * (1.0 / (1.0 - rate)), 0)
+    # x times a float mask, not a select: NumPy's where() takes four times as
+    # long, and the backward pass's kernel reads the mask as floats (as in
+    # PyTorch, an infinite input that is dropped gives nan)
+    return x * (convert_element_type(keep, dtype) * (1.0 / (1.0 - rate)))
 
 
 def embedding(table, ids):
