@@ -170,3 +170,17 @@ def test_a_scan_with_an_integer_carry_and_a_view_of_its_carry_differentiates():
     assert "transpose" in backward and not {"sin", "cos"} & set(backward)
     check_grads(f, (w, xs), order=2, modes=("fwd", "rev"))
     check_grads(fgrad.jit(f), (w, xs), order=2, modes=("rev",))
+
+
+def test_scan_over_an_empty_sequence_stacks_empty_outputs_eagerly_as_under_jit():
+    def f(c, x):
+        return c + x, {"twice": 2 * c, "row": fnp.stack([c, x])}
+    xs = np.zeros(0)
+    for run in (lambda: lax.scan(f, 0.0, xs), lambda: fgrad.jit(lambda xs: lax.scan(f, 0.0, xs))(xs)):
+        carry, ys = run()
+        assert float(carry) == 0.0
+        assert np.shape(ys["twice"]) == (0,) and np.shape(ys["row"]) == (0, 2)
+        assert np.asarray(ys["row"]).dtype == np.float64
+    carry, ys = lax.scan(lambda c, x: (c + x, None), 1.0, xs)
+    assert float(carry) == 1.0 and ys is None
+    np.testing.assert_array_equal(fgrad.grad(lambda c: lax.scan(f, c, xs)[0])(2.0), 1.0)
