@@ -33,6 +33,8 @@ from collections import namedtuple as _namedtuple
 import numpy as _np
 
 from fgrad.core.backend import array_module as _xp
+from fgrad.core.errors import BatchedConversionError as _BatchedConversionError
+from fgrad.core.errors import ConcretizationError as _ConcretizationError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy._arrays import asarray as _asarray
@@ -344,7 +346,10 @@ def lstsq(a, b, rcond=None):
     """Least-squares solution ``(x, residuals, rank, s)`` of ``a @ x = b`` (2-D).
 
     ``x`` is ``pinv(a, rcond) @ b`` and differentiable, as are the residuals and
-    the singular values ``s``; ``rank`` is a Python int.
+    the singular values ``s``; ``rank`` is an integer array. NumPy returns the
+    residuals only when ``a`` has full column rank and more rows than columns;
+    under `jit` and `vmap` the rank is not known while tracing, so the residuals
+    are returned whenever ``a`` has more rows than columns (as JAX does).
 
     >>> import numpy as np
     >>> lstsq(np.array([[1.0], [1.0]]), np.array([1.0, 3.0]))[0]
@@ -356,15 +361,23 @@ def lstsq(a, b, rcond=None):
     eps = _np.finfo(_get_aval(s).dtype).eps
     cutoff = (eps * max(m, n) if rcond is None or rcond < 0 else rcond)
     x = _matmul(pinv(a, cutoff), b)
-    rank = int(_red.sum_(_ew.convert_element_type(
-        _ew.greater(s, cutoff * _red.max_(s)), _np.int64))) if min(m, n) else 0
-    if rank == n and m > n:
+    rank = _red.sum_(_ew.convert_element_type(
+        _ew.greater(s, cutoff * _red.max_(s)), _np.int64)) if min(m, n) else _np.int64(0)
+    if m > n and _int_or_none(rank) in (n, None):
         residuals = _red.sum_(_abs_squared(b - _matmul(a, x)), 0)
         if _get_aval(b).ndim == 1:
             residuals = _shape.reshape(residuals, (1,))
     else:
         residuals = _slice_axis(_ew.convert_element_type(s, _get_aval(x).dtype), 0, 0, 0)
     return x, residuals, rank, s
+
+
+def _int_or_none(x):
+    # None where x has no single value yet: staged by jit, or one per example of vmap
+    try:
+        return int(x)
+    except (_ConcretizationError, _BatchedConversionError):
+        return None
 
 
 # -- NumPy 2's array-API names ----------------------------------------------------------
