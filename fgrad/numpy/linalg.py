@@ -33,10 +33,9 @@ from collections import namedtuple as _namedtuple
 import numpy as _np
 
 from fgrad.core.backend import array_module as _xp
-from fgrad.core.errors import BatchedConversionError as _BatchedConversionError
-from fgrad.core.errors import ConcretizationError as _ConcretizationError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
+from fgrad.core.trace import known_value as _known_value
 from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.numpy._extras import matrix_transpose, vecdot  # noqa: F401  (re-exported)
 from fgrad.numpy._manipulation import diagonal as _diagonal_of
@@ -363,21 +362,14 @@ def lstsq(a, b, rcond=None):
     x = _matmul(pinv(a, cutoff), b)
     rank = _red.sum_(_ew.convert_element_type(
         _ew.greater(s, cutoff * _red.max_(s)), _np.int64)) if min(m, n) else _np.int64(0)
-    if m > n and _int_or_none(rank) in (n, None):
+    known_rank = _known_value(rank)           # None under jit and vmap
+    if m > n and (known_rank is None or known_rank == n):
         residuals = _red.sum_(_abs_squared(b - _matmul(a, x)), 0)
         if _get_aval(b).ndim == 1:
             residuals = _shape.reshape(residuals, (1,))
     else:
         residuals = _slice_axis(_ew.convert_element_type(s, _get_aval(x).dtype), 0, 0, 0)
     return x, residuals, rank, s
-
-
-def _int_or_none(x):
-    # None where x has no single value yet: staged by jit, or one per example of vmap
-    try:
-        return int(x)
-    except (_ConcretizationError, _BatchedConversionError):
-        return None
 
 
 # -- NumPy 2's array-API names ----------------------------------------------------------
