@@ -77,9 +77,11 @@ def elu(x, alpha=1.0):
     >>> elu(np.array([-1.0, 2.0])).round(4)
     array([-0.6321,  2.    ])
     """
-    # expm1 sees min(x, 0) only, so large positive x cannot overflow it (an
-    # overflow there would poison the gradient with inf * 0 = nan).
-    return where(greater(x, 0), x, alpha * expm1(minimum(x, 0)))
+    # expm1 sees no positive x, so a large one cannot overflow it (an overflow
+    # there would poison the gradient with inf * 0 = nan); a where, not
+    # minimum(x, 0), so that at 0 expm1's whole slope counts, not half of it
+    positive = greater(x, 0)
+    return where(positive, x, alpha * expm1(where(positive, 0, x)))
 
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
