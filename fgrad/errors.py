@@ -34,6 +34,7 @@ from fgrad.core.errors import IndexUpdateError as IndexUpdateError
 from fgrad.core.errors import IntegrationError as IntegrationError
 from fgrad.core.errors import InvalidInputError as InvalidInputError
 from fgrad.core.errors import LinalgDerivativeError as LinalgDerivativeError
+from fgrad.core.errors import LaxArgumentError as LaxArgumentError
 from fgrad.core.errors import LoopBatchingWarning as LoopBatchingWarning
 from fgrad.core.errors import MissingRuleError as MissingRuleError
 from fgrad.core.errors import NNArgumentError as NNArgumentError
@@ -80,6 +81,7 @@ __all__ = [
     "TapError",
     "NonFiniteError",
     "NumpyArgumentError",
+    "LaxArgumentError",
     "DerivativeConversionError",
     "RetracingWarning",
     "ArraySubclassError",

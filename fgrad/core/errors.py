@@ -322,6 +322,13 @@ def check_not_numpy_generator(value, where):
             "take the key in place of the generator).")
 
 
+class LaxArgumentError(FgradError, ValueError):
+    """An `fgrad.lax` array operation got arguments it cannot use, where JAX
+    refuses them too: window sizes that do not fit the array or a start index
+    per axis missing, ``top_k``'s ``k`` or ``sort``'s ``num_keys`` out of range.
+    The message names the argument and the range it must be in."""
+
+
 # Users meet these as fgrad.errors.X (the public module re-exports them): name
 # them so in tracebacks and reprs, and so pickling finds them there.
 for _cls in list(globals().values()):
