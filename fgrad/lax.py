@@ -78,6 +78,8 @@ def map(f, xs, *, batch_size=None):
         return (), f(x)
     if batch_size is None:
         return scan(step, (), xs)[1]
+    if int(batch_size) < 1:
+        raise LaxArgumentError(f"map: batch_size={batch_size} must be a positive integer")
     leaves, tree = tree_flatten(xs)
     n = get_aval(leaves[0]).shape[0] if leaves else 0
     batches, rest = divmod(n, int(batch_size))

@@ -240,6 +240,8 @@ def test_window_arguments_that_cannot_fit_are_refused():
         lax.top_k(x, 5)
     with pytest.raises(LaxArgumentError, match="num_keys=3 must be between 1"):
         lax.sort((x, x), num_keys=3)
+    with pytest.raises(LaxArgumentError, match="batch_size=0 must be a positive integer"):
+        lax.map(fnp.sin, x, batch_size=0)
     with pytest.raises(ControlFlowError, match="must return the structure of elems"):
         lax.associative_scan(lambda a, b: (a + b, a), np.ones(3))
     with pytest.raises(ControlFlowError, match="needs one length along axis 0"):
