@@ -360,8 +360,9 @@ def lstsq(a, b, rcond=None):
     eps = _np.finfo(_get_aval(s).dtype).eps
     cutoff = (eps * max(m, n) if rcond is None or rcond < 0 else rcond)
     x = _matmul(pinv(a, cutoff), b)
-    rank = _red.sum_(_ew.convert_element_type(
-        _ew.greater(s, cutoff * _red.max_(s)), _np.int64)) if min(m, n) else _np.int64(0)
+    # an empty a has no singular values, and rank 0 (a sum over none of them)
+    large = _ew.greater(s, cutoff * _red.max_(s)) if min(m, n) else _ew.greater(s, 0)
+    rank = _red.sum_(_ew.convert_element_type(large, _np.int64))
     known_rank = _known_value(rank)           # None under jit and vmap
     if m > n and (known_rank is None or known_rank == n):
         residuals = _red.sum_(_abs_squared(b - _matmul(a, x)), 0)
