@@ -34,6 +34,7 @@ from fgrad.core.errors import IndexUpdateError as IndexUpdateError
 from fgrad.core.errors import IntegrationError as IntegrationError
 from fgrad.core.errors import InvalidInputError as InvalidInputError
 from fgrad.core.errors import LinalgDerivativeError as LinalgDerivativeError
+from fgrad.core.errors import LaxArgumentError as LaxArgumentError
 from fgrad.core.errors import LoopBatchingWarning as LoopBatchingWarning
 from fgrad.core.errors import MissingRuleError as MissingRuleError
 from fgrad.core.errors import NNArgumentError as NNArgumentError
@@ -45,8 +46,11 @@ from fgrad.core.errors import SingularMatrixError as SingularMatrixError
 from fgrad.core.errors import SparseShapeError as SparseShapeError
 from fgrad.core.errors import SparseStructureError as SparseStructureError
 from fgrad.core.errors import NumpyFunctionError as NumpyFunctionError
+from fgrad.core.errors import RandomArgumentError as RandomArgumentError
+from fgrad.core.errors import RandomKeyError as RandomKeyError
 from fgrad.core.errors import RetracingWarning as RetracingWarning
 from fgrad.core.errors import OptionalDependencyError as OptionalDependencyError
+from fgrad.core.errors import StatefulRandomnessError as StatefulRandomnessError
 from fgrad.core.errors import StaticArgumentError as StaticArgumentError
 from fgrad.core.errors import TapError as TapError
 from fgrad.core.errors import TraceLimitError as TraceLimitError
@@ -80,6 +84,7 @@ __all__ = [
     "TapError",
     "NonFiniteError",
     "NumpyArgumentError",
+    "LaxArgumentError",
     "DerivativeConversionError",
     "RetracingWarning",
     "ArraySubclassError",
@@ -93,4 +98,7 @@ __all__ = [
     "SparseShapeError",
     "SparseStructureError",
     "SingularMatrixError",
+    "RandomArgumentError",
+    "RandomKeyError",
+    "StatefulRandomnessError",
 ]

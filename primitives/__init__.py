@@ -20,3 +20,4 @@ from fgrad.primitives import einsum, fft, linalg, special  # noqa: F401
 from fgrad.primitives import bessel, eig, float_steps, search  # noqa: F401
 from fgrad.primitives import scipy_linalg, scipy_special, sparse  # noqa: F401
 from fgrad.primitives import callback  # noqa: F401
+from fgrad.primitives import random  # noqa: F401

@@ -163,6 +163,9 @@ class StandInArray:
     def reshape(self, *shape):
         return StandInArray(self._a.reshape(*shape))
 
+    def view(self, dtype):
+        return StandInArray(self._a.view(dtype))
+
     def transpose(self, *axes):
         return StandInArray(self._a.transpose(*axes))
 
@@ -197,7 +200,7 @@ def _rmethod(fn):
 
 
 for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
-              "and", "or", "xor"):
+              "and", "or", "xor", "lshift", "rshift"):
     _op = getattr(operator, _name + ("_" if _name in ("and", "or") else ""))
     setattr(StandInArray, f"__{_name}__", _method(_op))
     setattr(StandInArray, f"__r{_name}__", _rmethod(_op))

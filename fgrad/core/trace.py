@@ -567,6 +567,16 @@ class Tracer:
         if Tracer.deferring_callers and dtype is None and \
                 sys._getframe(1).f_globals.get("__name__") in Tracer.deferring_callers:
             return np.empty((), object)
+        if self.aval.dtype.kind in "biu":
+            # NumPy converts an index to an array, so `x[i]` with a NumPy x lands here
+            raise NumpyFunctionError(
+                f"a traced integer array ({self.aval}) cannot be converted to a NumPy "
+                "array: under jit it has no value yet, under vmap one per example. If "
+                "it is an index into a NumPy array x (x[i]), index with fgrad instead: "
+                "fnp.take(x, i, axis=0), or fgrad.lax.dynamic_index_in_dim(x, i, "
+                "keepdims=False) (fnp.asarray(x) leaves a NumPy array as it is, so "
+                "fnp.asarray(x)[i] fails the same way); otherwise use fgrad.numpy "
+                "functions on it (import fgrad.numpy as fnp).")
         raise NumpyFunctionError(
             f"a traced array ({self.aval}) cannot be converted to a NumPy array: "
             "that would drop its derivative silently. Use fgrad.numpy functions "
