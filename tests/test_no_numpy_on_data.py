@@ -51,6 +51,17 @@ ALLOWED = {
         "numpy.uint64 of Python ints: scalar bit masks of the float64 layout",
     ("primitives/random.py", "<module>"):
         "an empty uint32 array handed to the numba kernels, which run on NumPy data only",
+    ("primitives/sparse.py", "_constant_index"):
+        "a sparse structure's index arrays are host constants (read-only NumPy), "
+        "like a NumPy index; only the values are device data",
+    ("primitives/sparse.py", "_check"): "validates the host index arrays of a structure",
+    ("primitives/sparse.py", "_expand"): "row numbers from the host indptr array",
+    ("primitives/sparse.py", "__eq__"): "compares two structures' host index arrays",
+    ("primitives/sparse.py", "_row_sums"): "index arrays of a new host structure",
+    ("primitives/sparse.py", "_factor_impl"):
+        "a 0-d object array holding the factor object, so the graph can carry it",
+    ("primitives/sparse.py", "_eigsh_impl"):
+        "ARPACK's fixed start vector, moved to the data's device by asarray_on",
     ("fgrad/nn.py", "_normal_init"):
         "numpy.asarray of the Python float std: a typed scalar",
     ("primitives/base.py", "dummy"):
