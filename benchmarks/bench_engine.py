@@ -196,7 +196,9 @@ def mlp_loss_function(xp):
     return loss
 
 
-def mlp_workload() -> Workload:
+def mlp_problem(batch):
+    """``(params, x, onehot)`` of the MLP at ``batch``: scaled normal weights,
+    normal inputs, one-hot labels, all from the suite's seed."""
     rng = np.random.default_rng(RNG_SEED)
     n_in, n_hidden, n_out = MLP_SIZES
     params = (
@@ -205,8 +207,13 @@ def mlp_workload() -> Workload:
         rng.standard_normal((n_hidden, n_out)) / np.sqrt(n_hidden),
         0.1 * rng.standard_normal(n_out),
     )
-    x = rng.standard_normal((MLP_BATCH, n_in))
-    onehot = np.eye(n_out)[rng.integers(0, n_out, MLP_BATCH)]
+    x = rng.standard_normal((batch, n_in))
+    onehot = np.eye(n_out)[rng.integers(0, n_out, batch)]
+    return params, x, onehot
+
+
+def mlp_workload() -> Workload:
+    params, x, onehot = mlp_problem(MLP_BATCH)
 
     def floor():
         w1, b1, w2, b2 = params

@@ -27,7 +27,7 @@ import numpy as np
 
 from .bench_engine import (RNG_SEED, _chain_floor_steps, _jax_blocking, _torch_grad,
                            chain_function, elementwise_function, mlp_loss_function,
-                           CHAIN_OPS, CHAIN_SIZE, ELEMENTWISE_SIZE, MLP_SIZES)
+                           CHAIN_OPS, CHAIN_SIZE, ELEMENTWISE_SIZE, MLP_SIZES, mlp_problem)
 from .harness import Workload
 
 
@@ -105,14 +105,7 @@ MLP8_BATCH = 8
 
 
 def jit_mlp8_workload() -> Workload:
-    rng = np.random.default_rng(RNG_SEED)
-    n_in, n_hidden, n_out = MLP_SIZES
-    params = (rng.standard_normal((n_in, n_hidden)) / np.sqrt(n_in),
-              0.1 * rng.standard_normal(n_hidden),
-              rng.standard_normal((n_hidden, n_out)) / np.sqrt(n_hidden),
-              0.1 * rng.standard_normal(n_out))
-    x = rng.standard_normal((MLP8_BATCH, n_in))
-    onehot = np.eye(n_out)[rng.integers(0, n_out, MLP8_BATCH)]
+    params, x, onehot = mlp_problem(MLP8_BATCH)
 
     def floor():
         w1, b1, w2, b2 = params

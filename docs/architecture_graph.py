@@ -22,11 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 IMG = ROOT / "docs" / "img"
 
 # shown as one node each: their modules are one concept to a reader of the picture
-COLLAPSED = ("fgrad.primitives", "fgrad.numpy", "fgrad.scipy", "fgrad.testing", "fgrad.optim")
+COLLAPSED = ("fgrad.primitives", "fgrad.numpy", "fgrad.scipy", "fgrad.testing", "fgrad.optim",
+             "fgrad.sparse")
 LAYER_NAMES = {"fgrad.core": "core", "fgrad.primitives": "primitives (the rules)",
                "fgrad.interpreters": "interpreters", "fgrad.compiler": "compiler",
                "fgrad.transforms": "transforms",
                "fgrad.numpy": "libraries: fgrad.numpy and the public faces of lower layers",
+               "fgrad.sparse": "sparse arrays: traced values on a constant structure",
                "fgrad.nn": "libraries built on fgrad.numpy, and tools",
                "fgrad.dask": "scale-out on Dask", "fgrad.demo": "demo"}
 

@@ -42,6 +42,8 @@ from fgrad import errors as errors  # noqa: E402
 from fgrad import tree as tree  # noqa: E402
 from fgrad import backend as backend  # noqa: E402
 from fgrad import numpy as numpy  # noqa: E402
+from fgrad import random as random  # noqa: E402
+from fgrad import sparse as sparse  # noqa: E402
 from fgrad import nn as nn  # noqa: E402
 from fgrad import optim as optim  # noqa: E402
 from fgrad import lax as lax  # noqa: E402

@@ -2,9 +2,10 @@
 
 Run with ``python -m fgrad.demo`` (``pip install '.[demo]'`` first). The data are
 scikit-learn's bundled 8x8 digits (1797 images, no download). A two-layer
-convolutional network (conv 3x3 -> relu -> max-pool, twice, then a dense layer)
-is trained with Adam on `fgrad.value_and_grad` of a cross-entropy loss, with a
-progress bar showing the running loss. At the end it prints the test accuracy,
+convolutional network (conv 3x3 -> relu -> max-pool, twice, then dropout and a
+dense layer) is trained with Adam on `fgrad.value_and_grad` of a cross-entropy
+loss, with a progress bar showing the running loss; its random numbers (initial
+weights, batches, dropout masks) come from one `fgrad.random` key. At the end it prints the test accuracy,
 the time per training step of eager ``grad`` and of ``jit(grad)`` (where
 `fgrad.jit` exists), and writes the loss curve to a PNG.
 
@@ -18,7 +19,7 @@ import numpy as np
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad import nn, optim
+from fgrad import nn, optim, random
 
 
 def load_data(seed=0, test_fraction=0.25):
@@ -33,38 +34,46 @@ def load_data(seed=0, test_fraction=0.25):
     return x[train], y[train], x[test], y[test]
 
 
-def init_params(rng, c1=16, c2=32, classes=10):
+DROPOUT = 0.1
+
+
+def init_params(key, c1=16, c2=32, classes=10):
+    """He and Glorot initial weights from a `fgrad.random` key (a NumPy
+    Generator works too, eagerly)."""
+    keys = (key,) * 3 if isinstance(key, np.random.Generator) else random.split(key, 3)
     return {
-        "conv1": {"w": nn.he_normal(rng, (c1, 1, 3, 3)), "b": np.zeros(c1, np.float32)},
-        "conv2": {"w": nn.he_normal(rng, (c2, c1, 3, 3)), "b": np.zeros(c2, np.float32)},
-        "dense": {"w": nn.glorot_normal(rng, (c2 * 2 * 2, classes)),
+        "conv1": {"w": nn.he_normal(keys[0], (c1, 1, 3, 3)), "b": np.zeros(c1, np.float32)},
+        "conv2": {"w": nn.he_normal(keys[1], (c2, c1, 3, 3)), "b": np.zeros(c2, np.float32)},
+        "dense": {"w": nn.glorot_normal(keys[2], (c2 * 2 * 2, classes)),
                   "b": np.zeros(classes, np.float32)},
     }
 
 
-def forward(params, x):
-    """Logits of a batch of (N, 1, 8, 8) images."""
+def forward(params, x, key=None):
+    """Logits of a batch of (N, 1, 8, 8) images; with a key, dropout (rate
+    `DROPOUT`) on the dense layer's inputs, as in training."""
     h = nn.relu(nn.conv2d(x, params["conv1"]["w"], params["conv1"]["b"], padding="same"))
     h = nn.max_pool2d(h, 2)                                       # (N, c1, 4, 4)
     h = nn.relu(nn.conv2d(h, params["conv2"]["w"], params["conv2"]["b"], padding="same"))
     h = nn.max_pool2d(h, 2)                                       # (N, c2, 2, 2)
     h = fnp.reshape(h, (h.shape[0], -1))
+    h = nn.dropout(h, DROPOUT, key, deterministic=key is None)
     return h @ params["dense"]["w"] + params["dense"]["b"]
 
 
-def loss_fn(params, x, y):
-    return nn.cross_entropy(forward(params, x), y)
+def loss_fn(params, x, y, key=None):
+    return nn.cross_entropy(forward(params, x, key), y)
 
 
 def accuracy(params, x, y):
     return float(np.mean(np.argmax(forward(params, x), axis=-1) == y))
 
 
-def time_per_step(step, params, x, y, repeats):
-    step(params, x, y)                      # first call: jit stages and compiles here
+def time_per_step(step, params, x, y, key, repeats):
+    step(params, x, y, key)                 # first call: jit stages and compiles here
     start = time.perf_counter()
-    for _ in range(repeats):
-        step(params, x, y)
+    for i in range(repeats):
+        step(params, x, y, random.fold_in(key, i))
     return (time.perf_counter() - start) / repeats
 
 
@@ -126,8 +135,9 @@ def _run(argv):
                          "pip install '.[demo]')") from None
 
     x_train, y_train, x_test, y_test = load_data(args.seed)
-    rng = np.random.default_rng(args.seed)
-    params = init_params(rng)
+    # every random number of the run comes from this key: split, never reused
+    init_key, batch_key, dropout_key = random.split(random.key(args.seed), 3)
+    params = init_params(init_key)
     opt = optim.adam(optim.warmup_cosine_decay_schedule(0.0, args.lr, min(50, steps // 10),
                                                         steps, args.lr * 0.05))
     state = opt.init(params)
@@ -140,8 +150,9 @@ def _run(argv):
     start = time.perf_counter()
     bar = tqdm(range(steps), desc="training", unit="step", mininterval=0.25)
     for i in bar:
-        idx = rng.integers(0, len(y_train), args.batch)
-        value, grads = step(params, x_train[idx], y_train[idx])
+        idx = random.randint(random.fold_in(batch_key, i), (args.batch,), 0, len(y_train))
+        # a fresh key per step: jit draws each step's dropout mask from it
+        value, grads = step(params, x_train[idx], y_train[idx], random.fold_in(dropout_key, i))
         updates, state = opt.update(grads, state, params)
         params = optim.apply_updates(params, updates)
         history.append(float(value))
@@ -156,10 +167,10 @@ def _run(argv):
 
     xb, yb = x_train[:args.batch], y_train[:args.batch]
     repeats = 5 if args.quick else 20
-    eager = time_per_step(eager_step, params, xb, yb, repeats)
+    eager = time_per_step(eager_step, params, xb, yb, dropout_key, repeats)
     print(f"time per step, eager grad:    {eager * 1e3:7.2f} ms")
     if has_jit:
-        jitted = time_per_step(step, params, xb, yb, repeats)
+        jitted = time_per_step(step, params, xb, yb, dropout_key, repeats)
         print(f"time per step, jit(grad):     {jitted * 1e3:7.2f} ms "
               f"(speed-up over eager: {eager / jitted:.2f}x)")
     else:

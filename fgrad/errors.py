@@ -34,6 +34,7 @@ from fgrad.core.errors import IndexUpdateError as IndexUpdateError
 from fgrad.core.errors import IntegrationError as IntegrationError
 from fgrad.core.errors import InvalidInputError as InvalidInputError
 from fgrad.core.errors import LinalgDerivativeError as LinalgDerivativeError
+from fgrad.core.errors import LaxArgumentError as LaxArgumentError
 from fgrad.core.errors import LoopBatchingWarning as LoopBatchingWarning
 from fgrad.core.errors import MissingRuleError as MissingRuleError
 from fgrad.core.errors import NNArgumentError as NNArgumentError
@@ -41,9 +42,15 @@ from fgrad.core.errors import NonFiniteError as NonFiniteError
 from fgrad.core.errors import NonScalarOutputError as NonScalarOutputError
 from fgrad.core.errors import NumpyArgumentError as NumpyArgumentError
 from fgrad.core.errors import ScipyArgumentError as ScipyArgumentError
+from fgrad.core.errors import SingularMatrixError as SingularMatrixError
+from fgrad.core.errors import SparseShapeError as SparseShapeError
+from fgrad.core.errors import SparseStructureError as SparseStructureError
 from fgrad.core.errors import NumpyFunctionError as NumpyFunctionError
+from fgrad.core.errors import RandomArgumentError as RandomArgumentError
+from fgrad.core.errors import RandomKeyError as RandomKeyError
 from fgrad.core.errors import RetracingWarning as RetracingWarning
 from fgrad.core.errors import OptionalDependencyError as OptionalDependencyError
+from fgrad.core.errors import StatefulRandomnessError as StatefulRandomnessError
 from fgrad.core.errors import StaticArgumentError as StaticArgumentError
 from fgrad.core.errors import TapError as TapError
 from fgrad.core.errors import TraceLimitError as TraceLimitError
@@ -77,6 +84,7 @@ __all__ = [
     "TapError",
     "NonFiniteError",
     "NumpyArgumentError",
+    "LaxArgumentError",
     "DerivativeConversionError",
     "RetracingWarning",
     "ArraySubclassError",
@@ -87,4 +95,10 @@ __all__ = [
     "ConvergenceError",
     "ImplicitSolveError",
     "IntegrationError",
+    "SparseShapeError",
+    "SparseStructureError",
+    "SingularMatrixError",
+    "RandomArgumentError",
+    "RandomKeyError",
+    "StatefulRandomnessError",
 ]

@@ -1,9 +1,9 @@
 """Neural-network functions: activations, losses, normalisation, convolution.
 
 Everything here is a pure function of arrays: no layer objects, no hidden state.
-Randomness (dropout, initializers) comes from an explicit
-``numpy.random.Generator`` or an integer seed, and batch normalisation returns its
-updated statistics instead of storing them. Each function is either a primitive
+Randomness (dropout, initializers) comes from an explicit `fgrad.random` key
+(eagerly, a ``numpy.random.Generator`` or an integer seed too), and batch
+normalisation returns its updated statistics instead of storing them. Each function is either a primitive
 with its own fused rules (``primitives/nn.py``) or a composition of primitives,
 so every function here works under ``grad``, ``jvp`` and their compositions.
 
@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from fgrad import numpy as _fnp
+from fgrad import random
 from fgrad.core.errors import NNArgumentError
 from fgrad.core.trace import get_aval
 from fgrad.primitives import nn as _p
@@ -76,9 +77,11 @@ def elu(x, alpha=1.0):
     >>> elu(np.array([-1.0, 2.0])).round(4)
     array([-0.6321,  2.    ])
     """
-    # expm1 sees min(x, 0) only, so large positive x cannot overflow it (an
-    # overflow there would poison the gradient with inf * 0 = nan).
-    return where(greater(x, 0), x, alpha * expm1(minimum(x, 0)))
+    # expm1 sees no positive x, so a large one cannot overflow it (an overflow
+    # there would poison the gradient with inf * 0 = nan); a where, not
+    # minimum(x, 0), so that at 0 expm1's whole slope counts, not half of it
+    positive = greater(x, 0)
+    return where(positive, x, alpha * expm1(where(positive, 0, x)))
 
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -396,34 +399,51 @@ def batch_norm(x, scale, offset, running_mean, running_var, *, training,
 # ---------------------------------------------------------------------------
 
 
+def _is_key(source):
+    aval = get_aval(source) if hasattr(source, "dtype") else None
+    return aval is not None and aval.dtype == np.uint32 and aval.shape == (2,)
+
+
 def _generator(rng, fname):
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        return np.random.default_rng(int(rng))
+    """The NumPy Generator behind ``rng`` (a Generator or an int seed), drawn
+    from eagerly; under jit or vmap a Generator is refused."""
+    if isinstance(rng, (np.random.Generator, np.random.RandomState)) or (
+            isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+        return random.numpy_generator(rng, f"fgrad.nn.{fname}'s random source")
     raise NNArgumentError(
-        f"{fname} needs an explicit source of randomness: pass a "
-        f"numpy.random.Generator (np.random.default_rng(seed)) or an integer seed, "
-        f"got {type(rng).__name__}. fgrad keeps no hidden random state.")
+        f"{fname} needs an explicit source of randomness: pass a fgrad.random key "
+        f"(fgrad.random.key(seed), split for each call), or eagerly a "
+        f"numpy.random.Generator or an integer seed; got {type(rng).__name__}. fgrad "
+        "keeps no hidden random state.")
 
 
-def dropout(x, rate, rng, *, deterministic=False):
+def dropout(x, rate, key, *, deterministic=False):
     """Zero each element with probability ``rate`` and scale the rest by
     ``1 / (1 - rate)``; the identity when ``deterministic`` (evaluation).
 
-    ``rng`` is a ``numpy.random.Generator`` (advanced by the call) or an
-    integer seed: the mask depends on nothing else.
+    ``key`` is a `fgrad.random` key (split it for every call): the element is
+    kept where ``fgrad.random.uniform(key, x.shape, x.dtype) < 1 - rate``, as
+    in Flax, so a key gives the same mask under jit and vmap. Eagerly, a
+    ``numpy.random.Generator`` (advanced by the call) or an integer seed
+    works too; under jit or vmap a Generator raises `StatefulRandomnessError`.
 
-    >>> dropout(np.ones(4), 0.5, np.random.default_rng(0))
-    array([2., 0., 0., 0.])
+    >>> dropout(np.ones(4), 0.5, fgrad.random.key(0))
+    array([2., 2., 0., 0.])
     """
     if not 0.0 <= rate < 1.0:
         raise NNArgumentError(f"dropout: rate must lie in [0, 1), got {rate}")
     if deterministic or rate == 0.0:
         return x
-    keep = _generator(rng, "dropout").random(get_aval(x).shape) >= rate
-    keep = _like(keep, x)
-    return where(keep, x * (1.0 / (1.0 - rate)), 0)
+    aval = get_aval(x)
+    dtype = aval.dtype if aval.dtype.kind in "fc" else np.dtype(np.float64)
+    if _is_key(key):
+        keep = random.uniform(key, aval.shape, dtype.type(0).real.dtype) < 1.0 - rate
+    else:
+        keep = _like(_generator(key, "dropout").random(aval.shape) >= rate, x)
+    # x times a float mask, not a select: NumPy's where() takes four times as
+    # long, and the backward pass's kernel reads the mask as floats (as in
+    # PyTorch, an infinite input that is dropped gives nan)
+    return x * (convert_element_type(keep, dtype) * (1.0 / (1.0 - rate)))
 
 
 def embedding(table, ids):
@@ -602,7 +622,7 @@ def avg_pool2d(x, window, stride=None, *, padding=0, dilation=1):
 
 
 # ---------------------------------------------------------------------------
-# Initializers: explicit Generator in, array out
+# Initializers: explicit key (or Generator) in, array out
 # ---------------------------------------------------------------------------
 
 
@@ -619,46 +639,58 @@ def _fans(shape, fname):
     return shape[1] * receptive, shape[0] * receptive
 
 
-def glorot_normal(rng, shape, dtype=np.float32):
-    """Normal with variance ``2 / (fan_in + fan_out)`` (Glorot & Bengio).
+def _normal_init(source, shape, dtype, std, fname):
+    shape = tuple(int(d) for d in shape)
+    if _is_key(source):
+        return random.normal(source, shape, dtype) * np.asarray(std, dtype)
+    return (_generator(source, fname).standard_normal(shape) * std).astype(dtype)
 
-    >>> glorot_normal(np.random.default_rng(0), (3, 4)).shape
+
+def _uniform_init(source, shape, dtype, limit, fname):
+    shape = tuple(int(d) for d in shape)
+    if _is_key(source):
+        return random.uniform(source, shape, dtype, -limit, limit)
+    return _generator(source, fname).uniform(-limit, limit, shape).astype(dtype)
+
+
+def glorot_normal(key, shape, dtype=np.float32):
+    """Normal with variance ``2 / (fan_in + fan_out)`` (Glorot & Bengio).
+    ``key``: a `fgrad.random` key, or eagerly a NumPy Generator or int seed.
+
+    >>> glorot_normal(fgrad.random.key(0), (3, 4)).shape
     (3, 4)
     """
     fan_in, fan_out = _fans(shape, "glorot_normal")
-    std = math.sqrt(2.0 / (fan_in + fan_out))
-    return (_generator(rng, "glorot_normal").standard_normal(shape) * std).astype(dtype)
+    return _normal_init(key, shape, dtype, math.sqrt(2.0 / (fan_in + fan_out)),
+                        "glorot_normal")
 
 
-def glorot_uniform(rng, shape, dtype=np.float32):
+def glorot_uniform(key, shape, dtype=np.float32):
     """Uniform on ``±sqrt(6 / (fan_in + fan_out))`` (Glorot & Bengio).
 
-    >>> bool(abs(glorot_uniform(0, (3, 4))).max() <= np.sqrt(6 / 7))
+    >>> bool(abs(glorot_uniform(fgrad.random.key(0), (3, 4))).max() <= np.sqrt(6 / 7))
     True
     """
     fan_in, fan_out = _fans(shape, "glorot_uniform")
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    return _generator(rng, "glorot_uniform").uniform(-limit, limit, shape).astype(dtype)
+    return _uniform_init(key, shape, dtype, math.sqrt(6.0 / (fan_in + fan_out)),
+                         "glorot_uniform")
 
 
-def he_normal(rng, shape, dtype=np.float32):
+def he_normal(key, shape, dtype=np.float32):
     """Normal with variance ``2 / fan_in`` (He et al.), for ReLU networks.
 
-    >>> he_normal(np.random.default_rng(0), (8, 1, 3, 3)).dtype
+    >>> he_normal(fgrad.random.key(0), (8, 1, 3, 3)).dtype
     dtype('float32')
     """
     fan_in, _ = _fans(shape, "he_normal")
-    std = math.sqrt(2.0 / fan_in)
-    return (_generator(rng, "he_normal").standard_normal(shape) * std).astype(dtype)
+    return _normal_init(key, shape, dtype, math.sqrt(2.0 / fan_in), "he_normal")
 
 
-def he_uniform(rng, shape, dtype=np.float32):
+def he_uniform(key, shape, dtype=np.float32):
     """Uniform on ``±sqrt(6 / fan_in)`` (He et al.).
 
     >>> bool(abs(he_uniform(0, (4, 2))).max() <= np.sqrt(6 / 4))
     True
     """
     fan_in, _ = _fans(shape, "he_uniform")
-    limit = math.sqrt(6.0 / fan_in)
-    return _generator(rng, "he_uniform").uniform(-limit, limit, shape).astype(dtype)
-
+    return _uniform_init(key, shape, dtype, math.sqrt(6.0 / fan_in), "he_uniform")

@@ -18,5 +18,6 @@ from fgrad.primitives import creation, elementwise, indexing, products, reductio
 from fgrad.primitives import nn  # noqa: F401
 from fgrad.primitives import einsum, fft, linalg, special  # noqa: F401
 from fgrad.primitives import bessel, eig, float_steps, search  # noqa: F401
-from fgrad.primitives import scipy_linalg, scipy_special  # noqa: F401
+from fgrad.primitives import scipy_linalg, scipy_special, sparse  # noqa: F401
 from fgrad.primitives import callback  # noqa: F401
+from fgrad.primitives import random  # noqa: F401

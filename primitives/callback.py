@@ -65,8 +65,12 @@ def _abstract(*avals, callback, result_avals, vmap_method):
     return tuple(result_avals)
 
 
+# Its parameter is the caller's function, new at each call: kept out of the
+# dispatch table, as one-off rules are, so that compiled sweeps (which cache
+# recorded structures of table primitives) do not note structures that never
+# come back.
 pure_callback_p = Primitive("pure_callback", _impl, _abstract, multiple_results=True,
-                            family=FAMILY)
+                            family=FAMILY, register=False)
 # run-time work: constant folding must leave it to the compiled code
 pure_callback_p.host_callback = True
 

@@ -185,9 +185,19 @@ def _safe_log(x):
     return where(nonzero, log(where(nonzero, x, 1)), 0)
 
 
+def _power_dx(x, y):
+    # y * x ** (y - 1), but 0 at x == y == 0 (0 * inf there): x ** 0 is the
+    # constant 1, as JAX's integer-exponent rule and autograd have it. The
+    # exponent is what is switched, to 1, so that no inf remains for a second
+    # derivative to multiply by zero; everywhere else it is exactly y - 1, and
+    # the mixed derivative keeps its 1 / x at y == 0.
+    both_zero = where(equal(x, 0), equal(y, 0), False)
+    return y * power(x, where(both_zero, 1, y - 1))
+
+
 power_p = _ufunc_primitive("power")
 _elementwise_rules(power_p,
-                   [lambda ct, ans, x, y: ct * y * power(x, y - 1),
+                   [lambda ct, ans, x, y: ct * _power_dx(x, y),
                     lambda ct, ans, x, y: ct * ans * _safe_log(x)],
                    reads=[{0, 1}, {0, "ans"}])
 

@@ -25,7 +25,7 @@ _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                      HealthCheck.filter_too_much])
 settings.register_profile("ci", max_examples=12, derandomize=True, print_blob=True,
                           **_common)
-settings.register_profile("dev", max_examples=25, **_common)
+settings.register_profile("dev", max_examples=10, **_common)
 # HYPOTHESIS_PROFILE=thorough: a long local search, e.g. over the public-API fuzz test
 settings.register_profile("thorough", max_examples=1000, **_common)
 settings.load_profile("ci" if os.environ.get("CI") else

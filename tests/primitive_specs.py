@@ -908,3 +908,12 @@ def _root_case(a):
 
 
 SPECS["implicit_root"] = shapes(max_dims=1).flatmap(arrays).map(_root_case)
+import random_specs  # noqa: E402,F401  (primitives/random.py: fills both tables)
+
+
+# -- fgrad.lax's array operations, in their own module --------------------------------------
+import lax_specs  # noqa: E402,F401  (issue 34, fgrad.lax's array operations: fills SPECS)
+
+
+# -- sparse matrices: their primitives, in their own module -------------------------------
+import sparse_specs  # noqa: E402,F401  (fgrad.sparse's primitives: fills SPECS)

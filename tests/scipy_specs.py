@@ -87,11 +87,11 @@ def _triangular_case(draw):
     n = draw(st.integers(1, 3))
     lower, trans, vector = draw(st.booleans()), draw(st.sampled_from([0, 1])), \
         draw(st.booleans())
+    kw = dict(trans=trans, lower=lower, unit_diagonal=draw(st.booleans()))
     a = draw(_matrix(n, 2.5))
     b = draw(arrays((n,) if vector else (n, 2)))
-    return Case(lambda a, b: fl.solve_triangular(a, b, trans=trans, lower=lower), (a, b),
-                lambda a, b: sl.solve_triangular(a, b, trans=trans, lower=lower),
-                tol=dict(atol=1e-4, rtol=1e-4))
+    return Case(lambda a, b: fl.solve_triangular(a, b, **kw), (a, b),
+                lambda a, b: sl.solve_triangular(a, b, **kw), tol=dict(atol=1e-4, rtol=1e-4))
 
 
 SPECS["solve_triangular"] = _triangular_case()

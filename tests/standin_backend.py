@@ -17,6 +17,7 @@ Use `registered()` to install it for the duration of a test; `to_standin` and
 import contextlib
 import operator
 import sys
+import types
 from typing import NamedTuple
 
 import numpy as np
@@ -162,6 +163,9 @@ class StandInArray:
     def reshape(self, *shape):
         return StandInArray(self._a.reshape(*shape))
 
+    def view(self, dtype):
+        return StandInArray(self._a.view(dtype))
+
     def transpose(self, *axes):
         return StandInArray(self._a.transpose(*axes))
 
@@ -196,7 +200,7 @@ def _rmethod(fn):
 
 
 for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
-              "and", "or", "xor"):
+              "and", "or", "xor", "lshift", "rshift"):
     _op = getattr(operator, _name + ("_" if _name in ("and", "or") else ""))
     setattr(StandInArray, f"__{_name}__", _method(_op))
     setattr(StandInArray, f"__r{_name}__", _rmethod(_op))
@@ -308,6 +312,62 @@ def _levels(q):
     return q
 
 
+# -- the stand-in's cupyx.scipy.sparse: SciPy's matrices over stand-in data ----------
+
+
+class StandInSparse:
+    """A SciPy sparse matrix whose operands and results are stand-in arrays, as
+    a ``cupyx.scipy.sparse`` matrix's are CuPy arrays."""
+
+    def __init__(self, matrix):
+        self._m = matrix
+
+    shape = property(lambda self: self._m.shape)
+    T = property(lambda self: StandInSparse(self._m.T))
+
+    def __matmul__(self, x):
+        return _wrap(self._m @ _unwrap(x, "sparse matmul"))
+
+    has_canonical_format = property(lambda self: self._m.has_canonical_format)
+
+    def tocsc(self):
+        return StandInSparse(self._m.tocsc())
+
+    def copy(self):
+        return StandInSparse(self._m.copy())
+
+
+class StandInSuperLU:
+    """SciPy's SuperLU, solving stand-in right-hand sides (cupyx's ``SuperLU``)."""
+
+    def __init__(self, lu):
+        self._lu = lu
+
+    def solve(self, rhs, trans="N"):
+        return _wrap(self._lu.solve(_unwrap(rhs, "SuperLU.solve"), trans=trans))
+
+
+def _sparse_namespaces():
+    import scipy.sparse
+    import scipy.sparse.linalg
+
+    def constructor(name):
+        return lambda arg, shape=None: StandInSparse(
+            getattr(scipy.sparse, name)(_unwrap(arg, name), shape=shape))
+    sparse = types.SimpleNamespace(__name__=f"{SCIPY_NAME}.sparse", **{
+        name: constructor(name) for name in ("csr_matrix", "csc_matrix", "coo_matrix")})
+    # cupyx.scipy.sparse.linalg's eigsh signature: no shift-invert (sigma), no mode
+    def eigsh(a, k=6, *, which="LM", v0=None, ncv=None, maxiter=None, tol=0,
+              return_eigenvectors=True):
+        return _wrap(scipy.sparse.linalg.eigsh(
+            a._m, k=k, which=which, v0=None if v0 is None else _unwrap(v0, "eigsh"),
+            ncv=ncv, maxiter=maxiter, tol=tol, return_eigenvectors=return_eigenvectors))
+    linalg = types.SimpleNamespace(
+        __name__=f"{SCIPY_NAME}.sparse.linalg", eigsh=eigsh,
+        splu=lambda a, **kw: StandInSuperLU(scipy.sparse.linalg.splu(a._m, **kw)))
+    return {f"{SCIPY_NAME}.sparse": sparse, f"{SCIPY_NAME}.sparse.linalg": linalg}
+
+
 # NumPy functions CuPy 14 lacks, for which fgrad computes with its own formula
 CUPY_LACKS = frozenset(("nanquantile", "nanpercentile", "polyder", "polyint", "polydiv"))
 MODULE_NAME = "fgrad_standin"
@@ -335,6 +395,7 @@ def registered(elementwise_kernel=None):
         names.update({SCIPY_NAME: _Namespace(scipy, f"{SCIPY_NAME}."),
                       f"{SCIPY_NAME}.special": _Namespace(scipy.special, "special."),
                       f"{SCIPY_NAME}.linalg": _Namespace(scipy.linalg, "linalg.")})
+        names.update(_sparse_namespaces())
     except ImportError:                    # SciPy is optional; so is its stand-in
         pass
     sys.modules.update(names)

@@ -4,7 +4,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 import fgrad
 import fgrad.numpy as fnp
@@ -13,6 +13,7 @@ from fgrad.interpreters import compiled_sweep
 from fgrad.interpreters.batching import BatchTracer
 from fgrad.testing.strategies import in_axes_for
 from primitive_specs import SPECS
+from sweeps import examples, sweep
 
 
 @pytest.fixture
@@ -28,13 +29,14 @@ def _sweep_cache(grad_fn):
                 if isinstance(c.cell_contents, dict))
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_compiled_sweep_equals_the_eager_sweep(name, every_size, monkeypatch):
+@pytest.mark.parametrize("name, count", sweep(SPECS))
+def test_compiled_sweep_equals_the_eager_sweep(name, count, every_size, monkeypatch):
     # a jitted function inside a spec switches to its whole-graph function at
     # its 10th call, whose results may differ in the last bit; the two calls
     # compared bit for bit below must not straddle that switch
     monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")
 
+    @examples(count)
     @given(SPECS[name])
     def check(case):
         if not case.order:
@@ -152,12 +154,12 @@ def _batch(args, axes, n):
                  for a, ax in zip(args, axes))
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_batched_compiled_sweep_equals_the_eager_sweep(name):
+@pytest.mark.parametrize("name, count", sweep(SPECS, quick=2))
+def test_batched_compiled_sweep_equals_the_eager_sweep(name, count):
     """From its second call, vmap(grad(f)) sweeps the batch with one compiled
     graph (the per-example sweep staged, then batched); it must give what the
     first call's sweep through the batching interpreter gave."""
-    @settings(max_examples=4)
+    @examples(count, full=4)
     @given(SPECS[name].flatmap(lambda case: st.tuples(st.just(case),
                                                       in_axes_for(case.args))))
     def check(drawn):

@@ -164,3 +164,15 @@ def test_user_rule_of_wrong_shape():
     fgrad.defvjp(twice, lambda ans, x: lambda ct: fnp.sum(ct))
     with pytest.raises(CustomRuleError, match=r"returned shape \(\).*shape \(3,\)"):
         fgrad.grad(lambda x: fnp.sum(twice(x)))(np.ones(3))
+
+
+def test_indexing_a_numpy_array_with_a_tracer_names_the_fgrad_forms():
+    x = np.arange(3.0)
+    with pytest.raises(NumpyFunctionError, match=r"fnp\.take\(x, i, axis=0\).*"
+                       r"dynamic_index_in_dim\(x, i, keepdims=False\)"):
+        fgrad.vmap(lambda v: x[fnp.argmax(v)])(np.eye(3))
+    # the forms it names work
+    np.testing.assert_array_equal(fgrad.vmap(lambda v: fnp.take(x, fnp.argmax(v), axis=0))(
+        np.eye(3)), x)
+    np.testing.assert_array_equal(fgrad.vmap(lambda v: fgrad.lax.dynamic_index_in_dim(
+        x, fnp.argmax(v), keepdims=False))(np.eye(3)), x)

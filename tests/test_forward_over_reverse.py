@@ -14,6 +14,7 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad.interpreters import forward_over_reverse
 from primitive_specs import SPECS
+from sweeps import examples, sweep
 
 
 def trace_state(grad_fn):
@@ -58,8 +59,9 @@ def _assert_close(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_jvp_of_grad_equals_the_standard_composition(name):
+@pytest.mark.parametrize("name, count", sweep(SPECS))
+def test_jvp_of_grad_equals_the_standard_composition(name, count):
+    @examples(count)
     @given(SPECS[name])
     def check(case):
         if case.order < 2:

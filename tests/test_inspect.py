@@ -294,11 +294,12 @@ def test_graph_summary_counts_equations_and_matmul_flops(capsys):
 # parallel execution
 # ---------------------------------------------------------------------------
 
-from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import HealthCheck, assume, given  # noqa: E402
 
 from fgrad.compiler import parallel as _parallel  # noqa: E402
 from fgrad.errors import FgradError  # noqa: E402
 from primitive_specs import SPECS  # noqa: E402
+from sweeps import examples, sweep  # noqa: E402
 
 
 def _bitwise_equal(a, b):
@@ -314,10 +315,10 @@ def every_equation_on_the_pool(monkeypatch):
     monkeypatch.setattr(_parallel, "PARALLEL_MIN_SIZE", 0)
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("name, count", sweep(SPECS, quick=1))
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_parallel_agrees_bit_for_bit_with_sequential(name, every_equation_on_the_pool):
-    @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+def test_parallel_agrees_bit_for_bit_with_sequential(name, count, every_equation_on_the_pool):
+    @examples(count, full=2, deadline=None, suppress_health_check=list(HealthCheck))
     @given(SPECS[name])
     def check(case):
         def value_and_grad(*args):

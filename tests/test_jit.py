@@ -13,6 +13,7 @@ from fgrad.errors import ConcretizationError, InvalidInputError, StaticArgumentE
     TraceLimitError
 from fgrad.core.graph import Graph, Literal, check_staged
 from primitive_specs import SPECS
+from sweeps import examples, sweep
 from fgrad.compiler import cpu_fusion
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.compiler.codegen import compile_graph
@@ -212,8 +213,8 @@ def test_staging_and_compiling_a_hundred_thousand_equations():
 
 # -- agreement with eager evaluation over the systematic specs -------------------------
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_jit_equals_eager_and_jit_grad_equals_grad(name, monkeypatch):
+@pytest.mark.parametrize("name, count", sweep(SPECS))
+def test_jit_equals_eager_and_jit_grad_equals_grad(name, count, monkeypatch):
     # with numba, every elementwise group is fused however small (kernel
     # calls priced at nothing), so each spec also checks the kernels
     monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)
@@ -221,6 +222,7 @@ def test_jit_equals_eager_and_jit_grad_equals_grad(name, monkeypatch):
     # kernels, not whole-graph functions, unless the run asks for those
     # (FGRAD_JIT_WHOLE_GRAPH=1 checks every spec compiled whole: slow)
     monkeypatch.setenv(WHOLE_GRAPH_ENV, os.environ.get(WHOLE_GRAPH_ENV, "0"))
+    @examples(count)
     @given(SPECS[name])
     def check(case):
         expected = case.fun(*case.args)

@@ -5,7 +5,7 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad import lax
-from fgrad.errors import ControlFlowError
+from fgrad.errors import ControlFlowError, LaxArgumentError
 from fgrad.testing import check_grads
 
 X = np.linspace(-1.0, 1.0, 4)
@@ -170,3 +170,113 @@ def test_a_scan_with_an_integer_carry_and_a_view_of_its_carry_differentiates():
     assert "transpose" in backward and not {"sin", "cos"} & set(backward)
     check_grads(f, (w, xs), order=2, modes=("fwd", "rev"))
     check_grads(fgrad.jit(f), (w, xs), order=2, modes=("rev",))
+
+
+def test_scan_over_an_empty_sequence_stacks_empty_outputs_eagerly_as_under_jit():
+    def f(c, x):
+        return c + x, {"twice": 2 * c, "row": fnp.stack([c, x])}
+    xs = np.zeros(0)
+    for carry, ys in (lax.scan(f, 0.0, xs), fgrad.jit(lambda xs: lax.scan(f, 0.0, xs))(xs)):
+        assert float(carry) == 0.0
+        assert np.shape(ys["twice"]) == (0,) and np.shape(ys["row"]) == (0, 2)
+        assert np.asarray(ys["row"]).dtype == np.float64
+    carry, ys = lax.scan(lambda c, x: (c + x, None), 1.0, xs)
+    assert float(carry) == 1.0 and ys is None
+    np.testing.assert_array_equal(fgrad.grad(lambda c: lax.scan(f, c, xs)[0])(2.0), 1.0)
+
+
+# -- jax.lax's array operations ------------------------------------------------------
+
+def test_dynamic_slice_clamps_as_jax_does_eagerly_under_jit_and_vmap():
+    x = np.arange(12.0).reshape(3, 4)
+    # a negative start counts from the end, then the window is moved inside
+    cases = {(0, 0): (0, 0), (1, 3): (1, 2), (-1, -3): (1, 1), (5, -9): (1, 0)}
+    staged = fgrad.jit(lambda x, i, k: lax.dynamic_slice(x, (i, k), (2, 2)))
+    for (i, k), (a, b) in cases.items():
+        want = x[a:a + 2, b:b + 2]
+        np.testing.assert_array_equal(lax.dynamic_slice(x, (i, k), (2, 2)), want)
+        np.testing.assert_array_equal(staged(x, i, k), want)
+    starts = np.array([[0, 0], [1, 3], [-1, -3], [5, -9]])
+    np.testing.assert_array_equal(
+        fgrad.vmap(lambda s: lax.dynamic_slice(x, s, (2, 2)))(starts),
+        [x[a:a + 2, b:b + 2] for a, b in cases.values()])
+    # under jit the starts are graph inputs: one trace for every start
+    assert staged.cache_info().traces == 1
+
+
+def test_dynamic_update_slice_writes_a_copy_and_differentiates_both_ways():
+    x, u = np.zeros((3, 4)), np.arange(1.0, 5.0).reshape(2, 2)
+    out = fgrad.jit(lambda x, u, i: lax.dynamic_update_slice(x, u, (i, 3)))(x, u, 2)
+    want = np.zeros((3, 4))
+    want[1:3, 2:4] = u
+    np.testing.assert_array_equal(out, want)
+    assert not x.any()                                   # the operand is untouched
+
+    def f(x, u, i):
+        return fnp.sum(lax.dynamic_update_slice(x, u, (i, 1)) ** 2)
+    gx, gu = fgrad.jit(fgrad.grad(f, (0, 1)))(x + 1.0, u, 1)
+    np.testing.assert_array_equal(gx[1:3, 1:3], 0.0)     # overwritten: no derivative
+    np.testing.assert_array_equal(gu, 2 * u)
+    check_grads(lambda x, u: f(x, u, 1), (x + 1.0, u), order=2)
+
+
+def test_dynamic_index_in_dim_picks_per_example_under_vmap():
+    x = np.arange(6.0).reshape(2, 3)
+    idx = np.array([2, -1, 7, 0])
+    got = fgrad.vmap(lambda i: lax.dynamic_index_in_dim(x, i, axis=1, keepdims=False))(idx)
+    np.testing.assert_array_equal(got, x[:, [2, 2, 2, 0]].T)
+    g = fgrad.vmap(fgrad.grad(lambda x, i: fnp.sum(lax.dynamic_index_in_dim(x, i, 1))),
+                   in_axes=(None, 0))(x, idx)
+    assert g.shape == (4, 2, 3) and np.array_equal(g.sum(axis=(1, 2)), [2.0] * 4)
+
+
+def test_window_arguments_that_cannot_fit_are_refused():
+    x = np.zeros((3, 4))
+    with pytest.raises(LaxArgumentError, match=r"window sizes \(2, 5\) do not fit"):
+        lax.dynamic_slice(x, (0, 0), (2, 5))
+    with pytest.raises(LaxArgumentError, match="needs 2 start indices"):
+        lax.dynamic_slice(x, (0,), (2,))
+    with pytest.raises(LaxArgumentError, match=r"k=5 must be in \[0, 4\]"):
+        lax.top_k(x, 5)
+    with pytest.raises(LaxArgumentError, match="num_keys=3 must be between 1"):
+        lax.sort((x, x), num_keys=3)
+    with pytest.raises(LaxArgumentError, match="batch_size=0 must be a positive integer"):
+        lax.map(fnp.sin, x, batch_size=0)
+    with pytest.raises(ControlFlowError, match="must return the structure of elems"):
+        lax.associative_scan(lambda a, b: (a + b, a), np.ones(3))
+    with pytest.raises(ControlFlowError, match="needs one length along axis 0"):
+        lax.associative_scan(lambda a, b: a, (np.ones(3), np.ones(2)))
+
+
+def test_map_with_batch_size_is_a_scan_of_vmapped_batches_under_jit():
+    xs = np.arange(10.0).reshape(5, 2)
+
+    def f(xs):
+        return lax.map(lambda r: fnp.sin(r) * fnp.sum(r), xs, batch_size=2)
+    want = np.stack([np.sin(r) * r.sum() for r in xs])
+    np.testing.assert_allclose(f(xs), want)
+    np.testing.assert_allclose(fgrad.jit(f)(xs), want)
+    assert "scan" in _eq_names(f, xs)
+    check_grads(f, (xs,), order=2)
+
+
+def test_cumulative_reductions_and_top_k_under_jit():
+    x = np.array([0.3, -1.2, 2.5, 0.7])
+    for name, ref in [("cumsum", np.cumsum), ("cummax", np.maximum.accumulate),
+                      ("cumlogsumexp", np.logaddexp.accumulate)]:
+        fn = getattr(lax, name)
+        np.testing.assert_allclose(fgrad.jit(lambda x: fn(x, reverse=True))(x),
+                                   ref(x[::-1])[::-1])
+    values, indices = fgrad.jit(lambda x: lax.top_k(x, 2))(x)
+    np.testing.assert_array_equal(indices, [2, 3])
+    assert indices.dtype == np.int32
+    np.testing.assert_array_equal(fgrad.grad(lambda x: fnp.sum(lax.top_k(x, 2)[0]))(x),
+                                  [0, 0, 1, 1])
+
+
+def test_clamp_gives_a_tie_no_derivative_as_jax_does():
+    grads = fgrad.grad(lax.clamp, (0, 1, 2))
+    np.testing.assert_array_equal(grads(0.0, 0.5, 1.0), [0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(grads(0.0, -1.0, 1.0), [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(grads(0.0, 2.0, 1.0), [0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(grads(0.0, 0.0, 1.0), [0.0, 0.0, 0.0])

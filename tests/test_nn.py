@@ -161,8 +161,36 @@ def test_initializer_variance(init, var, shape, fans):
     np.testing.assert_array_equal(w, init(np.random.default_rng(0), shape))
 
 
+@pytest.mark.parametrize("init, var", [
+    (nn.glorot_normal, lambda fi, fo: 2 / (fi + fo)),
+    (nn.glorot_uniform, lambda fi, fo: 2 / (fi + fo)),
+    (nn.he_normal, lambda fi, fo: 2 / fi),
+    (nn.he_uniform, lambda fi, fo: 2 / fi),
+])
+def test_initializers_take_keys(init, var):
+    key = fgrad.random.key(11)
+    w = init(key, (300, 200))
+    assert w.shape == (300, 200) and w.dtype == np.float32
+    assert abs(w.var() / var(300, 200) - 1) < 0.05
+    np.testing.assert_array_equal(w, init(key, (300, 200)))
+    np.testing.assert_array_equal(w, fgrad.jit(lambda k: init(k, (300, 200)))(key))
+
+
+def test_dropout_takes_a_key_and_keeps_the_dtype():
+    x = np.ones((100, 100), np.float32)
+    key = fgrad.random.key(5)
+    a = nn.dropout(x, 0.3, key)
+    assert a.dtype == np.float32
+    assert set(np.unique(a)) == {np.float32(0.0), np.float32(1 / 0.7)}
+    assert abs((a == 0).mean() - 0.3) < 0.03
+    # the mask is uniform < 1 - rate, as Flax's dropout draws it
+    np.testing.assert_array_equal(a != 0, fgrad.random.uniform(key, x.shape, np.float32) < 0.7)
+    np.testing.assert_array_equal(fgrad.jit(lambda x, k: nn.dropout(x, 0.3, k))(x, key), a)
+
+
 def test_initializer_errors():
-    with pytest.raises(NNArgumentError, match="explicit source of randomness"):
+    with pytest.raises(NNArgumentError, match="explicit source of randomness: pass a "
+                       "fgrad.random key"):
         nn.he_normal(np.random, (2, 2))
     with pytest.raises(NNArgumentError, match="at least 2 axes"):
         nn.glorot_uniform(0, (5,))

@@ -394,3 +394,23 @@ def test_make_graph_shows_the_pairwise_contraction_path():
         a, b, c))
     # contract b with c first (6x7x2), then a with the result: opt_einsum's choice
     assert "einsum[subscripts=ij,jk,kl->il path=((1, 2), (0, 1))]" in listing
+
+
+def test_lstsq_under_jit_and_vmap_returns_rank_and_singular_values_as_arrays():
+    a, b = _r(5, 3), _r(5)
+    x, res, rank, s = fnp.linalg.lstsq(a, b)
+    jx, jres, jrank, js = fgrad.jit(fnp.linalg.lstsq)(a, b)
+    for got, want in ((jx, x), (jres, res), (jrank, rank), (js, s)):
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+    assert np.asarray(jrank).dtype.kind == "i" and np.shape(jrank) == ()
+    a2 = np.stack([a, a[:, [0, 0, 1]]])                  # the second has rank 2
+    b2 = np.stack([b, 2 * b])
+    vx, vres, vrank, vs = fgrad.vmap(fnp.linalg.lstsq)(a2, b2)
+    np.testing.assert_array_equal(vrank, [3, 2])
+    for i in range(2):
+        ex, _, _, es = np.linalg.lstsq(a2[i], b2[i])
+        np.testing.assert_allclose(vx[i], ex, rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(vs[i], es, rtol=1e-10, atol=1e-12)
+    # the rank is unknown while tracing, so the residuals are there whenever m > n
+    np.testing.assert_allclose(vres[:, 0], [np.sum((b2[i] - a2[i] @ vx[i]) ** 2)
+                                            for i in range(2)], rtol=1e-8)

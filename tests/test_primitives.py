@@ -9,6 +9,7 @@ import fgrad
 from fgrad.core.trace import primitive_table
 from fgrad.testing import check_grads
 from primitive_specs import NONDIFF_SPECS, SPECS
+from sweeps import examples, sweep
 
 
 def _builtin_primitives():
@@ -41,8 +42,9 @@ def _read_only(args):
     return tuple(out)
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_derivatives_match_finite_differences(name):
+@pytest.mark.parametrize("name, count", sweep(SPECS, quick=5))
+def test_derivatives_match_finite_differences(name, count):
+    @examples(count)
     @given(SPECS[name])
     def check(case):
         args = _read_only(case.args)
@@ -58,8 +60,9 @@ def test_derivatives_match_finite_differences(name):
     check()
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_float32_is_preserved_and_agrees_with_float64(name):
+@pytest.mark.parametrize("name, count", sweep(SPECS))
+def test_float32_is_preserved_and_agrees_with_float64(name, count):
+    @examples(count)
     @given(SPECS[name])
     def check(case):
         if not case.float32:
@@ -93,10 +96,11 @@ def test_nondifferentiable_primitives(name):
     check()
 
 
-@pytest.mark.parametrize("name", sorted(n for n in SPECS if n not in ("max_ties",)))
-def test_each_argument_alone_matches_the_joint_vjp(name):
+@pytest.mark.parametrize("name, count", sweep(n for n in SPECS if n not in ("max_ties",)))
+def test_each_argument_alone_matches_the_joint_vjp(name, count):
     """Differentiating one argument at a time keeps fewer residuals (each rule
     declares what it reads); the result must equal the joint cotangent."""
+    @examples(count)
     @given(SPECS[name])
     def check(case):
         if len(case.args) < 2 or not case.order:

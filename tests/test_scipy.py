@@ -135,3 +135,18 @@ def test_fgrad_scipy_imports_without_scipy_and_says_how_to_install_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert "pip install 'fgrad[scipy]'" in out
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("trans", [0, 1])
+def test_solve_triangular_with_a_unit_diagonal_reads_no_diagonal(lower, trans):
+    a = r.standard_normal((3, 3)) * 0.3 + 5 * np.eye(3)       # the diagonal is ignored
+    b = r.standard_normal((3, 2))
+    def f(a, b):
+        return fl.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=True)
+    np.testing.assert_allclose(f(a, b), sl.solve_triangular(a, b, trans=trans, lower=lower,
+                                                            unit_diagonal=True), rtol=1e-12)
+    check_grads(f, (a, b), order=2)
+    ga = fgrad.grad(lambda a: fnp.sum(f(a, b)))(a)
+    np.testing.assert_array_equal(np.diag(ga), 0.0)
+    np.testing.assert_allclose(fgrad.jit(f)(a, b), f(a, b), rtol=1e-12)

@@ -24,6 +24,7 @@ from fgrad.tree import tree_leaves
 from device_suite import Device, check_case, check_jit_case, check_nested_transformations, \
     check_nondiff, check_scalar_input_moves
 from primitive_specs import NONDIFF_SPECS, SPECS
+from sweeps import examples, sweep
 from standin_backend import SCIPY_NAME, StandInArray, StandInRefused, registered, \
     standin, to_numpy, to_standin
 from fgrad.backend import scipy_module
@@ -63,14 +64,14 @@ def test_standin_refuses_numpy(device):
 STANDIN = Device("standin", StandInArray)
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_property_suite_on_standin(name, device):
-    given(SPECS[name])(lambda case: check_case(STANDIN, name, case))()
+@pytest.mark.parametrize("name, count", sweep(SPECS))
+def test_property_suite_on_standin(name, count, device):
+    examples(count)(given(SPECS[name])(lambda case: check_case(STANDIN, name, case)))()
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_jit_equals_eager_on_standin(name, device):
-    given(SPECS[name])(lambda case: check_jit_case(STANDIN, name, case))()
+@pytest.mark.parametrize("name, count", sweep(SPECS))
+def test_jit_equals_eager_on_standin(name, count, device):
+    examples(count)(given(SPECS[name])(lambda case: check_jit_case(STANDIN, name, case)))()
 
 
 @pytest.mark.parametrize("name", sorted(NONDIFF_SPECS))

@@ -15,6 +15,7 @@ from fgrad.interpreters.batching import _loop_rule
 from fgrad.primitives.indexing import getitem
 from fgrad.testing.strategies import in_axes_for
 from primitive_specs import NONDIFF_SPECS, SPECS
+from sweeps import examples, sweep
 
 RNG = np.random.default_rng(0)
 
@@ -46,10 +47,11 @@ def test_every_builtin_primitive_has_a_batch_rule_that_is_not_a_loop():
     assert not missing, f"primitives without a batching rule: {sorted(missing)}"
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_vmap_matches_a_loop_over_examples(name):
+@pytest.mark.parametrize("name, count", sweep(SPECS))
+def test_vmap_matches_a_loop_over_examples(name, count):
     """vmap over drawn axes equals stacking per-example results, and the
     gradient through the batched function equals the gradient through the loop."""
+    @examples(count)
     @given(SPECS[name].flatmap(lambda case: st.tuples(st.just(case),
                                                       in_axes_for(case.args))))
     def check(drawn):

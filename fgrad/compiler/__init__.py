@@ -7,6 +7,8 @@
 - `cpu_fusion`: the same groups on NumPy as numba kernels (under jit).
 - `kernel_ir`: those kernels' loops, written as LLVM IR.
 - `kernel_cache`: compiling those kernels, and the private disk cache.
+- `random_kernels`: the random draws of `fgrad.primitives.random` on NumPy,
+  one pass each.
 - `whole_graph`: a small graph (loops and branches included) as one numba
   function, so no Python runs between its equations.
 - `parallel`: independent large equations run on worker threads.
@@ -15,3 +17,5 @@
 
 The compiler knows graphs and primitives' ``impl`` columns, never tracing.
 """
+# the NumPy backend's random kernels install themselves in the primitives below
+from fgrad.compiler import random_kernels  # noqa: E402,F401

@@ -5,6 +5,7 @@ each message says what went wrong and how to fix it. All derive from `FgradError
 most also derive from the builtin that best describes the misuse (TypeError,
 ValueError), so generic handlers keep working.
 """
+import numpy as np
 
 
 class FgradError(Exception):
@@ -265,6 +266,96 @@ class IntegrationError(ConvergenceError):
     the right-hand side or its vector-Jacobian product returned NaN, in the
     forward solve or in the adjoint pass of its derivative. The message says
     which pass, the time reached and SciPy's own message."""
+
+
+class RandomKeyError(FgradError, TypeError):
+    """A `fgrad.random` function got something other than a key: a key is a
+    uint32 array of shape ``(2,)`` (a batch of keys ``(n, 2)``).
+
+    >>> fgrad.random.normal(0, (3,))                     # doctest: +SKIP
+    RandomKeyError: fgrad.random.normal: key must be a uint32 array of shape (2,) ...
+
+    Fix: make one with ``fgrad.random.key(seed)``; to draw with each of a batch
+    of keys, `fgrad.vmap` over them.
+    """
+
+
+class RandomArgumentError(FgradError, ValueError):
+    """A `fgrad.random` sampler got a shape, dtype or parameter it cannot use:
+    a non-float dtype for a continuous distribution, parameters that do not
+    broadcast to the requested shape, more draws without replacement than
+    there are items. The message names the argument and what it should be."""
+
+
+class StatefulRandomnessError(FgradError, TypeError):
+    """A NumPy random generator (``np.random.Generator``, ``RandomState``) met
+    `jit` or `vmap`. Both run the function once for many calls or many
+    examples, so the generator would be drawn from once, while tracing, and
+    every call and every example would silently get the same numbers.
+
+    >>> fgrad.jit(lambda x, rng: nn.dropout(x, 0.5, rng))(x, rng)  # doctest: +SKIP
+    StatefulRandomnessError: jit(<lambda>)'s argument 'rng' is a NumPy Generator ...
+
+    Fix: pass a `fgrad.random` key, split it for each call
+    (``key, sub = fgrad.random.split(key)``) and draw with it.
+    """
+
+
+NUMPY_GENERATORS = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)
+
+
+def check_not_numpy_generator(value, where):
+    """Raise `StatefulRandomnessError` if ``value`` is a NumPy random generator
+    that ``where`` (e.g. ``"jit(f)'s argument 'rng'"``) would draw from while
+    tracing.
+
+    >>> check_not_numpy_generator(np.ones(2), "an argument")
+    """
+    if isinstance(value, NUMPY_GENERATORS):
+        raise StatefulRandomnessError(
+            f"{where} is a NumPy {type(value).__name__}: under jit and vmap a function "
+            "runs once for many calls or many examples, so a NumPy generator is drawn "
+            "from once, while tracing, and every call and every example would get the "
+            "same numbers. Pass a fgrad.random key instead: key = fgrad.random.key(0), "
+            "then key, sub = fgrad.random.split(key) for each call, and draw with "
+            "fgrad.random.normal(sub, shape) (fgrad.nn.dropout and the initializers "
+            "take the key in place of the generator).")
+
+
+class LaxArgumentError(FgradError, ValueError):
+    """An `fgrad.lax` array operation got arguments it cannot use, where JAX
+    refuses them too: window sizes that do not fit the array or a start index
+    per axis missing, ``top_k``'s ``k`` or ``sort``'s ``num_keys`` out of range.
+    The message names the argument and the range it must be in."""
+
+
+class SparseShapeError(FgradError, ValueError):
+    """A dense operand whose shape does not fit a sparse matrix (``A @ x`` with
+    ``len(x) != A.shape[1]``, a right-hand side of the wrong length).
+
+    >>> fgrad.sparse.csr_array(A) @ np.ones(A.shape[1] + 1)   # doctest: +SKIP
+    SparseShapeError: sparse matmul: a 4x4 sparse matrix multiplies ...
+
+    Fix: the message gives the shape the operand must have.
+    """
+
+
+class SparseStructureError(FgradError, ValueError):
+    """Sparse index arrays that do not describe a matrix, values that do not
+    fit the structure, or two sparse arrays with different structures where
+    an operation (``A + B``) needs the same one.
+
+    Fix: build both from the same index arrays, or convert one explicitly
+    (``.todense()``); the message names the arrays and lengths involved.
+    """
+
+
+class SingularMatrixError(FgradError, ValueError):
+    """A sparse direct solve (`spsolve`, `splu`) met an exactly singular matrix.
+
+    Fix: check the matrix (a boundary condition missing, a zero row); a
+    least-squares solve (``lsqr``) suits a matrix that is singular on purpose.
+    """
 
 
 # Users meet these as fgrad.errors.X (the public module re-exports them): name

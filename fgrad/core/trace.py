@@ -500,6 +500,16 @@ class Tracer:
     # the namespace NumPy functions called on a tracer are looked up in; set by
     # `fgrad.numpy` when it is imported (it sits above this layer)
     numpy_namespace = None
+    # ``sparse_matmul(a, b)``: the product of a sparse matrix (scipy.sparse or
+    # fgrad.sparse) and a dense operand, for ``fgrad.numpy.matmul`` and ``@``;
+    # set by `fgrad.sparse` when it is imported
+    sparse_matmul = None
+    # Modules whose operators coerce their other operand with np.asanyarray
+    # only to choose what to do, and return NotImplemented for a 0-d object
+    # array: to them alone `__array__` answers with one, so that Python asks
+    # the tracer's reflected operator (`A_scipy @ tracer` reaches
+    # `Tracer.__rmatmul__`). `fgrad.sparse` names scipy.sparse's when imported.
+    deferring_callers = frozenset()
 
     @property
     def aval(self):
@@ -554,6 +564,19 @@ class Tracer:
         return self.concrete().tolist()
 
     def __array__(self, dtype=None, copy=None):
+        if Tracer.deferring_callers and dtype is None and \
+                sys._getframe(1).f_globals.get("__name__") in Tracer.deferring_callers:
+            return np.empty((), object)
+        if self.aval.dtype.kind in "biu":
+            # NumPy converts an index to an array, so `x[i]` with a NumPy x lands here
+            raise NumpyFunctionError(
+                f"a traced integer array ({self.aval}) cannot be converted to a NumPy "
+                "array: under jit it has no value yet, under vmap one per example. If "
+                "it is an index into a NumPy array x (x[i]), index with fgrad instead: "
+                "fnp.take(x, i, axis=0), or fgrad.lax.dynamic_index_in_dim(x, i, "
+                "keepdims=False) (fnp.asarray(x) leaves a NumPy array as it is, so "
+                "fnp.asarray(x)[i] fails the same way); otherwise use fgrad.numpy "
+                "functions on it (import fgrad.numpy as fnp).")
         raise NumpyFunctionError(
             f"a traced array ({self.aval}) cannot be converted to a NumPy array: "
             "that would drop its derivative silently. Use fgrad.numpy functions "

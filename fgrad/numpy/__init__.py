@@ -160,7 +160,7 @@ def astype(x, dtype):
 
 
 # -- products ---------------------------------------------------------------------
-matmul = _products.matmul
+from fgrad.numpy._products import matmul  # noqa: E402
 
 
 # -- the rest of NumPy's surface, from private modules ---------------------------

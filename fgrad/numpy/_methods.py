@@ -4,6 +4,7 @@ They live here, not in `fgrad.core.trace`, because they call fgrad.numpy functio
 the core must not depend on any primitive.
 """
 from fgrad.core.trace import Tracer, get_aval
+from fgrad.numpy._products import matmul
 from fgrad.numpy._temporaries import reusing_operator
 from fgrad.primitives import elementwise as ew
 from fgrad.primitives import indexing, products, reductions, shape
@@ -15,7 +16,7 @@ def _swap(fn):
 
 
 _BINARY = {"add": ew.add, "sub": ew.subtract, "mul": ew.multiply,
-           "truediv": ew.divide, "pow": ew.power, "matmul": products.matmul,
+           "truediv": ew.divide, "pow": ew.power, "matmul": matmul,
            "mod": ew.remainder, "floordiv": ew.floor_divide}
 # the binding functions take (x, y), so they serve as the methods themselves
 for _name, _fn in _BINARY.items():

@@ -217,9 +217,9 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
     computes it: the Vandermonde columns scaled to unit norm, then the
     pseudo-inverse solution that ``linalg.lstsq`` gives, with weights ``w``
     and the covariance ``cov=True`` / ``"unscaled"``. Differentiable in ``x``,
-    ``y`` and ``w``; under `jit` too, except ``full=True`` (its rank needs
-    concrete values). NumPy's ``RankWarning`` is not raised under a
-    transformation.
+    ``y`` and ``w``; under `jit` too (with ``full=True``, the rank is an
+    array and the residuals are those `linalg.lstsq` gives under `jit`).
+    NumPy's ``RankWarning`` is not raised under a transformation.
 
     >>> polyfit(_np.array([0.0, 1.0, 2.0]), _np.array([1.0, 3.0, 5.0]), 1)
     array([2., 1.])

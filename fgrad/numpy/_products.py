@@ -16,6 +16,25 @@ from fgrad.primitives import shape as _shape
 from fgrad.primitives.base import normalize_axis
 
 
+# the modules of sparse matrix classes: SciPy's, CuPy's and fgrad's own
+_SPARSE_MODULES = ("scipy.sparse", "cupyx.scipy.sparse", "fgrad.sparse")
+
+
+def matmul(a, b):
+    """NumPy's ``a @ b``; a sparse matrix on either side (a ``scipy.sparse`` or
+    `fgrad.sparse` array) is multiplied by `fgrad.sparse`, which keeps it sparse.
+
+    >>> import numpy as np
+    >>> matmul(np.eye(2), np.array([1.0, 2.0]))
+    array([1., 2.])
+    """
+    sparse = Tracer.sparse_matmul
+    if sparse is not None and (type(a).__module__.startswith(_SPARSE_MODULES)
+                               or type(b).__module__.startswith(_SPARSE_MODULES)):
+        return sparse(a, b)
+    return _products.matmul(a, b)
+
+
 class _ShapeOnly:
     """What opt_einsum's parser needs of an operand: its shape (tracers stay ours)."""
 

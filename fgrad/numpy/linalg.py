@@ -35,6 +35,7 @@ import numpy as _np
 from fgrad.core.backend import array_module as _xp
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
+from fgrad.core.trace import known_value as _known_value
 from fgrad.numpy._arrays import asarray as _asarray
 from fgrad.numpy._extras import matrix_transpose, vecdot  # noqa: F401  (re-exported)
 from fgrad.numpy._manipulation import diagonal as _diagonal_of
@@ -344,7 +345,10 @@ def lstsq(a, b, rcond=None):
     """Least-squares solution ``(x, residuals, rank, s)`` of ``a @ x = b`` (2-D).
 
     ``x`` is ``pinv(a, rcond) @ b`` and differentiable, as are the residuals and
-    the singular values ``s``; ``rank`` is a Python int.
+    the singular values ``s``; ``rank`` is an integer array. NumPy returns the
+    residuals only when ``a`` has full column rank and more rows than columns;
+    under `jit` and `vmap` the rank is not known while tracing, so the residuals
+    are returned whenever ``a`` has more rows than columns (as JAX does).
 
     >>> import numpy as np
     >>> lstsq(np.array([[1.0], [1.0]]), np.array([1.0, 3.0]))[0]
@@ -356,9 +360,11 @@ def lstsq(a, b, rcond=None):
     eps = _np.finfo(_get_aval(s).dtype).eps
     cutoff = (eps * max(m, n) if rcond is None or rcond < 0 else rcond)
     x = _matmul(pinv(a, cutoff), b)
-    rank = int(_red.sum_(_ew.convert_element_type(
-        _ew.greater(s, cutoff * _red.max_(s)), _np.int64))) if min(m, n) else 0
-    if rank == n and m > n:
+    # an empty a has no singular values, and rank 0 (a sum over none of them)
+    large = _ew.greater(s, cutoff * _red.max_(s)) if min(m, n) else _ew.greater(s, 0)
+    rank = _red.sum_(_ew.convert_element_type(large, _np.int64))
+    known_rank = _known_value(rank)           # None under jit and vmap
+    if m > n and (known_rank is None or known_rank == n):
         residuals = _red.sum_(_abs_squared(b - _matmul(a, x)), 0)
         if _get_aval(b).ndim == 1:
             residuals = _shape.reshape(residuals, (1,))

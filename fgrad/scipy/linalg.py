@@ -13,6 +13,8 @@ import fgrad.numpy as _fnp
 from fgrad.core.errors import ScipyArgumentError as _ScipyArgumentError
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy import linalg as _la
+from fgrad.primitives import einsum as _einsum
+from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import scipy_linalg as _sl
 from fgrad.primitives import shape as _shape
 from fgrad.primitives import special as _sp
@@ -22,7 +24,8 @@ solve_sylvester = _sp.solve_sylvester
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False,
                      overwrite_b=False, check_finite=True):
-    """Solve ``op(a) x = b`` where only one triangle of ``a`` is read.
+    """Solve ``op(a) x = b`` where only one triangle of ``a`` is read (without
+    its diagonal, taken as ones, when ``unit_diagonal``).
 
     >>> import numpy as np
     >>> solve_triangular(np.array([[2.0, 0.0], [1.0, 1.0]]), np.array([2.0, 3.0]),
@@ -30,8 +33,9 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False,
     array([1., 2.])
     """
     if unit_diagonal:
-        raise NotImplementedError("fgrad.scipy.linalg.solve_triangular does not "
-                                  "support unit_diagonal=True")
+        # ones in place of the diagonal: it is not read, and gets no derivative
+        n = _get_aval(a).shape[-1]
+        a = _ew.where(_einsum.identity_like(a, n, _np.bool_), _np.ones((), _get_aval(a).dtype), a)
     trans = {"N": 0, "T": 1, "C": 1}.get(trans, trans)
     vector = _get_aval(b).ndim == 1
     b2 = _shape.reshape(b, (-1, 1)) if vector else b

@@ -45,6 +45,7 @@ from fgrad.core.errors import (
     RetracingWarning,
     StaticArgumentError,
     TraceLimitError,
+    check_not_numpy_generator,
 )
 from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.core.trace import (
@@ -668,8 +669,13 @@ class JitFunction:
 
     def _trace(self, args, kwargs, statics, leaves, tree, sig):
         record = self._record(args, kwargs, statics, leaves, tree, sig)
+        for where, value in statics:
+            check_not_numpy_generator(value, f"jit({self.__name__})'s static argument "
+                                             f"{self._name_of(where)!r}")
         for i, s in enumerate(sig):
             if s is None:
+                check_not_numpy_generator(leaves[i], f"jit({self.__name__})'s "
+                                                     f"{record['leaf_names'][i]}")
                 raise InvalidInputError(
                     f"{self.__name__} received a {type(leaves[i]).__name__} "
                     f"({leaves[i]!r:.40}) as {record['leaf_names'][i]}, which is not an "

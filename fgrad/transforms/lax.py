@@ -231,7 +231,9 @@ def scan(f, init, xs=None, length=None, reverse=False):
             + ("" if x_leaves or length is not None else " (pass length= when xs is None)"))
     n = lengths.pop()
     c_leaves, c_tree = tree_flatten(init)
-    if not any(_staged(v) for v in c_leaves + x_leaves):
+    # an empty sequence runs no step to show the outputs' shapes: the primitive
+    # stages the step for them, as under jit
+    if n and not any(_staged(v) for v in c_leaves + x_leaves):
         carry, ys = init, []
         for i in (range(n - 1, -1, -1) if reverse else range(n)):
             carry, y = f(carry, tree_unflatten(x_tree, [x[i] for x in x_leaves]))
@@ -270,8 +272,6 @@ def scan(f, init, xs=None, length=None, reverse=False):
 
 
 def _stack_tree(ys):
-    if not ys:
-        return None
     leaves0, tree = tree_flatten(ys[0])
     columns = [tree_flatten(y)[0] for y in ys]
     stacked = [stack([col[j] for col in columns]) for j in range(len(leaves0))]

@@ -39,20 +39,18 @@ class Closed:
     function's arguments followed by the traced values it closes over
     (``consts``). ``apply(args, consts)`` evaluates it on flat leaves."""
 
-    __slots__ = ("graph", "consts", "out_tree", "n_in")
+    __slots__ = ("graph", "consts", "out_tree")
 
-    def __init__(self, graph, consts, out_tree, n_in):
-        self.graph, self.consts, self.out_tree, self.n_in = graph, consts, out_tree, n_in
+    def __init__(self, graph, consts, out_tree):
+        self.graph, self.consts, self.out_tree = graph, consts, out_tree
 
     def apply(self, leaves, consts):
         return eval_graph(self.graph, list(leaves) + list(consts))
 
 
-def closure_convert(fun, in_tree, avals, what):
-    """Stage ``fun`` (one argument: the pytree ``in_tree`` of arrays of ``avals``).
-
-    Returns a `Closed`. ``what`` names the function in error messages.
-    """
+def closure_convert(fun, in_tree, avals):
+    """Stage ``fun`` (one argument: the pytree ``in_tree`` of arrays of
+    ``avals``) into a `Closed`."""
     box = []
 
     def flat(*leaves):
@@ -61,7 +59,7 @@ def closure_convert(fun, in_tree, avals, what):
         box.append(out_tree)
         return out_leaves
     graph, captured = stage(flat, [a.strip_weak() for a in avals])
-    return Closed(graph, tuple(captured), box[0], len(avals))
+    return Closed(graph, tuple(captured), box[0])
 
 
 def as_leaves(tree):
@@ -92,8 +90,10 @@ def _abstract(*avals, n, matvec, **params):
     return tuple(a.strip_weak() for a in avals[:n])
 
 
+# Its parameters are the caller's functions, new at each call: out of the dispatch
+# table, like pure_callback_p, so compiled sweeps do not cache its structures.
 linear_solve_p = Primitive("linear_solve", _impl, _abstract, multiple_results=True,
-                           family=FAMILY)
+                           family=FAMILY, register=False)
 
 
 def _split(ops, n):
@@ -240,7 +240,7 @@ def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False,
         transpose_solve = solve
     b_leaves, tree = as_leaves(b)
     avals = [get_aval(x) for x in b_leaves]
-    mv = closure_convert(matvec, tree, avals, "matvec")
+    mv = closure_convert(matvec, tree, avals)
     if mv.out_tree != tree:
         raise CustomRuleError(
             f"custom_linear_solve: matvec maps x to a pytree of structure "

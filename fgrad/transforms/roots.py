@@ -12,10 +12,11 @@ derivatives are further solves.
 import numpy as np
 
 from fgrad.core.errors import ConvergenceError, CustomRuleError
-from fgrad.core.trace import Primitive, Tracer, Zero, get_aval
+from fgrad.core.trace import Primitive, Zero, get_aval
 from fgrad.core.tree import tree_flatten, tree_unflatten
 from fgrad.primitives.callback import pure_callback
 from fgrad.primitives.creation import stop_gradient
+from fgrad.primitives.einsum import identity_like
 from fgrad.primitives.elementwise import (
     absolute,
     add,
@@ -36,7 +37,6 @@ from fgrad.transforms.linear_solve import (
     any_traced,
     as_leaves,
     closure_convert,
-    custom_linear_solve,
     per_example_batch_rule,
     solve_leaves,
 )
@@ -59,8 +59,9 @@ def _abstract(*avals, n, f, tangent_solve, symmetric, tree):
     return tuple(a.strip_weak() for a in avals[:n])
 
 
+# out of the dispatch table, like linear_solve_p (its f is new at each call)
 root_p = Primitive("implicit_root", _impl, _abstract, multiple_results=True,
-                   family=FAMILY)
+                   family=FAMILY, register=False)
 
 
 def _jacobian_maps(f, x, params):
@@ -74,10 +75,6 @@ def _jacobian_maps(f, x, params):
     def vecmat(*w):
         return vjp(at_x, *x)[1](tuple(w))
     return matvec, vecmat
-
-
-def _solver(tangent_solve):
-    return lambda g, y: tangent_solve(g, y)
 
 
 def _live(fun, args, live):
@@ -99,8 +96,7 @@ def _jvp(tangents, ans, *ops, n, f, tangent_solve, symmetric, tree):
     _, rhs = jvp(_live(lambda p: tuple(f(x, p)), params, live),
                  tuple(params[i] for i in live), tuple(tangents[n + i] for i in live))
     matvec, _ = _jacobian_maps(f, x, params)
-    ts = _solver(tangent_solve)
-    x_dot = solve_leaves(matvec, list(rhs), ts, ts, symmetric, tree)
+    x_dot = solve_leaves(matvec, list(rhs), tangent_solve, tangent_solve, symmetric, tree)
     return tuple(negative(t) for t in x_dot)
 
 
@@ -112,9 +108,9 @@ def _vjp(ct, ans, needed, *ops, n, f, tangent_solve, symmetric, tree):
         return (None,) * len(ops)
     cts = [multiply(xi, 0.0) if c is None or type(c) is Zero else c for c, xi in zip(ct, x)]
     matvec, vecmat = _jacobian_maps(f, x, params)
-    ts = _solver(tangent_solve)
     # J^T lam = ct; the parameters then get -(df/dtheta)^T lam
-    lam = solve_leaves(matvec if symmetric else vecmat, cts, ts, ts, symmetric, tree)
+    lam = solve_leaves(matvec if symmetric else vecmat, cts, tangent_solve, tangent_solve,
+                       symmetric, tree)
     pulled = vjp(_live(lambda p: tuple(f(x, p)), params, live),
                  *[params[i] for i in live])[1](tuple(lam))
     out = [None] * len(ops)
@@ -189,7 +185,7 @@ def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
     (2.0, 0.083333333333)
     """
     leaves, tree = as_leaves(initial_guess)
-    closed = closure_convert(f, tree, [get_aval(x) for x in leaves], "f")
+    closed = closure_convert(f, tree, [get_aval(x) for x in leaves])
     if closed.out_tree != tree:
         raise CustomRuleError(
             f"custom_root: f maps x to a pytree of structure {closed.out_tree}, but "
@@ -245,7 +241,7 @@ def dense_solve(matvec, b):
         out = matvec(tree_unflatten(tree, _unravel(e, b_leaves)))
         return _ravel(tree_flatten(out)[0])
     # columns of A, one per basis vector: the rows of A^T
-    a_t = vmap(column)(np.eye(size, dtype=dtype))
+    a_t = vmap(column)(identity_like(b_leaves[0], size, dtype))   # on b's device
     x = reshape(dense_linalg_solve(transpose(a_t, (1, 0)),
                                    reshape(_ravel(b_leaves), (size, 1))), (size,))
     return tree_unflatten(tree, _unravel(x, b_leaves))

@@ -9,7 +9,7 @@ import functools
 
 from numpy import ndarray
 
-from fgrad.core.errors import BatchAxisError
+from fgrad.core.errors import NUMPY_GENERATORS, BatchAxisError, check_not_numpy_generator
 from fgrad.core.trace import Tracer, get_aval, new_trace, plain_array
 from fgrad.core.tree import broadcast_prefix, tree_flatten, tree_unflatten
 from fgrad.interpreters.batching import BatchTrace, BatchTracer
@@ -50,6 +50,10 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None, chunk_size=None):
         else:
             leaves, in_tree = tree_flatten((args, kwargs))
             leaves = list(map(plain_array, leaves))     # np.matrix -> ndarray
+            for j, x in enumerate(leaves):
+                if isinstance(x, NUMPY_GENERATORS):
+                    label = _in_axes(in_axes, args, kwargs, name)[0][j]
+                    check_not_numpy_generator(x, f"vmap({name})'s {label}")
         fast = None if kwargs or axis_size is not None else _plain_axes(in_axes, args,
                                                                        leaves)
         if fast is not None:

@@ -1,0 +1,39 @@
+"""How the systematic sweeps split between a plain `pytest` and `pytest -m slow`.
+
+A sweep is one test per spec (`primitive_specs.SPECS`): finite differences,
+float32, jit, vmap, jvp of grad, the compiled sweep, parallel execution, the
+stand-in device. A plain `pytest`, which a contributor runs on every change,
+takes every spec through each sweep with a few hypothesis examples; the `slow`
+marker, which CI runs as well, takes each through the profile's full count.
+So every primitive meets every sweep in both runs: only the depth differs.
+"""
+import pytest
+from hypothesis import settings
+
+# examples per spec and sweep in a plain run: enough to meet each rule with a
+# couple of shapes; most of a case's cost is staging and compiling its shapes
+QUICK_EXAMPLES = 3
+
+
+def sweep(names, quick=QUICK_EXAMPLES):
+    """``pytest.param(name, count)`` for each name: ``count`` is ``quick`` in the
+    plain run, and ``None`` (the full count) in a twin case marked slow.
+
+    >>> [p.id for p in sweep(["sin", "cos"])]
+    ['cos', 'cos-full', 'sin', 'sin-full']
+    """
+    params = []
+    for name in sorted(names):
+        params.append(pytest.param(name, quick, id=name))
+        params.append(pytest.param(name, None, id=f"{name}-full", marks=pytest.mark.slow))
+    return params
+
+
+def examples(count, full=None, **options):
+    """The hypothesis settings of one sweep case, as a decorator: ``count``
+    examples (at most ``full``), or with ``count=None`` the full run: ``full``
+    examples where a sweep fixes its own, else the loaded profile's."""
+    n = full if count is None else min(count, full or count)
+    if n is None and not options:
+        return lambda test: test
+    return settings(max_examples=n, **options) if n else settings(**options)
