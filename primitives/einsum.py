@@ -1,10 +1,12 @@
 """Einstein summation: one primitive whose contraction order comes from opt_einsum.
 
 ``einsum_p`` takes its subscripts in explicit form with every ellipsis already
-spelled out as letters (``"abij,jk->abik"``), and the pairwise contraction path
-as a parameter, so a printed graph shows which pairs are contracted in which
-order. The path is chosen by opt_einsum once per (subscripts, shapes) and kept in
-a bounded ``functools.lru_cache``; so is the compiled contraction.
+spelled out as letters (``"abij,jk->abik"``), and its contraction path as a
+parameter. The path is chosen by opt_einsum once per (subscripts, shapes) and
+kept in a bounded ``functools.lru_cache``; so is the compiled contraction.
+`einsum` binds one equation per step of the path (a printed graph shows which
+pairs are contracted in which order), so reverse mode keeps the intermediates
+and each step's VJP is a pairwise product too.
 
 The VJP of an einsum is an einsum: the cotangent of operand ``k`` contracts the
 output cotangent with every other operand into ``k``'s subscripts, through the
@@ -102,17 +104,44 @@ einsum_p = Primitive("einsum", _einsum_impl, _einsum_abstract, family=FAMILY)
 
 
 def einsum(subscripts, *operands):
-    """Bind ``einsum_p`` for explicit subscripts without ellipsis (``"ij,jk->ik"``).
+    """Contract explicit subscripts without ellipsis (``"ij,jk->ik"``) along
+    opt_einsum's path, one ``einsum_p`` equation per step of it.
 
     The path is looked up in (or added to) the per-(subscripts, shapes) cache.
+    More than two operands are contracted step by step, each step's result an
+    operand of the next: the steps are pairwise products that go to BLAS in
+    both passes, and reverse mode keeps their intermediates, so the gradient of
+    a chain ``A B C D`` costs two products per step (as by hand through the
+    intermediates) instead of a whole contraction per operand.
 
     >>> import numpy as np
     >>> einsum("ij,jk->ik", np.eye(2), np.ones((2, 3))).shape
     (2, 3)
     """
     shapes = tuple(get_aval(o).shape for o in operands)
-    return einsum_p.bind(*operands, subscripts=subscripts,
-                         path=contraction_path(subscripts, shapes))
+    path = contraction_path(subscripts, shapes)
+    if len(path) == 1:
+        return einsum_p.bind(*operands, subscripts=subscripts, path=path)
+    inputs, output = split_subscripts(subscripts)
+    terms, values = list(inputs), list(operands)
+    for step in path:
+        taken = [(terms.pop(i), values.pop(i)) for i in sorted(step, reverse=True)]
+        if terms:
+            # a letter survives the step if a later operand or the output has it;
+            # ordered as it first appears among the step's operands (opt_einsum's
+            # order, which its pairwise BLAS calls produce without a transpose)
+            later = set("".join(terms) + output)
+            joined = "".join(t for t, _ in reversed(taken))
+            kept = "".join(sorted({c for c in joined if c in later}, key=joined.find))
+        else:
+            kept = output
+        step_subscripts = ",".join(t for t, _ in reversed(taken)) + "->" + kept
+        step_shapes = tuple(get_aval(v).shape for _, v in reversed(taken))
+        terms.append(kept)
+        values.append(einsum_p.bind(*(v for _, v in reversed(taken)),
+                                    subscripts=step_subscripts,
+                                    path=contraction_path(step_subscripts, step_shapes)))
+    return values[0]
 
 
 # -- derivative rules ------------------------------------------------------------
