@@ -183,8 +183,124 @@ leading_batch_rule(solve_p)
 
 
 def solve(a, b):
-    """``a^-1 b`` for ``a`` (..., n, n) and ``b`` (..., n, k), batch-broadcast."""
-    return solve_p.bind(a, b)
+    """``a^-1 b`` for ``a`` (..., n, n) and ``b`` (..., n, k), batch-broadcast.
+
+    ``a`` is factored once (``solve_factors_p``) and the factors are kept, so
+    the derivative's solves (``a^-T ct`` backward, ``a^-1 da x`` forward) reuse
+    them instead of factoring ``a`` again. Rules solve through this function
+    whether their values are traced or not, so a sweep staged and compiled
+    computes what the same sweep run eagerly does; `fgrad.numpy.linalg.solve`
+    binds ``solve_p`` (NumPy's own solve) outside transformations.
+    """
+    dtype = ShapedArray((), _float_dtype(get_aval(a), get_aval(b)))
+    a, b = cast_like(a, dtype), cast_like(b, dtype)
+    lu, piv = solve_factors_p.bind(a)
+    return factored_solve_p.bind(a, lu, piv, b, transpose=False)
+
+
+# ---------------------------------------------------------------------------
+# solve_factors, factored_solve: solve with factors kept for the derivative
+# ---------------------------------------------------------------------------
+
+# Filled once, when `fgrad.compiler.lu_kernels` is imported (the compiler owns
+# numba code): "factor" and "solve" on NumPy arrays of the "dtypes" listed.
+# Without them (no numba or SciPy, or another backend) the factors are a copy
+# of the matrix and each solve factors it again. Nothing else writes here.
+_LU_KERNELS = {}
+
+
+def register_lu_kernels(factor, solve, dtypes):
+    """Install the NumPy backend's kept-LU kernels: ``factor(a) -> (lu, piv)``
+    and ``solve(lu, piv, b, transpose)``, for arrays of ``dtypes``."""
+    _LU_KERNELS.update(factor=factor, solve=solve, dtypes=frozenset(dtypes))
+
+
+def lu_kept(x):
+    """Whether ``solve_factors_p`` of ``x`` (or ``factored_solve_p`` with factors
+    ``x``) runs the LU kernels of `register_lu_kernels`; if not, the factors
+    are a copy of the matrix.
+
+    >>> lu_kept(np.eye(2)) in (True, False)
+    True
+    """
+    return isinstance(x, np.ndarray) and x.dtype in _LU_KERNELS.get("dtypes", ())
+
+
+def _solve_factors_impl(a):
+    if lu_kept(a):
+        return _LU_KERNELS["factor"](a)
+    xp = array_module(a)
+    return xp.array(a, copy=True), xp.zeros(a.shape[:-1], np.int32)
+
+
+def _solve_factors_abstract(a):
+    _square_abstract("solve_factors")(a)
+    return ShapedArray(a.shape, a.dtype), ShapedArray(a.shape[:-1], np.dtype(np.int32))
+
+
+# The factors are a residual, not a differentiable value: `factored_solve_p`
+# differentiates through its matrix operand and reads the factors it is given.
+solve_factors_p = Primitive("solve_factors", _solve_factors_impl,
+                            _solve_factors_abstract, multiple_results=True, nondiff=True,
+                            family=FAMILY)
+leading_batch_rule(solve_factors_p)
+
+
+def _factored_solve_impl(a, lu, piv, b, transpose):
+    if lu_kept(lu):
+        return _LU_KERNELS["solve"](lu, piv, b, transpose)
+    xp = array_module(lu, b)
+    return xp.linalg.solve(xp.swapaxes(lu, -1, -2) if transpose else lu, b)
+
+
+def _factored_solve_abstract(a, lu, piv, b, transpose):
+    return _solve_abstract(a, b)
+
+
+factored_solve_p = Primitive("factored_solve", _factored_solve_impl,
+                             _factored_solve_abstract, family=FAMILY)
+
+
+def factored_solve(a, lu, piv, b, transpose=False):
+    """``a^-1 b`` (``a^-T b`` with ``transpose``), where ``(lu, piv)`` are
+    ``solve_factors_p``'s factors of ``a``. Differentiable in ``a`` and ``b``; the
+    derivative's solves use the same factors.
+    """
+    return factored_solve_p.bind(a, lu, piv, b, transpose=transpose)
+
+
+def _factored_solve_vjp(ct, ans, needed, a, lu, piv, b, transpose):
+    ct_b = factored_solve(a, lu, piv, ct, not transpose)
+    ct_a = None
+    if needed[0]:
+        # x = a^-1 b: ct_a = -ct_b x^T; x = a^-T b: ct_a = -x ct_b^T
+        ct_a = -(matmul(ans, _T(ct_b)) if transpose else matmul(ct_b, _T(ans)))
+        ct_a = unbroadcast(ct_a, a)
+    return ct_a, None, None, unbroadcast(ct_b, b) if needed[3] else None
+
+
+def _factored_solve_jvp(tangents, ans, a, lu, piv, b, transpose):
+    t_a, t_b = tangents[0], tangents[3]
+    rhs = None if _is_zero(t_b) else t_b
+    if not _is_zero(t_a):
+        term = -matmul(_T(t_a) if transpose else t_a, ans)
+        rhs = term if rhs is None else rhs + term
+    return cast_like(factored_solve(a, lu, piv, rhs, transpose), get_aval(ans))
+
+
+def _factored_solve_batch(args, dims, transpose):
+    # as `leading_batch_rule`, with the pivots one axis short of the matrices
+    core = (2, 2, 1, 2)
+    lead = max(unbatched_ndim(x, d) - c for x, d, c in zip(args, dims, core))
+    size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
+    moved = [batch_to_front(x, d, size, lead + c) for x, d, c in zip(args, dims, core)]
+    return factored_solve_p.bind(*moved, transpose=transpose), 0
+
+
+factored_solve_p.def_vjp_joint(_factored_solve_vjp,
+                              reads=[{0, 1, 2, "ans"}, set(), set(), {0, 1, 2}])
+factored_solve_p.def_jvp_joint(_factored_solve_jvp)
+factored_solve_p.batch = _factored_solve_batch
 
 
 # ---------------------------------------------------------------------------

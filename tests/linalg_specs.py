@@ -131,15 +131,37 @@ def _square_case(fgrad_fn, np_fn, **kw):
                                                      tol=LINALG_TOL))
 
 
-@spec("solve")
-def _solve(name):
+def _solve_case(fgrad_fn, np_fn, vectors=True):
     def build(d):
         a, k = d
         n = a.shape[-1]
         b_shape = (n,) if k == 0 else (2,) * (a.ndim > 2) + (n, k)
-        return arrays(b_shape).map(lambda b: Case(L.solve, (a, b), np.linalg.solve,
-                                                  tol=LINALG_TOL))
-    return st.tuples(well_conditioned(), st.integers(0, 2)).flatmap(build)
+        return arrays(b_shape).map(lambda b: Case(fgrad_fn, (a, b), np_fn, tol=LINALG_TOL))
+    return st.tuples(well_conditioned(), st.integers(0 if vectors else 1, 2)).flatmap(build)
+
+
+# fnp.linalg.solve under a transformation: solve_factors once, factored_solve with its
+# factors in every pass; solve_p is what it computes outside transformations
+SPECS["factored_solve"] = _solve_case(L.solve, np.linalg.solve)
+SPECS["factored_solve_transposed"] = _solve_case(
+    lambda a, b: _linalg.factored_solve(a, *_linalg.solve_factors_p.bind(a), b,
+                                        transpose=True),
+    lambda a, b: np.linalg.solve(_mT(a), b), vectors=False)
+SPECS["solve"] = _solve_case(_linalg.solve_p.bind, np.linalg.solve, vectors=False)
+
+
+def _lu_factors(a):
+    """The factors `solve_factors_p` keeps: LAPACK's of each a^T, read in C order (a
+    copy of ``a`` itself where numba or SciPy is missing)."""
+    if not _linalg.lu_kept(a):
+        return a.copy()
+    from scipy.linalg import lu_factor
+    return np.stack([lu_factor(m.T)[0].T for m in a.reshape((-1,) + a.shape[-2:])]) \
+        .reshape(a.shape)
+
+
+NONDIFF_SPECS["solve_factors"] = well_conditioned().map(
+    lambda a: (lambda x: _linalg.solve_factors_p.bind(x)[0], _lu_factors, (a,)))
 
 
 SPECS["inv"] = _square_case(L.inv, np.linalg.inv)

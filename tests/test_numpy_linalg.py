@@ -136,3 +136,48 @@ def test_lstsq_under_jit_and_vmap_returns_rank_and_singular_values_as_arrays():
     # the rank is unknown while tracing, so the residuals are there whenever m > n
     np.testing.assert_allclose(vres[:, 0], [np.sum((b2[i] - a2[i] @ vx[i]) ** 2)
                                             for i in range(2)], rtol=1e-8)
+
+
+def test_solve_gradient_factors_its_matrix_once():
+    # the backward solve with a^T reuses the forward pass's LU factors
+    a, b = _r(3, 3) + 3 * np.eye(3), _r(3, 2)
+    vg = fgrad.value_and_grad(lambda a, b: fnp.sum(fnp.linalg.solve(a, b) ** 2), (0, 1))
+    listing = str(fgrad.make_graph(vg)(a, b))
+    assert listing.count("solve_factors") == 1
+    assert listing.count("factored_solve[transpose=False]") == 1
+    assert listing.count("factored_solve[transpose=True]") == 1
+    (ga, gb) = vg(a, b)[1]
+    x = np.linalg.solve(a, b)
+    want_b = np.linalg.solve(a.T, 2 * x)
+    np.testing.assert_allclose(gb, want_b, rtol=1e-10)
+    np.testing.assert_allclose(ga, -want_b @ x.T, rtol=1e-10)
+
+
+def test_solve_outside_transformations_is_numpys_and_singular_raises_as_numpy():
+    a, b = _r(4, 5, 5) + 2 * np.eye(5), _r(4, 5, 2)
+    np.testing.assert_array_equal(fnp.linalg.solve(a, b), np.linalg.solve(a, b))
+    singular = np.ones((2, 2))
+    for call in (lambda: fnp.linalg.solve(singular, np.ones(2)),
+                 lambda: fgrad.grad(lambda m: fnp.sum(fnp.linalg.solve(m, np.ones(2))))(
+                     singular)):
+        with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+            call()
+
+
+def _sum_to(x, shape):
+    """``x`` summed over the axes that broadcasting to it added to ``shape``."""
+    x = x.sum(axis=tuple(range(x.ndim - len(shape))))
+    return x.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1), keepdims=True)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((4, 4), (3, 4, 2)), ((3, 4, 4), (4, 2)),
+                                              ((3, 4, 4), (1, 4, 2))])
+def test_solve_gradient_with_kept_factors_broadcasts_as_numpy(a_shape, b_shape):
+    # one matrix's factors shared by a stack of right-hand sides, and the reverse
+    a, b = _r(*a_shape) + 4 * np.eye(4), _r(*b_shape)
+    (ga, gb) = fgrad.grad(lambda a, b: fnp.sum(fnp.linalg.solve(a, b)), (0, 1))(a, b)
+    x = np.linalg.solve(a, b)
+    g_rhs = np.linalg.solve(np.swapaxes(a, -1, -2), np.ones_like(x))
+    np.testing.assert_allclose(gb, _sum_to(g_rhs, b_shape), rtol=1e-10)
+    np.testing.assert_allclose(ga, _sum_to(-g_rhs @ np.swapaxes(x, -1, -2), a_shape),
+                               rtol=1e-10)

@@ -34,6 +34,11 @@ _CHILD = textwrap.dedent("""
     assert per_example.shape == (2, 3, 3)
     _, hvp = fgrad.jvp(fgrad.grad(lambda v: fnp.sum(fnp.sin(v) ** 2)), (w,), (w,))
     assert hvp.shape == w.shape
+    # solve's kept LU factors need numba and SciPy: without them it solves again
+    a, b = np.array([[3.0, 1.0], [1.0, 2.0]]), np.array([1.0, 2.0])
+    g = fgrad.grad(lambda a: fnp.sum(fnp.linalg.solve(a, b)))(a)
+    np.testing.assert_allclose(g, -np.outer(np.linalg.solve(a.T, np.ones(2)),
+                                            np.linalg.solve(a, b)), rtol=1e-12)
     assert not any(m.split(".")[0] in HIDDEN for m, mod in sys.modules.items() if mod)
 
     import fgrad.scipy.special, fgrad.scipy.integrate, fgrad.dask

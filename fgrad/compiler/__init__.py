@@ -9,6 +9,8 @@
 - `kernel_cache`: compiling those kernels, and the private disk cache.
 - `random_kernels`: the random draws of `fgrad.primitives.random` on NumPy,
   one pass each.
+- `lu_kernels`: LU factors kept for `fgrad.primitives.linalg`'s solves on
+  NumPy, so a gradient factors each matrix once.
 - `whole_graph`: a small graph (loops and branches included) as one numba
   function, so no Python runs between its equations.
 - `parallel`: independent large equations run on worker threads.
@@ -17,5 +19,5 @@
 
 The compiler knows graphs and primitives' ``impl`` columns, never tracing.
 """
-# the NumPy backend's random kernels install themselves in the primitives below
-from fgrad.compiler import random_kernels  # noqa: E402,F401
+# the NumPy backend's random and LU kernels install themselves in the primitives below
+from fgrad.compiler import lu_kernels, random_kernels  # noqa: E402,F401

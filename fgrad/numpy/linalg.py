@@ -79,10 +79,14 @@ def solve(a, b):
     array([1. , 0.5])
     """
     a, b = _as_array(a), _as_array(b)
+    # outside transformations NumPy's solve, bitwise; under one, a solve whose
+    # factors the derivative reuses
+    solve_ = _la.solve if isinstance(a, _Tracer) or isinstance(b, _Tracer) \
+        else _la.solve_p.bind
     if _get_aval(b).ndim == 1:
-        return _shape.reshape(_la.solve(a, _shape.reshape(b, (-1, 1))),
+        return _shape.reshape(solve_(a, _shape.reshape(b, (-1, 1))),
                               _np.broadcast_shapes(_get_aval(a).shape[:-1]))
-    return _la.solve(a, b)
+    return solve_(a, b)
 
 
 def inv(a):
