@@ -8,6 +8,7 @@ from hypothesis import given, strategies as st
 
 import fgrad
 import fgrad.numpy as fnp
+from fgrad.compiler import cpu_fusion
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.interpreters import compiled_sweep
 from fgrad.interpreters.batching import BatchTracer
@@ -70,7 +71,7 @@ def test_the_sweep_is_staged_once_and_seeded_with_a_folded_one(every_size):
     np.testing.assert_allclose(g(x), want, rtol=1e-13)
     np.testing.assert_allclose(g(x + 1), fgrad.grad(f)(x + 1), rtol=1e-13)
     (entry,) = _sweep_cache(g).values()
-    compiled, reached, out_batched = entry
+    compiled, reached, out_batched, fused = entry
     assert reached == (True,) and out_batched is None
     # x is recorded by four equations and is one input, sin(x) is the other;
     # exp(-(x * x) / 4) is recomputed from x; the seed is no input
@@ -120,6 +121,23 @@ def test_a_small_gradient_is_compiled_when_its_structure_comes_back():
     np.testing.assert_allclose(g(big), np.sin(big) + big * np.cos(big), rtol=1e-13)
     assert len(_sweep_cache(g)) == 2           # a large one: compiled at once
     assert all(type(e) is tuple for e in _sweep_cache(g).values())
+
+
+def test_a_large_sweep_that_comes_back_is_recompiled_with_fused_kernels():
+    pytest.importorskip("numba")
+    if not cpu_fusion.enabled():
+        pytest.skip("CPU fusion is off (FGRAD_JIT_FUSE=0)")
+    g = fgrad.grad(lambda x: fnp.sum(fnp.sin(x) * 3.0))
+    x = np.linspace(-2, 2, compiled_sweep.FUSED_MIN_BYTES // 8)
+    first = g(x)
+    (entry,) = _sweep_cache(g).values()
+    assert not entry[3] and "cpu_fused" not in entry[0].source   # NumPy calls at first
+    second = g(x)
+    (entry,) = _sweep_cache(g).values()
+    assert entry[3] and "cpu_fused" in entry[0].source          # one kernel: 3 cos(x)
+    np.testing.assert_array_equal(first, 3.0 * np.cos(x))
+    np.testing.assert_allclose(second, first, rtol=1e-14, atol=0)
+    np.testing.assert_array_equal(g(x), second)                  # and kept
 
 
 def test_taps_run_in_the_compiled_sweep(every_size):
@@ -196,7 +214,7 @@ def test_per_example_gradients_run_one_batched_compiled_sweep():
     for _ in range(3):
         np.testing.assert_allclose(batched(w, x, y), want, rtol=1e-13)
     (entry,) = _sweep_cache(per_example).values()
-    compiled, reached, out_batched = entry
+    compiled, reached, out_batched, fused = entry
     assert reached == (True,) and out_batched == (True,)
     # the residuals are inputs of the batched graph, which has the batch axis
     assert any(v.aval.shape[:1] == (7,) for v in compiled.graph.invars)

@@ -12,7 +12,10 @@ written into dead buffers) and kept, per recorded structure, on the ``grad``
 function (`SweepCache`). Later calls that record the same structure run the
 compiled sweep. Large gradients (`MIN_BYTES`) are compiled on their first
 call; smaller ones when a structure comes back, so a one-off call never pays
-for staging. Anything the compiler cannot stage (a rule that branches on a
+for staging. When a structure of `FUSED_MIN_BYTES` or more comes back, its
+sweep is compiled again with elementwise groups fused into numba kernels (as
+under ``jit``), which read each large array once and compute sin, cos, exp and
+tanh with SIMD code; a one-off call never waits for a kernel to compile. Anything the compiler cannot stage (a rule that branches on a
 value, a one-off custom rule) keeps the eager sweep.
 
 Under ``vmap`` (``vmap(grad(f))``, per-example gradients) the residuals are
@@ -40,6 +43,12 @@ from fgrad.interpreters.staging import gc_paused, shaped, stage
 # compiled sweep on the first call; smaller ones on the second sighting of a
 # structure. Tests set it to 0.
 MIN_BYTES = 1 << 20
+
+# Differentiated inputs at least this large (in bytes, all together) get their
+# sweep recompiled with fused kernels when the structure comes back
+# (`SweepCache.compile_fused`): below it a kernel's compile time outweighs
+# what it saves. Independent of MIN_BYTES, which tests lower.
+FUSED_MIN_BYTES = 1 << 20
 
 # compiled sweeps kept per grad function (one per recorded structure)
 CACHE_SIZE = 8
@@ -253,13 +262,21 @@ class SweepCache(dict):
     ``called`` turns on once the function has run: a small gradient's structure
     is looked up only from the second call on, and compiled when it comes back,
     so one-off calls (``grad(f)(x)`` written inline) pay nothing for it.
+
+    ``compile_fused``, if given, is a second compiler whose code fuses
+    elementwise work into kernels that must be compiled themselves (numba's, on
+    NumPy): a large gradient's sweep is recompiled with it when its structure
+    comes back, so a loop's sweep reads each large array once per fused group
+    (and computes sin, cos, exp and tanh with SIMD code), and a one-off call
+    never waits for those kernels to compile.
     """
 
-    __slots__ = ("compile", "called")
+    __slots__ = ("compile", "compile_fused", "called")
 
-    def __init__(self, compile):
+    def __init__(self, compile, compile_fused=None):
         super().__init__()
         self.compile = compile
+        self.compile_fused = compile_fused
         self.called = False
 
 
@@ -314,7 +331,11 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
     if entry is None and not compile_now:
         remember(cache, key, SEEN_ONCE)
         return None
-    if entry is None or entry is SEEN_ONCE:
+    # a large structure that came back: recompiled once with fused kernels
+    tier_up = (cache.compile_fused is not None and type(entry) is tuple and not entry[3]
+               and sum(getattr(x, "nbytes", 0) for x in inputs) >= FUSED_MIN_BYTES)
+    if entry is None or entry is SEEN_ONCE or tier_up:
+        compile = cache.compile_fused if tier_up else cache.compile
         try:
             graph, reached = _stage_sweep(trace.eqns, seed_node, seed_dtype,
                                           num_inputs, arrays, xp)
@@ -323,13 +344,14 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
                 dims = tuple(a.batch_dim if a.__class__ is BatchTracer else None
                              for a in arrays)
                 graph, out_batched = batch_graph(graph, dims, batch.axis_size)
-            entry = (cache.compile(graph, xp, donated=donated), reached, out_batched)
+            entry = (compile(graph, xp, donated=donated), reached, out_batched, tier_up)
         except Exception:                   # a rule that needs values: sweep eagerly
-            entry = NOT_STAGEABLE
+            # (a fused compilation that fails keeps the unfused sweep)
+            entry = entry[:3] + (True,) if tier_up else NOT_STAGEABLE
         remember(cache, key, entry)
     if entry is NOT_STAGEABLE:
         return None
-    compiled, reached, out_batched = entry
+    compiled, reached, out_batched, _ = entry
     trace.eqns.clear()                      # the residuals now live in ``arrays`` only
     if batch is not None:
         arrays = [a.val if a.__class__ is BatchTracer else a for a in arrays]

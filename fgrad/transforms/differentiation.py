@@ -8,6 +8,7 @@ import functools
 import numpy as np
 
 from fgrad.compiler.codegen import compile_graph
+from fgrad.compiler.cpu_fusion import enabled as cpu_fusion_enabled
 from fgrad.core.backend import (
     array_module,
     asarray_on,
@@ -269,12 +270,20 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
     return value_and_grad_wrapper
 
 
+def _compile_fused(graph, xp, donated=()):
+    """`compile_graph` with elementwise groups fused into numba kernels on NumPy
+    (what ``jit`` compiles): a large gradient's sweep, once its structure
+    comes back (`SweepCache`)."""
+    return compile_graph(graph, xp, fuse_cpu=True, donated=donated)
+
+
 def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
     """``value_and_grad_f(args, kwargs, value_tangent)``, shared by grad and
     value_and_grad; ``value_tangent=False`` when the caller drops the value."""
     # compiled reverse sweeps, per recorded structure
     # (fgrad.interpreters.compiled_sweep)
-    sweep_cache = SweepCache(compile_graph)
+    sweep_cache = SweepCache(compile_graph,
+                             _compile_fused if cpu_fusion_enabled() else None)
     # jvp of this gradient: compiled sweeps by structure
     # (fgrad.interpreters.forward_over_reverse)
     under_jvp = ForwardOverReverse(compile_graph)
