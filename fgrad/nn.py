@@ -584,7 +584,8 @@ def conv1d(x, w, b=None, *, stride=1, padding=0, dilation=1, groups=1):
     return reshape(out, get_aval(out).shape[:2] + get_aval(out).shape[3:])
 
 
-def _pool_cols(x, window, stride, padding, dilation, pad_value, fname):
+def _pool(x, window, stride, padding, dilation, pad_value, reduce, fname):
+    """``reduce(windows, axes)`` over each pooling window of NCHW ``x``, (N, C, OH, OW)."""
     xa = get_aval(x)
     if xa.ndim != 4:
         raise NNArgumentError(f"{fname}: x must be (N, C, H, W), got {xa.shape}")
@@ -593,7 +594,21 @@ def _pool_cols(x, window, stride, padding, dilation, pad_value, fname):
     dilation = _tuple(dilation, 2, "dilation", fname)
     pads = _padding(padding, xa.shape[2:], window, stride, dilation, fname)
     _check_window(xa.shape[2:], window, dilation, pads, fname)
-    return _p.im2col(x, window, stride, dilation, pads, pad_value)
+    if stride == window and dilation == (1, 1) and not any(lo or hi for lo, hi in pads):
+        # windows that tile the input (the usual pooling) are a reshape of it:
+        # one copy puts each window offset first, (kh*kw, N, C, OH, OW), and the
+        # reduction is then elementwise over whole planes, its gradient a copy
+        # back. im2col's strided copies and col2im's scatter cost several times
+        # that, and NumPy reduces over the short inner axes of the plain reshape
+        # (N, C, OH, kh, OW, kw) some 15x slower than over a leading axis.
+        (n, c, h, w), (kh, kw) = xa.shape, window
+        oh, ow = h // kh, w // kw
+        if (oh * kh, ow * kw) != (h, w):
+            x = getitem(x, (slice(None), slice(None), slice(0, oh * kh), slice(0, ow * kw)))
+        windows = transpose(reshape(x, (n, c, oh, kh, ow, kw)), (3, 5, 0, 1, 2, 4))
+        return reduce(reshape(windows, (kh * kw, n, c, oh, ow)), 0)
+    cols = _p.im2col(x, window, stride, dilation, pads, pad_value)
+    return transpose(reduce(cols, (1, 2)), (1, 0, 2, 3))
 
 
 def max_pool2d(x, window, stride=None, *, padding=0, dilation=1):
@@ -605,8 +620,7 @@ def max_pool2d(x, window, stride=None, *, padding=0, dilation=1):
     array([[[[ 5.,  7.],
              [13., 15.]]]])
     """
-    cols = _pool_cols(x, window, stride, padding, dilation, -np.inf, "max_pool2d")
-    return transpose(max_(cols, (1, 2)), (1, 0, 2, 3))
+    return _pool(x, window, stride, padding, dilation, -np.inf, max_, "max_pool2d")
 
 
 def avg_pool2d(x, window, stride=None, *, padding=0, dilation=1):
@@ -617,8 +631,7 @@ def avg_pool2d(x, window, stride=None, *, padding=0, dilation=1):
     array([[[[ 2.5,  4.5],
              [10.5, 12.5]]]])
     """
-    cols = _pool_cols(x, window, stride, padding, dilation, 0.0, "avg_pool2d")
-    return transpose(mean(cols, (1, 2)), (1, 0, 2, 3))
+    return _pool(x, window, stride, padding, dilation, 0.0, mean, "avg_pool2d")
 
 
 # ---------------------------------------------------------------------------
