@@ -4,16 +4,15 @@
 gradient that solves with ``a`` forward and with ``a^T`` backward factors it
 twice. SciPy's ``lu_factor`` and ``lu_solve`` keep the factors but loop over a
 stack in Python, about 10 µs a matrix: the whole cost of a small system. Here
-LAPACK's ``getrf`` and ``getrs`` (SciPy's Cython LAPACK, the functions SciPy
-itself calls) run on every matrix of the stack from one numba loop, compiled
+LAPACK's ``getrf`` (SciPy's Cython LAPACK, the function SciPy itself calls)
+factors every matrix of the stack from one numba loop, and a second loop
+solves with the factors by substitution; both are compiled
 through `fgrad.compiler.kernel_cache` (so a second process loads it from
-disk). The LAPACK functions reach the loop as arguments, never as constants:
-their addresses change from process to process, the cached code does not.
+disk). ``getrf`` reaches its loop as an argument, never as a constant: its
+address changes from process to process, the cached code does not.
 
 A C-ordered matrix read in Fortran order is its transpose: the factors kept
-are those of ``a^T``, and solving with ``a`` is ``getrs``'s transposed mode.
-No matrix is copied into Fortran order; the right-hand sides are, one at a
-time.
+are those of ``a^T``, and no matrix is copied into Fortran order.
 
 Importing this module installs `factor` and `solve` in
 `fgrad.primitives.linalg` (``register_lu_kernels``) when numba and SciPy are
@@ -42,23 +41,64 @@ def kernel(getrf, lu, piv, info):
               piv[k].ctypes.data, info[k:].ctypes.data)
 """
 
-# getrs reads and writes the right-hand sides as Fortran columns: each b[m]
-# goes through a scratch array holding it transposed. sizes = n, k, info.
+# The solves with the factors are substitutions written out here, not LAPACK's
+# getrs: OpenBLAS runs getrs's triangular solves on its thread pool once there
+# are two right-hand sides, and on a busy machine waking it took some 7 ms a
+# call against 40 µs for a 20x20 system. The factors in lu[m] (C order) are
+# F = L\U of a^T with a^T = P L U, so lu[m][i, j] = F[j, i]:
+# - a x = b, a = U^T L^T P^T: forward substitution with U^T (lu's lower
+#   triangle and diagonal), back substitution with L^T (its strict upper one,
+#   unit diagonal), then the row swaps of P in reverse order;
+# - a^T x = b: the swaps in order, then L and U, read by rows of lu.
 _SOLVE_SOURCE = """
-def kernel(getrs, trans, lu, piv, b, x):
+def kernel(transpose, lu, piv, b, x):
     n, k = b.shape[1], b.shape[2]
-    sizes = np.empty(3, np.int32)
-    sizes[0] = n
-    sizes[1] = k
-    code = np.empty(1, np.uint8)
-    code[0] = trans
-    scratch = np.empty((k, n), x.dtype)
     for m in range(b.shape[0]):
-        scratch[:, :] = b[m].T
-        getrs(code.ctypes.data, sizes.ctypes.data, sizes[1:].ctypes.data,
-              lu[m].ctypes.data, sizes.ctypes.data, piv[m].ctypes.data,
-              scratch.ctypes.data, sizes.ctypes.data, sizes[2:].ctypes.data)
-        x[m] = scratch.T
+        f = lu[m]
+        w = x[m]
+        w[:, :] = b[m]
+        if transpose:
+            for r in range(n):
+                q = piv[m, r] - 1
+                if q != r:
+                    for c in range(k):
+                        t = w[r, c]
+                        w[r, c] = w[q, c]
+                        w[q, c] = t
+            for j in range(n):
+                for i in range(j + 1, n):
+                    v = f[j, i]
+                    for c in range(k):
+                        w[i, c] -= v * w[j, c]
+            for j in range(n - 1, -1, -1):
+                d = f[j, j]
+                for c in range(k):
+                    w[j, c] /= d
+                for i in range(j):
+                    v = f[j, i]
+                    for c in range(k):
+                        w[i, c] -= v * w[j, c]
+        else:
+            for i in range(n):
+                for j in range(i):
+                    v = f[i, j]
+                    for c in range(k):
+                        w[i, c] -= v * w[j, c]
+                d = f[i, i]
+                for c in range(k):
+                    w[i, c] /= d
+            for i in range(n - 1, -1, -1):
+                for j in range(i + 1, n):
+                    v = f[i, j]
+                    for c in range(k):
+                        w[i, c] -= v * w[j, c]
+            for r in range(n - 1, -1, -1):
+                q = piv[m, r] - 1
+                if q != r:
+                    for c in range(k):
+                        t = w[r, c]
+                        w[r, c] = w[q, c]
+                        w[q, c] = t
 """
 
 
@@ -67,27 +107,30 @@ def _lapack(name):
     # a ctypes function over SciPy's Cython LAPACK (Fortran: every argument by
     # reference); the loops call it with the arrays' addresses
     from numba.extending import get_cython_function_address
-    nargs = {"getrf": 6, "getrs": 9}[name[1:]]
     address = get_cython_function_address("scipy.linalg.cython_lapack", name)
-    return ctypes.CFUNCTYPE(None, *(ctypes.c_void_p,) * nargs)(address)
+    return ctypes.CFUNCTYPE(None, *(ctypes.c_void_p,) * 6)(address)
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(name, dtype):
-    """``(loop, lapack)`` for LAPACK's ``name`` (getrf, getrs) on ``dtype``."""
+def _factor_kernel(dtype):
+    """``(loop, getrf)`` for ``dtype``."""
     import numba
-    lapack = _lapack(PREFIX[dtype] + name)
+    getrf = _lapack(PREFIX[dtype] + "getrf")
     item = numba.from_dtype(dtype)
-    pointer = numba.typeof(lapack)
-    if name == "getrf":
-        signature = numba.void(pointer, item[:, :, ::1], numba.int32[:, ::1],
-                               numba.int32[::1])
-        return load_or_build(_FACTOR_SOURCE, signature), lapack
-    # lu and piv may repeat a matrix along a broadcast axis (stride 0)
+    signature = numba.void(numba.typeof(getrf), item[:, :, ::1], numba.int32[:, ::1],
+                           numba.int32[::1])
+    return load_or_build(_FACTOR_SOURCE, signature), getrf
+
+
+@functools.lru_cache(maxsize=None)
+def _solve_kernel(dtype):
+    import numba
+    item = numba.from_dtype(dtype)
+    # lu, piv and b may repeat a matrix along a broadcast axis (stride 0)
     stack = numba.types.Array(item, 3, "A", readonly=True)
     pivots = numba.types.Array(numba.int32, 2, "A", readonly=True)
-    signature = numba.void(pointer, numba.int64, stack, pivots, stack, item[:, :, ::1])
-    return load_or_build(_SOLVE_SOURCE, signature), lapack
+    signature = numba.void(numba.boolean, stack, pivots, stack, item[:, :, ::1])
+    return load_or_build(_SOLVE_SOURCE, signature)
 
 
 def factor(a):
@@ -106,7 +149,7 @@ def factor(a):
     piv = np.empty(stack.shape[:2], np.int32)
     info = np.zeros(stack.shape[0], np.int32)
     if lu.size:                          # LAPACK rejects a 0 x 0 matrix
-        loop, getrf = _kernel("getrf", lu.dtype)
+        loop, getrf = _factor_kernel(lu.dtype)
         loop(getrf, stack, piv, info)
     if (info > 0).any():
         raise np.linalg.LinAlgError("Singular matrix")
@@ -129,14 +172,9 @@ def solve(lu, piv, b, transpose):
         count = x.size // (n * k)
         lu = np.broadcast_to(lu, batch + (n, n)).reshape(count, n, n)
         piv = np.broadcast_to(piv, batch + (n,)).reshape(count, n)
-        if lu.strides[1:] != (n * lu.itemsize, lu.itemsize) or piv.strides[1] != 4:
-            # LAPACK reads each matrix, and its pivots, as one block
-            lu, piv = np.ascontiguousarray(lu), np.ascontiguousarray(piv)
         b = np.broadcast_to(b.astype(lu.dtype, copy=False), batch + (n, k))
-        loop, getrs = _kernel("getrs", lu.dtype)
-        # the factors are of a^T: a's system is getrs's transposed one
-        loop(getrs, ord("N" if transpose else "T"), lu, piv, b.reshape(count, n, k),
-             x.reshape(count, n, k))
+        _solve_kernel(lu.dtype)(bool(transpose), lu, piv, b.reshape(count, n, k),
+                                x.reshape(count, n, k))
     return x
 
 
