@@ -57,48 +57,46 @@ def kernel(transpose, lu, piv, b, x):
         f = lu[m]
         w = x[m]
         w[:, :] = b[m]
-        if transpose:
-            for r in range(n):
-                q = piv[m, r] - 1
-                if q != r:
+        # phase 0 or 2: P's row swaps (first, in order, for a^T; last, in
+        # reverse order, for a); phase 1: the two substitutions
+        for phase in range(3):
+            if phase == (0 if transpose else 2):
+                for s in range(n):
+                    r = s if transpose else n - 1 - s
+                    q = piv[m, r] - 1
+                    if q != r:
+                        for c in range(k):
+                            t = w[r, c]
+                            w[r, c] = w[q, c]
+                            w[q, c] = t
+            elif phase == 1 and transpose:
+                for j in range(n):
+                    for i in range(j + 1, n):
+                        v = f[j, i]
+                        for c in range(k):
+                            w[i, c] -= v * w[j, c]
+                for j in range(n - 1, -1, -1):
+                    d = f[j, j]
                     for c in range(k):
-                        t = w[r, c]
-                        w[r, c] = w[q, c]
-                        w[q, c] = t
-            for j in range(n):
-                for i in range(j + 1, n):
-                    v = f[j, i]
+                        w[j, c] /= d
+                    for i in range(j):
+                        v = f[j, i]
+                        for c in range(k):
+                            w[i, c] -= v * w[j, c]
+            elif phase == 1:
+                for i in range(n):
+                    for j in range(i):
+                        v = f[i, j]
+                        for c in range(k):
+                            w[i, c] -= v * w[j, c]
+                    d = f[i, i]
                     for c in range(k):
-                        w[i, c] -= v * w[j, c]
-            for j in range(n - 1, -1, -1):
-                d = f[j, j]
-                for c in range(k):
-                    w[j, c] /= d
-                for i in range(j):
-                    v = f[j, i]
-                    for c in range(k):
-                        w[i, c] -= v * w[j, c]
-        else:
-            for i in range(n):
-                for j in range(i):
-                    v = f[i, j]
-                    for c in range(k):
-                        w[i, c] -= v * w[j, c]
-                d = f[i, i]
-                for c in range(k):
-                    w[i, c] /= d
-            for i in range(n - 1, -1, -1):
-                for j in range(i + 1, n):
-                    v = f[i, j]
-                    for c in range(k):
-                        w[i, c] -= v * w[j, c]
-            for r in range(n - 1, -1, -1):
-                q = piv[m, r] - 1
-                if q != r:
-                    for c in range(k):
-                        t = w[r, c]
-                        w[r, c] = w[q, c]
-                        w[q, c] = t
+                        w[i, c] /= d
+                for i in range(n - 1, -1, -1):
+                    for j in range(i + 1, n):
+                        v = f[i, j]
+                        for c in range(k):
+                            w[i, c] -= v * w[j, c]
 """
 
 
