@@ -1,6 +1,7 @@
 """The compiled reverse sweep of large eager gradients (fgrad.interpreters.compiled_sweep)."""
 import concurrent.futures
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from hypothesis import given, strategies as st
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.compiler import cpu_fusion
+from fgrad.compiler import cpu_fusion, tiers
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.interpreters import compiled_sweep
 from fgrad.interpreters.batching import BatchTracer
@@ -138,6 +139,38 @@ def test_a_large_sweep_that_comes_back_is_recompiled_with_fused_kernels():
     np.testing.assert_array_equal(first, 3.0 * np.cos(x))
     np.testing.assert_allclose(second, first, rtol=1e-14, atol=0)
     np.testing.assert_array_equal(g(x), second)                  # and kept
+
+
+def test_the_fused_sweep_is_built_on_the_compile_thread_while_calls_go_on(monkeypatch):
+    pytest.importorskip("numba")
+    if not cpu_fusion.enabled():
+        pytest.skip("CPU fusion is off (FGRAD_JIT_FUSE=0)")
+    monkeypatch.setenv(tiers.COMPILE_ENV, "background")
+    g = fgrad.grad(lambda x: fnp.sum(fnp.exp(x) * 2.0))
+    x = np.linspace(-2, 2, compiled_sweep.FUSED_MIN_BYTES // 8)
+    first = g(x)
+    building = threading.Event()
+    release = threading.Event()
+    # the compile thread is held until the second call has returned
+    assert tiers.in_background(lambda: (building.set(), release.wait(60)))
+    second = g(x)                                # asks for the fused sweep, runs unfused
+    (entry,) = _sweep_cache(g).values()
+    assert entry[3] and "cpu_fused" not in entry[0].source
+    np.testing.assert_array_equal(second, first)
+    release.set()
+    assert tiers.wait_all(120)
+    (entry,) = _sweep_cache(g).values()
+    assert "cpu_fused" in entry[0].source        # swapped in once built
+    np.testing.assert_allclose(g(x), first, rtol=1e-14, atol=0)
+
+
+def test_compile_never_keeps_the_unfused_sweep(monkeypatch):
+    monkeypatch.setenv(tiers.COMPILE_ENV, "never")
+    g = fgrad.grad(lambda x: fnp.sum(fnp.exp(x) * 2.0))
+    x = np.linspace(-2, 2, compiled_sweep.FUSED_MIN_BYTES // 8)
+    g(x), g(x), g(x)
+    (entry,) = _sweep_cache(g).values()
+    assert "cpu_fused" not in entry[0].source
 
 
 def test_taps_run_in_the_compiled_sweep(every_size):

@@ -142,6 +142,23 @@ _QUEUE = CompileQueue()
 atexit.register(_QUEUE.close)
 
 
+def in_background(job):
+    """Run ``job()`` on the compile thread, after the compiles asked for
+    before it; False (and ``job`` not run) once the process is exiting. A
+    failing job is logged and leaves the thread running.
+
+    >>> in_background(lambda: None) and wait_all()
+    True
+    """
+    def guarded():
+        try:
+            job()
+        except Exception:
+            _log.exception("fgrad: a background compile failed; the code it would "
+                           "have replaced goes on running")
+    return _QUEUE.submit(guarded)
+
+
 def wait_all(timeout=None):
     """Wait until every compile asked for so far has finished (tests and
     benchmarks); False on timeout.

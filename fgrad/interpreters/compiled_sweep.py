@@ -263,12 +263,13 @@ class SweepCache(dict):
     is looked up only from the second call on, and compiled when it comes back,
     so one-off calls (``grad(f)(x)`` written inline) pay nothing for it.
 
-    ``compile_fused``, if given, is a second compiler whose code fuses
-    elementwise work into kernels that must be compiled themselves (numba's, on
-    NumPy): a large gradient's sweep is recompiled with it when its structure
-    comes back, so a loop's sweep reads each large array once per fused group
-    (and computes sin, cos, exp and tanh with SIMD code), and a one-off call
-    never waits for those kernels to compile.
+    ``compile_fused(graph, xp, donated, install)``, if given, builds a second
+    form of a sweep whose elementwise work is fused into kernels that must be
+    compiled themselves (numba's, on NumPy) and hands it to ``install``, on a
+    compile thread or at once: a large gradient's sweep is recompiled so when
+    its structure comes back, so a loop's sweep reads each large array once per
+    fused group (and computes sin, cos, exp and tanh with SIMD code), and a
+    one-off call never waits for those kernels to compile.
     """
 
     __slots__ = ("compile", "compile_fused", "called")
@@ -335,7 +336,6 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
     tier_up = (cache.compile_fused is not None and type(entry) is tuple and not entry[3]
                and sum(getattr(x, "nbytes", 0) for x in inputs) >= FUSED_MIN_BYTES)
     if entry is None or entry is SEEN_ONCE or tier_up:
-        compile = cache.compile_fused if tier_up else cache.compile
         try:
             graph, reached = _stage_sweep(trace.eqns, seed_node, seed_dtype,
                                           num_inputs, arrays, xp)
@@ -344,11 +344,22 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
                 dims = tuple(a.batch_dim if a.__class__ is BatchTracer else None
                              for a in arrays)
                 graph, out_batched = batch_graph(graph, dims, batch.axis_size)
-            entry = (compile(graph, xp, donated=donated), reached, out_batched, tier_up)
+            if tier_up:
+                # asked once: this call runs the unfused sweep, and the fused
+                # one replaces it when built (by `compile_fused`'s thread)
+                entry = entry[:3] + (True,)
+                remember(cache, key, entry)
+                cache.compile_fused(graph, xp, donated, lambda fused: remember(
+                    cache, key, (fused, reached, out_batched, True)))
+                entry = cache.get(key, entry)   # installed already if built at once
+            else:
+                entry = (cache.compile(graph, xp, donated=donated), reached, out_batched,
+                         False)
+                remember(cache, key, entry)
         except Exception:                   # a rule that needs values: sweep eagerly
             # (a fused compilation that fails keeps the unfused sweep)
             entry = entry[:3] + (True,) if tier_up else NOT_STAGEABLE
-        remember(cache, key, entry)
+            remember(cache, key, entry)
     if entry is NOT_STAGEABLE:
         return None
     compiled, reached, out_batched, _ = entry

@@ -9,6 +9,8 @@ import numpy as np
 
 from fgrad.compiler.codegen import compile_graph
 from fgrad.compiler.cpu_fusion import enabled as cpu_fusion_enabled
+from fgrad.compiler.tiers import default_mode as default_compile_mode
+from fgrad.compiler.tiers import in_background
 from fgrad.core.backend import (
     array_module,
     asarray_on,
@@ -270,11 +272,22 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
     return value_and_grad_wrapper
 
 
-def _compile_fused(graph, xp, donated=()):
-    """`compile_graph` with elementwise groups fused into numba kernels on NumPy
-    (what ``jit`` compiles): a large gradient's sweep, once its structure
-    comes back (`SweepCache`)."""
-    return compile_graph(graph, xp, fuse_cpu=True, donated=donated)
+def _compile_fused(graph, xp, donated, install):
+    """Compile a large gradient's sweep with its elementwise groups fused into
+    numba kernels on NumPy (what ``jit`` compiles) and ``install`` it
+    (`SweepCache`): on the compile thread, so that no call waits for numba,
+    unless ``FGRAD_JIT_COMPILE`` says ``sync`` (now) or ``never`` (not at all),
+    as for ``jit`` (`fgrad.compiler.tiers`)."""
+    mode = default_compile_mode()
+    if mode == "never":
+        return
+
+    def build():
+        install(compile_graph(graph, xp, fuse_cpu=True, donated=donated))
+    if mode == "sync":
+        build()
+    else:
+        in_background(build)
 
 
 def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
