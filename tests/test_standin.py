@@ -74,7 +74,15 @@ def test_jit_equals_eager_on_standin(name, count, device):
     examples(count)(given(SPECS[name])(lambda case: check_jit_case(STANDIN, name, case)))()
 
 
-@pytest.mark.parametrize("name", sorted(NONDIFF_SPECS))
+# nondifferentiable primitives whose values differ by backend on purpose
+HOST_ONLY_VALUES = {
+    # LAPACK's LU factors on NumPy, the matrix itself elsewhere (factored_solve
+    # then solves with it): the factored_solve specs check what they solve
+    "solve_factors",
+}
+
+
+@pytest.mark.parametrize("name", sorted(set(NONDIFF_SPECS) - HOST_ONLY_VALUES))
 def test_nondifferentiable_on_standin(name, device):
     given(NONDIFF_SPECS[name])(lambda case: check_nondiff(STANDIN, name, case))()
 

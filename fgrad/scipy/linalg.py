@@ -35,7 +35,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False,
     if unit_diagonal:
         # ones in place of the diagonal: it is not read, and gets no derivative
         n = _get_aval(a).shape[-1]
-        a = _ew.where(_einsum.identity_like(a, n, _np.bool_), _np.ones((), _get_aval(a).dtype), a)
+        a = _ew.where(_einsum.identity_like(a, n, _np.bool_), _fnp.ones_like(a), a)
     trans = {"N": 0, "T": 1, "C": 1}.get(trans, trans)
     vector = _get_aval(b).ndim == 1
     b2 = _shape.reshape(b, (-1, 1)) if vector else b
