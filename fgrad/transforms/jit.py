@@ -103,9 +103,13 @@ def compiled_for(graph, xp, parallel=False, whole=True, name="staged", start=Tru
         compiled = graph.compiled.get((xp, "parallel", fuse))
         if compiled is None:
             sequential = compiled_for(graph, xp, name=name)
-            # the parallel schedule runs the per-equation code: its kernels first
-            sequential.finish(whole=False)
-            compiled = ParallelCompiled(sequential.compiled.graph, sequential.compiled, xp)
+            if isinstance(sequential, Tiers):
+                # the parallel schedule runs the per-equation code: its kernels first
+                sequential.finish(whole=False)
+                per_equation = sequential.compiled
+            else:                           # another backend's code (fused already)
+                per_equation = sequential
+            compiled = ParallelCompiled(per_equation.graph, per_equation, xp)
             if not any(compiled.big):       # nothing worth a thread: plain code
                 compiled = sequential
             graph.compiled[(xp, "parallel", fuse)] = compiled
