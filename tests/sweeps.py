@@ -5,14 +5,17 @@ float32, jit, vmap, jvp of grad, the compiled sweep, parallel execution, the
 stand-in device. A plain `pytest`, which a contributor runs on every change,
 takes every spec through each sweep with a few hypothesis examples; the `slow`
 marker, which CI runs as well, takes each through the profile's full count.
-So every primitive meets every sweep in both runs: only the depth differs.
+So every primitive meets every sweep in both runs: only the depth differs, and
+for jit's sweeps whether every elementwise group is compiled into a numba
+kernel (the full run; the quick one runs the staged NumPy calls, and
+test_fusion.py and test_cpu_fusion.py compile the elementwise specs).
 """
 import pytest
 from hypothesis import settings
 
 # examples per spec and sweep in a plain run: enough to meet each rule with a
 # couple of shapes; most of a case's cost is staging and compiling its shapes
-QUICK_EXAMPLES = 3
+QUICK_EXAMPLES = 2
 
 
 def sweep(names, quick=QUICK_EXAMPLES):

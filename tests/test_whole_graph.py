@@ -242,6 +242,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow            # a fresh process: numba's start-up and the compile again
 def test_a_second_process_loads_the_compiled_graph_from_the_disk_cache(tmp_path):
     env = dict(os.environ, FGRAD_KERNEL_CACHE=str(tmp_path), FGRAD_JIT_WHOLE_GRAPH="1")
     outs = []
