@@ -18,16 +18,25 @@ from hypothesis import settings
 QUICK_EXAMPLES = 2
 
 
-def sweep(names, quick=QUICK_EXAMPLES):
-    """``pytest.param(name, count)`` for each name: ``count`` is ``quick`` in the
-    plain run, and ``None`` (the full count) in a twin case marked slow.
+# specs of which one example costs seconds (a scan or cond staged and
+# differentiated per example, a gamma draw's rejection loop): one example each
+# in the quick run
+HEAVY = frozenset({"scan", "cond", "jit_call", "random_gamma"})
 
-    >>> [p.id for p in sweep(["sin", "cos"])]
-    ['cos', 'cos-full', 'sin', 'sin-full']
+
+def sweep(names, quick=QUICK_EXAMPLES, slow_only=()):
+    """``pytest.param(name, count)`` for each name: ``count`` is ``quick`` (1
+    for a `HEAVY` spec) in the plain run, and ``None`` (the full count) in a
+    twin case marked slow. Names in ``slow_only`` get only the slow case.
+
+    >>> [p.id for p in sweep(["sin", "cos"], slow_only={"cos"})]
+    ['cos-full', 'sin', 'sin-full']
     """
     params = []
     for name in sorted(names):
-        params.append(pytest.param(name, quick, id=name))
+        if name not in slow_only:
+            count = min(quick, 1) if name in HEAVY else quick
+            params.append(pytest.param(name, count, id=name))
         params.append(pytest.param(name, None, id=f"{name}-full", marks=pytest.mark.slow))
     return params
 

@@ -316,7 +316,8 @@ def every_equation_on_the_pool(monkeypatch):
     monkeypatch.setattr(_parallel, "PARALLEL_MIN_SIZE", 0)
 
 
-@pytest.mark.parametrize("name, count", sweep(SPECS, quick=1))
+# (a gamma draw's rejection loop, each equation on the pool: seconds an example)
+@pytest.mark.parametrize("name, count", sweep(SPECS, quick=1, slow_only={"random_gamma"}))
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_parallel_agrees_bit_for_bit_with_sequential(name, count, every_equation_on_the_pool,
                                                      monkeypatch):
