@@ -128,7 +128,7 @@ def eigsh(A, k=6, M=None, sigma=None, which="LM", v0=None, ncv=None, maxiter=Non
 
     >>> import numpy as np, fgrad, fgrad.sparse
     >>> values = np.array([1.0, 2.0, 3.0, 4.0])
-    >>> top = lambda d: eigsh(fgrad.sparse.diags_array(d), k=1, which="LA")[0][0]
+    >>> top = lambda d: eigsh(fgrad.sparse.diags_array(d), k=1, which="LA")[0].sum()
     >>> fgrad.grad(top)(values).round(6)
     array([0., 0., 0., 1.])
     """
