@@ -275,7 +275,7 @@ def test_trailing_broadcasts_of_several_lengths_share_one_inner_loop(shape):
 
 
 @fused_only
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(hnp.mutually_broadcastable_shapes(num_shapes=4, min_dims=0, max_dims=3, max_side=4),
        st.booleans())
 def test_any_mix_of_broadcast_inputs_matches_numpy(shapes, backward):

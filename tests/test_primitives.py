@@ -42,7 +42,7 @@ def _read_only(args):
     return tuple(out)
 
 
-@pytest.mark.parametrize("name, count", sweep(SPECS, quick=3))
+@pytest.mark.parametrize("name, count", sweep(SPECS, quick=2))
 def test_derivatives_match_finite_differences(name, count):
     @examples(count)
     @given(SPECS[name])

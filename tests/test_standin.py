@@ -64,7 +64,7 @@ def test_standin_refuses_numpy(device):
 STANDIN = Device("standin", StandInArray)
 
 
-@pytest.mark.parametrize("name, count", sweep(SPECS))
+@pytest.mark.parametrize("name, count", sweep(SPECS, quick=1))
 def test_property_suite_on_standin(name, count, device):
     examples(count)(given(SPECS[name])(lambda case: check_case(STANDIN, name, case)))()
 
