@@ -46,7 +46,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -342,7 +341,7 @@ def main(argv=None):
         print("numba: not installed")
     everything = {}
     for row in args.rows.split(","):
-        runs = everything[row] = measure(row, args.calls, args.repeats, have_jax,
+        everything[row] = measure(row, args.calls, args.repeats, have_jax,
                                          args.before if row in PLOTTED else None)
         if args.json:               # after each row: a long run keeps what it measured
             with open(args.json, "w", encoding="utf-8") as f:

@@ -29,7 +29,6 @@ from fgrad.primitives.elementwise import (
     expm1,
     greater,
     greater_equal,
-    minimum,
     sqrt,
     tanh,
     where,

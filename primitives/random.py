@@ -433,7 +433,6 @@ def _standard_gamma(xp, keys, a):
 
 def _gamma_impl(key, a):
     xp = array_module(key, a)
-    lead = key.shape[:-1]
     keys = _flat_keys(xp, key)
     flat = a.reshape(keys.shape[0], -1).astype(np.float64)
     return _standard_gamma(xp, keys, flat).astype(a.dtype).reshape(a.shape)

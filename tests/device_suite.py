@@ -7,7 +7,6 @@ and derivatives must match NumPy's (forward) and finite differences
 (`check_grads`, both modes, second order).
 """
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -9,7 +9,6 @@ sign fixed by their first row, since their sign is arbitrary.
 """
 import numpy as np
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 import fgrad.numpy as fnp
 from fgrad.primitives import einsum as _einsum
@@ -19,7 +18,7 @@ from fgrad.primitives.shape import swap_last_axes as _swap
 # stay importable from here for the spec modules that use them
 from fgrad.testing.strategies import batch_shapes as batches  # noqa: F401
 from fgrad.testing.strategies import well_conditioned
-from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, spec, values
+from primitive_specs import NONDIFF_SPECS, SPECS, Case, arrays, shapes, spec
 
 L = fnp.linalg
 

@@ -12,7 +12,6 @@ import fgrad.numpy as fnp
 from fgrad.compiler import cpu_fusion, tiers
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.interpreters import compiled_sweep
-from fgrad.interpreters.batching import BatchTracer
 from fgrad.testing.strategies import in_axes_for
 from primitive_specs import SPECS
 from sweeps import examples, sweep

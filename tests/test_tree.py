@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from fgrad.tree import (PyTreeDef, broadcast_prefix, register_pytree_node, tree_flatten,
+from fgrad.tree import (broadcast_prefix, register_pytree_node, tree_flatten,
                         tree_leaves, tree_map, tree_structure, tree_unflatten)
 
 Point = namedtuple("Point", ["x", "y"])

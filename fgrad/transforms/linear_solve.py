@@ -123,7 +123,7 @@ def _partial_jvp(fun, primals, tangents):
 def _jvp(tangents, ans, *ops, n, matvec, solve, transpose_solve, symmetric, tree):
     # the solution as an output (``ans``), not as an operand: only the output
     # carries derivatives of an outer transformation
-    x, (_, b, consts) = ans, _split(ops, n)
+    x, (_, _, consts) = ans, _split(ops, n)
     _, b_dot, c_dot = _split(tangents, n)
     rhs = [None if type(t) is Zero else t for t in b_dot]
     # A_dot x: how the map itself moves, applied to the solution
@@ -146,7 +146,7 @@ def _vjp(ct, ans, needed, *ops, n, matvec, solve, transpose_solve, symmetric, tr
             "if the matrix is symmetric.")
     # the solution as an output (``ans``), not as an operand: only the output
     # carries derivatives of an outer transformation
-    x, (_, b, consts) = ans, _split(ops, n)
+    x, (_, _, consts) = ans, _split(ops, n)
     if all(type(c) is Zero or c is None for c in ct):
         return (None,) * len(ops)
     cts = [zeros_like(xi) if type(c) is Zero or c is None else c for c, xi in zip(ct, x)]
