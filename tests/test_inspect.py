@@ -8,7 +8,7 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.errors import TapError
-from fgrad.core.graph import _FORWARD_COLOUR, _REVERSE_COLOUR
+from fgrad.core.graph import FORWARD_COLOUR, REVERSE_COLOUR
 
 
 def _double(ct):
@@ -267,13 +267,13 @@ def test_residual_total_matches_the_arrays_listed():
 def test_to_dot_colours_forward_and_reverse_equations_and_labels_shapes():
     f = lambda x: fnp.sum(fnp.sin(x) * x)                            # noqa: E731
     forward_only = fgrad.make_graph(f)(np.ones(3)).to_dot()
-    assert _REVERSE_COLOUR not in forward_only
-    assert forward_only.count(_FORWARD_COLOUR) == 3
+    assert REVERSE_COLOUR not in forward_only
+    assert forward_only.count(FORWARD_COLOUR) == 3
     g = fgrad.make_graph(fgrad.grad(f))(np.ones(3))
     dot = g.to_dot()
     boxes = [line for line in dot.splitlines() if "shape=box" in line]
     assert len(boxes) == len(g.eqns)
-    reverse = [b for b in boxes if _REVERSE_COLOUR in b]
+    reverse = [b for b in boxes if REVERSE_COLOUR in b]
     assert any(b.lstrip().startswith("eq") and "cos" in b for b in reverse)
     assert not any("sin" in b for b in reverse)     # sin is the forward pass
     assert '-> eq0 [label="f64[3]"]' in dot

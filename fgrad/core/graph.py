@@ -174,7 +174,7 @@ class Graph:
 
         >>> import numpy as np, fgrad, fgrad.numpy as fnp
         >>> dot = fgrad.make_graph(fgrad.grad(lambda x: fnp.sum(fnp.sin(x))))(np.ones(3)).to_dot()
-        >>> dot.count(_REVERSE_COLOUR) > 0 and dot.count(_FORWARD_COLOUR) > 0
+        >>> dot.count(REVERSE_COLOUR) > 0 and dot.count(FORWARD_COLOUR) > 0
         True
         """
         names = _Namer()
@@ -189,7 +189,7 @@ class Graph:
             node = f"eq{k}"
             outs = ", ".join(f"{names(v)}: {v.aval}" for v in eqn.outvars)
             label = f"{eqn.prim.name}{_params_text(eqn.params)}\\n{outs}"
-            colour = _REVERSE_COLOUR if id(eqn) in self.reverse else _FORWARD_COLOUR
+            colour = REVERSE_COLOUR if id(eqn) in self.reverse else FORWARD_COLOUR
             lines.append(f'  {node} [label="{_dot_escape(label)}", shape=box, '
                          f'style=filled, fillcolor="{colour}"];')
             for i, v in enumerate(eqn.invars):
@@ -210,8 +210,9 @@ class Graph:
         return "\n".join(lines)
 
 
-_FORWARD_COLOUR = "#cfe2f3"
-_REVERSE_COLOUR = "#f9cb9c"
+# the fills of forward-pass and reverse-pass equations in `Graph.to_dot`
+FORWARD_COLOUR = "#cfe2f3"
+REVERSE_COLOUR = "#f9cb9c"
 
 
 def _dot_escape(text):
