@@ -11,7 +11,7 @@ import fgrad.numpy as fnp
 from fgrad.core.trace import primitive_table
 from fgrad.errors import BatchAxisError, BatchedConversionError, CustomRuleError, \
     LoopBatchingWarning
-from fgrad.interpreters.batching import _loop_rule
+from fgrad.interpreters.batching import loop_rule
 from fgrad.primitives.indexing import getitem
 from fgrad.testing.strategies import in_axes_for
 from primitive_specs import NONDIFF_SPECS, SPECS
@@ -41,7 +41,7 @@ def _examples(args, axes, n):
 
 
 def test_every_builtin_primitive_has_a_batch_rule_that_is_not_a_loop():
-    loop_code = _loop_rule.__code__
+    loop_code = loop_rule.__code__
     missing = [name for name, p in primitive_table.items() if p.family and (
         p.batch is None or getattr(p.batch, "__code__", None) is loop_code)]
     assert not missing, f"primitives without a batching rule: {sorted(missing)}"

@@ -121,7 +121,7 @@ class BatchTrace(Trace):
         vals, dims = self.unwrap(args)
         rule = prim.batch
         if rule is None:
-            rule = _loop_rule(prim)
+            rule = loop_rule(prim)
         out, out_dim = rule(vals, dims, **params)
         if prim.multiple_results:
             return tuple(self.wrap(o, d) for o, d in zip(out, out_dim))
@@ -265,7 +265,10 @@ def _batched_custom_jvp(fun, rule, dims, size):
     return _named(b_fun, f"vmap({fun.__name__})", b_body), b_rule
 
 
-def _loop_rule(prim):
+def loop_rule(prim):
+    """The batching rule of a primitive that has none: it runs once per example
+    in a Python loop, with a one-time warning naming how to add a real rule
+    (tests check that every built-in primitive has one, not this)."""
     if not getattr(prim, "warned_loop_batching", False):
         prim.warned_loop_batching = True
         where = (f"add one in {prim.family}" if prim.family else
