@@ -71,7 +71,7 @@ def test_the_sweep_is_staged_once_and_seeded_with_a_folded_one(every_size):
     np.testing.assert_allclose(g(x), want, rtol=1e-13)
     np.testing.assert_allclose(g(x + 1), fgrad.grad(f)(x + 1), rtol=1e-13)
     (entry,) = _sweep_cache(g).values()
-    compiled, reached, out_batched, fused = entry
+    compiled, reached, out_batched, _ = entry
     assert reached == (True,) and out_batched is None
     # x is recorded by four equations and is one input, sin(x) is the other;
     # exp(-(x * x) / 4) is recomputed from x; the seed is no input
@@ -249,7 +249,7 @@ def test_per_example_gradients_run_one_batched_compiled_sweep():
     for _ in range(3):
         np.testing.assert_allclose(batched(w, x, y), want, rtol=1e-13)
     (entry,) = _sweep_cache(per_example).values()
-    compiled, reached, out_batched, fused = entry
+    compiled, reached, out_batched, _ = entry
     assert reached == (True,) and out_batched == (True,)
     # the residuals are inputs of the batched graph, which has the batch axis
     assert any(v.aval.shape[:1] == (7,) for v in compiled.graph.invars)

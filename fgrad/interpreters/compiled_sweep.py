@@ -336,9 +336,10 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
     if entry is None and not compile_now:
         remember(cache, key, SEEN_ONCE)
         return None
-    # a large structure that came back: recompiled once with fused kernels
-    tier_up = (cache.compile_fused is not None and type(entry) is tuple and not entry[3]
-               and sum(getattr(x, "nbytes", 0) for x in inputs) >= FUSED_MIN_BYTES)
+    # a large structure that came back: recompiled once with fused kernels (an
+    # entry's last field says whether that is done or never will be: its key
+    # fixes the inputs' sizes, so they are summed once, when it is compiled)
+    tier_up = type(entry) is tuple and not entry[3]
     if entry is None or entry is SEEN_ONCE or tier_up:
         try:
             graph, reached = _stage_sweep(trace.eqns, seed_node, seed_dtype,
@@ -357,8 +358,10 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
                     cache, key, (fused, reached, out_batched, True)))
                 entry = cache.get(key, entry)   # installed already if built at once
             else:
+                final = cache.compile_fused is None or \
+                    sum(getattr(x, "nbytes", 0) for x in inputs) < FUSED_MIN_BYTES
                 entry = (cache.compile(graph, xp, donated=donated), reached, out_batched,
-                         False)
+                         final)
                 remember(cache, key, entry)
         except Exception:                   # a rule that needs values: sweep eagerly
             # (a fused compilation that fails keeps the unfused sweep)
