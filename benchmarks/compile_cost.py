@@ -25,8 +25,9 @@ Columns (times are the best of ``--repeats`` runs, default 3):
   ``1st bg`` and ``1st never`` give both first calls), and ``bound``, 2 x
   ``interp`` + 50 ms (``worst never``: the slowest interpreted call, what
   the machine alone adds);
-- ``compile``: the seconds every tier's compile took, on every thread (numba's
-  start-up apart: ``numba``), in the background process; ``jax``: jax.jit's
+- ``compile``: the seconds every tier's compile took, on every thread (the
+  compilers' start-up apart: ``start-up``, LLVM's for the kernels and numba's
+  for a whole graph), in the background process; ``jax``: jax.jit's
   compile, its first call less a steady call (tracing, lowering and XLA's
   compile; JAX's start-up apart: ``jax start``), and the ratio;
 - ``compile cpu``, ``jax cpu``, ``cpu ratio``: the same in CPU time (the
@@ -257,11 +258,12 @@ def summary(runs):
         values = [v for v in values if v is not None]
         return min(values) if values else float("nan")
     interp = best("never", lambda r: r["steady"])
+    # a compiler's start-up (LLVM's, numba's) is counted apart, as JAX's is
     compile_s = best("background", lambda r: sum(s for t, s in r["seconds"].items()
-                                                 if t != "numba start-up"))
+                                                 if not t.endswith("start-up")))
     jax_compile = best("jax", lambda r: r["compile"])
     compile_cpu = best("background", lambda r: sum(s for t, s in r.get("cpu", {}).items()
-                                                   if t != "numba start-up"))
+                                                   if not t.endswith("start-up")))
     jax_cpu = best("jax", lambda r: r["compile cpu"])
     tiers = [r.get("tier") for r in runs.get("background", [])]
     return {
@@ -275,7 +277,8 @@ def summary(runs):
         "bound": 2 * interp + 0.05,
         "worst sync": best("sync", lambda r: max(r["times"][1:])),
         "compile": compile_s,
-        "numba": best("background", lambda r: r["seconds"].get("numba start-up")),
+        "start-up": best("background", lambda r: sum(s for t, s in r["seconds"].items()
+                                                     if t.endswith("start-up")) or None),
         "jax": jax_compile,
         "ratio": compile_s / jax_compile if jax_compile == jax_compile else float("nan"),
         "compile cpu": compile_cpu,
@@ -289,7 +292,7 @@ def summary(runs):
 
 _COLUMNS = (("tier", ""), ("interp", "ms"), ("compiled", "ms"), ("first bg", "ms"), ("first never", "ms"),
             ("worst bg", "ms"), ("worst never", "ms"), ("bound", "ms"), ("worst sync", "s"), ("compile", "s"),
-            ("numba", "s"), ("jax", "s"), ("ratio", "x"), ("compile cpu", "s"),
+            ("start-up", "s"), ("jax", "s"), ("ratio", "x"), ("compile cpu", "s"),
             ("jax cpu", "s"), ("cpu ratio", "x"), ("jax start", "s"),
             ("warm fast at", "s"), ("warm first", "ms"))
 

@@ -1,6 +1,7 @@
-"""Fused CPU kernels under jit (numba): NumPy's semantics, the fallback, bad input."""
+"""Fused CPU kernels under jit (LLVM): NumPy's semantics, the fallback, bad input."""
 import json
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from fgrad.errors import InvalidInputError
 from fgrad.transforms.jit import compiled_for
 
 fused_only = pytest.mark.skipif(not cpu_fusion.enabled(),
-                                reason="numba missing or FGRAD_JIT_FUSE=0")
+                                reason="llvmlite missing or FGRAD_JIT_FUSE=0")
 
 
 @pytest.fixture(autouse=True)
@@ -401,11 +402,11 @@ def test_a_reduction_read_before_the_next_one_ends_the_kernel_there():
 
 
 @fused_only
-def test_kernels_release_the_gil_and_are_cached_by_source():
+def test_kernels_are_cached_by_their_loop_and_safe_across_threads():
     x = np.linspace(0, 1, 9)
     (a,) = _kernels(fgrad.jit(lambda x: fnp.exp(fnp.sin(x))), x)
     (b,) = _kernels(fgrad.jit(lambda y: fnp.exp(fnp.sin(y))), x + 1)
-    assert a.fn.targetoptions["nogil"] and a.fn is b.fn
+    assert a.fn is b.fn
     # threads calling one kernel at once get their own results
     f_jit = fgrad.jit(lambda x: fnp.sin(x) * x + x * 2.0 - 1.0)
     inputs = [np.full(10_000, float(k)) for k in range(4)]
@@ -472,9 +473,9 @@ def test_fusion_off_gives_exactly_the_numpy_code(monkeypatch):
 
 
 def test_without_numba_installed_jit_runs_the_numpy_code():
-    # a fresh interpreter in which numba cannot be imported, as after
-    # pip install fgrad without the jit extra
-    code = ("import sys, json; sys.modules['numba'] = None\n"
+    # a fresh interpreter in which numba (and llvmlite, which comes with it)
+    # cannot be imported, as after pip install fgrad without the jit extra
+    code = ("import sys, json; sys.modules['numba'] = sys.modules['llvmlite'] = None\n"
             "import numpy as np, fgrad, fgrad.numpy as fnp\n"
             "from fgrad.compiler import cpu_fusion\n"
             "f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) * 2.0 + x))\n"
@@ -488,3 +489,34 @@ def test_without_numba_installed_jit_runs_the_numpy_code():
     x = np.linspace(0, 1, 5)
     np.testing.assert_allclose(value, np.sum(np.sin(x) * 2.0 + x), rtol=1e-15)
     np.testing.assert_allclose(grad, 2 * np.cos(x) + 1, rtol=1e-15)
+
+
+_NO_NUMBA_RUN = """
+import sys, json
+sys.modules['numba'] = None             # importing it raises
+import numpy as np, fgrad, fgrad.numpy as fnp
+from fgrad.compiler import cpu_fusion
+f = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fnp.tanh(fnp.sin(x) * 2.0 + x) ** 2)))
+x = np.linspace(-3, 3, 1000)
+f(x)
+f.wait_compiled()
+(kernel,) = f.lower(x).kernels
+print(json.dumps([f.compile_info()[0].tier, kernel.fn.loaded, f(x).tolist()]))
+"""
+
+
+@fused_only
+def test_kernels_compile_and_load_from_the_disk_cache_without_numba(tmp_path):
+    # two fresh interpreters in which numba cannot be imported, on one disk
+    # cache: the first compiles the kernel, the second loads its machine code
+    env = {**os.environ, "FGRAD_KERNEL_CACHE": str(tmp_path), "FGRAD_JIT_COMPILE": "background"}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _NO_NUMBA_RUN], env=env,
+                                      capture_output=True, text=True, check=True).stdout)
+            for _ in range(2)]
+    assert [run[:2] for run in runs] == [["kernels", False], ["kernels", True]]
+    x = np.linspace(-3, 3, 1000)
+    assert runs[0][2] == runs[1][2]
+    t = np.tanh(np.sin(x) * 2.0 + x)
+    np.testing.assert_allclose(runs[0][2], 2 * t * (1 - t ** 2) * (2 * np.cos(x) + 1),
+                               rtol=1e-12, atol=1e-14)
+    assert any(name.startswith("native-") for name in os.listdir(tmp_path))

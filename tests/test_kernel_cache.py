@@ -1,4 +1,9 @@
-"""The disk cache of compiled CPU kernels: private, verified, safe to fill at once."""
+"""The disk cache of compiled CPU kernels: private, verified, safe to fill at once.
+
+Two kinds of entry: a directory of numba's cache files for each numba
+function (whole graphs, LU and random kernels: `_in_process` builds one), and
+one file of machine code for each fused kernel LLVM compiles directly
+(`fgrad.compiler.native`: what jit's kernels tier, `_run`, leaves)."""
 import os
 import stat
 import subprocess
@@ -71,12 +76,45 @@ def _entries(cache):
     return [e for e in os.listdir(cache) if not e.startswith(".")]
 
 
-def test_the_directory_is_private_and_a_second_process_loads_instead_of_compiling(tmp_path):
+def _object_key(cache):
+    (entry,) = _entries(cache)
+    assert entry.startswith("native-") and entry.endswith(".o")
+    return entry[:-len(".o")]
+
+
+def test_the_directory_is_private_and_a_second_process_loads_instead_of_compiling(
+        tmp_path, monkeypatch):
     cache = tmp_path / "kernels"
     assert _run(cache) == ["built"]
     assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
-    (entry,) = _entries(cache)
-    assert {"kernel.py", "MANIFEST"} <= set(os.listdir(cache / entry))
+    key = _object_key(cache)
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(cache))
+    assert kernel_cache.read_object(key)[:4] == b"\x7fELF" or sys.platform != "linux"
+    assert _run(cache) == ["loaded"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "corrupt", "empty"])
+def test_a_damaged_machine_code_file_is_detected_and_rebuilt(tmp_path, monkeypatch, caplog,
+                                                             damage):
+    cache = tmp_path / "kernels"
+    assert _run(cache) == ["built"]
+    key = _object_key(cache)
+    path = cache / (key + ".o")
+    whole = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(whole[:len(whole) // 2])
+    elif damage == "corrupt":
+        blob = bytearray(whole)
+        blob[len(blob) // 2] ^= 0xFF
+        path.write_bytes(bytes(blob))
+    else:
+        path.write_bytes(b"")
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(cache))
+    with caplog.at_level(logging.WARNING, logger="fgrad.jit"):
+        assert kernel_cache.read_object(key) is None
+    assert "corrupt" in caplog.text and not path.exists()
+    assert _run(cache) == ["built"]
+    assert path.read_bytes() == whole       # the same machine code, whole again
     assert _run(cache) == ["loaded"]
 
 
@@ -107,13 +145,14 @@ def test_a_damaged_entry_is_detected_and_rebuilt(tmp_path, monkeypatch, caplog, 
     assert _in_process(cache, monkeypatch, caplog) == "loaded"
 
 
-def test_two_processes_filling_the_cache_at_once_leave_one_whole_entry(tmp_path):
+def test_two_processes_filling_the_cache_at_once_leave_one_whole_entry(tmp_path, monkeypatch):
     cache = tmp_path / "kernels"
     # each compiles, or loads what the other finished first
     assert set(_run(cache, n=2)) <= {"built", "loaded"}
-    (entry,) = _entries(cache)
+    key = _object_key(cache)
     assert not [e for e in os.listdir(cache) if e.startswith(".")]   # no leftovers
-    assert kernel_cache.verify(str(cache / entry), entry)
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(cache))
+    assert kernel_cache.read_object(key) is not None                # checksum whole
     assert _run(cache) == ["loaded"]
 
 

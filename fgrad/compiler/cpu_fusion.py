@@ -1,4 +1,4 @@
-"""Fused elementwise kernels on the CPU, compiled by numba (LLVM).
+"""Fused elementwise kernels on the CPU, compiled by LLVM.
 
 Under `fgrad.jit` on NumPy arrays, `fuse_for_cpu` rewrites the optimised graph
 before code generation: each maximal group of elementwise equations (the
@@ -6,7 +6,8 @@ grouping of `fgrad.compiler.fusion.plan_groups`, the one CuPy's kernels use),
 together with a ``sum``, ``max`` or ``min`` over all axes that reads it (the
 loss at the end of most programs), becomes one ``cpu_fused`` equation. Its
 kernel is a single loop, written as LLVM IR (`fgrad.compiler.kernel_ir`) and
-compiled through numba: it reads each input once, keeps every intermediate in
+compiled by LLVM (`fgrad.compiler.native`; numba compiles the same IR where
+a whole-graph function links it in): it reads each input once, keeps every intermediate in
 a register, and writes only the values an equation outside the group reads
 (or the graph returns).
 
@@ -21,30 +22,36 @@ Semantics are NumPy's, decided from the dtypes the staged graph carries:
 - a float sum accumulates in float64 in order (NumPy sums pairwise): equal to
   NumPy's result to rounding.
 
-Kernels release the GIL (``nogil=True``), so `jit(parallel=True)` and user
-threads overlap. Each kernel is compiled for exactly the dtypes of its graph;
+Kernels release the GIL (they are called through ctypes), so
+`jit(parallel=True)` and user threads overlap. Each kernel is compiled for exactly the dtypes of its graph;
 its Python wrapper checks every input's shape and dtype before the loop
 runs, so an array it was not built for raises `InvalidInputError` instead of
-being read out of bounds. Kernels are cached by their source text, in memory
+being read out of bounds. Kernels are cached by their IR text, in memory
 (`KERNEL_CACHE_SIZE`) and on disk (`fgrad.compiler.kernel_cache`).
 
-Fusion is off when numba is not installed, when the environment variable
+Fusion is off when llvmlite (installed with numba, the ``jit`` extra) is not
+installed, when the environment variable
 ``FGRAD_JIT_FUSE`` is ``0``, or for ``jit(f, fuse=False)``; the code is then
 exactly the unfused code.
 """
 import collections
 import functools
-import hashlib
-import importlib.util
 import math
 import os
 
 import numpy as np
 
-from fgrad.compiler.fusion import (compute_dtypes, elementwise_name, operand_rule, plan_groups,
-                                   reader_counts)
+from fgrad.compiler.fusion import (
+    compute_dtypes,
+    elementwise_name,
+    operand_rule,
+    plan_groups,
+    reader_counts,
+)
 from fgrad.compiler.kernel_cache import load_or_build
-from fgrad.compiler.kernel_ir import KernelSpec, Op, function_name, kernel_ir
+from fgrad.compiler.kernel_ir import KernelSpec, Op, function_name, kernel_ir, writer_digest
+from fgrad.compiler.native import array_data_offset, compile_ir
+from fgrad.compiler.native import available as native_available
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
 from fgrad.core.errors import InvalidInputError
 from fgrad.core.graph import Equation, Graph, Literal, Var
@@ -174,22 +181,17 @@ def _reduction_of(eqn, shape):
 
 
 def enabled():
-    """Whether jit fuses on the CPU by default: numba importable and
+    """Whether jit fuses on the CPU by default: kernels can be compiled
+    (`fgrad.compiler.native.available`: llvmlite importable) and
     ``FGRAD_JIT_FUSE`` not ``0``.
 
     >>> import os
-    >>> enabled() == (importlib.util.find_spec("numba") is not None
-    ...               and os.environ.get("FGRAD_JIT_FUSE", "1") != "0")
+    >>> enabled() == (native_available() and os.environ.get("FGRAD_JIT_FUSE", "1") != "0")
     True
     """
     if os.environ.get(FUSE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    return _numba_installed()
-
-
-@functools.lru_cache(maxsize=1)
-def _numba_installed():
-    return importlib.util.find_spec("numba") is not None
+    return native_available()
 
 
 # ---------------------------------------------------------------------------
@@ -212,7 +214,7 @@ def _numba_installed():
 # array leave exp and tanh to NumPy's SIMD loops, as they did before.
 
 NUMPY_CALL_NS = 700         # one ufunc call from generated code
-KERNEL_CALL_NS = 2000       # the checking wrapper and numba's dispatch
+KERNEL_CALL_NS = 2000       # the checking wrapper and the ctypes call
 KERNEL_ARRAY_NS = 100       # ... per array argument
 _CACHE_ELEMENTS = 1 << 17   # about 1 MB of float64: beyond it, memory bandwidth
 # per element and operation: (NumPy's loop, the kernel's) where they differ
@@ -378,19 +380,25 @@ class CpuKernel:
     """One fused kernel: its source and the Python call that checks
     inputs, allocates outputs and runs it.
 
-    ``source`` is the kernel's text; ``call(*inputs)`` returns the outputs;
-    ``fn`` is the numba function. ``overwritable`` are the positions of the
-    inputs whose buffer ``call(*inputs, out=input)`` may write its one
-    output into (each read only at the element it writes, and only once).
+    ``source`` is the kernel's text (its `KernelPlan`'s, written when
+    first asked for: a kernel loaded from the disk cache needs none);
+    ``call(*inputs)`` returns the outputs; ``fn`` is the compiled loop (a
+    `native_kernel`). ``overwritable`` are the positions of the inputs whose
+    buffer ``call(*inputs, out=input)`` may write its one output into (each
+    read only at the element it writes, and only once).
     """
 
-    __slots__ = ("source", "name", "call", "fn", "size", "out_avals", "reductions",
+    __slots__ = ("plan", "name", "call", "fn", "size", "out_avals", "reductions",
                  "overwritable")
 
-    def __init__(self, source, name, call, fn, size, out_avals, reductions, overwritable=()):
-        self.source, self.name, self.call, self.fn = source, name, call, fn
+    def __init__(self, plan, name, call, fn, size, out_avals, reductions, overwritable=()):
+        self.plan, self.name, self.call, self.fn = plan, name, call, fn
         self.size, self.out_avals, self.reductions = size, out_avals, reductions
         self.overwritable = overwritable
+
+    @property
+    def source(self):
+        return self.plan.source
 
     def __repr__(self):
         return f"<{self.name}: {self.size} ops>"
@@ -526,8 +534,9 @@ def kernel_module(spec, signature_text, n_inputs, results):
 
 def _packed(outputs):
     """Whether a kernel writes its ``outputs`` as the rows of one array: when
-    there are several of one dtype. numba's dispatch costs about 0.25 us per
-    array argument, and a kernel of jit(grad(f)) may write dozens."""
+    there are several of one dtype. Each array argument costs the call
+    about 0.15 us (0.25 us through numba's dispatch), and a kernel of
+    jit(grad(f)) may write dozens."""
     return len(outputs) > 1 and len({np.dtype(v.aval.dtype) for v in outputs}) == 1
 
 
@@ -553,25 +562,45 @@ def _compiled(source, signature):
     return load_or_build(source, signature)
 
 
+@functools.lru_cache(maxsize=KERNEL_CACHE_SIZE)
+def native_kernel(spec):
+    """The `fgrad.compiler.native.NativeFunction` of a kernel's loop
+    ``spec`` (a `KernelSpec`): ``f(n, in0, len0, ..., out0 | outs, res0,
+    ...)``, every array C-contiguous, each reduction's value stored in an
+    array of one element of its accumulator's dtype. Kept for equal specs
+    (the last `KERNEL_CACHE_SIZE`), and on disk, under the spec and the
+    code that writes its IR (`fgrad.compiler.kernel_ir.writer_digest`): a
+    kernel loaded from there is not written at all."""
+    params = (["i64"] + ["array", "i64"] * len(spec.inputs)
+              + ["array"] * (1 if spec.packed else len(spec.outputs))
+              + ["array"] * len(spec.reductions))
+    # each kernel has an engine of its own: one name serves them all
+    return compile_ir(lambda: kernel_ir(spec, "kernel", object_offset=array_data_offset()),
+                      "kernel", params, key=f"{writer_digest()}\n{spec.key()!r}")
+
+
 _PY_SCALARS = (bool, int, float)
 
 
 def _make_call(kernel, inputs, modes, outputs, reduced, shape):
-    """The Python function that checks, flattens, allocates and calls.
+    """The Python function that checks, flattens, allocates and calls
+    ``kernel`` (a `native_kernel`).
 
     It is generated per kernel (the checks and allocations written out, no
     loops), as this is the whole per-call cost of a kernel on small arrays.
     """
     size = math.prod(shape)
     expected = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in inputs]
-    namespace = {"kernel": kernel, "empty": np.empty, "np": np}
+    # the ctypes function itself (one Python call less); `kernel` keeps its code
+    namespace = {"run": kernel.c_function, "kernel": kernel, "empty": np.empty, "np": np}
     # one output may go into a buffer given (see `CpuKernel.overwritable`)
     lines = checked_call_header(expected, namespace,
                                 extra=("out=None",) if len(outputs) == 1 else ())
     flat = []
-    for j, mode in enumerate(modes):
-        flat.append(f"x{j}.ravel()" if mode != "copy" else
-                    f"np.ascontiguousarray(np.broadcast_to(x{j}, SHAPE)).ravel()")
+    for j, (v, mode) in enumerate(zip(inputs, modes)):
+        # each input with its length (fixed by its shape: a constant here)
+        flat.append(f"x{j}.ravel(), {math.prod(v.aval.shape)}" if mode != "copy" else
+                    f"np.ascontiguousarray(np.broadcast_to(x{j}, SHAPE)).ravel(), {size}")
     namespace["SHAPE"] = shape
     if _packed(outputs):
         # each output a row of one allocation (a view: callers may keep it)
@@ -588,16 +617,20 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
             lines.append(f"    o{j} = empty(SHAPE, O{j})" +
                          (" if out is None or not out.flags.c_contiguous else out"
                           if len(outputs) == 1 else ""))
-        flat += [f"o{j}.ravel()" for j in range(len(outputs))]
+        flat += [f"o{j}" for j in range(len(outputs))]     # C-contiguous
         results = [f"o{j}" for j in range(len(outputs))]
-    lines.append(f"    r = kernel({size}, {', '.join(flat)})")
+    for r, v in enumerate(reduced):
+        namespace[f"A{r}"] = np.dtype(_accumulator_dtype(v))
+        lines.append(f"    r{r} = empty(1, A{r})")
+        flat.append(f"r{r}")
+    lines.append(f"    run({size}, {', '.join(flat)})")
     for r, v in enumerate(reduced):
         namespace[f"R{r}"] = np.dtype(v.aval.dtype)
         if v.aval.shape:            # keepdims
             namespace[f"RS{r}"] = tuple(v.aval.shape)
-            results.append(f"np.full(RS{r}, r[{r}], R{r})")
+            results.append(f"np.full(RS{r}, r{r}[0], R{r})")
         else:                       # a NumPy scalar, as ndarray.sum returns
-            results.append(f"R{r}.type(r[{r}])")
+            results.append(f"R{r}.type(r{r}[0])")
     lines.append(f"    return ({''.join(x + ', ' for x in results)})")
     exec(compile("\n".join(lines) + "\n", "<fgrad cpu kernel call>", "exec"), namespace)
     return namespace["call"]
@@ -737,14 +770,16 @@ def plan_kernels(graph):
 def compiled_kernel(plan):
     """The numba function of a `KernelPlan` (compiled for its argument types:
     read-only flat inputs, writable flat outputs; from the caches when it
-    was compiled before)."""
+    was compiled before), which `fgrad.compiler.whole_graph` links into its
+    functions. `fuse_for_cpu` calls `native_kernel` s instead: the same IR,
+    without numba."""
     signature = _numba_signature(plan.inputs, plan.outputs, len(plan.reduced), plan.reduced)
     return _compiled(plan.source, signature)
 
 
 def fuse_for_cpu(graph, plans=None):
     """``graph`` with each elementwise group (and the full reductions ending
-    it) replaced by one numba kernel call (``plans``: `plan_kernels`'s, when
+    it) replaced by one kernel call (``plans``: `plan_kernels`'s, when
     made already).
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
@@ -756,9 +791,8 @@ def fuse_for_cpu(graph, plans=None):
     replace, skip = {}, set()
     for plan in plan_kernels(graph) if plans is None else plans:
         outputs, reduced = plan.outputs, plan.reduced
-        digest = hashlib.sha256(plan.source.encode()).hexdigest()[:12]
-        fn = compiled_kernel(plan)
-        kernel = CpuKernel(plan.source, f"fgrad_cpu_{digest}",
+        fn = native_kernel(plan.spec)
+        kernel = CpuKernel(plan, f"fgrad_cpu_{fn.key[-12:]}",
                            _make_call(fn, plan.inputs, plan.modes, outputs, reduced,
                                       plan.shape), fn,
                            len(plan.replaced), tuple(v.aval for v in outputs + reduced),

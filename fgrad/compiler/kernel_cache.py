@@ -18,6 +18,11 @@ in a per-user directory, so a second process loads it instead of compiling:
 - an entry is built in a private temporary directory and renamed into place
   in one step, so two processes filling the cache at once each compile, one
   rename wins, and nobody ever sees half an entry.
+
+Kernels LLVM compiles directly (`fgrad.compiler.native`) are kept as one file
+each, machine code behind the SHA-256 of itself (`read_object`,
+`write_object`), under the same rules: checked before it is used, discarded
+when it does not match, written under a temporary name and renamed.
 """
 import functools
 import hashlib
@@ -244,3 +249,50 @@ def _build(root, entry, key, source, signature, keep_module=False, linked=None):
         return fn
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+_OBJECT_SUFFIX = ".o"
+
+
+def read_object(key):
+    """The bytes `write_object` kept under ``key`` (a hex digest), or None
+    when the disk cache is off, holds none, or holds a damaged file (which
+    is then deleted)."""
+    root = cache_dir()
+    if root is None:
+        return None
+    path = os.path.join(root, key + _OBJECT_SUFFIX)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    digest, body = data[:64], data[64:]
+    if digest != hashlib.sha256(body).hexdigest().encode():
+        _log.warning("fgrad.jit: kernel cache file %s is incomplete or corrupt; "
+                     "compiling it again", path)
+        try:
+            os.remove(path)
+        except OSError:
+            pass                        # removed by another process already
+        return None
+    return body
+
+
+def write_object(key, body):
+    """Keep ``body`` (bytes) under ``key`` in the disk cache, if it is on;
+    a file another process wrote under it meanwhile is replaced whole."""
+    root = cache_dir()
+    if root is None:
+        return
+    handle, staging = tempfile.mkstemp(prefix=f".build-{key[:12]}-", dir=root)
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(hashlib.sha256(body).hexdigest().encode() + body)
+        os.replace(staging, os.path.join(root, key + _OBJECT_SUFFIX))   # in one step
+    except OSError as error:
+        _log.warning("fgrad.jit: could not keep a kernel in %s (%s)", root, error)
+        try:
+            os.remove(staging)
+        except OSError:
+            pass

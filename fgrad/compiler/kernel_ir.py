@@ -19,11 +19,13 @@ no LLVM instruction (``tanh``, ``expm1``, ``arcsinh``, ...), so a kernel's
 results are the numba text kernel's. ``sin``, ``cos``, ``exp`` and ``tanh`` may
 use the vector functions of `fgrad.compiler.vector_math` (their IR form).
 """
+import functools
 import hashlib
 import uuid
 
 import numpy as np
 
+from fgrad.compiler import vector_math
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS, define_ir
 
 # C library functions: operation -> name of the double version (float's adds "f")
@@ -235,12 +237,17 @@ def _operation(ir, b, name, args, dtype):
     raise ValueError(f"{name} is not written in kernels")
 
 
-def kernel_ir(spec, name):
+def kernel_ir(spec, name, object_offset=None):
     """The LLVM IR text of ``spec`` (a `KernelSpec`) as function ``name``:
     ``void name(i64 n, in0, len0, in1, len1, ..., outputs, results)`` where
     each input is a pointer to its first element and its length, the
     outputs one pointer per output (one to the first row when packed), and
-    ``results`` one pointer per reduction, where its value is stored."""
+    ``results`` one pointer per reduction, where its value is stored.
+
+    With ``object_offset`` (`fgrad.compiler.native`), each of those pointers
+    is passed as the NumPy array that holds it, C-contiguous: a pointer to
+    the array object, whose data pointer the function reads at that byte
+    offset (NumPy's C structure keeps it first after the object header)."""
     from llvmlite import ir
     module = ir.Module(name=name)
     i64, i1 = ir.IntType(64), ir.IntType(1)
@@ -253,9 +260,14 @@ def kernel_ir(spec, name):
     else:
         params += [_storage_type(ir, d).as_pointer() for d in out_dtypes]
     params += [_value_type(ir, acc).as_pointer() for _, _, acc in spec.reductions]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
-    # external: numba links it into the kernel's module (as linkonce_odr)
-    fn.attributes.add("alwaysinline")
+    if object_offset is not None:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [
+            ir.IntType(8).as_pointer() if isinstance(p, ir.PointerType) else p
+            for p in params]), name)
+    else:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
+        # external: numba links it into the kernel's module (as linkonce_odr)
+        fn.attributes.add("alwaysinline")
     args = list(fn.args)
     # names that make the text readable: n, in0, len0, ..., out0 | outs, res0
     names = ["n"] + [f"{kind}{j}" for j in range(len(spec.inputs)) for kind in ("in", "len")]
@@ -263,11 +275,16 @@ def kernel_ir(spec, name):
     names += [f"res{r}" for r in range(len(spec.reductions))]
     for arg, arg_name in zip(args, names):
         arg.name = arg_name
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    if object_offset is not None:
+        offset = ir.Constant(i64, object_offset)
+        args = [arg if not isinstance(want, ir.PointerType) else b.load(
+                    b.bitcast(b.gep(arg, [offset]), want.as_pointer()), name=f"{arg.name}.data")
+                for arg, want in zip(args, params)]
     n = args[0]
     in_ptrs = args[1:1 + 2 * len(spec.inputs):2]
     in_lens = args[2:2 + 2 * len(spec.inputs):2]
     rest = args[1 + 2 * len(spec.inputs):]
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
     if spec.packed:
         out_ptrs = [b.gep(rest[0], [b.mul(n, ir.Constant(i64, j))])
                     for j in range(len(spec.outputs))]
@@ -483,3 +500,20 @@ def ir_intrinsic(ir_text, name, n_inputs, n_arrays, results):
 def function_name(text):
     """A name for the kernel of IR ``text``: its digest."""
     return "fgrad_kernel_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@functools.lru_cache(maxsize=1)
+def writer_digest():
+    """The SHA-256 of the code that writes kernels' IR: this module's and
+    `fgrad.compiler.vector_math`'s. With a `KernelSpec.key`, it determines a
+    kernel's IR, so a cache can keep compiled kernels under the two without
+    writing the IR to look them up (`fgrad.compiler.native.compile_ir`).
+
+    >>> len(writer_digest())
+    64
+    """
+    digest = hashlib.sha256()
+    for path in (__file__, vector_math.__file__):
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()

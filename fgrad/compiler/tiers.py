@@ -7,7 +7,8 @@ faster than the one before and dearer to build:
   (`fgrad.compiler.codegen`); built at the first call in milliseconds, with no
   compiler involved;
 - ``"kernels"``: the same code with each fusable elementwise group one fused
-  numba kernel (`fgrad.compiler.cpu_fusion`); built from the first call;
+  kernel (`fgrad.compiler.cpu_fusion`), compiled by LLVM without numba
+  (`fgrad.compiler.native`); built from the first call;
 - ``"whole"``: the graph as one numba function (`fgrad.compiler.whole_graph`),
   where every equation is in its table and that pays; built once the graph
   has been called `compile_after()` times and, in the background, once those
@@ -21,7 +22,7 @@ a finished tier replaces the running one in one attribute store, so a call
 runs one tier or the next, whole, whichever thread makes it. ``"sync"`` builds
 each on the calling thread, at the call that needs it (the kernels at the
 first, the whole graph at the `compile_after()`-th), as jit did before it had
-tiers; ``"never"`` stays in the NumPy tier (numba is never imported). The
+tiers; ``"never"`` stays in the NumPy tier (no compiler is loaded). The
 environment variable ``FGRAD_JIT_COMPILE`` sets the default.
 
 The compile thread is a daemon: a process that exits while it compiles does
@@ -43,7 +44,9 @@ import time
 from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu, plan_kernels
 from fgrad.compiler.kernel_cache import start_numba
+from fgrad.compiler.native import start as start_llvm
 from fgrad.compiler.whole_graph import (
+    available as whole_graph_available,
     build,
     compile_after,
     compile_after_named,
@@ -191,7 +194,8 @@ class Tiers:
         self.plan, self.whole, self.error = None, None, None
         self.tier = "numpy"
         self._fuse = fuse and mode != "never"
-        self._after = compile_after() if whole and self._fuse else None
+        self._after = compile_after() if whole and self._fuse and whole_graph_available() \
+            else None
         self._calls = 0
         self._spent = 0.0           # seconds the calls took so far
         # what the calls must have taken before the whole graph is compiled:
@@ -265,8 +269,8 @@ class Tiers:
         try:
             if tier == "kernels":
                 plans = plan_kernels(self.graph)
-                if plans:               # else nothing to compile: numba not needed
-                    self._start_numba(thread)
+                if plans:               # else nothing to compile: LLVM not needed
+                    self._start("llvm", start_llvm, thread)
                     start_time, cpu_start = time.perf_counter(), time.thread_time()
                     code = generate(fuse_for_cpu(self.graph, plans), self.xp)
                     fn, seconds = code.fn, time.perf_counter() - start_time
@@ -275,7 +279,7 @@ class Tiers:
             else:
                 whole_plan = self.plan = self.plan or plan(self.graph)
                 if whole_plan.supported:
-                    self._start_numba(thread)
+                    self._start("numba", start_numba, thread)
                     start_time, cpu_start = time.perf_counter(), time.thread_time()
                     fn = build(whole_plan)
                     seconds = time.perf_counter() - start_time
@@ -310,19 +314,21 @@ class Tiers:
         elif self._budget is not None:  # the call that compiles it is named
             pass
         elif "numba" in sys.modules and on_disk(whole_plan):
-            # compiled before (asked only once numba is loaded, for kernels:
-            # a graph with none does not load it for this)
+            # compiled before (asked only once numba is loaded, by a whole
+            # graph compiled before: the kernels do not load it)
             self._budget = 0.0
         else:
             self._budget = whole_plan.estimated_seconds
 
-    def _start_numba(self, thread):
+    def _start(self, compiler, start, thread):
+        """Load ``compiler`` (``start()``: its start-up's seconds, 0.0 when
+        loaded before), counting the time against this graph."""
         cpu_start = time.thread_time()
-        startup = start_numba()
+        startup = start()
         if startup:
-            self.seconds["numba start-up"] = startup
-            self.cpu_seconds["numba start-up"] = time.thread_time() - cpu_start
-            _log.info("fgrad.jit: numba loaded in %.2f s (%s thread)", startup, thread)
+            self.seconds[f"{compiler} start-up"] = startup
+            self.cpu_seconds[f"{compiler} start-up"] = time.thread_time() - cpu_start
+            _log.info("fgrad.jit: %s loaded in %.2f s (%s thread)", compiler, startup, thread)
 
     def _promote(self, tier, code, fn, seconds):
         with self._lock:

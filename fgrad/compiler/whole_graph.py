@@ -48,6 +48,7 @@ off; ``FGRAD_JIT_WHOLE_GRAPH=N`` compiles at the N-th call (1: at once).
 """
 import functools
 import hashlib
+import importlib.util
 import math
 import os
 
@@ -869,6 +870,21 @@ def count_equations(graph):
                 if hasattr(sub, "eqns") and hasattr(sub, "outvars"):
                     n += count_equations(sub)
     return n
+
+
+def available():
+    """Whether graphs can be compiled whole: numba importable.
+
+    >>> import importlib.util
+    >>> available() == (importlib.util.find_spec("numba") is not None)
+    True
+    """
+    return _numba_installed()
+
+
+@functools.lru_cache(maxsize=1)
+def _numba_installed():
+    return importlib.util.find_spec("numba") is not None
 
 
 def compile_after():

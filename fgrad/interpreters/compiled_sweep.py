@@ -13,7 +13,7 @@ function (`SweepCache`). Later calls that record the same structure run the
 compiled sweep. Large gradients (`MIN_BYTES`) are compiled on their first
 call; smaller ones when a structure comes back, so a one-off call never pays
 for staging. When a structure of `FUSED_MIN_BYTES` or more comes back, its
-sweep is compiled again with elementwise groups fused into numba kernels (as
+sweep is compiled again with elementwise groups fused into LLVM kernels (as
 under ``jit``), which read each large array once and compute sin, cos, exp and
 tanh with SIMD code; a one-off call never waits for a kernel to compile. Anything the compiler cannot stage (a rule that branches on a
 value, a one-off custom rule) keeps the eager sweep.
@@ -269,7 +269,7 @@ class SweepCache(dict):
 
     ``compile_fused(graph, xp, donated, install)``, if given, builds a second
     form of a sweep whose elementwise work is fused into kernels that must be
-    compiled themselves (numba's, on NumPy) and hands it to ``install``, on a
+    compiled themselves (LLVM's, on NumPy) and hands it to ``install``, on a
     compile thread or at once: a large gradient's sweep is recompiled so when
     its structure comes back, so a loop's sweep reads each large array once per
     fused group (and computes sin, cos, exp and tanh with SIMD code), and a

@@ -274,8 +274,8 @@ def value_and_grad(fun, argnums=None, has_aux=False, *, argnames=None,
 
 def _compile_fused(graph, xp, donated, install):
     """Compile a large gradient's sweep with its elementwise groups fused into
-    numba kernels on NumPy (what ``jit`` compiles) and ``install`` it
-    (`SweepCache`): on the compile thread, so that no call waits for numba,
+    LLVM kernels on NumPy (what ``jit`` compiles) and ``install`` it
+    (`SweepCache`): on the compile thread, so that no call waits for them,
     unless ``FGRAD_JIT_COMPILE`` says ``sync`` (now) or ``never`` (not at all),
     as for ``jit`` (`fgrad.compiler.tiers`)."""
     mode = default_compile_mode()

@@ -81,8 +81,8 @@ _log = logging.getLogger("fgrad.jit")
 
 def fuses(graph):
     """Whether jit compiles ``graph`` with fused CPU kernels: unless the jitted
-    function said ``fuse=False`` (a mark on its graphs), when numba is
-    installed and ``FGRAD_JIT_FUSE`` is not ``0``."""
+    function said ``fuse=False`` (a mark on its graphs), when llvmlite (with
+    numba, the ``jit`` extra) is installed and ``FGRAD_JIT_FUSE`` is not ``0``."""
     return graph.compiled.get(_FUSE, True) and cpu_fusion_enabled()
 
 
@@ -782,7 +782,7 @@ class JitFunction:
         (``"numpy"``, ``"kernels"`` or ``"whole"``: `fgrad.compiler.tiers`),
         whether a compile is under way, and the seconds each tier's compiles
         took (its loop bodies' and its gradient's halves' included; and
-        numba's start-up, if they paid it), in time and in the compiling
+        LLVM's or numba's start-up, if they paid it), in time and in the compiling
         thread's CPU time."""
         infos = []
         for entry in list(self._cache.values()):
@@ -932,13 +932,13 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     It applies to calls with arrays; a parallel jitted function called under
     another transformation runs its graph sequentially.
 
-    With numba installed, groups of elementwise operations (and a ``sum``,
-    ``max`` or ``min`` of them over all axes) on NumPy arrays run as fused,
-    compiled CPU kernels (`fgrad.compiler.cpu_fusion`; docs/jit.md).
+    With numba (and llvmlite) installed, groups of elementwise operations
+    (and a ``sum``, ``max`` or ``min`` of them over all axes) on NumPy arrays
+    run as fused, compiled CPU kernels (`fgrad.compiler.cpu_fusion`; docs/jit.md).
     ``fuse=False``, or the environment variable ``FGRAD_JIT_FUSE=0``, turns
     that off: the code is then NumPy calls, one per equation.
 
-    No call waits for numba: the first calls run NumPy calls while the
+    No call waits for a compiler: the first calls run NumPy calls while the
     kernels (and, for small graphs, the whole graph as one function) compile
     on a background thread, and later calls switch to them once built
     (`fgrad.compiler.tiers`; docs/jit.md). ``compile="sync"`` compiles on the

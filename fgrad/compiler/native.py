@@ -1,0 +1,188 @@
+"""Fused CPU kernels compiled by LLVM from their IR, loaded without numba.
+
+`fgrad.compiler.kernel_ir` writes each fused kernel's loop as LLVM IR. Handing
+that IR to numba (one intrinsic call in a one-line numba function) costs more
+than the loop: numba's import and start-up (0.35-0.8 s a process, seconds
+when its files are not in the page cache), then its typing and lowering of
+the wrapper, about a second of CPU for `jit-elem`'s two kernels where LLVM
+needs 0.1 s. This module gives the IR to LLVM itself, through llvmlite (which
+numba is built on, and which imports in about 0.05 s):
+
+- `compile_ir` optimises the IR at -O3 for the host CPU, in an LLVM context
+  of its own (numba may be compiling on another thread), and emits machine
+  code; the disk cache keeps that code (`fgrad.compiler.kernel_cache`), keyed
+  by the IR, the CPU and LLVM's version, so a second process loads a kernel
+  in about a millisecond and never imports numba for it;
+- each kernel lives in an execution engine of its own, freed with it, and is
+  called through ctypes, which releases the GIL for the call (as numba's
+  ``nogil`` did);
+- arrays are passed as objects, not as data pointers: reading
+  ``a.ctypes.data`` from Python costs about 3 us an array, more than a small
+  kernel's whole call, so the kernel reads each array's data pointer from
+  NumPy's array structure itself, at the offset `array_data_offset` finds
+  once per process by comparing with NumPy's own figure (where it finds none,
+  `available` is False and jit runs without kernels).
+"""
+import ctypes
+import functools
+import hashlib
+import importlib.util
+import logging
+import time
+
+import numpy as np
+
+from fgrad.compiler.kernel_cache import read_object, write_object
+
+_FORMAT = 1
+# ctypes types of the parameter kinds `compile_ir` takes
+_ARGTYPES = {"i64": ctypes.c_int64, "array": ctypes.py_object}
+_log = logging.getLogger("fgrad.jit")
+
+
+def available():
+    """Whether kernels can be compiled here: llvmlite installed, and NumPy's
+    array structure read as `array_data_offset` expects.
+
+    >>> available() == (importlib.util.find_spec("llvmlite") is not None
+    ...                 and array_data_offset() is not None)
+    True
+    """
+    return _llvmlite_installed() and array_data_offset() is not None
+
+
+@functools.lru_cache(maxsize=1)
+def _llvmlite_installed():
+    return importlib.util.find_spec("llvmlite") is not None
+
+
+@functools.lru_cache(maxsize=1)
+def array_data_offset():
+    """The byte offset of the data pointer in a NumPy array object (16 on
+    CPython: right after the object header), or None if it cannot be found.
+    Found by reading candidate offsets of a few arrays, views among them, and
+    comparing with the address NumPy reports for each.
+
+    >>> array_data_offset() in (None, 16, 24, 32, 40, 48)
+    True
+    """
+    base = np.arange(12.0).reshape(3, 4)
+    probes = [np.empty(3), base[1], base[:, ::-1], np.zeros(0, np.int8)]
+    expected = [p.__array_interface__["data"][0] for p in probes]
+    for offset in range(8, 64, 8):
+        if all(ctypes.c_void_p.from_address(id(p) + offset).value == want
+               for p, want in zip(probes, expected)):
+            return offset
+    return None
+
+
+def start():
+    """Load LLVM (llvmlite) and look up the host CPU: the start-up a process
+    pays before its first kernel; the seconds it took, 0.0 when done before.
+
+    >>> not available() or start() >= 0.0
+    True
+    """
+    first = _llvm.cache_info().currsize == 0
+    seconds = _llvm()[2]
+    return seconds if first else 0.0
+
+
+@functools.lru_cache(maxsize=1)
+def _llvm():
+    """``(llvmlite.binding, the host's (triple, CPU, features), seconds)``."""
+    start_time = time.perf_counter()
+    import llvmlite
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    host = (llvm.get_process_triple(), llvm.get_host_cpu_name(),
+            llvm.get_host_cpu_features().flatten(),
+            f"llvm {llvm.llvm_version_info} llvmlite {llvmlite.__version__}")
+    return llvm, host, time.perf_counter() - start_time
+
+
+def _target_machine(llvm, host):
+    # one per use: an execution engine takes its target machine over
+    triple, cpu, features, _ = host
+    return llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features=features, opt=3, jit=True)
+
+
+class NativeFunction:
+    """A function `compile_ir` compiled and loaded. ``c_function`` is the
+    ctypes function to call (it releases the GIL); the object keeps the
+    machine code alive, and frees it when it goes. ``loaded`` says whether
+    the code came from the disk cache, ``seconds`` what compiling or loading
+    it took; ``key`` names its machine code in the disk cache."""
+
+    __slots__ = ("name", "key", "c_function", "loaded", "seconds", "_engine")
+
+    def __init__(self, name, key, c_function, engine, loaded, seconds):
+        self.name, self.key, self.c_function, self._engine = name, key, c_function, engine
+        self.loaded, self.seconds = loaded, seconds
+
+    def __call__(self, *args):
+        return self.c_function(*args)
+
+    def __repr__(self):
+        return f"<native {self.name}>"
+
+
+def compile_ir(text, name, params, key=None):
+    """Function ``name`` of the LLVM IR ``text``, compiled for this CPU (or
+    loaded from the disk cache), as a `NativeFunction`. ``params`` names its
+    parameters' kinds in order: ``"i64"`` (a Python int) or ``"array"`` (a
+    NumPy array, received as a pointer to the array object: see
+    `array_data_offset`); it returns nothing.
+
+    ``text`` may be a function that writes the IR, and ``key`` a string
+    that determines what it writes: the disk cache is then looked up by the
+    key, and the IR written only when the machine code is not there.
+
+    >>> ir = 'define void @twice(i64 %n) {\\n  ret void\\n}\\n'
+    >>> not available() or compile_ir(ir, "twice", ["i64"])(3) is None
+    True
+    """
+    llvm, host, _ = _llvm()
+    start_time = time.perf_counter()
+    if key is None:
+        key = text
+    key = "native-" + hashlib.sha256("\n".join(
+        [f"format {_FORMAT}", *host, f"array data at {array_data_offset()}", key]
+    ).encode()).hexdigest()[:40]
+    code = read_object(key)
+    loaded = code is not None
+    if not loaded:
+        code = _machine_code(llvm, host, text() if callable(text) else text)
+        write_object(key, code)
+    # an empty module in a context of its own starts the engine (which keeps
+    # both); the machine code goes in as an object file
+    engine = llvm.create_mcjit_compiler(
+        llvm.parse_assembly("", context=llvm.create_context()), _target_machine(llvm, host))
+    engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+    engine.finalize_object()
+    address = engine.get_function_address(name)
+    if not address:
+        raise RuntimeError(f"LLVM compiled no function {name!r}")
+    _log.debug("fgrad.jit: kernel %s %s", key,
+               "loaded from the disk cache" if loaded else "compiled")
+    c_type = ctypes.CFUNCTYPE(None, *[_ARGTYPES[p] for p in params])
+    return NativeFunction(name, key, c_type(address), engine, loaded,
+                          time.perf_counter() - start_time)
+
+
+def _machine_code(llvm, host, text):
+    """The object code of IR ``text``, optimised as clang's -O3 would (loop
+    and straight-line vectorisation on) for the host CPU."""
+    module = llvm.parse_assembly(text, context=llvm.create_context())
+    try:
+        module.verify()
+        machine = _target_machine(llvm, host)
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.slp_vectorization = True
+        passes = llvm.create_pass_builder(machine, tuning)
+        passes.getModulePassManager().run(module, passes)
+        return machine.emit_object(module)
+    finally:
+        module.close()
