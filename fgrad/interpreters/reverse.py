@@ -167,7 +167,7 @@ def _prune(prim, in_nodes, primals, ans):
 class ReverseTrace(Trace):
     """Evaluates primitives and records the equations the reverse sweep needs."""
 
-    __slots__ = ("eqns", "large", "num_nodes", "recipes", "recomputes")
+    __slots__ = ("eqns", "forward", "large", "num_nodes", "recipes", "recomputes")
     # whether to drop the residuals the VJP rules do not read (see `_prune`)
     prune_residuals = True
     # whether a dead temporary's buffer may take a result (`binary_into_operand`)
@@ -189,6 +189,10 @@ class ReverseTrace(Trace):
         # whether some equation took the large-array path of `record` (only
         # then can a residual be worth donating to a compiled sweep)
         self.large = False
+        # {primitive: impl} evaluating some one-operand primitives' values
+        # instead of their own impl (`fgrad.compiler.vector_forward`: sin and
+        # kin of large arrays), set by the transformation that made the trace
+        self.forward = {}
 
     def new_input(self, value):
         node = self.num_nodes
@@ -218,8 +222,10 @@ class ReverseTrace(Trace):
             primals, in_nodes = [p], (x.node,)
             if isinstance(p, Tracer):           # an outer transformation's value
                 ans = self.evaluate_traced(prim, primals, params)
+            elif params:
+                ans = prim.impl(p, **params)
             else:
-                ans = prim.impl(p, **params) if params else prim.impl(p)
+                ans = (self.forward.get(prim) or prim.impl)(p)
         else:
             if len(args) == 2:                   # binary operations, unrolled too
                 x, y = args
