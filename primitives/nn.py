@@ -206,21 +206,29 @@ def _offset_slices(i, j, out_shape, stride, dilation):
             slice(s, s + stride[1] * (ow - 1) + 1, stride[1]))
 
 
-def _im2col_impl(x, kernel, stride, dilation, padding, pad_value):
+def _receptive_fields(x, kernel, stride, dilation, padding, pad_value, batch_last=True):
+    """im2col's impl: (C, kh, kw, OH, OW, N); with ``batch_last=False`` the same
+    columns ordered (C, kh, kw, N, OH, OW), as `conv2d`'s forward pass uses them."""
     xp = array_module(x)
-    n, c, h, w = x.shape
+    h, w = x.shape[2:]
     (lo_h, hi_h), (lo_w, hi_w) = padding
-    # one copy of the (small) input to (C, H, W, N), padded; then one strided
-    # copy per kernel offset (kh*kw of them), never one per element. Plain
-    # slicing works on every backend, unlike stride tricks.
-    xt = xp.full((c, h + lo_h + hi_h, w + lo_w + hi_w, n), pad_value, x.dtype)
-    xt[:, lo_h:lo_h + h, lo_w:lo_w + w] = x.transpose(1, 2, 3, 0)
-    shape = _cols_shape(x.shape, kernel, stride, dilation, padding)
-    out = xp.empty(shape, x.dtype)
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            out[:, i, j] = xt[(slice(None),) + _offset_slices(i, j, shape[3:5], stride,
-                                                              dilation)]
+    c, kh, kw, oh, ow, n = _cols_shape(x.shape, kernel, stride, dilation, padding)
+    grid = (h + lo_h + hi_h, w + lo_w + hi_w)
+    inner = (slice(lo_h, lo_h + h), slice(lo_w, lo_w + w))
+    # one copy of the (small) input, padded, to (C, H, W, N) or (C, N, H, W);
+    # then one strided copy per kernel offset (kh*kw of them), never one per
+    # element. Plain slicing works on every backend, unlike stride tricks.
+    if batch_last:
+        padded = xp.full((c,) + grid + (n,), pad_value, x.dtype)
+        padded[(slice(None),) + inner] = x.transpose(1, 2, 3, 0)
+        lead, out = (slice(None),), xp.empty((c, kh, kw, oh, ow, n), x.dtype)
+    else:
+        padded = xp.full((c, n) + grid, pad_value, x.dtype)
+        padded[(slice(None), slice(None)) + inner] = x.transpose(1, 0, 2, 3)
+        lead, out = (slice(None),) * 2, xp.empty((c, kh, kw, n, oh, ow), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, i, j] = padded[lead + _offset_slices(i, j, (oh, ow), stride, dilation)]
     return out
 
 
@@ -234,7 +242,7 @@ def _im2col_abstract(x, kernel, stride, dilation, padding, pad_value):
     return ShapedArray(shape, x.dtype)
 
 
-im2col_p = Primitive("im2col", _im2col_impl, _im2col_abstract, family=FAMILY)
+im2col_p = Primitive("im2col", _receptive_fields, _im2col_abstract, family=FAMILY)
 
 
 def _col2im_impl(cols, shape, kernel, stride, dilation, padding):
@@ -325,16 +333,19 @@ def _conv_ct_matrix(ct, groups):
 def _conv2d_impl(x, w, stride, dilation, padding, groups):
     xp = array_module(x, w)
     o, cg, kh, kw = w.shape
-    cols = _im2col_impl(x, (kh, kw), stride, dilation, padding, 0.0)
-    oh, ow, n = cols.shape[3:]
+    # the columns ordered (N, OH, OW) (not im2col's (OH, OW, N)): the product
+    # is then (O, N, OH*OW), and its copy to NCHW moves whole OH*OW planes,
+    # where from (O, OH, OW, N) it moves one element at a time
+    cols = _receptive_fields(x, (kh, kw), stride, dilation, padding, 0.0, batch_last=False)
+    n, oh, ow = cols.shape[3:]
     # 2-d matmul when there is one group: NumPy sends 2-d products to BLAS
     lead = (groups,) if groups > 1 else ()
     out = xp.matmul(w.reshape(lead + (o // groups, cg * kh * kw)),
-                    cols.reshape(lead + (cg * kh * kw, oh * ow * n)))
+                    cols.reshape(lead + (cg * kh * kw, n * oh * ow)))
     # one copy to NCHW order: the elementwise code that follows (bias, relu,
     # their fused gradients) runs on flat C-ordered arrays, and would copy a
-    # view of the product's (O, OH, OW, N) order once for each kernel reading it
-    return xp.ascontiguousarray(out.reshape(o, oh, ow, n).transpose(3, 0, 1, 2))
+    # view of another order once for each kernel reading it
+    return xp.ascontiguousarray(out.reshape(o, n, oh, ow).transpose(1, 0, 2, 3))
 
 
 def _conv2d_abstract(x, w, stride, dilation, padding, groups):
