@@ -34,7 +34,6 @@ from fgrad.primitives.elementwise import (
     where,
 )
 from fgrad.primitives.indexing import getitem
-from fgrad.primitives.products import matmul
 from fgrad.primitives.reductions import max_, mean, sum_
 from fgrad.primitives.shape import expand_dims, reshape, transpose
 
@@ -530,7 +529,7 @@ def conv2d(x, w, b=None, *, stride=1, padding=0, dilation=1, groups=1):
     if xa.ndim != 4 or wa.ndim != 4:
         raise NNArgumentError(f"{fname}: x must be (N, C, H, W) and w (O, C/groups, "
                               f"kh, kw); got x {xa.shape} and w {wa.shape}")
-    n, c, h, wd = xa.shape
+    _, c, h, wd = xa.shape
     o, cg, kh, kw = wa.shape
     if groups < 1 or c % groups or o % groups or c // groups != cg:
         raise NNArgumentError(
@@ -541,14 +540,7 @@ def conv2d(x, w, b=None, *, stride=1, padding=0, dilation=1, groups=1):
     dilation = _tuple(dilation, 2, "dilation", fname)
     pads = _padding(padding, (h, wd), (kh, kw), stride, dilation, fname)
     _check_window((h, wd), (kh, kw), dilation, pads, fname)
-    cols = _p.im2col(x, (kh, kw), stride, dilation, pads, 0.0)
-    oh, ow = get_aval(cols).shape[-2:]
-    # 2-d matmul when there is one group: NumPy sends 2-d products (transposed
-    # or not) to BLAS, but may loop in C over a stack of non-contiguous ones
-    lead = (groups,) if groups > 1 else ()
-    cols = reshape(cols, lead + (cg * kh * kw, n * oh * ow))
-    out = matmul(reshape(w, lead + (o // groups, cg * kh * kw)), cols)
-    out = transpose(reshape(out, (o, n, oh, ow)), (1, 0, 2, 3))
+    out = _p.conv2d(x, w, stride, dilation, pads, groups)
     if b is not None:
         if get_aval(b).shape != (o,):
             raise NNArgumentError(f"{fname}: b must have shape ({o},), got "
@@ -607,7 +599,7 @@ def _pool(x, window, stride, padding, dilation, pad_value, reduce, fname):
         windows = transpose(reshape(x, (n, c, oh, kh, ow, kw)), (3, 5, 0, 1, 2, 4))
         return reduce(reshape(windows, (kh * kw, n, c, oh, ow)), 0)
     cols = _p.im2col(x, window, stride, dilation, pads, pad_value)
-    return transpose(reduce(cols, (1, 2)), (1, 0, 2, 3))
+    return transpose(reduce(cols, (1, 2)), (3, 0, 1, 2))
 
 
 def max_pool2d(x, window, stride=None, *, padding=0, dilation=1):

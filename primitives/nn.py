@@ -10,20 +10,24 @@ Convolution and pooling rest on two linear primitives that are each other's
 transpose: `im2col` gathers every receptive field of a (padded, strided,
 dilated) NCHW input into a matrix, so a convolution is one matrix product;
 `col2im` scatter-adds such a matrix back onto the input grid. The VJP of one is
-the other, so a convolution's input gradient is a scatter and every derivative of
-any order stays inside these two primitives and ``matmul``.
+the other. `conv2d` is that gather and product in one primitive (so that the
+gathered matrix is not kept for the backward pass); its rules are written with
+`im2col`, `col2im` and ``matmul``, so every derivative of any order stays inside
+those primitives.
 """
 import math
 
 import numpy as np
 
 from fgrad.core.backend import array_module, scipy_module
-from fgrad.primitives.batching import move_axis, reduction_batch_rule, unary_batch_rule
+from fgrad.primitives.batching import (
+    axis_size, batch_to_front, move_axis, reduction_batch_rule, unary_batch_rule,
+)
 from fgrad.core.trace import Primitive, ShapedArray, get_aval
 
-from fgrad.primitives.base import normalize_axis
+from fgrad.primitives.base import dummy, normalize_axis
 from fgrad.primitives.elementwise import (
-    convert_element_type, equal, exp, greater, where,
+    convert_element_type, equal, exp, greater, unbroadcast, where,
 )
 from fgrad.primitives.reductions import keepdims_like, sum_
 
@@ -171,9 +175,14 @@ def softmax(x, axis=-1):
 # ---------------------------------------------------------------------------
 #
 # Layout: an NCHW input of shape (N, C, H, W) becomes columns of shape
-# (C, kh, kw, N, OH, OW). Putting (C, kh, kw) first makes a convolution one
+# (C, kh, kw, OH, OW, N). Putting (C, kh, kw) first makes a convolution one
 # matrix product per group, ``w.reshape(G, O/G, C/G*kh*kw) @
-# cols.reshape(G, C/G*kh*kw, N*OH*OW)``, with no transpose of the big operand.
+# cols.reshape(G, C/G*kh*kw, OH*OW*N)``, with no transpose of the big operand.
+# Putting the batch last makes every kernel offset's block of columns a slice
+# of the input seen as (C, H, W, N) whose contiguous runs are OW*N long (with
+# stride 1), where an (N, C, H, W) slice has runs only OW long: NumPy's copies
+# and adds pay a fixed cost per run, which made the gather and, more so, the
+# scatter's adds several times slower at LeNet's sizes (OW = 10 or 28).
 # Params: kernel, stride, dilation (pairs), padding ((lo, hi), (lo, hi)), and for
 # im2col the value padded cells hold (0 for convolution, -inf for max pooling).
 
@@ -186,24 +195,40 @@ def _cols_shape(shape, kernel, stride, dilation, padding):
     n, c, h, w = shape
     oh, ow = (output_size(s, k, st, d, lo, hi) for s, k, st, d, (lo, hi) in
               zip((h, w), kernel, stride, dilation, padding))
-    return (c, kernel[0], kernel[1], n, oh, ow)
+    return (c, kernel[0], kernel[1], oh, ow, n)
 
 
-def _im2col_impl(x, kernel, stride, dilation, padding, pad_value):
+def _offset_slices(i, j, out_shape, stride, dilation):
+    """The (H, W) slices of the padded input that kernel offset (i, j) reads
+    for an output of spatial shape ``out_shape`` = (OH, OW)."""
+    (oh, ow), r, s = out_shape, i * dilation[0], j * dilation[1]
+    return (slice(r, r + stride[0] * (oh - 1) + 1, stride[0]),
+            slice(s, s + stride[1] * (ow - 1) + 1, stride[1]))
+
+
+def _receptive_fields(x, kernel, stride, dilation, padding, pad_value, batch_last=True):
+    """im2col's impl: (C, kh, kw, OH, OW, N); with ``batch_last=False`` the same
+    columns ordered (C, kh, kw, N, OH, OW), as `conv2d`'s forward pass uses them."""
     xp = array_module(x)
-    if any(lo or hi for lo, hi in padding):
-        x = xp.pad(x, ((0, 0), (0, 0)) + tuple(padding), constant_values=pad_value)
-    shape = _cols_shape(x.shape, kernel, stride, dilation, ((0, 0), (0, 0)))
-    oh, ow = shape[-2:]
-    out = xp.empty(shape, x.dtype)
-    # one strided copy per kernel offset (kh*kw of them), never one per element;
-    # plain slicing works on every backend, unlike stride tricks
-    for i in range(kernel[0]):
-        r = i * dilation[0]
-        for j in range(kernel[1]):
-            s = j * dilation[1]
-            out[:, i, j] = x[:, :, r:r + stride[0] * (oh - 1) + 1:stride[0],
-                             s:s + stride[1] * (ow - 1) + 1:stride[1]].transpose(1, 0, 2, 3)
+    h, w = x.shape[2:]
+    (lo_h, hi_h), (lo_w, hi_w) = padding
+    c, kh, kw, oh, ow, n = _cols_shape(x.shape, kernel, stride, dilation, padding)
+    grid = (h + lo_h + hi_h, w + lo_w + hi_w)
+    inner = (slice(lo_h, lo_h + h), slice(lo_w, lo_w + w))
+    # one copy of the (small) input, padded, to (C, H, W, N) or (C, N, H, W);
+    # then one strided copy per kernel offset (kh*kw of them), never one per
+    # element. Plain slicing works on every backend, unlike stride tricks.
+    if batch_last:
+        padded = xp.full((c,) + grid + (n,), pad_value, x.dtype)
+        padded[(slice(None),) + inner] = x.transpose(1, 2, 3, 0)
+        lead, out = (slice(None),), xp.empty((c, kh, kw, oh, ow, n), x.dtype)
+    else:
+        padded = xp.full((c, n) + grid, pad_value, x.dtype)
+        padded[(slice(None), slice(None)) + inner] = x.transpose(1, 0, 2, 3)
+        lead, out = (slice(None),) * 2, xp.empty((c, kh, kw, n, oh, ow), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, i, j] = padded[lead + _offset_slices(i, j, (oh, ow), stride, dilation)]
     return out
 
 
@@ -211,30 +236,27 @@ def _im2col_abstract(x, kernel, stride, dilation, padding, pad_value):
     if x.ndim != 4:
         raise ValueError(f"im2col expects an NCHW array, got shape {x.shape}")
     shape = _cols_shape(x.shape, kernel, stride, dilation, padding)
-    if min(shape[-2:]) < 1:
+    if min(shape[3:5]) < 1:
         raise ValueError(f"a {kernel} window (dilation {dilation}) does not fit in "
                          f"the padded {x.shape[2:]} input")
     return ShapedArray(shape, x.dtype)
 
 
-im2col_p = Primitive("im2col", _im2col_impl, _im2col_abstract, family=FAMILY)
+im2col_p = Primitive("im2col", _receptive_fields, _im2col_abstract, family=FAMILY)
 
 
 def _col2im_impl(cols, shape, kernel, stride, dilation, padding):
     xp = array_module(cols)
     n, c, h, w = shape
     (lo_h, hi_h), (lo_w, hi_w) = padding
-    out = xp.zeros((n, c, h + lo_h + hi_h, w + lo_w + hi_w), cols.dtype)
-    oh, ow = cols.shape[-2:]
-    # one strided add per kernel offset (kh*kw of them), never one per element
+    # accumulated as (C, H, W, N), whose slices have long contiguous runs (see
+    # the layout above); one strided add per kernel offset, then one copy to NCHW
+    out = xp.zeros((c, h + lo_h + hi_h, w + lo_w + hi_w, n), cols.dtype)
     for i in range(kernel[0]):
-        r = i * dilation[0]
         for j in range(kernel[1]):
-            s = j * dilation[1]
-            out[:, :, r:r + stride[0] * (oh - 1) + 1:stride[0],
-                s:s + stride[1] * (ow - 1) + 1:stride[1]] += \
-                cols[:, i, j].transpose(1, 0, 2, 3)
-    return out[:, :, lo_h:lo_h + h, lo_w:lo_w + w]
+            out[(slice(None),) + _offset_slices(i, j, cols.shape[3:5], stride,
+                                                dilation)] += cols[:, i, j]
+    return xp.ascontiguousarray(out[:, lo_h:lo_h + h, lo_w:lo_w + w].transpose(3, 0, 1, 2))
 
 
 def _col2im_abstract(cols, shape, kernel, stride, dilation, padding):
@@ -262,7 +284,7 @@ def _pair(v):
 
 def im2col(x, kernel, stride=(1, 1), dilation=(1, 1), padding=((0, 0), (0, 0)),
            pad_value=0.0):
-    """Every receptive field of NCHW ``x``, as an array (C, kh, kw, N, OH, OW)."""
+    """Every receptive field of NCHW ``x``, as an array (C, kh, kw, OH, OW, N)."""
     return im2col_p.bind(x, kernel=_pair(kernel), stride=_pair(stride),
                          dilation=_pair(dilation),
                          padding=tuple(_pair(p) for p in padding),
@@ -271,10 +293,100 @@ def im2col(x, kernel, stride=(1, 1), dilation=(1, 1), padding=((0, 0), (0, 0)),
 
 def col2im(cols, shape, kernel, stride=(1, 1), dilation=(1, 1),
            padding=((0, 0), (0, 0))):
-    """Scatter-add columns (C, kh, kw, N, OH, OW) back onto an NCHW ``shape``."""
+    """Scatter-add columns (C, kh, kw, OH, OW, N) back onto an NCHW ``shape``."""
     return col2im_p.bind(cols, shape=_pair(shape), kernel=_pair(kernel),
                          stride=_pair(stride), dilation=_pair(dilation),
                          padding=tuple(_pair(p) for p in padding))
+
+
+# ---------------------------------------------------------------------------
+# Convolution: one matrix product over the receptive fields
+# ---------------------------------------------------------------------------
+#
+# conv2d(x, w) = w.reshape(G, O/G, C/G*kh*kw) @ im2col(x).reshape(G, C/G*kh*kw,
+# OH*OW*N), as (N, O, OH, OW). It is a primitive, not that composition, for
+# memory: the composition keeps the columns (kh*kw times the input) alive from
+# the forward pass to the weight's gradient, where this keeps only x, and its
+# weight rule gathers them again (one more im2col). In the LeNet benchmark the
+# columns of the two layers were 18 MB of a 27 MB peak; without them the peak is
+# 15 MB, and the allocator no longer hands the pages back between steps, which
+# had cost some 3,000 page faults (several milliseconds) per step.
+# The rules are that composition's rules: the input's cotangent is a col2im, the
+# weight's a product with im2col(x); the JVP is the convolution of the tangents.
+# Params: stride, dilation (pairs), padding ((lo, hi), (lo, hi)), groups.
+
+
+def _conv_matrix(w, groups):
+    """w (O, C/G, kh, kw) as (G, O/G, C/G*kh*kw), or (O, C*kh*kw) for one group."""
+    o = get_aval(w).shape[0]
+    lead = (groups,) if groups > 1 else ()
+    return reshape(w, lead + (o // groups, -1))
+
+
+def _conv_ct_matrix(ct, groups):
+    """An (N, O, OH, OW) cotangent as (G, O/G, OH*OW*N) columns, im2col's order."""
+    n, o, oh, ow = get_aval(ct).shape
+    lead = (groups,) if groups > 1 else ()
+    return reshape(transpose(ct, (1, 2, 3, 0)), lead + (o // groups, oh * ow * n))
+
+
+def _conv2d_impl(x, w, stride, dilation, padding, groups):
+    xp = array_module(x, w)
+    o, cg, kh, kw = w.shape
+    # the columns ordered (N, OH, OW) (not im2col's (OH, OW, N)): the product
+    # is then (O, N, OH*OW), and its copy to NCHW moves whole OH*OW planes,
+    # where from (O, OH, OW, N) it moves one element at a time
+    cols = _receptive_fields(x, (kh, kw), stride, dilation, padding, 0.0, batch_last=False)
+    n, oh, ow = cols.shape[3:]
+    # 2-d matmul when there is one group: NumPy sends 2-d products to BLAS
+    lead = (groups,) if groups > 1 else ()
+    out = xp.matmul(w.reshape(lead + (o // groups, cg * kh * kw)),
+                    cols.reshape(lead + (cg * kh * kw, n * oh * ow)))
+    # one copy to NCHW order: the elementwise code that follows (bias, relu,
+    # their fused gradients) runs on flat C-ordered arrays, and would copy a
+    # view of another order once for each kernel reading it
+    return xp.ascontiguousarray(out.reshape(o, n, oh, ow).transpose(1, 0, 2, 3))
+
+
+def _conv2d_abstract(x, w, stride, dilation, padding, groups):
+    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1] * groups \
+            or w.shape[0] % groups:
+        raise ValueError(f"conv2d expects x (N, C, H, W) and w (O, C/{groups}, kh, kw) "
+                         f"with O divisible by {groups}, got {x.shape} and {w.shape}")
+    oh, ow, n = _im2col_abstract(x, w.shape[2:], stride, dilation, padding, 0.0).shape[3:]
+    return ShapedArray((n, w.shape[0], oh, ow), np.result_type(dummy(x), dummy(w)))
+
+
+conv2d_p = Primitive("conv2d", _conv2d_impl, _conv2d_abstract, family=FAMILY)
+
+
+def _conv2d_vjp_x(ct, ans, x, w, stride, dilation, padding, groups):
+    c, kh, kw, oh, ow, n = _cols_shape(get_aval(x).shape, get_aval(w).shape[2:], stride,
+                                       dilation, padding)
+    cols_ct = matmul(swap_last_axes(_conv_matrix(w, groups)), _conv_ct_matrix(ct, groups))
+    cols_ct = reshape(cols_ct, (c, kh, kw, oh, ow, n))
+    return unbroadcast(col2im(cols_ct, get_aval(x).shape, (kh, kw), stride, dilation,
+                              padding), x)
+
+
+def _conv2d_vjp_w(ct, ans, x, w, stride, dilation, padding, groups):
+    o, cg, kh, kw = get_aval(w).shape
+    cols = im2col(x, (kh, kw), stride, dilation, padding, 0.0)
+    lead = (groups,) if groups > 1 else ()
+    cols = reshape(cols, lead + (cg * kh * kw, -1))
+    ct_w = matmul(_conv_ct_matrix(ct, groups), swap_last_axes(cols))
+    return unbroadcast(reshape(ct_w, (o, cg, kh, kw)), w)
+
+
+conv2d_p.def_vjp(_conv2d_vjp_x, _conv2d_vjp_w, reads=[{1}, {0}])
+conv2d_p.def_jvp(lambda t, ans, x, w, **params: conv2d_p.bind(t, w, **params),
+                 lambda t, ans, x, w, **params: conv2d_p.bind(x, t, **params))
+
+
+def conv2d(x, w, stride=(1, 1), dilation=(1, 1), padding=((0, 0), (0, 0)), groups=1):
+    """The cross-correlation of NCHW ``x`` with ``w`` (O, C/groups, kh, kw), (N, O, OH, OW)."""
+    return conv2d_p.bind(x, w, stride=_pair(stride), dilation=_pair(dilation),
+                         padding=tuple(_pair(p) for p in padding), groups=int(groups))
 
 
 def as_float(x, like):
@@ -309,14 +421,30 @@ def _im2col_batch(args, dims, **params):
     # examples become more images: (B, N, C, H, W) -> (B*N, C, H, W)
     (x,), (d,) = args, dims
     x, size = _merge_into(x, d, 0)
-    return _split_axis(im2col_p.bind(x, **params), 3, size), 3
+    return _split_axis(im2col_p.bind(x, **params), 5, size), 5
 
 
 def _col2im_batch(args, dims, *, shape, **params):
     (cols,), (d,) = args, dims
-    cols, size = _merge_into(cols, d, 3)
+    cols, size = _merge_into(cols, d, 5)
     out = col2im_p.bind(cols, shape=(size * shape[0],) + tuple(shape[1:]), **params)
     return _split_axis(out, 0, size), 0
+
+
+def _conv2d_batch(args, dims, *, groups, **params):
+    (x, w), (dx, dw) = args, dims
+    if dw is None:
+        # examples become more images: (B, N, C, H, W) -> (B*N, C, H, W)
+        x, size = _merge_into(x, dx, 0)
+        return _split_axis(conv2d_p.bind(x, w, groups=groups, **params), 0, size), 0
+    # a batch of kernels: each member is a group of its own, reading its own
+    # copy of the input's channels, (N, B*C, H, W) and (B*O, C/G, kh, kw)
+    size = axis_size(args, dims)
+    x = batch_to_front(x, dx, size)
+    x, _ = _merge_into(x, 0, 1)
+    w, _ = _merge_into(w, dw, 0)
+    out = conv2d_p.bind(x, w, groups=groups * size, **params)
+    return _split_axis(out, 1, size), 1
 
 
 def _install_batch_rules():
@@ -326,6 +454,7 @@ def _install_batch_rules():
     softmax_p.batch = _softmax_batch
     im2col_p.batch = _im2col_batch
     col2im_p.batch = _col2im_batch
+    conv2d_p.batch = _conv2d_batch
 
 
 _install_batch_rules()
@@ -333,4 +462,5 @@ _install_batch_rules()
 
 # Families use each other's functions in their rules; importing them last
 # makes the cycle harmless (every name above exists by then).
-from fgrad.primitives.shape import reshape  # noqa: E402
+from fgrad.primitives.products import matmul  # noqa: E402
+from fgrad.primitives.shape import reshape, swap_last_axes, transpose  # noqa: E402

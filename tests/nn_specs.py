@@ -234,7 +234,7 @@ def conv_configs(draw, max_groups=2):
                 groups=groups, stride=stride, dilation=dilation, padding=padding)
 
 
-@spec("im2col", "col2im", "nn.conv2d")
+@spec("im2col", "col2im", "conv2d", "nn.conv2d")
 def _conv2d(name):
     def build(d):
         cfg, (x, w, b) = d
