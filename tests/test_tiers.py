@@ -14,6 +14,7 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.compiler import cpu_fusion
+from fgrad.compiler.tiers import COMPILE_SWITCH_INTERVAL, CompileQueue
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -152,3 +153,18 @@ def test_a_process_exits_at_once_while_a_compile_runs():
     """, FGRAD_KERNEL_CACHE="0")
     assert done.returncode == 0 and "exiting" in done.stdout, done.stderr
     assert "tier compiled" not in done.stderr
+
+
+def test_compile_jobs_run_at_a_fine_switch_interval_and_restore_it():
+    queue, seen, before = CompileQueue(), [], sys.getswitchinterval()
+    queue.submit(lambda: seen.append(sys.getswitchinterval()))
+    assert queue.wait(timeout=30)
+    assert seen == [min(before, COMPILE_SWITCH_INTERVAL)]
+    assert sys.getswitchinterval() == before
+    # a value the program sets while a job runs is left as it is
+    try:
+        queue.submit(lambda: sys.setswitchinterval(0.01))
+        assert queue.wait(timeout=30)
+        assert sys.getswitchinterval() == 0.01
+    finally:
+        sys.setswitchinterval(before)
