@@ -11,8 +11,9 @@ half the gradient's time.
 
 `forward_impls` gives `fgrad.transforms.differentiation` the forward
 functions the reverse trace (`fgrad.interpreters.reverse`) evaluates these
-primitives with: on a float64 or float32 NumPy array of at least
-`MIN_BYTES`, a one-operation kernel (`fgrad.compiler.cpu_fusion.native_kernel`)
+primitives with, in a gradient with respect to an array of at least
+`MIN_BYTES` (the others skip even the lookup: the per-operation cost of small
+gradients stays as it was): on a float64 or float32 NumPy array of that size, a one-operation kernel (`fgrad.compiler.cpu_fusion.native_kernel`)
 once it is compiled, else NumPy's function. The kernel is compiled on the
 compile thread at the first such call (`fgrad.compiler.tiers.in_background`;
 at once with ``FGRAD_JIT_COMPILE=sync``, never with ``never``), so no call

@@ -225,7 +225,8 @@ class ReverseTrace(Trace):
             elif params:
                 ans = prim.impl(p, **params)
             else:
-                ans = (self.forward.get(prim) or prim.impl)(p)
+                forward = self.forward          # empty but for large inputs
+                ans = forward[prim](p) if forward and prim in forward else prim.impl(p)
         else:
             if len(args) == 2:                   # binary operations, unrolled too
                 x, y = args

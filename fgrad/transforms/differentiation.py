@@ -11,6 +11,7 @@ from fgrad.compiler.codegen import compile_graph
 from fgrad.compiler.cpu_fusion import enabled as cpu_fusion_enabled
 from fgrad.compiler.tiers import default_mode as default_compile_mode
 from fgrad.compiler.tiers import in_background
+from fgrad.compiler.vector_forward import MIN_BYTES as VECTOR_MIN_BYTES
 from fgrad.compiler.vector_forward import forward_impls
 from fgrad.core.backend import (
     array_module,
@@ -190,7 +191,9 @@ def _lower(x, trace):
 def _reverse_record(fun, selection, has_aux):
     """Run ``fun`` under a new reverse trace; returns (trace, out, out_leaves, aux)."""
     with new_trace(DebugReverseTrace if nans_enabled() else ReverseTrace) as trace:
-        if type(trace) is ReverseTrace and cpu_fusion_enabled():
+        if type(trace) is ReverseTrace and any(
+                x.__class__ is np.ndarray and x.nbytes >= VECTOR_MIN_BYTES
+                for x in selection.leaves) and cpu_fusion_enabled():
             # sin and kin of large arrays by the kernels' vector functions
             trace.forward = forward_impls()
         inputs = [trace.new_input(x) for x in selection.leaves]
