@@ -139,15 +139,19 @@ def test_compile_never_and_import_leave_numba_unloaded():
 
 @compiles
 def test_a_process_exits_at_once_while_a_compile_runs():
-    # the child asks for a kernel (with numba's start-up before it) and exits
-    # while it compiles: neither the compile nor its log line may finish
+    # the child asks for a kernel (with LLVM's start-up before it) and exits
+    # while it compiles: neither the compile nor its log line may finish.
+    # The first call, which stages the graph, starts no compile; the second does
     done = _python("""
         import logging, time
         import numpy as np, fgrad, fgrad.numpy as fnp
         logging.basicConfig(level=logging.INFO)
         f = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fnp.tanh(fnp.sin(x) * x + 1.0) * x)),
                       compile="background")
-        f(np.linspace(0, 1, 500))
+        x = np.linspace(0, 1, 500)
+        f(x)
+        assert not f.compile_info()[0].compiling and f.compile_info()[0].tier == "numpy"
+        f(x)
         assert f.compile_info()[0].compiling
         print("exiting", flush=True)
     """, FGRAD_KERNEL_CACHE="0")

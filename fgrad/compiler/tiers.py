@@ -8,7 +8,8 @@ faster than the one before and dearer to build:
   compiler involved;
 - ``"kernels"``: the same code with each fusable elementwise group one fused
   kernel (`fgrad.compiler.cpu_fusion`), compiled by LLVM without numba
-  (`fgrad.compiler.native`); built from the first call;
+  (`fgrad.compiler.native`); built from the second call (the first,
+  which staged the graph, returns before any compile starts);
 - ``"whole"``: the graph as one numba function (`fgrad.compiler.whole_graph`),
   where every equation is in its table and that pays; built once the graph
   has been called `compile_after()` times and, in the background, once those
@@ -263,8 +264,22 @@ class Tiers:
 
     # -- building ------------------------------------------------------------
 
+    def start_at_next_call(self):
+        """Ask for the kernels when the next call begins: the first call (it
+        has just staged the graph) then returns without a compile thread
+        starting beside it, which cost it about 1 ms, and a first call is
+        no slower than with ``compile="never"``."""
+        current = self.fn
+
+        def first_of_the_rest(*args):
+            if self.fn is first_of_the_rest:    # not replaced by a tier meanwhile
+                self.fn = current
+            self.start()
+            return current(*args)
+        self.fn = first_of_the_rest
+
     def start(self):
-        """Ask for the kernels (on the first call; idempotent)."""
+        """Ask for the kernels (idempotent)."""
         if self._fuse:
             self._ask("kernels")
             if self._after == 1:

@@ -646,7 +646,7 @@ class JitFunction:
         started = True
         if run is None:
             xp = array_module(*leaves)
-            # its compiles start once this first call is done, not during it
+            # its compiles start at the next call, not during or right after this one
             run = entry.run = compiled_for(entry.graph, xp, self.parallel, name=self.__name__,
                                            start=False)
             entry.returns_input = _returns_input(run)
@@ -666,7 +666,7 @@ class JitFunction:
             outs = run(*leaves)
         finally:
             if not started and isinstance(run, Tiers):
-                run.start()
+                run.start_at_next_call()
         if entry.returns_input:
             outs = _not_aliasing(outs, leaves)
         return tree_unflatten(entry.out_tree, list(outs))
