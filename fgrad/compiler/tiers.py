@@ -126,8 +126,9 @@ class CompileQueue:
                 self._running += 1
                 if self._running == 1:          # the first job of a busy spell
                     before = sys.getswitchinterval()
-                    self._interval = (before, min(before, COMPILE_SWITCH_INTERVAL))
-                    sys.setswitchinterval(self._interval[1])
+                    sys.setswitchinterval(min(before, COMPILE_SWITCH_INTERVAL))
+                    # as read back: the interpreter keeps whole microseconds
+                    self._interval = (before, sys.getswitchinterval())
             try:
                 job()
             finally:
