@@ -1,13 +1,15 @@
 """sin, cos, exp and tanh of large arrays under grad: the kernels' vector functions."""
+import gc
+
 import numpy as np
 import pytest
+from standin_backend import registered, to_numpy, to_standin
 
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.compiler import cpu_fusion
 from fgrad.compiler.tiers import wait_all
 from fgrad.compiler.vector_forward import MIN_BYTES, forward_impls
-from standin_backend import registered, to_numpy, to_standin
 
 needs_kernels = pytest.mark.skipif(not forward_impls() or not cpu_fusion.enabled(),
                                    reason="llvmlite missing or FGRAD_JIT_FUSE=0")
@@ -98,3 +100,12 @@ def test_without_kernels_the_reverse_trace_keeps_numpys_functions(monkeypatch):
     x = _large()
     value, _ = fgrad.value_and_grad(lambda x: fnp.sum(fnp.sin(x)))(x)
     assert value == np.sum(np.sin(x))
+
+
+@needs_kernels
+def test_a_kernel_outlives_the_compiled_kernels_cache():
+    # the impl holds its kernel's machine code, whatever the cache drops
+    impl, x = _impl("exp"), _large()
+    cpu_fusion.native_kernel.cache_clear()
+    gc.collect()
+    np.testing.assert_array_max_ulp(impl(x), np.exp(x), maxulp=2)

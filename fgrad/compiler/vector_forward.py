@@ -55,8 +55,9 @@ class _Kernels:
         self._lock = threading.Lock()
 
     def get(self, name, dtype):
-        """The kernel's ctypes function, or None while it is not compiled
-        (asking for it the first time)."""
+        """The kernel (a `fgrad.compiler.native.NativeFunction`, which keeps
+        its machine code alive), or None while it is not compiled (asking
+        for it the first time)."""
         key = (name, dtype)
         run = self._ready.get(key)
         if run is not None or key in self._asked:
@@ -77,7 +78,7 @@ class _Kernels:
         spec = KernelSpec([(dtype, "i")], None, [Op(name, [("x", 0)], [dtype], dtype,
                                                        vector=True)],
                           [], [0], False, True)
-        self._ready[key] = native_kernel(spec).c_function
+        self._ready[key] = native_kernel(spec)
 
 
 def _vector_impl(prim, kernels):
@@ -85,10 +86,10 @@ def _vector_impl(prim, kernels):
 
     def impl(x):
         if x.__class__ is np.ndarray and x.nbytes >= MIN_BYTES and x.dtype in _DTYPES:
-            run = kernels.get(name, x.dtype)
-            if run is not None:
+            kernel = kernels.get(name, x.dtype)
+            if kernel is not None:
                 out = np.empty(x.shape, x.dtype)
-                run(x.size, x.ravel(), x.size, out)
+                kernel.c_function(x.size, x.ravel(), x.size, out)
                 # a nan or inf among the values (an argument nan, inf or out
                 # of range; the sum of finite values overflowing, rarely):
                 # NumPy's own, with the warnings (np.errstate) it gives
