@@ -7,9 +7,9 @@ together with a ``sum``, ``max`` or ``min`` over all axes that reads it (the
 loss at the end of most programs), becomes one ``cpu_fused`` equation. Its
 kernel is a single loop, written as LLVM IR (`fgrad.compiler.kernel_ir`) and
 compiled by LLVM (`fgrad.compiler.native`; numba compiles the same IR where
-a whole-graph function links it in): it reads each input once, keeps every intermediate in
-a register, and writes only the values an equation outside the group reads
-(or the graph returns).
+a whole-graph function links it in): it reads each input once, keeps every
+intermediate in a register, and writes only the values an equation outside
+the group reads (or the graph returns).
 
 Semantics are NumPy's, decided from the dtypes the staged graph carries:
 
@@ -23,16 +23,16 @@ Semantics are NumPy's, decided from the dtypes the staged graph carries:
   NumPy's result to rounding.
 
 Kernels release the GIL (they are called through ctypes), so
-`jit(parallel=True)` and user threads overlap. Each kernel is compiled for exactly the dtypes of its graph;
-its Python wrapper checks every input's shape and dtype before the loop
-runs, so an array it was not built for raises `InvalidInputError` instead of
-being read out of bounds. Kernels are cached by their IR text, in memory
-(`KERNEL_CACHE_SIZE`) and on disk (`fgrad.compiler.kernel_cache`).
+`jit(parallel=True)` and user threads overlap. Each kernel is compiled for
+exactly the dtypes of its graph; its Python wrapper checks every input's
+shape and dtype before the loop runs, so an array it was not built for raises
+`InvalidInputError` instead of being read out of bounds. Kernels are cached by
+their loop's description, in memory (`KERNEL_CACHE_SIZE`) and on disk
+(`fgrad.compiler.kernel_cache`).
 
 Fusion is off when llvmlite (installed with numba, the ``jit`` extra) is not
-installed, when the environment variable
-``FGRAD_JIT_FUSE`` is ``0``, or for ``jit(f, fuse=False)``; the code is then
-exactly the unfused code.
+installed, when the environment variable ``FGRAD_JIT_FUSE`` is ``0``, or for
+``jit(f, fuse=False)``; the code is then exactly the unfused code.
 """
 import collections
 import functools

@@ -183,6 +183,25 @@ def in_background(job):
     return _QUEUE.submit(guarded)
 
 
+def compile_as_configured(job):
+    """Run the compile ``job()`` as ``FGRAD_JIT_COMPILE`` says (`default_mode`):
+    on the compile thread (``background``), at once on the calling thread
+    (``sync``), or not at all (``never``). For compiles outside a jitted
+    function's tiers (an eager gradient's fused sweep, its forward kernels).
+
+    >>> done = []
+    >>> compile_as_configured(lambda: done.append(1)) and wait_all()
+    True
+    >>> done == ([] if default_mode() == "never" else [1])
+    True
+    """
+    mode = default_mode()
+    if mode == "sync":
+        job()
+        return True
+    return mode == "background" and in_background(job)
+
+
 def wait_all(timeout=None):
     """Wait until every compile asked for so far has finished (tests and
     benchmarks); False on timeout.
@@ -273,8 +292,9 @@ class Tiers:
         current = self.fn
 
         def first_of_the_rest(*args):
-            if self.fn is first_of_the_rest:    # not replaced by a tier meanwhile
-                self.fn = current
+            with self._lock:
+                if self.fn is first_of_the_rest:    # not replaced by a tier meanwhile
+                    self.fn = current
             self.start()
             return current(*args)
         self.fn = first_of_the_rest

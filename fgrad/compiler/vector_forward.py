@@ -15,9 +15,9 @@ primitives with, in a gradient with respect to an array of at least
 `MIN_BYTES` (the others skip even the lookup: the per-operation cost of small
 gradients stays as it was): on a float64 or float32 NumPy array of that size, a one-operation kernel (`fgrad.compiler.cpu_fusion.native_kernel`)
 once it is compiled, else NumPy's function. The kernel is compiled on the
-compile thread at the first such call (`fgrad.compiler.tiers.in_background`;
-at once with ``FGRAD_JIT_COMPILE=sync``, never with ``never``), so no call
-waits for it; it loads from the disk cache in later processes.
+compile thread at the first such call
+(`fgrad.compiler.tiers.compile_as_configured`: at once with
+``FGRAD_JIT_COMPILE=sync``, never with ``never``), so no call waits for it; it loads from the disk cache in later processes.
 
 The values are the vector functions', within 2 units in the last place of
 NumPy's. Where a value is nan or inf (an argument nan, inf or out of the
@@ -34,14 +34,14 @@ import numpy as np
 from fgrad.compiler.cpu_fusion import native_kernel
 from fgrad.compiler.kernel_ir import KernelSpec, Op
 from fgrad.compiler.native import available as native_available
-from fgrad.compiler.tiers import default_mode, in_background
+from fgrad.compiler.tiers import compile_as_configured
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
+from fgrad.interpreters.compiled_sweep import FUSED_MIN_BYTES
 from fgrad.primitives.elementwise import cos_p, exp_p, sin_p, tanh_p
 
 # smallest array whose forward value a kernel computes: that of the fused
-# compiled sweep (`fgrad.interpreters.compiled_sweep.FUSED_MIN_BYTES`), so
-# that a gradient's forward and backward change over together
-MIN_BYTES = 4 << 20
+# compiled sweep, so that a gradient's forward and backward change over together
+MIN_BYTES = FUSED_MIN_BYTES
 _DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
 
@@ -66,11 +66,7 @@ class _Kernels:
             if key in self._asked:
                 return self._ready.get(key)
             self._asked.add(key)
-        mode = default_mode()
-        if mode == "sync":
-            self._build(key)
-        elif mode == "background":
-            in_background(lambda: self._build(key))
+        compile_as_configured(lambda: self._build(key))
         return self._ready.get(key)
 
     def _build(self, key):

@@ -872,6 +872,7 @@ def count_equations(graph):
     return n
 
 
+@functools.lru_cache(maxsize=1)
 def available():
     """Whether graphs can be compiled whole: numba importable.
 
@@ -879,11 +880,6 @@ def available():
     >>> available() == (importlib.util.find_spec("numba") is not None)
     True
     """
-    return _numba_installed()
-
-
-@functools.lru_cache(maxsize=1)
-def _numba_installed():
     return importlib.util.find_spec("numba") is not None
 
 

@@ -9,8 +9,7 @@ import numpy as np
 
 from fgrad.compiler.codegen import compile_graph
 from fgrad.compiler.cpu_fusion import enabled as cpu_fusion_enabled
-from fgrad.compiler.tiers import default_mode as default_compile_mode
-from fgrad.compiler.tiers import in_background
+from fgrad.compiler.tiers import compile_as_configured
 from fgrad.compiler.vector_forward import MIN_BYTES as VECTOR_MIN_BYTES
 from fgrad.compiler.vector_forward import forward_impls
 from fgrad.core.backend import (
@@ -285,16 +284,8 @@ def _compile_fused(graph, xp, donated, install):
     (`SweepCache`): on the compile thread, so that no call waits for them,
     unless ``FGRAD_JIT_COMPILE`` says ``sync`` (now) or ``never`` (not at all),
     as for ``jit`` (`fgrad.compiler.tiers`)."""
-    mode = default_compile_mode()
-    if mode == "never":
-        return
-
-    def build():
-        install(compile_graph(graph, xp, fuse_cpu=True, donated=donated))
-    if mode == "sync":
-        build()
-    else:
-        in_background(build)
+    compile_as_configured(
+        lambda: install(compile_graph(graph, xp, fuse_cpu=True, donated=donated)))
 
 
 def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
