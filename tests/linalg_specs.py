@@ -149,18 +149,20 @@ SPECS["factored_solve_transposed"] = _solve_case(
 SPECS["solve"] = _solve_case(_linalg.solve_p.bind, np.linalg.solve, vectors=False)
 
 
-def _lu_factors(a):
-    """The factors `solve_factors_p` keeps: LAPACK's of each a^T, read in C order (a
-    copy of ``a`` itself where numba or SciPy is missing)."""
+def _lu_pivots(a):
+    """The pivots `solve_factors_p` keeps: LAPACK's of each a^T, 1-based (zeros
+    where numba or SciPy is missing and the factors are a copy of ``a``). Its
+    factors are LAPACK's to rounding, not bit for bit (several small matrices
+    are factored at once): tests/test_lu_kernels.py compares them."""
     if not _linalg.lu_kept(a):
-        return a.copy()
+        return np.zeros(a.shape[:-1], np.int32)
     from scipy.linalg import lu_factor
-    return np.stack([lu_factor(m.T)[0].T for m in a.reshape((-1,) + a.shape[-2:])]) \
-        .reshape(a.shape)
+    return np.stack([lu_factor(m.T)[1] + 1 for m in a.reshape((-1,) + a.shape[-2:])]) \
+        .reshape(a.shape[:-1]).astype(np.int32)
 
 
 NONDIFF_SPECS["solve_factors"] = well_conditioned().map(
-    lambda a: (lambda x: _linalg.solve_factors_p.bind(x)[0], _lu_factors, (a,)))
+    lambda a: (lambda x: _linalg.solve_factors_p.bind(x)[1], _lu_pivots, (a,)))
 
 
 SPECS["inv"] = _square_case(L.inv, np.linalg.inv)

@@ -11,6 +11,8 @@
   one pass each.
 - `lu_kernels`: LU factors kept for `fgrad.primitives.linalg`'s solves on
   NumPy, so a gradient factors each matrix once.
+- `lu_ir`: the LLVM IR that factors several small matrices at once, one per
+  SIMD lane, for `lu_kernels`.
 - `whole_graph`: a small graph (loops and branches included) as one numba
   function, so no Python runs between its equations.
 - `parallel`: independent large equations run on worker threads.

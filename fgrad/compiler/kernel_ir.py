@@ -361,7 +361,7 @@ def kernel_ir(spec, name, object_offset=None):
 
     def loop(fast):
         if m is None:
-            _counted(ir, b, n, lambda i: body(i, None, None, fast), "i")
+            counted(ir, b, n, lambda i: body(i, None, None, fast), "i")
             return
         # m is 0 only when n is
         zero = ir.Constant(i64, 0)
@@ -370,8 +370,8 @@ def kernel_ir(spec, name, object_offset=None):
 
         def row(r):
             offset = b.mul(r, m)
-            _counted(ir, b, m, lambda k: body(b.add(offset, k, name="i"), k, r, fast), "k")
-        _counted(ir, b, rows, row, "r")
+            counted(ir, b, m, lambda k: body(b.add(offset, k, name="i"), k, r, fast), "k")
+        counted(ir, b, rows, row, "r")
 
     start()
     loop(spec.vectorised)
@@ -405,17 +405,18 @@ def _store(ir, b, ptr, index, value, dtype):
     b.store(value, b.gep(ptr, [index]))
 
 
-def _counted(ir, b, count, body, name):
-    """``for name in range(count): body(name)`` (body may add blocks)."""
+def counted(ir, b, count, body, name, start=None):
+    """``for name in range(start, count): body(name)`` at builder ``b``
+    (``start`` 0 when None; both i64 values); body may add blocks."""
     i64 = ir.IntType(64)
     before = b.block
-    head = b.append_basic_block("loop")
-    inside = b.append_basic_block("body")
-    after = b.append_basic_block("after")
+    head = b.append_basic_block(name + ".loop")
+    inside = b.append_basic_block(name + ".body")
+    after = b.append_basic_block(name + ".after")
     b.branch(head)
     b.position_at_end(head)
     index = b.phi(i64, name=name)
-    index.add_incoming(ir.Constant(i64, 0), before)
+    index.add_incoming(ir.Constant(i64, 0) if start is None else start, before)
     b.cbranch(b.icmp_signed("<", index, count), inside, after)
     b.position_at_end(inside)
     body(index)
