@@ -206,10 +206,37 @@ def _offset_slices(i, j, out_shape, stride, dilation):
             slice(s, s + stride[1] * (ow - 1) + 1, stride[1]))
 
 
+# Filled once, when `fgrad.compiler.conv_kernels` is imported (the compiler owns
+# compiled code): "im2col" and "col2im" loops on NumPy arrays of the "dtypes"
+# listed, working on the input laid out (C, H, W, N), and "planes", im2col's
+# columns ordered (C, kh, kw, N, OH, OW) from NCHW. Without them (no llvmlite,
+# another backend) the impls below slice. Nothing else writes here.
+_CONV_KERNELS = {}
+
+
+def register_conv_kernels(im2col, planes, col2im, dtypes):
+    """Install the NumPy backend's compiled im2col and col2im loops (see
+    `fgrad.compiler.conv_kernels`), for arrays of ``dtypes``."""
+    _CONV_KERNELS.update(im2col=im2col, planes=planes, col2im=col2im,
+                         dtypes=frozenset(dtypes))
+
+
+def _compiled(x):
+    return isinstance(x, np.ndarray) and x.dtype in _CONV_KERNELS.get("dtypes", ())
+
+
 def _receptive_fields(x, kernel, stride, dilation, padding, pad_value, batch_last=True):
     """im2col's impl: (C, kh, kw, OH, OW, N); with ``batch_last=False`` the same
     columns ordered (C, kh, kw, N, OH, OW), as `conv2d`'s forward pass uses them."""
     xp = array_module(x)
+    if _compiled(x):
+        oh, ow = _cols_shape(x.shape, kernel, stride, dilation, padding)[3:5]
+        if not batch_last:
+            return _CONV_KERNELS["planes"](xp.ascontiguousarray(x), kernel, stride,
+                                           dilation, padding, pad_value, (oh, ow))
+        return _CONV_KERNELS["im2col"](xp.ascontiguousarray(x.transpose(1, 2, 3, 0)),
+                                       kernel, stride, dilation, padding, pad_value,
+                                       (oh, ow))
     h, w = x.shape[2:]
     (lo_h, hi_h), (lo_w, hi_w) = padding
     c, kh, kw, oh, ow, n = _cols_shape(x.shape, kernel, stride, dilation, padding)
@@ -248,6 +275,10 @@ im2col_p = Primitive("im2col", _receptive_fields, _im2col_abstract, family=FAMIL
 def _col2im_impl(cols, shape, kernel, stride, dilation, padding):
     xp = array_module(cols)
     n, c, h, w = shape
+    if _compiled(cols):
+        xt = _CONV_KERNELS["col2im"](xp.ascontiguousarray(cols), (h, w), stride, dilation,
+                                     padding)
+        return xp.ascontiguousarray(xt.transpose(3, 0, 1, 2))
     (lo_h, hi_h), (lo_w, hi_w) = padding
     # accumulated as (C, H, W, N), whose slices have long contiguous runs (see
     # the layout above); one strided add per kernel offset, then one copy to NCHW

@@ -13,6 +13,8 @@
   NumPy, so a gradient factors each matrix once.
 - `lu_ir`: the LLVM IR that factors several small matrices at once, one per
   SIMD lane, for `lu_kernels`.
+- `conv_kernels`: `fgrad.primitives.nn`'s im2col and col2im as compiled
+  loops on NumPy.
 - `whole_graph`: a small graph (loops and branches included) as one numba
   function, so no Python runs between its equations.
 - `parallel`: independent large equations run on worker threads.
@@ -21,5 +23,6 @@
 
 The compiler knows graphs and primitives' ``impl`` columns, never tracing.
 """
-# the NumPy backend's random and LU kernels install themselves in the primitives below
-from fgrad.compiler import lu_kernels, random_kernels  # noqa: E402,F401
+# the NumPy backend's random, LU and convolution kernels install themselves in the
+# primitives below
+from fgrad.compiler import conv_kernels, lu_kernels, random_kernels  # noqa: E402,F401
