@@ -3,7 +3,7 @@
 LAPACK's ``getrf`` factors one matrix a call. At 32x32 it spends most of its
 time outside arithmetic (the row search, the swaps, short rows of the
 trailing update) and reaches about 3 GFLOP/s, where this CPU's vector units
-do ten times that. `factor_ir` instead factors ``LANES`` matrices together,
+do ten times that. `factor_ir` instead factors `lanes` (dtype) matrices together,
 one per lane of a SIMD register (four doubles or eight floats in an AVX2
 register): it copies them into a work array ``w[i, j, lane]``, so that every
 step of the elimination -- the pivot search, the scaling of a column, each
