@@ -589,15 +589,14 @@ def _pool(x, window, stride, padding, dilation, pad_value, reduce, fname):
         # windows that tile the input (the usual pooling) are a reshape of it:
         # one copy puts each window offset first, (kh*kw, N, C, OH, OW), and the
         # reduction is then elementwise over whole planes, its gradient a copy
-        # back. im2col's strided copies and col2im's scatter cost several times
+        # back (primitives.nn.windows). im2col's strided copies and col2im's scatter cost several times
         # that, and NumPy reduces over the short inner axes of the plain reshape
         # (N, C, OH, kh, OW, kw) some 15x slower than over a leading axis.
-        (n, c, h, w), (kh, kw) = xa.shape, window
+        (h, w), (kh, kw) = xa.shape[2:], window
         oh, ow = h // kh, w // kw
         if (oh * kh, ow * kw) != (h, w):
             x = getitem(x, (slice(None), slice(None), slice(0, oh * kh), slice(0, ow * kw)))
-        windows = transpose(reshape(x, (n, c, oh, kh, ow, kw)), (3, 5, 0, 1, 2, 4))
-        return reduce(reshape(windows, (kh * kw, n, c, oh, ow)), 0)
+        return reduce(_p.windows(x, window), 0)
     cols = _p.im2col(x, window, stride, dilation, pads, pad_value)
     return transpose(reduce(cols, (1, 2)), (3, 0, 1, 2))
 

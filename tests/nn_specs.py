@@ -325,3 +325,27 @@ def _pool_spec(kind):
 
 SPECS["nn.max_pool2d"] = _pool_spec("max")
 SPECS["nn.avg_pool2d"] = _pool_spec("avg")
+
+
+@st.composite
+def _window_case(draw, inverse):
+    window = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    n, c, oh, ow = (draw(st.integers(1, 2)) for _ in range(4))
+    x = draw(arrays((n, c, oh * window[0], ow * window[1])))
+
+    def np_windows(x):
+        split = x.reshape(n, c, oh, window[0], ow, window[1])
+        return split.transpose(3, 5, 0, 1, 2, 4).reshape((-1, n, c, oh, ow))
+    if not inverse:
+        return Case(lambda x: fgrad.primitives.nn.windows(x, window), (x,), np_windows)
+    g = np_windows(x)
+
+    def np_unwindows(g):
+        split = g.reshape(window + (n, c, oh, ow))
+        return split.transpose(2, 3, 4, 0, 5, 1).reshape(x.shape)
+    return Case(lambda g: fgrad.primitives.nn.unwindows(g, window), (g,), np_unwindows)
+
+
+# the tiling pooling windows and their inverse (what max_pool2d's gradient copies back)
+SPECS["windows"] = _window_case(False)
+SPECS["unwindows"] = _window_case(True)
