@@ -589,9 +589,10 @@ def _pool(x, window, stride, padding, dilation, pad_value, reduce, fname):
         # windows that tile the input (the usual pooling) are a reshape of it:
         # one copy puts each window offset first, (kh*kw, N, C, OH, OW), and the
         # reduction is then elementwise over whole planes, its gradient a copy
-        # back (primitives.nn.windows). im2col's strided copies and col2im's scatter cost several times
-        # that, and NumPy reduces over the short inner axes of the plain reshape
-        # (N, C, OH, kh, OW, kw) some 15x slower than over a leading axis.
+        # back (the windows primitive). im2col's strided copies and col2im's
+        # scatter cost several times that, and NumPy reduces over the short
+        # inner axes of the plain reshape (N, C, OH, kh, OW, kw) some 15x
+        # slower than over a leading axis.
         (h, w), (kh, kw) = xa.shape[2:], window
         oh, ow = h // kh, w // kw
         if (oh * kh, ow * kw) != (h, w):

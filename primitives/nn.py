@@ -391,12 +391,25 @@ unwindows_p.def_jvp(lambda t, ans, g, window: unwindows(t, window))
 
 def windows(x, window):
     """The tiling ``window`` (kh, kw) of NCHW ``x`` as (kh*kw, N, C, OH, OW),
-    window offset first (H and W multiples of the window)."""
+    window offset first (H and W multiples of the window).
+
+    >>> windows(np.arange(4.0).reshape(1, 1, 2, 2), (1, 2))[:, 0, 0]
+    array([[[0.],
+            [2.]],
+    <BLANKLINE>
+           [[1.],
+            [3.]]])
+    """
     return windows_p.bind(x, window=_pair(window))
 
 
 def unwindows(g, window):
-    """`windows`' inverse: (kh*kw, N, C, OH, OW) back to NCHW."""
+    """`windows`' inverse: (kh*kw, N, C, OH, OW) back to NCHW.
+
+    >>> x = np.arange(8.0).reshape(1, 2, 2, 2)
+    >>> bool((unwindows(windows(x, (2, 1)), (2, 1)) == x).all())
+    True
+    """
     return unwindows_p.bind(g, window=_pair(window))
 
 

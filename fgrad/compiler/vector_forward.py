@@ -13,11 +13,12 @@ half the gradient's time.
 functions the reverse trace (`fgrad.interpreters.reverse`) evaluates these
 primitives with, in a gradient with respect to an array of at least
 `MIN_BYTES` (the others skip even the lookup: the per-operation cost of small
-gradients stays as it was): on a float64 or float32 NumPy array of that size, a one-operation kernel (`fgrad.compiler.cpu_fusion.native_kernel`)
-once it is compiled, else NumPy's function. The kernel is compiled on the
-compile thread at the first such call
-(`fgrad.compiler.tiers.compile_as_configured`: at once with
-``FGRAD_JIT_COMPILE=sync``, never with ``never``), so no call waits for it; it loads from the disk cache in later processes.
+gradients stays as it was): on a float64 or float32 NumPy array of that size,
+a one-operation kernel (`fgrad.compiler.cpu_fusion.native_kernel`) once it is
+compiled, else NumPy's function. The kernel is compiled on the compile thread
+at the first such call (`fgrad.compiler.tiers.compile_as_configured`: at once
+with ``FGRAD_JIT_COMPILE=sync``, never with ``never``), so no call waits for
+it; it loads from the disk cache in later processes.
 
 The values are the vector functions', within 2 units in the last place of
 NumPy's. Where a value is nan or inf (an argument nan, inf or out of the
