@@ -575,8 +575,9 @@ def conv1d(x, w, b=None, *, stride=1, padding=0, dilation=1, groups=1):
     return reshape(out, get_aval(out).shape[:2] + get_aval(out).shape[3:])
 
 
-def _pool(x, window, stride, padding, dilation, pad_value, reduce, fname):
-    """``reduce(windows, axes)`` over each pooling window of NCHW ``x``, (N, C, OH, OW)."""
+def _pool(x, window, stride, padding, dilation, pad_value, reduce, tiled, fname):
+    """``reduce(windows, axes)`` over each pooling window of NCHW ``x``, (N, C, OH, OW);
+    ``tiled(x, window)`` does the same for windows that tile ``x``."""
     xa = get_aval(x)
     if xa.ndim != 4:
         raise NNArgumentError(f"{fname}: x must be (N, C, H, W), got {xa.shape}")
@@ -587,17 +588,16 @@ def _pool(x, window, stride, padding, dilation, pad_value, reduce, fname):
     _check_window(xa.shape[2:], window, dilation, pads, fname)
     if stride == window and dilation == (1, 1) and not any(lo or hi for lo, hi in pads):
         # windows that tile the input (the usual pooling) are a reshape of it:
-        # one copy puts each window offset first, (kh*kw, N, C, OH, OW), and the
-        # reduction is then elementwise over whole planes, its gradient a copy
-        # back (the windows primitive). im2col's strided copies and col2im's
-        # scatter cost several times that, and NumPy reduces over the short
-        # inner axes of the plain reshape (N, C, OH, kh, OW, kw) some 15x
-        # slower than over a leading axis.
+        # the windows primitive puts each window offset first, (kh*kw, N, C,
+        # OH, OW), so the reduction is elementwise over whole planes (NumPy
+        # reduces the plain reshape's short inner axes some 15x slower), and
+        # max_pool reads the windows where they are, its gradient in one pass.
+        # im2col's strided copies and col2im's scatter cost several times that.
         (h, w), (kh, kw) = xa.shape[2:], window
         oh, ow = h // kh, w // kw
         if (oh * kh, ow * kw) != (h, w):
             x = getitem(x, (slice(None), slice(None), slice(0, oh * kh), slice(0, ow * kw)))
-        return reduce(_p.windows(x, window), 0)
+        return tiled(x, window)
     cols = _p.im2col(x, window, stride, dilation, pads, pad_value)
     return transpose(reduce(cols, (1, 2)), (3, 0, 1, 2))
 
@@ -611,7 +611,12 @@ def max_pool2d(x, window, stride=None, *, padding=0, dilation=1):
     array([[[[ 5.,  7.],
              [13., 15.]]]])
     """
-    return _pool(x, window, stride, padding, dilation, -np.inf, max_, "max_pool2d")
+    return _pool(x, window, stride, padding, dilation, -np.inf, max_, _p.max_pool,
+                 "max_pool2d")
+
+
+def _tiled_mean(x, window):
+    return mean(_p.windows(x, window), 0)
 
 
 def avg_pool2d(x, window, stride=None, *, padding=0, dilation=1):
@@ -622,7 +627,8 @@ def avg_pool2d(x, window, stride=None, *, padding=0, dilation=1):
     array([[[[ 2.5,  4.5],
              [10.5, 12.5]]]])
     """
-    return _pool(x, window, stride, padding, dilation, 0.0, mean, "avg_pool2d")
+    return _pool(x, window, stride, padding, dilation, 0.0, mean, _tiled_mean,
+                 "avg_pool2d")
 
 
 # ---------------------------------------------------------------------------

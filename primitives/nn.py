@@ -414,6 +414,144 @@ def unwindows(g, window):
 
 
 # ---------------------------------------------------------------------------
+# Max pooling over windows that tile the input
+# ---------------------------------------------------------------------------
+#
+# max_pool(x) is max(windows(x), 0) as one primitive, so that its gradient
+# can be one pass too: max_pool_scatter(ct, x, ans) sends each window's
+# cotangent to the elements equal to its maximum, shared equally among ties
+# (``max``'s rule), and writes the NCHW result directly; its transpose in ct,
+# max_pool_gather(t, x, ans), is the JVP. As max, windows, equal, sum, divide,
+# multiply and unwindows, LeNet's first pooling gradient made seven passes
+# over the layer's activations (about 1.5 ms a step on this machine). Both
+# weights are piecewise constant in x and ans: their derivative there is zero
+# wherever it is defined, as ``equal``'s is. Params: window (kh, kw).
+
+# Filled once, when `fgrad.compiler.pool_kernels` is imported: "max" and
+# "scatter" loops on NumPy arrays of the "dtypes" listed, for windows
+# of at most "max_area" elements. Nothing else writes here.
+_POOL_KERNELS = {}
+
+
+def register_pool_kernels(max_pool, scatter, dtypes, max_area):
+    """Install the NumPy backend's compiled max-pooling loops (see
+    `fgrad.compiler.pool_kernels`) for arrays of ``dtypes`` and windows of at
+    most ``max_area`` elements."""
+    _POOL_KERNELS.update(max=max_pool, scatter=scatter, dtypes=frozenset(dtypes),
+                         max_area=max_area)
+
+
+def _pool_compiled(window, *arrays):
+    dtype = arrays[0].dtype
+    return (window[0] * window[1] <= _POOL_KERNELS.get("max_area", 0)
+            and dtype in _POOL_KERNELS["dtypes"]
+            and all(isinstance(a, np.ndarray) and a.dtype == dtype for a in arrays))
+
+
+def _max_pool_impl(x, window):
+    if _pool_compiled(window, x):
+        return _POOL_KERNELS["max"](x, window)
+    return _windows_impl(x, window).max(axis=0)
+
+
+def _max_pool_weights(x, ans, window, dtype):
+    """Each window element's share of its window's derivative: 1/k for the k
+    elements equal to the maximum, 0 elsewhere (kh*kw, N, C, OH, OW)."""
+    hit = (_windows_impl(x, window) == ans).astype(dtype)
+    return hit / hit.sum(axis=0)
+
+
+def _max_pool_scatter_impl(ct, x, ans, window):
+    if _pool_compiled(window, ct, x, ans):
+        return _POOL_KERNELS["scatter"](ct, x, ans, window)
+    return _unwindows_impl(ct * _max_pool_weights(x, ans, window, ct.dtype), window)
+
+
+def _max_pool_gather_impl(t, x, ans, window):
+    return (_windows_impl(t, window) * _max_pool_weights(x, ans, window, t.dtype)).sum(0)
+
+
+def _max_pool_abstract(x, window):
+    return ShapedArray(_windows_abstract(x, window).shape[1:], x.dtype)
+
+
+def _max_pool_scatter_abstract(ct, x, ans, window):
+    pooled = _max_pool_abstract(x, window).shape
+    if ct.shape != pooled or ans.shape != pooled:
+        raise ValueError(f"max_pool_scatter expects ct and ans of the pooled shape "
+                         f"{pooled}, got {ct.shape} and {ans.shape}")
+    return ShapedArray(x.shape, ct.dtype)
+
+
+def _max_pool_gather_abstract(t, x, ans, window):
+    if t.shape != x.shape or ans.shape != _max_pool_abstract(x, window).shape:
+        raise ValueError(f"max_pool_gather expects t of x's shape {x.shape} and ans "
+                         f"of the pooled shape, got {t.shape} and {ans.shape}")
+    return ShapedArray(ans.shape, t.dtype)
+
+
+def _no_derivative(*args, **params):
+    return None          # the weights are piecewise constant in x and ans
+
+
+max_pool_p = Primitive("max_pool", _max_pool_impl, _max_pool_abstract, family=FAMILY)
+max_pool_scatter_p = Primitive("max_pool_scatter", _max_pool_scatter_impl,
+                               _max_pool_scatter_abstract, family=FAMILY)
+max_pool_gather_p = Primitive("max_pool_gather", _max_pool_gather_impl,
+                              _max_pool_gather_abstract, family=FAMILY)
+max_pool_p.def_vjp(lambda ct, ans, x, window: max_pool_scatter(ct, x, ans, window),
+                   reads=[{0, "ans"}])
+max_pool_p.def_jvp(lambda t, ans, x, window: max_pool_gather(t, x, ans, window))
+
+
+def max_pool(x, window):
+    """The maximum of each tiling ``window`` (kh, kw) of NCHW ``x`` (H and W
+    multiples of the window), (N, C, OH, OW).
+
+    >>> max_pool(np.arange(8.0).reshape(1, 1, 2, 4), (2, 2))
+    array([[[[5., 7.]]]])
+    """
+    return max_pool_p.bind(x, window=_pair(window))
+
+
+def max_pool_scatter(ct, x, ans, window):
+    """`max_pool`'s VJP: each window's cotangent ``ct`` sent to the elements of
+    ``x`` equal to its maximum ``ans``, shared equally among ties (NCHW).
+
+    >>> x = np.array([[[[1.0, 3.0, 3.0, 0.0]]]])
+    >>> max_pool_scatter(np.array([[[[4.0, 2.0]]]]), x, max_pool(x, (1, 2)), (1, 2))
+    array([[[[0., 4., 2., 0.]]]])
+    """
+    return max_pool_scatter_p.bind(ct, x, ans, window=_pair(window))
+
+
+def max_pool_gather(t, x, ans, window):
+    """`max_pool`'s JVP, `max_pool_scatter`'s transpose: each window's
+    tangent ``t`` at its maximum (the mean of ``t`` over tied maxima).
+
+    >>> x = np.array([[[[1.0, 3.0, 3.0, 3.0]]]])
+    >>> t = np.array([[[[5.0, 6.0, 1.0, 2.0]]]])
+    >>> max_pool_gather(t, x, max_pool(x, (1, 2)), (1, 2))
+    array([[[[6. , 1.5]]]])
+    """
+    return max_pool_gather_p.bind(t, x, ans, window=_pair(window))
+
+
+def _linear_rules(prim, itself, transpose):
+    """Rules of scatter or gather, linear in their first argument (whose
+    transpose is the other): its tangent maps through ``itself``, its
+    cotangent through ``transpose``."""
+    prim.def_vjp(lambda ct, ans, v, x, pooled, window: transpose(ct, x, pooled, window),
+                 _no_derivative, _no_derivative, reads=[{1, 2}, set(), set()])
+    prim.def_jvp(lambda t, ans, v, x, pooled, window: itself(t, x, pooled, window),
+                 _no_derivative, _no_derivative)
+
+
+_linear_rules(max_pool_scatter_p, max_pool_scatter, max_pool_gather)
+_linear_rules(max_pool_gather_p, max_pool_gather, max_pool_scatter)
+
+
+# ---------------------------------------------------------------------------
 # Convolution: one matrix product over the receptive fields
 # ---------------------------------------------------------------------------
 #
@@ -558,6 +696,22 @@ def _unwindows_batch(args, dims, window):
     return _split_axis(unwindows_p.bind(g, window=window), 0, size), 0
 
 
+def _max_pool_batch(args, dims, window):
+    (x,), (d,) = args, dims
+    x, size = _merge_into(x, d, 0)
+    return _split_axis(max_pool_p.bind(x, window=window), 0, size), 0
+
+
+def _max_pool_linear_batch(prim):
+    """scatter's and gather's rule: every argument's examples become more
+    images, (B, N, ...) -> (B*N, ...); an unbatched one is broadcast first."""
+    def rule(args, dims, window):
+        size = axis_size(args, dims)
+        merged = [_merge_into(batch_to_front(a, d, size), 0, 0)[0] for a, d in zip(args, dims)]
+        return _split_axis(prim.bind(*merged, window=window), 0, size), 0
+    return rule
+
+
 def _conv2d_batch(args, dims, *, groups, **params):
     (x, w), (dx, dw) = args, dims
     if dw is None:
@@ -583,6 +737,9 @@ def _install_batch_rules():
     col2im_p.batch = _col2im_batch
     windows_p.batch = _windows_batch
     unwindows_p.batch = _unwindows_batch
+    max_pool_p.batch = _max_pool_batch
+    max_pool_scatter_p.batch = _max_pool_linear_batch(max_pool_scatter_p)
+    max_pool_gather_p.batch = _max_pool_linear_batch(max_pool_gather_p)
     conv2d_p.batch = _conv2d_batch
 
 

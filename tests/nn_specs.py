@@ -349,3 +349,52 @@ def _window_case(draw, inverse):
 # the tiling pooling windows and their inverse (what max_pool2d's gradient copies back)
 SPECS["windows"] = _window_case(False)
 SPECS["unwindows"] = _window_case(True)
+
+
+def _np_max_pool_weights(x, ans, window):
+    """NumPy reference: (N, C, OH, kh, OW, kw) shares of each window's derivative,
+    1/k for each of the k elements equal to its maximum."""
+    (n, c, oh, ow), (kh, kw) = ans.shape, window
+    hit = x.reshape(n, c, oh, kh, ow, kw) == ans[:, :, :, None, :, None]
+    return hit / hit.sum(axis=(3, 5), keepdims=True)
+
+
+@st.composite
+def _max_pool_case(draw, kind):
+    window = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    n, c, oh, ow = (draw(st.integers(1, 2)) for _ in range(4))
+    shape = (n, c, oh * window[0], ow * window[1])
+
+    def np_max_pool(x):
+        return x.reshape(n, c, oh, window[0], ow, window[1]).max(axis=(3, 5))
+    if kind == "max_pool":
+        # distinct values: finite differences need the maximum away from a tie
+        x = _spaced_unique(draw(st.integers(0, 2 ** 16)), shape)
+        return Case(lambda x: fgrad.primitives.nn.max_pool(x, window), (x,), np_max_pool)
+    # few distinct values, so that windows tie; the derivative is taken in the
+    # linear argument only (x and ans fix the weights)
+    x = draw(arrays(shape, st.sampled_from([-1.0, 0.0, 0.5, 2.0])))
+    ans = np_max_pool(x)
+    weights = _np_max_pool_weights(x, ans, window)
+    if kind == "max_pool_scatter":
+        def np_scatter(ct):
+            return (weights * ct[:, :, :, None, :, None]).reshape(shape)
+        ct = draw(arrays(ans.shape))
+        return Case(lambda ct: fgrad.primitives.nn.max_pool_scatter(
+            ct, *_like(ct, x, ans), window), (ct,), np_scatter)
+
+    def np_gather(t):
+        return (weights * t.reshape(weights.shape)).sum(axis=(3, 5))
+    return Case(lambda t: fgrad.primitives.nn.max_pool_gather(t, *_like(t, x, ans), window),
+                (draw(arrays(shape)),), np_gather)
+
+
+def _like(v, *constants):
+    """``constants`` on ``v``'s device and in its dtype (float32 cases then
+    take the compiled loops, which want one dtype)."""
+    return tuple(fnp.asarray(c, v.dtype, like=v) for c in constants)
+
+
+# max pooling over tiling windows, its gradient (ties share) and that gradient's transpose
+for _name in ("max_pool", "max_pool_scatter", "max_pool_gather"):
+    SPECS[_name] = _max_pool_case(_name)

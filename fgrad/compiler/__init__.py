@@ -15,6 +15,8 @@
   SIMD lane, for `lu_kernels`.
 - `conv_kernels`: `fgrad.primitives.nn`'s im2col and col2im as compiled
   loops on NumPy.
+- `pool_kernels`: `fgrad.primitives.nn`'s max pooling and its gradient as
+  compiled loops on NumPy.
 - `whole_graph`: a small graph (loops and branches included) as one numba
   function, so no Python runs between its equations.
 - `parallel`: independent large equations run on worker threads.
@@ -23,6 +25,8 @@
 
 The compiler knows graphs and primitives' ``impl`` columns, never tracing.
 """
-# the NumPy backend's random, LU and convolution kernels install themselves in the
-# primitives below
-from fgrad.compiler import conv_kernels, lu_kernels, random_kernels  # noqa: E402,F401
+# the NumPy backend's random, LU, convolution and pooling kernels install themselves
+# in the primitives below
+from fgrad.compiler import (  # noqa: E402,F401
+    conv_kernels, lu_kernels, pool_kernels, random_kernels,
+)
