@@ -9,6 +9,7 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad import nn
 from fgrad.errors import NNArgumentError
+from fgrad.primitives import nn as prims
 from nn_specs import conv_configs, np_conv2d, np_pool, resolve_padding
 
 try:
@@ -305,3 +306,25 @@ def test_np_pool_reference_agrees_on_a_hand_example():
     x = np.arange(16.0).reshape(1, 1, 4, 4)
     np.testing.assert_array_equal(np_pool(x, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1),
                                           "max")[0, 0], [[5, 7], [13, 15]])
+
+
+def test_pooling_primitives_name_the_shapes_they_expect():
+    # the shapes are checked where the primitives are staged (fgrad.nn checks its
+    # users' arguments before it binds them)
+    x, pooled = np.zeros((1, 1, 4, 4)), np.zeros((1, 1, 2, 2))
+
+    def staged(f, *args):
+        return fgrad.jit(f)(*args)
+    with pytest.raises(ValueError, match=r"windows expects an NCHW array whose H and W are "
+                                         r"multiples of the window \(3, 3\)"):
+        staged(lambda x: prims.windows(x, (3, 3)), x)
+    with pytest.raises(ValueError, match=r"unwindows expects \(kh\*kw, N, C, OH, OW\)"):
+        staged(lambda g: prims.unwindows(g, (2, 2)), np.zeros((3, 1, 1, 2, 2)))
+    with pytest.raises(ValueError, match=r"windows expects an NCHW array"):
+        staged(lambda x: prims.max_pool(x, (2, 2)), np.zeros((1, 4, 4)))
+    with pytest.raises(ValueError, match=r"max_pool_scatter expects ct and ans of the pooled "
+                                         r"shape \(1, 1, 2, 2\), got \(1, 1, 2, 1\)"):
+        staged(lambda ct: prims.max_pool_scatter(ct, x, pooled, (2, 2)), np.zeros((1, 1, 2, 1)))
+    with pytest.raises(ValueError, match=r"max_pool_gather expects t of x's shape "
+                                         r"\(1, 1, 4, 4\) and ans of the pooled shape"):
+        staged(lambda t: prims.max_pool_gather(t, x, pooled, (2, 2)), np.zeros((1, 1, 4, 2)))

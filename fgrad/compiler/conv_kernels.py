@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 from fgrad.compiler import native
-from fgrad.compiler.kernel_ir import counted
+from fgrad.compiler.kernel_ir import array_function, counted
 from fgrad.primitives import nn as _nn
 
 #: dtypes the loops are compiled for (others, and other backends, use NumPy)
@@ -143,22 +143,9 @@ def _function(ir, dtype, object_offset, name, input_name):
     """The module and builder of ``void name(i64 C, ..., i64 PW, input, cols,
     pad)`` (`gather_ir`'s parameters), with the sizes by name, the input's and
     the columns' data pointers and the padding value loaded."""
-    item = {np.dtype(np.float64): ir.DoubleType(), np.dtype(np.float32): ir.FloatType()}[
-        np.dtype(dtype)]
-    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-    module = ir.Module(name=name)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64] * len(_SIZES) + [i8p] * 3),
-                     name)
-    for arg, arg_name in zip(fn.args, _SIZES + (input_name, "cols", "pad")):
-        arg.name = arg_name
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    # each array argument is the NumPy array object: its data pointer is read
-    # at object_offset (`fgrad.compiler.native`)
-    source, cols, pad = (
-        b.load(b.bitcast(b.gep(obj, [ir.Constant(i64, object_offset)]),
-                         item.as_pointer().as_pointer()))
-        for obj in fn.args[len(_SIZES):])
-    return module, b, dict(zip(_SIZES, fn.args)), (source, cols), b.load(pad)
+    module, b, size, data, _ = array_function(ir, name, dtype, _SIZES,
+                                              (input_name, "cols", "pad"), object_offset)
+    return module, b, size, (data[input_name], data["cols"]), b.load(data["pad"])
 
 
 def _finish(ir, b, module, size, offset):

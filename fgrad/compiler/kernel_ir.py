@@ -425,6 +425,34 @@ def counted(ir, b, count, body, name, start=None):
     b.position_at_end(after)
 
 
+def array_function(ir, name, dtype, ints, arrays, object_offset):
+    """The module and entry builder of ``void name(i64 *ints, *arrays)``, for
+    loops written by hand: each of ``arrays`` is a NumPy array object of
+    float ``dtype`` whose data pointer is read at byte ``object_offset``
+    (`fgrad.compiler.native`). Returns ``(module, builder, {int name: value},
+    {array name: data pointer}, element type)``.
+
+    >>> from fgrad.compiler import native
+    >>> if native.available():                  # llvmlite is installed
+    ...     from llvmlite import ir
+    ...     _, _, ints, data, item = array_function(ir, "f", np.float32, ["n"], ["x"], 16)
+    ...     assert (list(ints), list(data), str(item)) == (["n"], ["x"], "float")
+    """
+    item = _value_type(ir, dtype)
+    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+    module = ir.Module(name=name)
+    fn = ir.Function(module, ir.FunctionType(
+        ir.VoidType(), [i64] * len(ints) + [i8p] * len(arrays)), name)
+    for arg, arg_name in zip(fn.args, tuple(ints) + tuple(arrays)):
+        arg.name = arg_name
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    offset = ir.Constant(i64, object_offset)
+    data = {arg_name: b.load(b.bitcast(b.gep(obj, [offset]), item.as_pointer().as_pointer()),
+                             name=f"{arg_name}.data")
+            for arg_name, obj in zip(arrays, fn.args[len(ints):])}
+    return module, b, dict(zip(ints, fn.args)), data, item
+
+
 def _reduction_start(ir, kind, dtype):
     dtype = np.dtype(dtype)
     if kind == "sum":

@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 from fgrad.compiler import native
-from fgrad.compiler.kernel_ir import counted
+from fgrad.compiler.kernel_ir import array_function, counted
 from fgrad.primitives import nn as _nn
 
 #: dtypes the loops are compiled for (others, and other backends, use NumPy)
@@ -33,26 +33,6 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: the largest window (kh * kw elements) compiled: its loads are written out
 #: one by one, so a global pooling window would be a very long function
 MAX_AREA = 64
-
-
-def _function(ir, dtype, object_offset, name, arrays):
-    """The module and builder of ``void name(i64 rows, i64 OW, *arrays)``, with
-    ``rows`` and ``OW`` and the arrays' data pointers (by name)."""
-    item = {np.dtype(np.float64): ir.DoubleType(), np.dtype(np.float32): ir.FloatType()}[
-        np.dtype(dtype)]
-    i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-    module = ir.Module(name=name)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64, i64] + [i8p] * len(arrays)),
-                     name)
-    for arg, arg_name in zip(fn.args, ("rows", "OW") + tuple(arrays)):
-        arg.name = arg_name
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    # each array argument is the NumPy array object: its data pointer is read
-    # at object_offset (`fgrad.compiler.native`)
-    data = {arg_name: b.load(b.bitcast(b.gep(obj, [ir.Constant(i64, object_offset)]),
-                                       item.as_pointer().as_pointer()))
-            for arg_name, obj in zip(arrays, fn.args[2:])}
-    return module, b, fn.args[0], fn.args[1], data, item
 
 
 def _window_loop(ir, b, rows, ow_count, window, body):
@@ -81,8 +61,9 @@ def max_ir(dtype, window, object_offset, name="pool_max"):
     maximum (NaN if any element is NaN) of the ``window`` (kh, kw) of ``x``
     (rows * kh, OW * kw) whose top left element is ``x[r * kh, ow * kw]``."""
     from llvmlite import ir
-    module, b, rows, ow_count, data, _ = _function(ir, dtype, object_offset, name,
-                                                   ("x", "out"))
+    module, b, size, data, _ = array_function(ir, name, dtype, ("rows", "OW"),
+                                              ("x", "out"), object_offset)
+    rows, ow_count = size["rows"], size["OW"]
     x, out = data["x"], data["out"]
 
     def body(out_index, at):
@@ -104,8 +85,9 @@ def scatter_ir(dtype, window, object_offset, name="pool_max_scatter"):
     elements, ``hit`` 1 where the element equals the window's ``ans`` and
     ``count`` the number of hits."""
     from llvmlite import ir
-    module, b, rows, ow_count, data, item = _function(ir, dtype, object_offset, name,
-                                                      ("ct", "x", "ans", "dx"))
+    module, b, size, data, item = array_function(ir, name, dtype, ("rows", "OW"),
+                                                 ("ct", "x", "ans", "dx"), object_offset)
+    rows, ow_count = size["rows"], size["OW"]
     one, zero = ir.Constant(item, 1.0), ir.Constant(item, 0.0)
 
     def body(out_index, at):
