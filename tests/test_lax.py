@@ -185,6 +185,126 @@ def test_scan_over_an_empty_sequence_stacks_empty_outputs_eagerly_as_under_jit()
     np.testing.assert_array_equal(fgrad.grad(lambda c: lax.scan(f, c, xs)[0])(2.0), 1.0)
 
 
+# -- loops whose body closes over a staged value: one equation, unrolled on request --
+
+W = np.array([0.9, -0.7])
+
+
+def _scan_closing_over(w):
+    # init and xs are concrete: only the body's w is staged under jit
+    carry, ys = lax.scan(lambda c, x: (fnp.sin(c * w) + x, c * x), np.ones(2),
+                         np.linspace(0.0, 1.0, 7))
+    return fnp.sum(carry) + fnp.sum(ys)
+
+
+def _fori_closing_over(w):
+    return fnp.sum(lax.fori_loop(0, 7, lambda i, c: fnp.sin(c * w) + i, np.ones(2)))
+
+
+def _while_closing_over(w):
+    i, c = lax.while_loop(lambda v: v[0] < 7, lambda v: (v[0] + 1, fnp.sin(v[1] * w)),
+                          (0, np.ones(2)))
+    return fnp.sum(c)
+
+
+LOOPS = {"scan": _scan_closing_over, "fori_loop": _fori_closing_over,
+         "while_loop": _while_closing_over}
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_a_loop_closing_over_a_staged_value_stages_as_one_equation(name):
+    f = LOOPS[name]
+    names = _eq_names(f, W)
+    loop = "while_loop" if name == "while_loop" else "scan"
+    assert names.count(loop) == 1 and "sin" not in names and len(names) < 6
+    np.testing.assert_allclose(fgrad.jit(f)(W), f(W), rtol=1e-12)
+    nested = fgrad.jit(lambda w: fgrad.jit(f)(w) * 2.0)
+    np.testing.assert_allclose(nested(W), 2.0 * f(W), rtol=1e-12)
+    ws = np.stack([W, W[::-1], 0.5 * W])
+    np.testing.assert_allclose(fgrad.jit(fgrad.vmap(f))(ws), [f(w) for w in ws],
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["scan", "fori_loop"])
+def test_a_loop_closing_over_a_staged_value_differentiates_as_eagerly(name):
+    f = LOOPS[name]
+    want = fgrad.grad(f)(W)
+    np.testing.assert_allclose(fgrad.jit(fgrad.grad(f))(W), want, rtol=1e-12)
+    np.testing.assert_allclose(fgrad.grad(fgrad.jit(f))(W), want, rtol=1e-12)
+    ws = np.stack([W, 0.5 * W])
+    np.testing.assert_allclose(fgrad.jit(fgrad.vmap(fgrad.grad(f)))(ws),
+                               [fgrad.grad(f)(w) for w in ws], rtol=1e-12)
+    check_grads(fgrad.jit(f), (W,), order=2, modes=("fwd", "rev"))
+
+
+def test_a_while_loop_closing_over_a_staged_value_differentiates_forward():
+    f, v = _while_closing_over, np.array([1.0, 0.5])
+    want = fgrad.jvp(f, (W,), (v,))
+    for got in (fgrad.jit(lambda w: fgrad.jvp(f, (w,), (v,)))(W),
+                fgrad.jvp(fgrad.jit(f), (W,), (v,))):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    check_grads(fgrad.jit(f), (W,), order=2, modes=("fwd",))
+
+
+def test_a_loop_on_constants_alone_runs_while_staging():
+    # nothing staged reaches it, so it computes a constant: no loop in the graph
+    f = fgrad.make_graph(lambda x: x + lax.fori_loop(0, 4, lambda i, c: c + i, 0.0))
+    assert [e.prim.name for e in f(X).eqns] == ["add"]
+
+
+def test_a_python_scalar_carry_takes_the_dtype_the_body_gives_it_as_eagerly():
+    w = np.float32(0.5)
+
+    def f(w):
+        return lax.fori_loop(0, 5, lambda i, c: c * w, 1.0)
+    assert _eq_names(f, w).count("scan") == 1
+    for out in (f(w), fgrad.jit(f)(w)):
+        assert np.asarray(out).dtype == np.float32 and float(out) == 0.5 ** 5
+
+
+@pytest.mark.parametrize("unroll", [1, 2, 3, 7, 9, 0, True, False])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_unroll_runs_k_steps_per_loop_step_with_the_same_values(unroll, reverse):
+    def f(w, xs):
+        def step(c, x):
+            c = fnp.tanh(c * w + x)
+            return c, {"y": c * x, "i": 2.0 * x}
+        carry, ys = lax.scan(step, w, xs, reverse=reverse, unroll=unroll)
+        return fnp.sum(carry) + fnp.sum(ys["y"] * fnp.arange(7.0)[:, None]) + \
+            fnp.sum(ys["i"])
+    xs = np.linspace(-1.0, 1.0, 14).reshape(7, 2)
+    want_value, want_grad = f(W, xs), fgrad.grad(f, (0, 1))(W, xs)
+    np.testing.assert_allclose(fgrad.jit(f)(W, xs), want_value, rtol=1e-12)
+    for got, want in zip(fgrad.jit(fgrad.grad(f, (0, 1)))(W, xs), want_grad):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    scans = [e for e in fgrad.make_graph(f)(W, xs).eqns if e.prim.name == "scan"]
+    steps = 1 if unroll is False else 7 if unroll is True or unroll == 0 else unroll
+    if steps >= 7:
+        assert not scans                          # every step staged, unrolled
+    else:
+        assert [e.params["length"] for e in scans] == [7 // steps]
+        assert sum(e.prim.name == "tanh" for e in scans[0].params["body"].eqns) == steps
+
+
+def test_fori_loop_unroll_gives_the_same_values_and_gradients():
+    def f(w, unroll):
+        return fnp.sum(lax.fori_loop(0, 5, lambda i, c: fnp.sin(c * w) + i, np.ones(2),
+                                     unroll=unroll))
+    want = fgrad.grad(f)(W, None)
+    for unroll in (None, 2, True):
+        np.testing.assert_allclose(fgrad.jit(f, static_argnums=1)(W, unroll), f(W, None))
+        np.testing.assert_allclose(fgrad.jit(fgrad.grad(f), static_argnums=1)(W, unroll),
+                                   want, rtol=1e-12)
+    assert "scan" not in _eq_names(lambda w: f(w, True), W)
+
+
+def test_unroll_must_be_a_bool_or_a_non_negative_int_and_needs_static_bounds():
+    with pytest.raises(LaxArgumentError, match="unroll=-1 must be a bool or a non-negative"):
+        lax.scan(lambda c, x: (c + x, None), 0.0, np.ones(3), unroll=-1)
+    with pytest.raises(LaxArgumentError, match="unroll=2 needs bounds known while staging"):
+        fgrad.jit(lambda n: lax.fori_loop(0, n, lambda i, c: c + 1.0, 0.0, unroll=2))(3)
+
+
 # -- jax.lax's array operations ------------------------------------------------------
 
 def test_dynamic_slice_clamps_as_jax_does_eagerly_under_jit_and_vmap():

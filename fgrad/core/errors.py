@@ -325,7 +325,8 @@ def check_not_numpy_generator(value, where):
 class LaxArgumentError(FgradError, ValueError):
     """An `fgrad.lax` array operation got arguments it cannot use, where JAX
     refuses them too: window sizes that do not fit the array or a start index
-    per axis missing, ``top_k``'s ``k`` or ``sort``'s ``num_keys`` out of range.
+    per axis missing, ``top_k``'s ``k`` or ``sort``'s ``num_keys`` out of range,
+    a negative ``unroll``, or ``fori_loop``'s ``unroll`` with traced bounds.
     The message names the argument and the range it must be in."""
 
 
