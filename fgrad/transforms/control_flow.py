@@ -49,12 +49,16 @@ def _stage(fun, avals):
     return graph
 
 
-def _run(graph, args):
+def _runner(graph, args):
+    """The function that runs ``graph`` on operands like ``args``: its compiled
+    code. Looked up once per loop, not once per step: the look-up (the
+    backend, the fusion and debug_nans settings) cost more than a small body's
+    NumPy calls."""
     if graph.sources is not None and nans_enabled():
         # staged under debug_nans: checked equation by equation, so a NaN is
         # blamed on the line inside the branch or loop body that made it
-        return tuple(run_checked(graph, args))
-    return compiled_for(graph, array_module(*args), whole=False)(*args)
+        return lambda *xs: tuple(run_checked(graph, xs))
+    return compiled_for(graph, array_module(*args), whole=False)
 
 
 def _eval(graph, args):
@@ -152,7 +156,7 @@ def _vjp_graph(graph, positions):
 
 def _cond_impl(index, *ops, branches):
     i = min(max(int(index), 0), len(branches) - 1)
-    return tuple(_run(branches[i], ops))
+    return tuple(_runner(branches[i], ops)(*ops))
 
 
 def _cond_abstract(index, *ops, branches):
@@ -218,8 +222,9 @@ cond_p.batch = _cond_batch
 
 def _while_impl(*args, cond, body, n_cc, n_bc):
     cc, bc, val = args[:n_cc], args[n_cc:n_cc + n_bc], args[n_cc + n_bc:]
-    while bool(_run(cond, cc + val)[0]):
-        val = _run(body, bc + tuple(val))
+    run_cond, run_body = _runner(cond, cc + val), _runner(body, bc + val)
+    while bool(run_cond(*cc, *val)[0]):
+        val = tuple(run_body(*bc, *val))
     return tuple(val)
 
 
@@ -336,8 +341,9 @@ def _scan_impl(*args, body, n_consts, n_carry, length, reverse):
     y_avals = body.out_avals[n_carry:]
     xp = array_module(*args)
     ys = [xp.empty((length,) + a.shape, a.dtype) for a in y_avals]
+    run = _runner(body, args)
     for i in (range(length - 1, -1, -1) if reverse else range(length)):
-        out = _run(body, consts + carry + tuple(x[i] for x in xs))
+        out = run(*consts, *carry, *[x[i] for x in xs])
         carry = tuple(out[:n_carry])
         for buf, y in zip(ys, out[n_carry:]):
             buf[i] = y
