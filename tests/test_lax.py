@@ -5,7 +5,7 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad import lax
-from fgrad.errors import ControlFlowError, LaxArgumentError
+from fgrad.errors import ConcretizationError, ControlFlowError, LaxArgumentError
 from fgrad.testing import check_grads
 
 X = np.linspace(-1.0, 1.0, 4)
@@ -296,6 +296,16 @@ def test_fori_loop_unroll_gives_the_same_values_and_gradients():
         np.testing.assert_allclose(fgrad.jit(fgrad.grad(f), static_argnums=1)(W, unroll),
                                    want, rtol=1e-12)
     assert "scan" not in _eq_names(lambda w: f(w, True), W)
+
+
+def test_a_staged_loop_body_branching_on_its_index_needs_unroll_true():
+    def f(w, unroll):
+        return lax.fori_loop(0, 3, lambda i, c: c * w if i > 0 else c + w, np.zeros(2),
+                             unroll=unroll)
+    w = np.array([2.0, 3.0])
+    np.testing.assert_allclose(fgrad.jit(f, static_argnums=1)(w, True), w ** 3)
+    with pytest.raises(ConcretizationError, match="bool()"):
+        fgrad.jit(f, static_argnums=1)(w, None)
 
 
 def test_unroll_must_be_a_bool_or_a_non_negative_int_and_needs_static_bounds():
