@@ -298,14 +298,21 @@ def test_fori_loop_unroll_gives_the_same_values_and_gradients():
     assert "scan" not in _eq_names(lambda w: f(w, True), W)
 
 
-def test_a_staged_loop_body_branching_on_its_index_needs_unroll_true():
-    def f(w, unroll):
-        return lax.fori_loop(0, 3, lambda i, c: c * w if i > 0 else c + w, np.zeros(2),
-                             unroll=unroll)
+def test_a_loop_body_that_cannot_be_staged_runs_step_by_step_as_before():
+    # a Python `if` on the index, a carry that grows: no loop equation can hold
+    # them, so (staged value or not) the steps run as Python, as they did
+    def branchy(w):
+        return lax.fori_loop(0, 3, lambda i, c: c * w if i > 0 else c + w, np.zeros(2))
+
+    def growing(w):
+        return lax.fori_loop(0, 2, lambda i, c: fnp.concatenate([c, c * w[0]]), np.ones(1))
     w = np.array([2.0, 3.0])
-    np.testing.assert_allclose(fgrad.jit(f, static_argnums=1)(w, True), w ** 3)
+    np.testing.assert_allclose(fgrad.jit(branchy)(w), w ** 3)
+    assert "scan" not in _eq_names(branchy, w)
+    np.testing.assert_allclose(fgrad.jit(growing)(w), [1.0, 2.0, 2.0, 4.0])
+    # on a staged carry the Python `if` has nothing to test, as in JAX
     with pytest.raises(ConcretizationError, match="bool()"):
-        fgrad.jit(f, static_argnums=1)(w, None)
+        fgrad.jit(lambda w: lax.fori_loop(0, 3, lambda i, c: c if c[0] > 0 else -c, w))(w)
 
 
 def test_unroll_must_be_a_bool_or_a_non_negative_int_and_needs_static_bounds():

@@ -15,7 +15,12 @@ array([1., 1.])
 """
 import numpy as np
 
-from fgrad.core.errors import BatchedConversionError, ControlFlowError, LaxArgumentError
+from fgrad.core.errors import (
+    BatchedConversionError,
+    ConcretizationError,
+    ControlFlowError,
+    LaxArgumentError,
+)
 from fgrad.core.graph import Graph, Var
 from fgrad.core.trace import ShapedArray, Tracer, get_aval, trace_state
 from fgrad.core.tree import tree_flatten, tree_unflatten
@@ -147,8 +152,17 @@ def _staging_active():
     return any(isinstance(t, StagingTrace) for t in trace_state.trace_stack)
 
 
-def _captures_staged(captured):
-    return any(_staged(t) for t in captured)
+def _staged_if_closing_over(stage_loop, captured_of):
+    """``stage_loop()`` (a loop staged whose carry and bounds are concrete)
+    where its functions capture a staged value, else None: the loop runs as
+    Python. So does a body that cannot be staged (a Python ``if`` on its index
+    or carry, a carry that changes shape), as it did before such loops were
+    staged: it computes a constant, or, closing over a staged value, unrolls."""
+    try:
+        staged = stage_loop()
+    except (ConcretizationError, ControlFlowError):
+        return None
+    return staged if any(_staged(t) for t in captured_of(staged)) else None
 
 
 def _weak_carry_promoted(leaves, out_avals_of):
@@ -182,9 +196,9 @@ def while_loop(cond_fun, body_fun, init_val):
     if any(_staged(x) for x in leaves):
         staged = _stage_while(cond_fun, body_fun, leaves, tree)
     elif _staging_active():
-        staged = _stage_while(cond_fun, body_fun, leaves, tree)
-        if not _captures_staged(staged[0] + staged[1]):
-            staged = None
+        staged = _staged_if_closing_over(
+            lambda: _stage_while(cond_fun, body_fun, leaves, tree),
+            lambda staged: staged[0] + staged[1])
     if staged is None:
         # eager while the predicate is one concrete value; a predicate that
         # differs between vmap's examples hands the rest of the loop over to
@@ -319,9 +333,9 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     if not n or (steps < n and any(_staged(v) for v in c_leaves + x_leaves)):
         staged = _stage_scan(f, c_leaves, c_tree, x_leaves, x_tree)
     elif steps < n and _staging_active():
-        staged = _stage_scan(f, c_leaves, c_tree, x_leaves, x_tree)
-        if not _captures_staged(staged[1]):
-            staged = None
+        staged = _staged_if_closing_over(
+            lambda: _stage_scan(f, c_leaves, c_tree, x_leaves, x_tree),
+            lambda staged: staged[1])
     if staged is None:
         return _unrolled(f, init, x_leaves, x_tree, 0, n, reverse)
     if steps > 1:
