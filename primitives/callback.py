@@ -16,7 +16,7 @@ that calls it supplies the rule with `fgrad.custom_jvp` or `fgrad.custom_vjp`.
 import numpy as np
 
 from fgrad.core.backend import array_module, asarray_on, device_put
-from fgrad.core.errors import CallbackDerivativeError, CallbackError
+from fgrad.core.errors import CallbackDerivativeError, CallbackError, TracerLeakError
 from fgrad.core.trace import Primitive, ShapedArray, Tracer, Zero, get_aval, trace_state
 from fgrad.core.tree import tree_flatten, tree_unflatten
 from fgrad.primitives.batching import axis_size, move_axis
@@ -30,6 +30,13 @@ def _name(callback):
     return getattr(callback, "__name__", type(callback).__name__)
 
 
+def _closed_over(callback, what):
+    return (f"pure_callback: {_name(callback)!r} read a value that grad, jvp, jit or "
+            f"vmap is tracing, closed over instead of passed in ({what}). Pass it to "
+            "pure_callback as one of its *args: the callback receives it as a NumPy "
+            "array.")
+
+
 def _checked(outs, result_avals, callback):
     """The callback's outputs as NumPy arrays of the declared avals."""
     if len(outs) != len(result_avals):
@@ -38,6 +45,8 @@ def _checked(outs, result_avals, callback):
             f"result_shape_dtypes declares {len(result_avals)}.")
     checked = []
     for i, (out, aval) in enumerate(zip(outs, result_avals)):
+        if isinstance(out, Tracer):
+            raise CallbackError(_closed_over(callback, f"output {i} is a traced value"))
         out = np.asarray(device_put(out, "cpu"))
         if out.shape != aval.shape:
             raise CallbackError(
@@ -57,7 +66,11 @@ def _checked(outs, result_avals, callback):
 def _impl(*args, callback, result_avals, vmap_method):
     xp = array_module(*args)
     host = [np.asarray(device_put(a, "cpu")) for a in args]
-    outs = callback(*host)
+    try:
+        outs = callback(*host)
+    except TracerLeakError as err:      # it ran after the trace it read had ended
+        raise CallbackError(_closed_over(callback, "a traced value that outlived its "
+                                         f"transformation ({err})")) from None
     return tuple(asarray_on(xp, out) for out in _checked(outs, result_avals, callback))
 
 

@@ -379,8 +379,8 @@ def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False,
                                     "custom_linear_solve's solve", has_aux)
     solve_graph = solution_only(full, n)
     vecmat, ts_graph, tc = None, None, []
-    if transpose_solve is solve:
-        ts_graph, tc = solve_graph, sc
+    if symmetric and transpose_solve is solve:
+        ts_graph, tc = solve_graph, sc          # the same solve of the same system
     elif transpose_solve is not None:
         if not symmetric:
             vecmat = transpose_graph(mv.graph, n)
