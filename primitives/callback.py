@@ -13,6 +13,8 @@ once on the whole batch when it says it handles a leading batch axis
 derivative: differentiating one raises `CallbackDerivativeError`; the function
 that calls it supplies the rule with `fgrad.custom_jvp` or `fgrad.custom_vjp`.
 """
+import functools
+
 import numpy as np
 
 from fgrad.core.backend import array_module, asarray_on, device_put
@@ -171,6 +173,7 @@ def pure_callback(callback, result_shape_dtypes, *args, vmap_method="sequential"
     if vmap_method not in VMAP_METHODS:
         raise CallbackError(f"pure_callback: vmap_method must be one of {VMAP_METHODS}, "
                             f"got {vmap_method!r}.")
+    _refuse_closed_over_tracers(callback, kwargs)
     leaves, in_tree = tree_flatten(args)
     result_leaves, out_tree = tree_flatten(result_shape_dtypes)
     result_avals = tuple(ShapedArray(r.shape, r.dtype) for r in result_leaves)
@@ -193,6 +196,24 @@ def pure_callback(callback, result_shape_dtypes, *args, vmap_method="sequential"
     else:
         outs = pure_callback_p.bind(*leaves, **params)
     return tree_unflatten(out_tree, list(outs))
+
+
+def _refuse_closed_over_tracers(callback, kwargs):
+    """Refuse a callback that holds a tracer (in its closure, a partial's
+    arguments, or ``kwargs``): it runs on host values, where a tracer means
+    nothing, and under ``jit(grad(...))`` it may never run at all, leaving a
+    zero derivative in place of the error."""
+    held = list(kwargs.values())
+    if isinstance(callback, functools.partial):
+        held += list(callback.args) + list(callback.keywords.values())
+    for cell in getattr(callback, "__closure__", None) or ():
+        try:
+            held.append(cell.cell_contents)
+        except ValueError:              # a cell not filled yet
+            pass
+    for x in tree_flatten(held)[0]:
+        if isinstance(x, Tracer):
+            raise CallbackError(_closed_over(callback, f"it holds {x.aval}"))
 
 
 def _innermost_staging_trace():
