@@ -28,24 +28,30 @@ def top_trace(leaves):
     return top
 
 
-def refuse_closures(values, level, kind, fun):
-    """Raise `CustomRuleError` if ``values`` (what a user function or rule of a
-    custom_vjp/custom_jvp function returned) hold a tracer of the trace at
-    ``level`` or above. The function and its rules are called on values of
-    lower levels only, so such a tracer came from a closure: a traced value the
-    function reads from an enclosing scope, whose derivative its rules cannot
-    give (they see only the explicit arguments), as JAX refuses it too."""
+def closure_error(kind, fun):
+    name = getattr(fun, "__name__", "the function")
+    rule = "return its cotangent from bwd" if kind == "custom_vjp" else \
+        "give its tangent in the rule"
+    return CustomRuleError(
+        f"the {kind} function {name!r} closes over a value that is being "
+        "differentiated (a traced value it reads from an enclosing scope, not from its "
+        "arguments), but its rules give derivatives with respect to its arguments "
+        f"only. Pass that value to {name} as an argument (and {rule}), or apply "
+        "fgrad.stop_gradient to it if it needs none.")
+
+
+def refuse_closures(values, kind, fun, level=None):
+    """Raise `closure_error` if ``values`` (what a user function or rule of a
+    custom_vjp/custom_jvp function returned) hold a tracer of a trace that has
+    ended, or (given ``level``) of the trace at ``level`` or above. The function
+    and its rules are called on values of lower levels only, so such a tracer
+    came from a closure: a traced value the function reads from an enclosing
+    scope, whose derivative its rules cannot give (they see only the explicit
+    arguments). JAX refuses it too."""
     for x in tree_flatten(values)[0]:
-        if isinstance(x, Tracer) and x.owner.level >= level:
-            name = getattr(fun, "__name__", "the function")
-            rule = "return its cotangent from bwd" if kind == "custom_vjp" else \
-                "give its tangent in the rule"
-            raise CustomRuleError(
-                f"the {kind} function {name!r} closes over a value that is being "
-                "differentiated (a traced value it reads from an enclosing scope, not "
-                "from its arguments), but its rules give derivatives with respect to "
-                f"its arguments only. Pass that value to {name} as an argument (and "
-                f"{rule}), or apply fgrad.stop_gradient to it if it needs none.")
+        if isinstance(x, Tracer) and (not x.owner.active or
+                                      level is not None and x.owner.level >= level):
+            raise closure_error(kind, fun)
 
 
 def instantiate(ct, xp):
@@ -66,7 +72,7 @@ def custom_vjp_primitive(fun, bwd, residuals, primals, out, level):
         xp = module_of_leaves(primals)
         cts = [instantiate(c, xp) for c in ct]
         arg_cts = bwd(residuals, cts, needed, primals)
-        refuse_closures(arg_cts, level, "custom_vjp", fun)
+        refuse_closures(arg_cts, "custom_vjp", fun, level)
         return arg_cts
     prim.vjp = vjp
     prim.impl = lambda *args: out
@@ -79,7 +85,7 @@ def call_jvp_rule(fun, rule, primals, tangents):
     return rule(tuple(primals), tuple(instantiate(t, xp) for t in tangents))
 
 
-def custom_jvp_transpose_primitive(fun, rule, primals, out, level):
+def custom_jvp_transpose_primitive(fun, rule, primals, out):
     """A one-off primitive whose VJP transposes the user's JVP rule.
 
     The rule's tangent output is linear in the input tangents; reverse mode over
@@ -97,9 +103,13 @@ def custom_jvp_transpose_primitive(fun, rule, primals, out, level):
             tangents = [Zero(get_aval(p)) for p in primals]
             for i, t in zip(float_positions, float_tangents):
                 tangents[i] = t
-            out_tangents = rule(tuple(primals),
-                                tuple(instantiate(t, xp) for t in tangents))[1]
-            refuse_closures(out_tangents, level, "custom_jvp", fun)
+            try:
+                out_tangents = rule(tuple(primals),
+                                    tuple(instantiate(t, xp) for t in tangents))[1]
+            except TracerLeakError:     # it read a tracer of the recording's trace
+                raise closure_error("custom_jvp", fun) from None
+            # this runs inside a vjp of its own, whose tracers it returns
+            refuse_closures(out_tangents, "custom_jvp", fun)
             return out_tangents
         zeros = [zeros_like(primals[i]) for i in float_positions]
         _, pullback = callbacks.transformation("vjp")(tangent_map, *zeros)

@@ -77,7 +77,7 @@ class JVPTrace(Trace):
     def process_custom_jvp(self, fun, rule, args):
         primals, tangents = self.unwrap(args)
         out, out_tangent = call_jvp_rule(fun, rule, primals, tangents)
-        refuse_closures((out, out_tangent), self.level, "custom_jvp", fun)
+        refuse_closures((out, out_tangent), "custom_jvp", fun, self.level)
         if isinstance(out, tuple):
             return tuple(self.wrap(o, t) for o, t in zip(out, out_tangent))
         return self.wrap(out, out_tangent)

@@ -337,7 +337,7 @@ class DebugJVPTrace(JVPTrace):
         source = user_source() if context is None else context[2]
         prim = _Named(f"custom_jvp[{getattr(fun, '__name__', fun)}]")
         out, out_tangent = call_jvp_rule(fun, rule, primals, tangents)
-        refuse_closures((out, out_tangent), self.level, "custom_jvp", fun)
+        refuse_closures((out, out_tangent), "custom_jvp", fun, self.level)
         several = isinstance(out, tuple)
         _check_outputs(out if several else (out,), prim, context, source, primals)
         _check_outputs(out_tangent if several else (out_tangent,), prim,

@@ -387,7 +387,7 @@ class ReverseTrace(Trace):
         # fwd and bwd as ordinary code (that is what makes grad(grad(f)) work).
         primals, in_nodes = self.unwrap(args)
         out, residuals = fwd(*primals)
-        refuse_closures(out, self.level, "custom_vjp", fun)
+        refuse_closures(out, "custom_vjp", fun, self.level)
         prim = custom_vjp_primitive(fun, bwd, residuals, primals, out, self.level)
         return self.record(prim, in_nodes, primals, out, {})
 
@@ -397,8 +397,8 @@ class ReverseTrace(Trace):
         # map, which reverse mode over the rule itself computes.
         primals, in_nodes = self.unwrap(args)
         out = fun(*primals)
-        refuse_closures(out, self.level, "custom_jvp", fun)
-        prim = custom_jvp_transpose_primitive(fun, rule, primals, out, self.level)
+        refuse_closures(out, "custom_jvp", fun, self.level)
+        prim = custom_jvp_transpose_primitive(fun, rule, primals, out)
         return self.record(prim, in_nodes, primals, out, {})
 
 
