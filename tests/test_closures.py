@@ -57,9 +57,7 @@ def dense_transposed(matrix):
 
 
 def newton(f, x):
-    for _ in range(30):
-        x = x - f(x) / fgrad.grad(f)(x)
-    return x
+    return lax.fori_loop(0, 30, lambda i, x: x - f(x) / fgrad.grad(f)(x), x)
 
 
 def scalar_solve(g, y):
@@ -68,38 +66,21 @@ def scalar_solve(g, y):
 
 # -- the cases: each reads t only through a closure ------------------------------------
 
-def custom_jvp_case(t):
+def custom_jvp_closing_over(t, x):
     @fgrad.custom_jvp
     def f(x):
         return fnp.sin(x * t)
     f.defjvp(lambda primals, tangents: (f(primals[0]),
                                         fnp.cos(primals[0] * t) * t * tangents[0]))
-    return f(2.0)
+    return f(x)
 
 
-def custom_vjp_case(t):
+def custom_vjp_closing_over(t, x):
     @fgrad.custom_vjp
     def f(x):
         return fnp.sin(x * t)
     f.defvjp(lambda x: (f(x), x), lambda x, ct: (ct * fnp.cos(x * t) * t,))
-    return f(2.0)
-
-
-def custom_jvp_mixed(t):
-    @fgrad.custom_jvp
-    def f(x):
-        return fnp.sin(x * t)
-    f.defjvp(lambda primals, tangents: (f(primals[0]),
-                                        fnp.cos(primals[0] * t) * t * tangents[0]))
-    return f(t)
-
-
-def custom_vjp_mixed(t):
-    @fgrad.custom_vjp
-    def f(x):
-        return fnp.sin(x * t)
-    f.defvjp(lambda x: (f(x), x), lambda x, ct: (ct * fnp.cos(x * t) * t,))
-    return f(t)
+    return f(x)
 
 
 def linear_solve(matvec, solve, transpose_solve=None, symmetric=False, b=B0):
@@ -131,12 +112,12 @@ CASES = {
         lambda a, b: a + b * t, XS)),
     # with no traced argument, a custom_jvp/custom_vjp function is plain Python:
     # the closed-over value is differentiated through the function itself
-    "custom_jvp": custom_jvp_case,
-    "custom_vjp": custom_vjp_case,
+    "custom_jvp": lambda t: custom_jvp_closing_over(t, 2.0),
+    "custom_vjp": lambda t: custom_vjp_closing_over(t, 2.0),
     # with one, its rules are used, and they cannot give the closed-over
     # value's derivative: refused, as in JAX
-    "custom_jvp, argument and closure": custom_jvp_mixed,
-    "custom_vjp, argument and closure": custom_vjp_mixed,
+    "custom_jvp, argument and closure": lambda t: custom_jvp_closing_over(t, t),
+    "custom_vjp, argument and closure": lambda t: custom_vjp_closing_over(t, t),
     "checkpoint": lambda t: fgrad.checkpoint(lambda x: fnp.sin(x * t))(2.0),
     "jit": lambda t: fgrad.jit(lambda x: fnp.sin(x * t))(2.0),
     "grad": lambda t: fgrad.grad(lambda x: fnp.sin(x * t))(2.0),
