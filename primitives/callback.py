@@ -199,10 +199,12 @@ def pure_callback(callback, result_shape_dtypes, *args, vmap_method="sequential"
 
 
 def _refuse_closed_over_tracers(callback, kwargs):
-    """Refuse a callback that holds a tracer (in its closure, a partial's
-    arguments, or ``kwargs``): it runs on host values, where a tracer means
-    nothing, and under ``jit(grad(...))`` it may never run at all, leaving a
-    zero derivative in place of the error."""
+    """Refuse a callback that holds a tracer (as a variable of its closure, an
+    argument of a partial, or in ``kwargs``): it runs on host values, where a
+    tracer means nothing, and under ``jit(grad(...))`` it may never run at all,
+    leaving a zero derivative in place of the error. Containers are not looked
+    into (a callback may hold traced values it reads only for their structure);
+    a tracer read from one fails when the callback runs (`_checked`)."""
     held = list(kwargs.values())
     if isinstance(callback, functools.partial):
         held += list(callback.args) + list(callback.keywords.values())
@@ -211,7 +213,7 @@ def _refuse_closed_over_tracers(callback, kwargs):
             held.append(cell.cell_contents)
         except ValueError:              # a cell not filled yet
             pass
-    for x in tree_flatten(held)[0]:
+    for x in held:
         if isinstance(x, Tracer):
             raise CallbackError(_closed_over(callback, f"it holds {x.aval}"))
 
