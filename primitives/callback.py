@@ -13,10 +13,12 @@ once on the whole batch when it says it handles a leading batch axis
 derivative: differentiating one raises `CallbackDerivativeError`; the function
 that calls it supplies the rule with `fgrad.custom_jvp` or `fgrad.custom_vjp`.
 """
+import functools
+
 import numpy as np
 
 from fgrad.core.backend import array_module, asarray_on, device_put
-from fgrad.core.errors import CallbackDerivativeError, CallbackError
+from fgrad.core.errors import CallbackDerivativeError, CallbackError, TracerLeakError
 from fgrad.core.trace import Primitive, ShapedArray, Tracer, Zero, get_aval, trace_state
 from fgrad.core.tree import tree_flatten, tree_unflatten
 from fgrad.primitives.batching import axis_size, move_axis
@@ -30,6 +32,13 @@ def _name(callback):
     return getattr(callback, "__name__", type(callback).__name__)
 
 
+def _closed_over(callback, what):
+    return (f"pure_callback: {_name(callback)!r} read a value that grad, jvp, jit or "
+            f"vmap is tracing, closed over instead of passed in ({what}). Pass it to "
+            "pure_callback as one of its *args: the callback receives it as a NumPy "
+            "array.")
+
+
 def _checked(outs, result_avals, callback):
     """The callback's outputs as NumPy arrays of the declared avals."""
     if len(outs) != len(result_avals):
@@ -38,6 +47,8 @@ def _checked(outs, result_avals, callback):
             f"result_shape_dtypes declares {len(result_avals)}.")
     checked = []
     for i, (out, aval) in enumerate(zip(outs, result_avals)):
+        if isinstance(out, Tracer):
+            raise CallbackError(_closed_over(callback, f"output {i} is a traced value"))
         out = np.asarray(device_put(out, "cpu"))
         if out.shape != aval.shape:
             raise CallbackError(
@@ -57,7 +68,11 @@ def _checked(outs, result_avals, callback):
 def _impl(*args, callback, result_avals, vmap_method):
     xp = array_module(*args)
     host = [np.asarray(device_put(a, "cpu")) for a in args]
-    outs = callback(*host)
+    try:
+        outs = callback(*host)
+    except TracerLeakError as err:      # it ran after the trace it read had ended
+        raise CallbackError(_closed_over(callback, "a traced value that outlived its "
+                                         f"transformation ({err})")) from None
     return tuple(asarray_on(xp, out) for out in _checked(outs, result_avals, callback))
 
 
@@ -158,6 +173,7 @@ def pure_callback(callback, result_shape_dtypes, *args, vmap_method="sequential"
     if vmap_method not in VMAP_METHODS:
         raise CallbackError(f"pure_callback: vmap_method must be one of {VMAP_METHODS}, "
                             f"got {vmap_method!r}.")
+    _refuse_closed_over_tracers(callback, kwargs)
     leaves, in_tree = tree_flatten(args)
     result_leaves, out_tree = tree_flatten(result_shape_dtypes)
     result_avals = tuple(ShapedArray(r.shape, r.dtype) for r in result_leaves)
@@ -180,6 +196,26 @@ def pure_callback(callback, result_shape_dtypes, *args, vmap_method="sequential"
     else:
         outs = pure_callback_p.bind(*leaves, **params)
     return tree_unflatten(out_tree, list(outs))
+
+
+def _refuse_closed_over_tracers(callback, kwargs):
+    """Refuse a callback that holds a tracer (as a variable of its closure, an
+    argument of a partial, or in ``kwargs``): it runs on host values, where a
+    tracer means nothing, and under ``jit(grad(...))`` it may never run at all,
+    leaving a zero derivative in place of the error. Containers are not looked
+    into (a callback may hold traced values it reads only for their structure);
+    a tracer read from one fails when the callback runs (`_checked`)."""
+    held = list(kwargs.values())
+    if isinstance(callback, functools.partial):
+        held += list(callback.args) + list(callback.keywords.values())
+    for cell in getattr(callback, "__closure__", None) or ():
+        try:
+            held.append(cell.cell_contents)
+        except ValueError:              # a cell not filled yet
+            pass
+    for x in held:
+        if isinstance(x, Tracer):
+            raise CallbackError(_closed_over(callback, f"it holds {x.aval}"))
 
 
 def _innermost_staging_trace():

@@ -75,6 +75,15 @@ def test_while_on_staged_value_raises():
         fgrad.jit(f)(np.ones(2))
 
 
+def test_bitwise_operators_on_traced_values_follow_numpy():
+    a, b = np.array([1.0, -1.0, 6.0]), np.array([-1.0, -1.0, 1.0])
+    want = (a > 0) & ~(b > 0) | (a > 5) ^ (b > 0)
+    np.testing.assert_array_equal(
+        fgrad.jit(lambda a, b: (a > 0) & ~(b > 0) | (a > 5) ^ (b > 0))(a, b), want)
+    assert fgrad.jit(lambda n: (n & 6) | (3 ^ n))(np.int64(5)) == (5 & 6) | (3 ^ 5)
+    assert fgrad.jit(lambda n: ~n)(np.int64(5)) == ~5
+
+
 def test_staging_tracer_has_no_concrete_value():
     seen = []
 

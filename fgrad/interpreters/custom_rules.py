@@ -8,8 +8,9 @@ traces need to honour them: a one-off primitive whose VJP calls the user's
 rule with real (instantiated) tangents.
 """
 from fgrad.core.backend import module_of_leaves
-from fgrad.core.errors import TracerLeakError
+from fgrad.core.errors import CustomRuleError, TracerLeakError
 from fgrad.core.trace import Primitive, Tracer, Zero, get_aval
+from fgrad.core.tree import tree_flatten
 from fgrad.interpreters import callbacks
 from fgrad.primitives.creation import zeros_like
 
@@ -27,6 +28,32 @@ def top_trace(leaves):
     return top
 
 
+def closure_error(kind, fun):
+    name = getattr(fun, "__name__", "the function")
+    rule = "return its cotangent from bwd" if kind == "custom_vjp" else \
+        "give its tangent in the rule"
+    return CustomRuleError(
+        f"the {kind} function {name!r} closes over a value that is being "
+        "differentiated (a traced value it reads from an enclosing scope, not from its "
+        "arguments), but its rules give derivatives with respect to its arguments "
+        f"only. Pass that value to {name} as an argument (and {rule}), or apply "
+        "fgrad.stop_gradient to it if it needs none.")
+
+
+def refuse_closures(values, kind, fun, level=None):
+    """Raise `closure_error` if ``values`` (what a user function or rule of a
+    custom_vjp/custom_jvp function returned) hold a tracer of a trace that has
+    ended, or (given ``level``) of the trace at ``level`` or above. The function
+    and its rules are called on values of lower levels only, so such a tracer
+    came from a closure: a traced value the function reads from an enclosing
+    scope, whose derivative its rules cannot give (they see only the explicit
+    arguments). JAX refuses it too."""
+    for x in tree_flatten(values)[0]:
+        if isinstance(x, Tracer) and (not x.owner.active or
+                                      level is not None and x.owner.level >= level):
+            raise closure_error(kind, fun)
+
+
 def instantiate(ct, xp):
     """``ct`` as an array of backend ``xp``: user rules are plain code that
     expects arrays, so a symbolic zero is made real here."""
@@ -35,15 +62,18 @@ def instantiate(ct, xp):
     return ct
 
 
-def custom_vjp_primitive(fun, bwd, residuals, primals, out):
-    """A one-off primitive whose VJP calls the user's ``bwd``."""
+def custom_vjp_primitive(fun, bwd, residuals, primals, out, level):
+    """A one-off primitive whose VJP calls the user's ``bwd`` (recorded by the
+    reverse trace at ``level``)."""
     prim = Primitive(f"custom_vjp[{fun.__name__}]", multiple_results=True,
                      register=False)
 
     def vjp(ct, ans, needed, *args):
         xp = module_of_leaves(primals)
         cts = [instantiate(c, xp) for c in ct]
-        return bwd(residuals, cts, needed, primals)
+        arg_cts = bwd(residuals, cts, needed, primals)
+        refuse_closures(arg_cts, "custom_vjp", fun, level)
+        return arg_cts
     prim.vjp = vjp
     prim.impl = lambda *args: out
     return prim
@@ -73,7 +103,14 @@ def custom_jvp_transpose_primitive(fun, rule, primals, out):
             tangents = [Zero(get_aval(p)) for p in primals]
             for i, t in zip(float_positions, float_tangents):
                 tangents[i] = t
-            return rule(tuple(primals), tuple(instantiate(t, xp) for t in tangents))[1]
+            try:
+                out_tangents = rule(tuple(primals),
+                                    tuple(instantiate(t, xp) for t in tangents))[1]
+            except TracerLeakError:     # it read a tracer of the recording's trace
+                raise closure_error("custom_jvp", fun) from None
+            # this runs inside a vjp of its own, whose tracers it returns
+            refuse_closures(out_tangents, "custom_jvp", fun)
+            return out_tangents
         zeros = [zeros_like(primals[i]) for i in float_positions]
         _, pullback = callbacks.transformation("vjp")(tangent_map, *zeros)
         float_cts = pullback(tuple(instantiate(c, xp) for c in ct))

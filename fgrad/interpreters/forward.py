@@ -5,7 +5,7 @@ so symbolic zeros cost nothing and `fgrad.jvp` instantiates them only at the end
 """
 from fgrad.core.errors import CustomRuleError, MissingRuleError
 from fgrad.core.trace import EagerTracer, Trace, Tracer, Zero, get_aval, missing_rule_message
-from fgrad.interpreters.custom_rules import call_jvp_rule
+from fgrad.interpreters.custom_rules import call_jvp_rule, refuse_closures
 
 
 class JVPTracer(EagerTracer):
@@ -77,6 +77,7 @@ class JVPTrace(Trace):
     def process_custom_jvp(self, fun, rule, args):
         primals, tangents = self.unwrap(args)
         out, out_tangent = call_jvp_rule(fun, rule, primals, tangents)
+        refuse_closures((out, out_tangent), "custom_jvp", fun, self.level)
         if isinstance(out, tuple):
             return tuple(self.wrap(o, t) for o, t in zip(out, out_tangent))
         return self.wrap(out, out_tangent)

@@ -33,7 +33,7 @@ from fgrad.core.errors import MissingRuleError, NonFiniteError
 from fgrad.core.graph import Literal
 from fgrad.core.trace import Tracer, Zero, get_aval, missing_rule_message, trace_state
 from fgrad.interpreters.batching import innermost_value
-from fgrad.interpreters.custom_rules import call_jvp_rule
+from fgrad.interpreters.custom_rules import call_jvp_rule, refuse_closures
 from fgrad.interpreters.forward import JVPTrace
 from fgrad.interpreters.reverse import NEEDED_ONE, ReverseTrace, accumulate, ct_or_zero
 from fgrad.interpreters.sources import describe_source, user_source
@@ -337,6 +337,7 @@ class DebugJVPTrace(JVPTrace):
         source = user_source() if context is None else context[2]
         prim = _Named(f"custom_jvp[{getattr(fun, '__name__', fun)}]")
         out, out_tangent = call_jvp_rule(fun, rule, primals, tangents)
+        refuse_closures((out, out_tangent), "custom_jvp", fun, self.level)
         several = isinstance(out, tuple)
         _check_outputs(out if several else (out,), prim, context, source, primals)
         _check_outputs(out_tangent if several else (out_tangent,), prim,

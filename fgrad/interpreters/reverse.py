@@ -26,7 +26,11 @@ from fgrad.core.trace import (
     graph_checking_enabled,
     missing_rule_message,
 )
-from fgrad.interpreters.custom_rules import custom_jvp_transpose_primitive, custom_vjp_primitive
+from fgrad.interpreters.custom_rules import (
+    custom_jvp_transpose_primitive,
+    custom_vjp_primitive,
+    refuse_closures,
+)
 
 
 class ReverseTracer(EagerTracer):
@@ -383,7 +387,8 @@ class ReverseTrace(Trace):
         # fwd and bwd as ordinary code (that is what makes grad(grad(f)) work).
         primals, in_nodes = self.unwrap(args)
         out, residuals = fwd(*primals)
-        prim = custom_vjp_primitive(fun, bwd, residuals, primals, out)
+        refuse_closures(out, "custom_vjp", fun, self.level)
+        prim = custom_vjp_primitive(fun, bwd, residuals, primals, out, self.level)
         return self.record(prim, in_nodes, primals, out, {})
 
     def process_custom_jvp(self, fun, rule, args):
@@ -392,6 +397,7 @@ class ReverseTrace(Trace):
         # map, which reverse mode over the rule itself computes.
         primals, in_nodes = self.unwrap(args)
         out = fun(*primals)
+        refuse_closures(out, "custom_jvp", fun, self.level)
         prim = custom_jvp_transpose_primitive(fun, rule, primals, out)
         return self.record(prim, in_nodes, primals, out, {})
 

@@ -14,7 +14,7 @@ graph passes them in when binding it.
 import contextlib
 import gc
 
-from fgrad.core.errors import ConcretizationError, MissingRuleError
+from fgrad.core.errors import ConcretizationError, CustomRuleError, MissingRuleError
 from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.core.trace import (
     Primitive,
@@ -339,6 +339,14 @@ def _stage_custom(trace, prim, fun, args, **rules):
     name = getattr(fun, "__name__", "custom")
     body, captured = stage(lambda *xs: list(body_fun(*xs)),
                            [get_aval(a).strip_weak() for a in args])
+    if any(t.owner.level > trace.level for t in captured):
+        # a value of a transformation inside this one (vmap inside jit): the
+        # function, handed down with its rules, cannot be staged here
+        raise CustomRuleError(
+            f"the custom_{prim.kind} function {name!r} closes over a value that a "
+            "transformation inside jit is tracing (vmap's batch, or a value grad or jvp "
+            f"is differentiating), so its rules cannot be staged. Pass that value to "
+            f"{name} as an argument.")
     if captured:
         return tuple(body_fun(*args))
     return trace.process(prim, args, dict(body=body, name=name, **rules))

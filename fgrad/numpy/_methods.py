@@ -31,6 +31,13 @@ for _name, _fn in {"lt": ew.less, "le": ew.less_equal, "gt": ew.greater,
                    "ge": ew.greater_equal, "eq": ew.equal, "ne": ew.not_equal}.items():
     setattr(Tracer, f"__{_name}__", _fn)
 
+# NumPy's bitwise operators, on booleans the logical ones (a loop's `a & ~b` test)
+for _name, _fn in {"and": ew.bitwise_and, "or": ew.bitwise_or,
+                   "xor": ew.bitwise_xor}.items():
+    setattr(Tracer, f"__{_name}__", _fn)
+    setattr(Tracer, f"__r{_name}__", _swap(_fn))
+Tracer.__invert__ = ew.invert
+
 Tracer.__neg__ = ew.negative
 Tracer.__pos__ = lambda self: self
 Tracer.__abs__ = lambda self: ew.absolute(self)

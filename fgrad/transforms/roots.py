@@ -11,9 +11,10 @@ derivatives are further solves.
 """
 import numpy as np
 
-from fgrad.core.errors import ConvergenceError, CustomRuleError
-from fgrad.core.trace import Primitive, Zero, get_aval
+from fgrad.core.errors import ConcretizationError, ConvergenceError, CustomRuleError
+from fgrad.core.trace import Primitive, Zero, current_level, get_aval
 from fgrad.core.tree import tree_flatten, tree_unflatten
+from fgrad.interpreters.staging import eval_graph, stage
 from fgrad.primitives.callback import pure_callback
 from fgrad.primitives.creation import stop_gradient
 from fgrad.primitives.einsum import identity_like
@@ -34,11 +35,14 @@ from fgrad.primitives.shape import concatenate, reshape, stack, transpose
 from fgrad.transforms.differentiation import jvp, vjp
 from fgrad.transforms.lax import while_loop
 from fgrad.transforms.linear_solve import (
+    LinearSystem,
     any_traced,
     as_leaves,
     closure_convert,
     per_example_batch_rule,
-    solve_leaves,
+    solution_only,
+    solve_system,
+    stage_solver,
 )
 from fgrad.transforms.vmap import vmap
 
@@ -51,30 +55,31 @@ FAMILY = "fgrad/transforms/roots.py"
 # ---------------------------------------------------------------------------
 
 
-def _impl(*ops, n, f, tangent_solve, symmetric, tree):
+def _impl(*ops, n, f, system):
     return tuple(ops[:n])
 
 
-def _abstract(*avals, n, f, tangent_solve, symmetric, tree):
+def _abstract(*avals, n, f, system):
     return tuple(a.strip_weak() for a in avals[:n])
 
 
-# out of the dispatch table, like linear_solve_p (its f is new at each call)
+# out of the dispatch table, like linear_solve_p (its graphs are new at each call)
 root_p = Primitive("implicit_root", _impl, _abstract, multiple_results=True,
                    family=FAMILY, register=False)
 
 
-def _jacobian_maps(f, x, params):
-    """``v -> J v`` and ``w -> J^T w`` of ``f(., params)`` at ``x``, on leaves."""
-    def at_x(*xs):
-        return tuple(f(xs, params))
+def _split(ops, n, f, system):
+    """``ops`` as (root, parameters, tangent_solve's constants for J and for J^T).
 
-    def matvec(*v):
-        return jvp(at_x, tuple(x), tuple(v))[1]
-
-    def vecmat(*w):
-        return vjp(at_x, *x)[1](tuple(w))
-    return matvec, vecmat
+    ``system`` is the linear system of ``J = df/dx`` at the root: its matvec
+    constants are the root and the parameters, each solve's constants the root,
+    the parameters and the traced values ``tangent_solve`` closes over."""
+    n_p = len(f.invars) - n
+    _, n_s, n_t = system.counts(n)
+    x, p = list(ops[:n]), list(ops[n:n + n_p])
+    # each solve graph takes (*y, *x, *params, *its own constants)
+    c1 = list(ops[n + n_p:n_s])
+    return x, p, c1, list(ops[n_s:n_s + n_t - n - n_p])
 
 
 def _live(fun, args, live):
@@ -86,33 +91,34 @@ def _live(fun, args, live):
     return of_live
 
 
-def _jvp(tangents, ans, *ops, n, f, tangent_solve, symmetric, tree):
+def _jvp(tangents, ans, *ops, n, f, system):
     # the root as the output, which carries an outer transformation's derivative
-    x, params = ans, ops[n:]
-    live = [i for i, t in enumerate(tangents[n:]) if type(t) is not Zero]
+    x = ans
+    _, p, c1, c2 = _split(ops, n, f, system)
+    live = [i for i, t in enumerate(tangents[n:n + len(p)]) if type(t) is not Zero]
     if not live:
         return tuple(Zero(get_aval(a)) for a in ans)
     # df/dtheta . theta_dot at the root
-    _, rhs = jvp(_live(lambda p: tuple(f(x, p)), params, live),
-                 tuple(params[i] for i in live), tuple(tangents[n + i] for i in live))
-    matvec, _ = _jacobian_maps(f, x, params)
-    x_dot = solve_leaves(matvec, list(rhs), tangent_solve, tangent_solve, symmetric, tree)
+    _, rhs = jvp(_live(lambda q: tuple(eval_graph(f, list(x) + q)), p, live),
+                 tuple(p[i] for i in live), tuple(tangents[n + i] for i in live))
+    here = list(x) + p
+    x_dot = solve_system(system, list(rhs), here, here + c1, here + c2)
     return tuple(negative(t) for t in x_dot)
 
 
-def _vjp(ct, ans, needed, *ops, n, f, tangent_solve, symmetric, tree):
+def _vjp(ct, ans, needed, *ops, n, f, system):
     # the root as the output, which carries an outer transformation's derivative
-    x, params = ans, ops[n:]
-    live = [i for i in range(len(params)) if needed[n + i]]
+    x = ans
+    _, p, c1, c2 = _split(ops, n, f, system)
+    live = [i for i in range(len(p)) if needed[n + i]]
     if not live or all(c is None or type(c) is Zero for c in ct):
         return (None,) * len(ops)
     cts = [multiply(xi, 0.0) if c is None or type(c) is Zero else c for c, xi in zip(ct, x)]
-    matvec, vecmat = _jacobian_maps(f, x, params)
     # J^T lam = ct; the parameters then get -(df/dtheta)^T lam
-    lam = solve_leaves(matvec if symmetric else vecmat, cts, tangent_solve, tangent_solve,
-                       symmetric, tree)
-    pulled = vjp(_live(lambda p: tuple(f(x, p)), params, live),
-                 *[params[i] for i in live])[1](tuple(lam))
+    here = list(x) + p
+    lam = solve_system(system.transposed(), cts, here, here + c2, here + c1)
+    pulled = vjp(_live(lambda q: tuple(eval_graph(f, list(x) + q)), p, live),
+                 *[p[i] for i in live])[1](tuple(lam))
     out = [None] * len(ops)
     for i, c in zip(live, pulled):
         out[n + i] = negative(c)
@@ -124,16 +130,66 @@ root_p.def_vjp_joint(_vjp)
 root_p.batch = per_example_batch_rule(root_p)
 
 
-def implicit_root(f, solution, params, tangent_solve, symmetric=False):
+def _jacobian_graphs(f, n, symmetric):
+    """The closed graphs ``(*v, *x, *params) -> J v`` and (unless ``symmetric``)
+    ``(*w, *x, *params) -> J^T w`` of the closed residual graph ``f``."""
+    avals = [a.strip_weak() for a in f.in_avals]
+
+    def at(args):
+        x, p = args[n:2 * n], args[2 * n:]
+        return x, lambda *xs: tuple(eval_graph(f, list(xs) + list(p)))
+
+    def matvec(*args):
+        x, fx = at(args)
+        return list(jvp(fx, tuple(x), tuple(args[:n]))[1])
+
+    def vecmat(*args):
+        x, fx = at(args)
+        return list(vjp(fx, *x)[1](tuple(args[:n])))
+    jac = stage(matvec, avals[:n] + avals)[0]
+    return jac, None if symmetric else stage(vecmat, avals[:n] + avals)[0]
+
+
+def _stage_residual(f, tree, x_avals, params):
+    """``f(x, params)`` as a closed graph ``(*x, *params, *captured)``, and the
+    traced values ``captured`` it closes over (which become parameters)."""
+    box = []
+
+    def flat(*args):
+        out = f(tree_unflatten(tree, list(args[:len(x_avals)])), list(args[len(x_avals):]))
+        leaves, out_tree = tree_flatten(out)
+        box.append(out_tree)
+        return leaves
+    try:
+        graph, captured = stage(flat, x_avals + [get_aval(p).strip_weak() for p in params])
+    except ConcretizationError as err:
+        raise ConcretizationError(
+            "the function whose root is differentiated implicitly is staged (as jit "
+            "would stage it) inside a transformation, to find the traced values it "
+            "closes over; Python control flow on array values cannot be staged: write "
+            "it with fgrad.numpy.where or fgrad.lax.cond. The staging error: "
+            f"{err}") from None
+    if box[0] != tree:
+        raise CustomRuleError(
+            f"the function whose root is sought maps x to a pytree of structure "
+            f"{box[0]}, but x has structure {tree}; f(x) must have x's structure.")
+    return graph, list(captured)
+
+
+def implicit_root(f, solution, params, tangent_solve, symmetric=False,
+                  what="implicit_root"):
     """``solution``, made differentiable in ``params`` as a root of ``f``.
 
     ``f(x, params)`` maps a pytree like ``solution`` and the list of arrays
     ``params`` to a pytree like ``solution`` that is zero at the solution.
     ``tangent_solve(g, y)`` solves the linear ``g(v) = y`` (``g`` the Jacobian
     of ``f`` in ``x``, or its transpose); ``symmetric=True`` says that Jacobian
-    is symmetric (a Hessian). ``f`` must read traced values only through
-    ``params``. The solution itself gets no derivative: it is treated as the
-    exact root, whatever found it.
+    is symmetric (a Hessian). Traced values that ``f`` or ``tangent_solve``
+    close over are found by staging them (as `jit` would) and become operands:
+    ``f``'s get derivatives like ``params``; ``tangent_solve``'s none, as it is
+    taken to be the Jacobian's inverse. The solution itself gets no derivative:
+    it is treated as the exact root, whatever found it. ``what`` names the
+    caller in errors.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> def sqrt_of(a):                       # the root of x**2 - a, found by NumPy
@@ -143,17 +199,26 @@ def implicit_root(f, solution, params, tangent_solve, symmetric=False):
     >>> float(fgrad.grad(sqrt_of)(4.0))
     0.25
     """
+    if current_level() == 0:
+        return solution                 # nothing is traced: no derivative to carry
     x_leaves, tree = as_leaves(solution)
-    params = list(params)
-    if not any_traced(params):
-        return solution
+    n = len(x_leaves)
+    x_avals = [get_aval(x).strip_weak() for x in x_leaves]
+    f_graph, captured = _stage_residual(f, tree, x_avals, list(params))
+    params = list(params) + captured
+    # whatever found the solution (a solver reading traced values) gives no derivative
     x_leaves = [stop_gradient(x) for x in x_leaves]
-
-    def flat_f(xs, ps):
-        out = f(tree_unflatten(tree, list(xs)), list(ps))
-        return tree_flatten(out)[0]
-    out = root_p.bind(*x_leaves, *params, n=len(x_leaves), f=flat_f,
-                      tangent_solve=tangent_solve, symmetric=symmetric, tree=tree)
+    if not any_traced(params):
+        return tree_unflatten(tree, x_leaves)
+    jac, jac_t = _jacobian_graphs(f_graph, n, symmetric)
+    name = f"{what}'s tangent_solve"
+    solve, c1, _ = stage_solver(tangent_solve, jac, n + len(params), tree, name)
+    if symmetric:
+        solve_t, c2 = solve, c1
+    else:
+        solve_t, c2, _ = stage_solver(tangent_solve, jac_t, n + len(params), tree, name)
+    system = LinearSystem(jac, jac_t, solution_only(solve, n), solution_only(solve_t, n))
+    out = root_p.bind(*x_leaves, *params, *c1, *c2, n=n, f=f_graph, system=system)
     return tree_unflatten(tree, list(out))
 
 
@@ -171,7 +236,10 @@ def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
     ``solve`` runs on values that carry no derivative and is never
     differentiated; the derivative with respect to every traced value ``f``
     closes over is ``-J^{-1} df/dtheta`` at the root (``J = df/dx``). ``f`` is
-    staged once, as `jit` would, to find those values.
+    staged once, as `jit` would, to find those values; so is ``tangent_solve``
+    inside a transformation (its loops in `fgrad.lax`), whose own closed-over
+    traced values get derivatives only through ``J``, of which it is taken to be
+    the inverse, as in JAX.
 
     >>> import numpy as np, fgrad
     >>> def newton(f, x):
@@ -199,7 +267,8 @@ def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
 
     def residual(x, consts):
         return tree_unflatten(tree, closed.apply(tree_flatten(x)[0], consts))
-    solution = implicit_root(residual, solution, closed.consts, tangent_solve)
+    solution = implicit_root(residual, solution, closed.consts, tangent_solve,
+                             what="custom_root")
     return (solution, aux) if has_aux else solution
 
 
@@ -265,6 +334,25 @@ def _checked(max_iter):
     return check
 
 
+def _with_closure(f, x_leaves, x_tree, p_leaves, p_tree):
+    """``f(x, params)`` as a function of ``x`` and a flat list of parameters:
+    ``params``' leaves, then (inside a transformation, where ``f`` is staged as
+    `jit` would stage it) the traced values ``f`` closes over, which so are
+    iterated without derivatives and differentiated implicitly like
+    ``params``. Returns the function and that list."""
+    if current_level() == 0:
+        return (lambda x, ps: f(x, tree_unflatten(p_tree, list(ps)))), p_leaves
+    in_tree = tree_flatten((tree_unflatten(x_tree, x_leaves), list(p_leaves)))[1]
+    closed = closure_convert(lambda xp: f(xp[0], tree_unflatten(p_tree, xp[1])), in_tree,
+                             [get_aval(v) for v in list(x_leaves) + list(p_leaves)])
+    k = len(p_leaves)
+
+    def flat_f(x, ps):
+        out = closed.apply(tree_flatten(x)[0] + list(ps[:k]), ps[k:])
+        return tree_unflatten(closed.out_tree, out)
+    return flat_f, list(p_leaves) + list(closed.consts)
+
+
 def fixed_point(f, x0, params, *, tol=1e-10, max_iter=1000, tangent_solve=None):
     """The ``x`` with ``x = f(x, params)``, found by iteration from ``x0`` and
     differentiable in ``params`` (any pytree) by the implicit function theorem.
@@ -286,7 +374,8 @@ def fixed_point(f, x0, params, *, tol=1e-10, max_iter=1000, tangent_solve=None):
         tangent_solve = dense_solve
     p_leaves, p_tree = as_leaves(params)
     x_leaves, x_tree = as_leaves(x0)
-    frozen = tree_unflatten(p_tree, [stop_gradient(p) for p in p_leaves])
+    f, p_leaves = _with_closure(f, x_leaves, x_tree, p_leaves, p_tree)
+    frozen = [stop_gradient(p) for p in p_leaves]
 
     def step(xs):
         out = tree_flatten(f(tree_unflatten(x_tree, list(xs)), frozen))[0]
@@ -316,7 +405,7 @@ def fixed_point(f, x0, params, *, tol=1e-10, max_iter=1000, tangent_solve=None):
     solution = tree_unflatten(x_tree, x)
 
     def residual(x, ps):
-        fx = tree_flatten(f(x, tree_unflatten(p_tree, ps)))[0]
+        fx = tree_flatten(f(x, ps))[0]
         return tree_unflatten(x_tree, [subtract(a, b)
                                        for a, b in zip(fx, tree_flatten(x)[0])])
     return implicit_root(residual, solution, p_leaves, tangent_solve)
