@@ -3,10 +3,10 @@
 ``jit(f, parallel=True)`` runs each per-equation tier of a graph's
 `fgrad.compiler.tiers.Tiers` (the NumPy calls, then the fused kernels) as a
 `ParallelCompiled`: that tier's graph plus, per equation, its callable, the
-number of inputs it waits for and the equations that read its outputs. A call counts dependencies down as equations
-finish and hands each equation whose inputs all exist to a worker thread. All
-bookkeeping stays on the calling thread, so it needs no locks: workers only
-compute. NumPy and CuPy release the GIL inside large kernels, so independent
+number of inputs it waits for and the equations that read its outputs. A call
+counts dependencies down as equations finish and hands each equation whose
+inputs all exist to a worker thread. All bookkeeping stays on the calling
+thread, so it needs no locks: workers only compute. NumPy and CuPy release the GIL inside large kernels, so independent
 matmuls, reductions and elementwise chains overlap.
 
 Equations on small arrays (under `PARALLEL_MIN_SIZE` elements) run on the
