@@ -387,11 +387,15 @@ def test_events_other_methods_and_bad_args_are_refused():
         solve_ivp(decay, (0.0, 1.0), [1.0 + 1.0j])
 
 
-def test_a_failed_solve_ivp_raises():
+@pytest.mark.parametrize("t_eval", [None, [0.5, 1.5, 2.0], [1.5, 2.0]],
+                         ids=["steps", "some t_eval reached", "before the first t_eval"])
+def test_a_failed_solve_ivp_raises_and_says_where(t_eval):
+    # y' = y^2 from y(0) = 1 blows up at t = 1: the message names that time, not
+    # the last output time reached (none, when it fails before the first)
     with pytest.raises(fgrad.errors.IntegrationError,
-                       match=r"solve_ivp's solve \(RK45\) failed at t=0.99.* SciPy says "
-                             "'Required step size"):
-        solve_ivp(lambda t, y: y ** 2, (0.0, 2.0), [1.0])
+                       match=r"solve_ivp's solve \(RK45\) failed near t=0.99.* of "
+                             r"t_span=\(0, 2\): SciPy says 'Required step size"):
+        solve_ivp(lambda t, y: y ** 2, (0.0, 2.0), [1.0], t_eval=t_eval)
 
 
 def test_a_failed_solve_ivp_adjoint_pass_raises():

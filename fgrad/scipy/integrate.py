@@ -244,8 +244,13 @@ class _InitialValueProblem:
     def scipy_solve(self, y0, span, observed, leaves, dense):
         """SciPy's ``solve_ivp`` on host values; its result."""
         args = self.rebuild(leaves)
+        # where the solver last evaluated fun: where it failed, to within a
+        # step (res.t holds only the t_eval points reached, none if it failed
+        # before the first)
+        reached = [float(span[0])]
 
         def f(t, y):
+            reached[0] = t
             dy = _ode.host_value(self.fun(t, y, *args), "solve_ivp")
             _ode.check_no_nan(dy, f"solve_ivp's solve ({self.method})", t)
             return dy
@@ -259,7 +264,7 @@ class _InitialValueProblem:
             dense_output=dense, vectorized=self.vectorized, **options)
         if res.status < 0:
             raise _ode.IntegrationError(
-                f"solve_ivp's solve ({self.method}) failed at t={res.t[-1]:g} of "
+                f"solve_ivp's solve ({self.method}) failed near t={reached[0]:g} of "
                 f"t_span=({t0:g}, {t1:g}): SciPy says {res.message!r}. Check fun for a "
                 "blow-up there; loosen rtol/atol, or try a stiff method (Radau, BDF, "
                 "LSODA) if the steps became tiny.")
