@@ -349,6 +349,17 @@ def test_no_convergence_raises_with_scipys_message():
 # scale), with SciPy's message, and raises otherwise.
 
 def test_precision_limited_ends_at_a_solution_are_accepted_with_their_derivative():
+    def argmin(a, method, tol):
+        f = lambda x, a: fnp.sum((x - a) ** 2 * np.array([1.0, 100.0])) + 0.1 * fnp.sum(x ** 4)
+        return fo.minimize(f, np.zeros(2), args=(a,), method=method, tol=tol)
+    a = np.array([1.0, 2.0])
+    want = fgrad.jacrev(lambda a: argmin(a, "BFGS", 1e-10).x)(a)
+    for method in ("trust-ncg", "trust-exact", "dogleg"):      # asked for 1e-30
+        res = argmin(a, method, 1e-30)
+        assert res.success and res.status == 2 and "A bad approximation" in res.message
+        np.testing.assert_allclose(fgrad.jacrev(lambda a: argmin(a, method, 1e-30).x)(a),
+                                   want, rtol=1e-7)
+
     def sqrt_root(a, **kw):            # x^2 = a: hybr's last iterations make no progress
         return fo.root(lambda x, a: x ** 2 - a, np.array([1.0]), args=(a,), **kw)
     res = sqrt_root(2.0, tol=1e-15)
@@ -385,6 +396,11 @@ def test_precision_limited_ends_at_a_solution_are_accepted_with_their_derivative
 
 
 def test_precision_limited_ends_elsewhere_still_raise_and_say_why():
+    with pytest.raises(ConvergenceError, match=r"minimize\(method='bfgs'\) did not converge: "
+                       r"Desired error not necessarily achieved due to precision loss. Its "
+                       r"result is not a solution \(its gradient is 1.0e\+00, over "
+                       r"sqrt\(machine epsilon\) \(1 \+ \|f\|\) = 1.6e-08\)"):
+        fo.minimize(lambda x: fnp.sum(fnp.abs(x - 1.0)), np.array([0.3, 0.2]), method="BFGS")
     def trig(x):                       # hybr stalls at a local minimum of |fun|
         return fnp.stack([fnp.sin(x[0]) + x[1] ** 3 - 0.3, fnp.exp(x[0] * x[1]) - 2.0])
     with pytest.raises(ConvergenceError, match=r"root\(method='hybr'\) did not converge: The "

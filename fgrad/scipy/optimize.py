@@ -372,8 +372,13 @@ def minimize(fun, x0, args=(), method=None, jac=None, hess=None, hessp=None, bou
         if constraints:
             kwargs["constraints"] = _scipy_constraints(cons, con_ops, constraints, method)
         res = opt.minimize(scipy_fun, np.asarray(x0), **kwargs)
-        if not res.success and not _precision_limited(res, method, f):
-            raise _failed(f"minimize(method={method!r})", res.message)
+        if not res.success:
+            what = f"minimize(method={method!r})"
+            if res.status != _MINIMIZE_PRECISION_ENDS.get(method):
+                raise _failed(what, res.message)
+            shortfall = _minimum_shortfall(res, f, lb, ub)
+            if shortfall is not None:
+                raise _failed(what, res.message, shortfall)
         messages.text = str(res.message)
         x = np.asarray(res.x, dtype=np.asarray(x0).dtype).reshape(n)
         value_at = np.asarray(res.fun, float).reshape(())
@@ -401,15 +406,27 @@ def minimize(fun, x0, args=(), method=None, jac=None, hess=None, hessp=None, bou
                           message=messages.text, nit=nit, nfev=nfev, njev=njev)
 
 
-def _precision_limited(res, method, f):
-    """BFGS and CG's "precision loss" (status 2) at a point whose gradient is
-    below sqrt(machine epsilon) (1 + |f|): it cannot be improved in floating
-    point, so it is a solution to that precision, not a failure."""
-    if method not in ("bfgs", "cg") or res.status != 2:
-        return False
+# minimize's statuses that say floating point allows no further progress: a
+# line search that finds no lower point ("precision loss", L-BFGS-B's
+# "ABNORMAL", TNC's "Linear search failed"), a trust region whose model
+# predicts no improvement ("A bad approximation")
+_MINIMIZE_PRECISION_ENDS = {"bfgs": 2, "cg": 2, "newton-cg": 2, "l-bfgs-b": 2, "tnc": 4,
+                            "dogleg": 2, "trust-ncg": 2, "trust-krylov": 2, "trust-exact": 2}
+
+
+def _minimum_shortfall(res, f, lb, ub):
+    """None where ``res.x`` is a minimum of ``f`` to floating point's precision
+    (its gradient below sqrt(machine epsilon) (1 + |f|), leaving out the
+    components that push a variable at its bound, ``lb`` or ``ub``, outwards),
+    else what it lacks, for the error message."""
     x = np.asarray(res.x)
     g = np.asarray(grad(f)(x))
-    return bool(np.max(np.abs(g)) <= np.sqrt(np.finfo(x.dtype).eps) * (1 + abs(res.fun)))
+    held = ((x <= lb) & (g > 0)) | ((x >= ub) & (g < 0))
+    largest = float(np.max(np.abs(np.where(held, 0.0, g)), initial=0.0))
+    bound = float(np.sqrt(np.finfo(x.dtype).eps) * (1 + abs(res.fun)))
+    if largest <= bound:
+        return None
+    return f"its gradient is {largest:.1e}, over sqrt(machine epsilon) (1 + |f|) = {bound:.1e}"
 
 
 def _size_of(con, x0):
