@@ -394,6 +394,15 @@ def test_precision_limited_ends_at_a_solution_are_accepted_with_their_derivative
         fgrad.grad(lambda y: rate(y, ftol=None, xtol=None, gtol=1e-15).x[0])(y),
         fgrad.grad(lambda y: rate(y).x[0])(y), rtol=1e-6)
 
+    def fit(y, **tols):                # SciPy's curve_fit raises here; fgrad checks
+        return fo.curve_fit(lambda x, a, b: a * fnp.exp(b * x), t, y, p0=[1.0, 0.0],
+                            **tols)
+    popt, _, info, mesg, ier = fit(y, ftol=1e-300, xtol=1e-300, full_output=True)
+    assert ier == 7 and mesg.startswith("xtol=0.000000 is too small") and info["nfev"] > 0
+    np.testing.assert_allclose(popt, fit(y)[0], rtol=1e-8)
+    np.testing.assert_allclose(fgrad.jacrev(lambda y: fit(y, ftol=1e-300, xtol=1e-300)[0])(y),
+                               fgrad.jacrev(lambda y: fit(y)[0])(y), rtol=1e-6, atol=1e-9)
+
 
 def test_precision_limited_ends_elsewhere_still_raise_and_say_why():
     with pytest.raises(ConvergenceError, match=r"minimize\(method='bfgs'\) did not converge: "

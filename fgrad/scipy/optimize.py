@@ -786,7 +786,8 @@ def least_squares(fun, x0, jac=None, bounds=(-np.inf, np.inf), method="trf", fto
             # be met (gtol alone, below what floating point resolves)
             if res.status != 0:
                 raise _failed(what, res.message, limit="max_nfev=...")
-            shortfall = _optimum_shortfall(r, cost_of, ops, res)
+            shortfall = _optimum_shortfall(r, lambda x: cost_of.call(x, ops),
+                                           np.asarray(res.x), np.asarray(res.active_mask) == 0)
             if shortfall is not None:
                 raise _failed(what, res.message, shortfall, "max_nfev=...")
         messages.text = str(res.message)
@@ -807,17 +808,16 @@ def least_squares(fun, x0, jac=None, bounds=(-np.inf, np.inf), method="trf", fto
                           njev=njev, status=status, message=messages.text, success=True)
 
 
-def _optimum_shortfall(r, cost_of, ops, res):
-    """None where ``res.x`` is a least-squares optimum to floating point's
-    precision, else what it lacks: each free variable's gradient of the cost
-    within sqrt(machine epsilon) |J_j| |r| (the cosine of the angle between
-    the residuals and a column of the Jacobian, MINPACK's ``gtol`` measure,
-    which no scaling of the problem changes)."""
-    x = np.asarray(res.x)
+def _optimum_shortfall(r, cost, x, free):
+    """None where ``x`` is a least-squares optimum of the residuals ``r(x)``
+    to floating point's precision, else what it lacks: the gradient of
+    ``cost`` in each ``free`` variable within sqrt(machine epsilon) |J_j| |r|
+    (the cosine of the angle between the residuals and a column of the
+    Jacobian, MINPACK's ``gtol`` measure, which no scaling of the problem
+    changes)."""
     residuals = np.asarray(r(x))
     J = np.asarray(jacfwd(r)(x)).reshape(residuals.size, x.size)
-    g = np.asarray(grad(lambda x: cost_of.call(x, ops))(x))
-    free = np.asarray(res.active_mask) == 0
+    g = np.asarray(grad(cost)(x))
     scale = np.linalg.norm(J, axis=0) * np.linalg.norm(residuals)
     cosine = np.max(np.abs(g[free]) / np.where(scale[free] > 0, scale[free], 1.0),
                     initial=0.0)
@@ -826,6 +826,19 @@ def _optimum_shortfall(r, cost_of, ops, res):
         return None
     return (f"the gradient of the cost is {cosine:.1e} times |column of J| |residuals|, "
             f"over sqrt(machine epsilon) = {bound:.1e}")
+
+
+def _curve_fit_precision_end(message):
+    """The status of a precision-limited end that SciPy's curve_fit raised
+    for (its message without "Optimal parameters not found: "): MINPACK's
+    6, 7, 8 ("ftol / xtol / gtol is too small") with lm, 0 (the evaluation
+    limit, as `least_squares`) with trf and dogbox; None for any other end."""
+    for status, name in ((6, "ftol="), (7, "xtol="), (8, "gtol=")):
+        if message.startswith(name) and "is too small" in message:
+            return status
+    if message.startswith("The maximum number of function evaluations is exceeded"):
+        return 0
+    return None
 
 
 def _parameter_count(f):
@@ -891,8 +904,11 @@ def curve_fit(f, xdata, ydata, p0=None, sigma=None, absolute_sigma=False,
 
     def host(p0, *ops):
         xd, yd, sg = problem.args_of(ops)
+        # the parameters SciPy tried: its error does not carry where it stopped
+        tried = []
 
         def model(x, *p):
+            tried.append(np.asarray(p, float))
             return np.asarray(f(x, *p))
 
         def model_jac(x, *p):
@@ -904,17 +920,28 @@ def curve_fit(f, xdata, ydata, p0=None, sigma=None, absolute_sigma=False,
                                 bounds=bounds, method=method,
                                 jac=model_jac if jac is None else jac, full_output=True,
                                 nan_policy=nan_policy, **kwargs)
+            popt, _, info, mesg, ier = out
+            nfev = info.get("nfev", 0)
         except RuntimeError as err:         # SciPy's "Optimal parameters not found"
-            raise _failed("curve_fit", str(err).split(": ", 1)[-1],
-                          limit="maxfev=...") from None
-        popt, _, info, mesg, ier = out
-        messages.text = str(mesg)
+            mesg = " ".join(str(err).split(": ", 1)[-1].split())
+            ier = _curve_fit_precision_end(mesg)
+            if ier is None or not tried:
+                raise _failed("curve_fit", mesg, limit="maxfev=...") from None
+            # where it stopped: the parameters tried with the least cost
+            popt = min(tried, key=lambda p: float(cost_of.call(p, ops)))
+            nfev = len(tried)
         p = np.asarray(popt, float).reshape(n)
         at = np.isfinite(lb) & (p - lb <= 1e-6 * (1 + np.abs(lb))) if bounded else \
             np.zeros(n, bool)
         above = np.isfinite(ub) & (ub - p <= 1e-6 * (1 + np.abs(ub))) if bounded else \
             np.zeros(n, bool)
-        return [p, at * 1.0, above * 1.0, np.asarray(info.get("nfev", 0), np.int64),
+        if ier not in (1, 2, 3, 4):
+            shortfall = _optimum_shortfall(lambda p: problem.call(p, ops),
+                                           lambda p: cost_of.call(p, ops), p, ~(at | above))
+            if shortfall is not None:
+                raise _failed("curve_fit", mesg, shortfall, "maxfev=...")
+        messages.text = str(mesg)
+        return [p, at * 1.0, above * 1.0, np.asarray(nfev, np.int64),
                 np.asarray(ier, np.int64)]
     specs = [spec((n,)), spec((n,)), spec((n,))] + _int_specs(2)
     popt, lower, upper, nfev, ier = on_host(host, specs, p0, *problem.ops)
