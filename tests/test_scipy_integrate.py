@@ -87,8 +87,13 @@ def test_tfirst_and_scalar_state():
 def test_second_order_and_forward_mode_are_refused_not_zero():
     with pytest.raises(fgrad.errors.MissingRuleError, match="differentiates once"):
         fgrad.grad(fgrad.grad(lambda k: loss(Y0, TS, k, C)))(K)
-    with pytest.raises(fgrad.errors.CustomRuleError, match="'odeint', which only defines a "
-                                                           "reverse rule"):
+    # advice for the caller, not for whoever wrote odeint's rule
+    with pytest.raises(fgrad.errors.MissingRuleError,
+                       match=r"forward mode \(jvp, jacfwd, hessian\) reached 'odeint', which "
+                             r"is differentiated in reverse mode only: fgrad.scipy.integrate."
+                             r"odeint is solved by SciPy and differentiated by the adjoint "
+                             r"method.* Use fgrad.jacrev for its Jacobian, or fgrad.grad or "
+                             r"fgrad.vjp, instead\.$"):
         fgrad.jvp(lambda k: loss(Y0, TS, k, C), (K,), (1.0,))
 
 
@@ -387,11 +392,15 @@ def test_events_other_methods_and_bad_args_are_refused():
         solve_ivp(decay, (0.0, 1.0), [1.0 + 1.0j])
 
 
-def test_a_failed_solve_ivp_raises():
+@pytest.mark.parametrize("t_eval", [None, [0.5, 1.5, 2.0], [1.5, 2.0]],
+                         ids=["steps", "some t_eval reached", "before the first t_eval"])
+def test_a_failed_solve_ivp_raises_and_says_where(t_eval):
+    # y' = y^2 from y(0) = 1 blows up at t = 1: the message names that time, not
+    # the last output time reached (none, when it fails before the first)
     with pytest.raises(fgrad.errors.IntegrationError,
-                       match=r"solve_ivp's solve \(RK45\) failed at t=0.99.* SciPy says "
-                             "'Required step size"):
-        solve_ivp(lambda t, y: y ** 2, (0.0, 2.0), [1.0])
+                       match=r"solve_ivp's solve \(RK45\) failed near t=0.99.* of "
+                             r"t_span=\(0, 2\): SciPy says 'Required step size"):
+        solve_ivp(lambda t, y: y ** 2, (0.0, 2.0), [1.0], t_eval=t_eval)
 
 
 def test_a_failed_solve_ivp_adjoint_pass_raises():
@@ -408,8 +417,25 @@ def test_solve_ivp_forward_mode_and_second_order_are_refused_not_zero():
     with pytest.raises(fgrad.errors.MissingRuleError,
                        match="solve_ivp differentiates once, in reverse mode"):
         fgrad.grad(fgrad.grad(final))(0.5)
-    with pytest.raises(fgrad.errors.CustomRuleError, match="'solve_ivp', which only defines"):
+    reverse_only = (r"reached '{}', which is differentiated in reverse mode only: "
+                    r"fgrad.scipy.integrate.{} is solved by SciPy .* Use fgrad.jacrev for its "
+                    r"Jacobian, or fgrad.grad or fgrad.vjp, instead")
+    with pytest.raises(fgrad.errors.MissingRuleError,
+                       match=reverse_only.format("solve_ivp", "solve_ivp")):
         fgrad.jvp(final, (0.5,), (1.0,))
+    # the same through jit's staged graph, under vmap, and from the dense output
+    at_one = lambda k: solve_ivp(lambda t, y, k: -k * y, (0.0, 1.0), [1.0],  # noqa: E731
+                                 t_eval=[1.0], args=(k,)).y[0]
+    with pytest.raises(fgrad.errors.MissingRuleError,
+                       match=reverse_only.format("solve_ivp", "solve_ivp")):
+        fgrad.jacfwd(fgrad.jit(at_one))(0.5)
+    with pytest.raises(fgrad.errors.MissingRuleError,
+                       match=reverse_only.format(r"vmap\(solve_ivp\)", "solve_ivp")):
+        fgrad.jacfwd(fgrad.vmap(at_one))(np.array([0.5, 0.6]))
+    sol = solve_ivp(lambda t, y: -0.5 * y, (0.0, 1.0), [1.0], dense_output=True).sol
+    with pytest.raises(fgrad.errors.MissingRuleError, match=reverse_only.format(
+            "solve_ivp_solution", r"solve_ivp's dense output \(res.sol\)")):
+        fgrad.jacfwd(sol)(0.5)
 
 
 def _lv_final(p, y0):

@@ -343,6 +343,101 @@ def test_no_convergence_raises_with_scipys_message():
         f(1.0)
 
 
+# Where SciPy stops because floating point allows no further progress, fgrad
+# accepts its point exactly when it checks out (the Newton step from a root, the
+# gradient of a least-squares cost, within sqrt(machine epsilon) of the problem's
+# scale), with SciPy's message, and raises otherwise.
+
+def test_precision_limited_ends_at_a_solution_are_accepted_with_their_derivative():
+    def argmin(a, method, tol):
+        f = lambda x, a: fnp.sum((x - a) ** 2 * np.array([1.0, 100.0])) + 0.1 * fnp.sum(x ** 4)
+        return fo.minimize(f, np.zeros(2), args=(a,), method=method, tol=tol)
+    a = np.array([1.0, 2.0])
+    want = fgrad.jacrev(lambda a: argmin(a, "BFGS", 1e-10).x)(a)
+    for method in ("trust-ncg", "trust-exact", "dogleg"):      # asked for 1e-30
+        res = argmin(a, method, 1e-30)
+        assert res.success and res.status == 2 and "A bad approximation" in res.message
+        np.testing.assert_allclose(fgrad.jacrev(lambda a: argmin(a, method, 1e-30).x)(a),
+                                   want, rtol=1e-7)
+
+    def sqrt_root(a, **kw):            # x^2 = a: hybr's last iterations make no progress
+        return fo.root(lambda x, a: x ** 2 - a, np.array([1.0]), args=(a,), **kw)
+    res = sqrt_root(2.0, tol=1e-15)
+    assert res.success and res.status == 5 and "not making good progress" in res.message
+    np.testing.assert_allclose(res.x, [np.sqrt(2.0)], rtol=1e-15)
+    np.testing.assert_allclose(fgrad.grad(lambda a: sqrt_root(a, tol=1e-15).x[0])(2.0),
+                               0.5 / np.sqrt(2.0), rtol=1e-12)
+    res = sqrt_root(2.0, tol=1e-300, method="lm")
+    assert res.success and res.status == 7 and "xtol=0.000000 is too small" in res.message
+
+    def log_root(a):                   # Newton goes back and forth between two floats
+        return fo.root_scalar(lambda x, a: fnp.exp(x) - a, args=(a,), x0=1.0,
+                              method="newton", xtol=1e-300, rtol=0.0).root
+    np.testing.assert_allclose(log_root(7.0), np.log(7.0), rtol=1e-15)
+    np.testing.assert_allclose(fgrad.grad(log_root)(7.0), 1 / 7.0, rtol=1e-12)
+
+    def fixed(a):                      # xtol=0 is never met: SciPy gives up at maxiter
+        return fo.fixed_point(lambda x, a: fnp.cos(a * x), 0.5, args=(a,), xtol=0.0)
+    np.testing.assert_allclose(fixed(1.0), 0.7390851332151607, rtol=1e-15)
+    np.testing.assert_allclose(fgrad.grad(fixed)(1.0), -0.29747434150983226, rtol=1e-10)
+
+    t = np.linspace(0, 1, 5)
+
+    def rate(y, **tols):               # gtol=1e-15 alone: the evaluation limit ends it
+        return fo.least_squares(lambda k, y: fnp.exp(-k[0] * t) - y, np.array([1.0]),
+                                args=(y,), **tols)
+    y = np.exp(-2.0 * t) + 0.01 * np.arange(5)
+    res = rate(y, ftol=None, xtol=None, gtol=1e-15)
+    assert res.status == 0 and "maximum number of function evaluations" in res.message
+    np.testing.assert_allclose(res.x, rate(y).x, rtol=1e-7)
+    np.testing.assert_allclose(
+        fgrad.grad(lambda y: rate(y, ftol=None, xtol=None, gtol=1e-15).x[0])(y),
+        fgrad.grad(lambda y: rate(y).x[0])(y), rtol=1e-6)
+
+    def fit(y, **tols):                # SciPy's curve_fit raises here; fgrad checks
+        return fo.curve_fit(lambda x, a, b: a * fnp.exp(b * x), t, y, p0=[1.0, 0.0],
+                            **tols)
+    popt, _, info, mesg, ier = fit(y, ftol=1e-300, xtol=1e-300, full_output=True)
+    assert ier == 7 and mesg.startswith("xtol=0.000000 is too small") and info["nfev"] > 0
+    np.testing.assert_allclose(popt, fit(y)[0], rtol=1e-8)
+    np.testing.assert_allclose(fgrad.jacrev(lambda y: fit(y, ftol=1e-300, xtol=1e-300)[0])(y),
+                               fgrad.jacrev(lambda y: fit(y)[0])(y), rtol=1e-6, atol=1e-9)
+
+
+def test_precision_limited_ends_elsewhere_still_raise_and_say_why():
+    with pytest.raises(ConvergenceError, match=r"minimize\(method='bfgs'\) did not converge: "
+                       r"Desired error not necessarily achieved due to precision loss. Its "
+                       r"result is not a solution \(its gradient is 1.0e\+00, over "
+                       r"sqrt\(machine epsilon\) \(1 \+ \|f\|\) = 1.6e-08\)"):
+        fo.minimize(lambda x: fnp.sum(fnp.abs(x - 1.0)), np.array([0.3, 0.2]), method="BFGS")
+    def trig(x):                       # hybr stalls at a local minimum of |fun|
+        return fnp.stack([fnp.sin(x[0]) + x[1] ** 3 - 0.3, fnp.exp(x[0] * x[1]) - 2.0])
+    with pytest.raises(ConvergenceError, match=r"root\(method='hybr'\) did not converge: The "
+                       r"iteration is not making good progress.* Its result is not a solution "
+                       r"\(the Newton step from it is .* times 1 \+ \|x\|, over sqrt\(machine "
+                       r"epsilon\) = 1.5e-08\).*\(options=\{'maxfev': ...\}\)"):
+        fo.root(trig, np.array([0.5, 0.5]), tol=1e-15)
+    with pytest.raises(ConvergenceError, match=r"secant.* \(the Newton step from it is .*"
+                       r"raise the iteration limit \(maxiter=...\)"):
+        fo.root_scalar(lambda x: x ** 2 + 1.0, x0=0.5, x1=0.6, method="secant")
+    with pytest.raises(ConvergenceError, match=r"fixed_point did not converge: Failed to "
+                       r"converge after 500 iterations.* \(func\(x\) - x is not zero there, "
+                       r"and its Jacobian is singular\)"):
+        fo.fixed_point(lambda x: x + 1.0, 0.5, xtol=0.0, method="iteration")
+    t = np.linspace(0, 1, 5)
+    with pytest.raises(ConvergenceError, match=r"least_squares\(method='trf'\) did not "
+                       r"converge: The maximum number of function evaluations is exceeded.*"
+                       r"the gradient of the cost is .* times \|column of J\| \|residuals\|"
+                       r".*\(max_nfev=...\)"):
+        fo.least_squares(lambda k: fnp.exp(-k[0] * t) - np.exp(-2.0 * t), np.array([1.0]),
+                         max_nfev=2)
+    # SciPy's curve_fit raises a RuntimeError of its own: it comes out as fgrad's
+    with pytest.raises(ConvergenceError, match=r"curve_fit did not converge: Number of calls "
+                       r"to function has reached maxfev = 2.*\(maxfev=...\)"):
+        fo.curve_fit(lambda x, a, b: a * fnp.exp(b * x), t, 2 * np.exp(-t), p0=[1.0, 0.0],
+                     maxfev=2)
+
+
 def test_a_degenerate_optimum_refuses_a_derivative():
     def argmin(theta):             # flat along x0 = x1: the minimiser is not unique
         return fo.minimize(lambda x, t: (x[0] + x[1] - t) ** 2, np.zeros(2), args=(theta,),

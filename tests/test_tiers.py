@@ -13,7 +13,7 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.compiler import cpu_fusion
+from fgrad.compiler import cpu_fusion, parallel
 from fgrad.compiler.tiers import COMPILE_SWITCH_INTERVAL, CompileQueue
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 
@@ -77,6 +77,49 @@ def test_each_tier_gives_numpys_bits_where_the_operations_are_the_same(
         # a sum is taken in order by compiled code, pairwise by NumPy
         np.testing.assert_allclose(result[0], want[0], rtol=1e-5 if dtype == np.float32
                                    else 1e-13)
+
+
+def _fan_out(w, x):
+    # each input read by many equations: its gradient is a sum of many
+    # cotangents, whose order decides the last bits
+    h = x @ w
+    terms = [fnp.sum(fnp.tanh(h * k + 0.1) * (1.0 / k)) for k in range(1, 9)]
+    return sum(terms) + fnp.sum(fnp.sin(w) * w) + fnp.mean(h * h)
+
+
+def _bits(tree):
+    return [np.atleast_1d(a).view(f"u{a.dtype.itemsize}")
+            for a in fgrad.tree.tree_flatten(tree)[0]]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("mode, whole_at", [
+    ("never", "0"), pytest.param("sync", "0", marks=compiles),
+    pytest.param("background", "0", marks=compiles),
+    # (numba compiles the whole graph in seconds)
+    pytest.param("sync", "3", marks=[compiles, pytest.mark.slow])])
+def test_parallel_gives_the_sequential_bits_in_every_tier(mode, whole_at, dtype,
+                                                           monkeypatch):
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, whole_at)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_SIZE", 0)    # every equation on the pool
+    rng = np.random.default_rng(5)
+    w, x = rng.standard_normal((6, 6)).astype(dtype), rng.standard_normal((3, 6)).astype(dtype)
+    grad = fgrad.value_and_grad(_fan_out, argnums=(0, 1))
+    sequential, scheduled = fgrad.jit(grad, compile=mode), fgrad.jit(grad, parallel=True,
+                                                                      compile=mode)
+    tiers = []
+    for _ in range(5):
+        want = _bits(sequential(w, x))
+        got = _bits(scheduled(w, x))
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+        sequential.wait_compiled() if mode == "background" else None
+        scheduled.wait_compiled() if mode == "background" else None
+        tiers.append(scheduled.lower(w, x).tier)
+        assert sequential.lower(w, x).tier == tiers[-1]
+    if mode == "never":         # the NumPy tier is the eager sweep, equation for equation
+        assert all(np.array_equal(a, b) for a, b in zip(_bits(grad(w, x)), want))
+    assert tiers[-1] == {"never": "numpy", "0": "kernels", "3": "whole"}[
+        "never" if mode == "never" else whole_at]
 
 
 @compiles

@@ -1,11 +1,12 @@
 """Running a compiled graph's independent equations on a thread pool.
 
-``jit(f, parallel=True)`` compiles to a `ParallelCompiled`: the optimised graph
-plus, per equation, its callable, the number of inputs it waits for and the
-equations that read its outputs. A call counts dependencies down as equations
-finish and hands each equation whose inputs all exist to a worker thread. All
-bookkeeping stays on the calling thread, so it needs no locks: workers only
-compute. NumPy and CuPy release the GIL inside large kernels, so independent
+``jit(f, parallel=True)`` runs each per-equation tier of a graph's
+`fgrad.compiler.tiers.Tiers` (the NumPy calls, then the fused kernels) as a
+`ParallelCompiled`: that tier's graph plus, per equation, its callable, the
+number of inputs it waits for and the equations that read its outputs. A call
+counts dependencies down as equations finish and hands each equation whose
+inputs all exist to a worker thread. All bookkeeping stays on the calling
+thread, so it needs no locks: workers only compute. NumPy and CuPy release the GIL inside large kernels, so independent
 matmuls, reductions and elementwise chains overlap.
 
 Equations on small arrays (under `PARALLEL_MIN_SIZE` elements) run on the
@@ -15,6 +16,13 @@ writes into an operand's buffer (``out=``) only when every other reader of that
 operand has finished and no view of it was ever made, decided when the
 equation is dispatched: a buffer another thread may still read is never
 written. Effectful equations (debug.print, taps) keep their order.
+
+The results are the sequential code's, bit for bit: each equation is the one
+the sequential tier calls, on the same operands, and a sum of cotangents is a
+chain of equations whose order the graph fixes, whichever thread finishes first.
+The tier matters (a fused kernel's sums and ``sin`` round otherwise than
+NumPy's), so the parallel schedule follows the sequential tiers call by call,
+and runs the whole-graph function, one numba call, once that tier is built.
 """
 import collections
 import concurrent.futures
@@ -35,6 +43,14 @@ def _callable(eqn, xp):
     if ufunc:
         return getattr(xp, ufunc)
     return functools.partial(eqn.prim.impl, **eqn.params) if eqn.params else eqn.prim.impl
+
+
+def parallel_or_sequential(code, xp):
+    """What runs the per-equation ``code`` (a `fgrad.compiler.codegen.Compiled`)
+    with ``parallel=True``: a `ParallelCompiled` of it, or ``code`` itself
+    where no equation is worth a thread."""
+    compiled = ParallelCompiled(code.graph, code, xp)
+    return compiled if any(compiled.big) else code
 
 
 class ParallelCompiled:

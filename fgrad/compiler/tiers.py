@@ -50,6 +50,7 @@ from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu, plan_kernels
 from fgrad.compiler.kernel_cache import start_numba
 from fgrad.compiler.native import start as start_llvm
+from fgrad.compiler.parallel import parallel_or_sequential
 from fgrad.compiler.whole_graph import (
     available as whole_graph_available,
     build,
@@ -224,11 +225,16 @@ class Tiers:
     (None until asked for, or where whole-graph compilation is off) and
     ``whole`` its callable once built. ``fuse`` (numba installed, not turned
     off) allows the kernels tier, ``whole`` the whole-graph tier; ``mode``
-    is one of `MODES`.
+    is one of `MODES`. With ``parallel`` each per-equation tier runs on the
+    thread pool of `fgrad.compiler.parallel` (where it has an equation worth a
+    thread), and the whole graph as it is: the tiers and the calls at which
+    they are built are those of the sequential code, so a call computes the
+    bits that the sequential code's call computes.
     """
 
-    def __init__(self, graph, xp, name, fuse, whole, mode):
+    def __init__(self, graph, xp, name, fuse, whole, mode, parallel=False):
         self.graph, self.xp, self.name, self.mode = graph, xp, name, mode
+        self.parallel = parallel
         self.compiled = generate(graph, xp)
         self.seconds, self.cpu_seconds = {}, {}
         self.plan, self.whole, self.error = None, None, None
@@ -250,7 +256,7 @@ class Tiers:
         self._queued = set()        # tiers asked for and not finished
         self._done = set()          # tiers built, or found not to pay
         self._lock = threading.Condition()
-        self._current = self.compiled.fn
+        self._current = self._runner(self.compiled)
         self.fn = self._counting() if self._last() == "whole" else self._current
 
     def __call__(self, *args):
@@ -259,6 +265,10 @@ class Tiers:
     @property
     def source(self):
         return self.compiled.source
+
+    def _runner(self, code):
+        """What a call runs of the per-equation ``code``."""
+        return (parallel_or_sequential(code, self.xp) if self.parallel else code).fn
 
     def _last(self):
         """The last tier this graph may reach."""
@@ -394,6 +404,7 @@ class Tiers:
             if fn is not None and TIERS.index(tier) > TIERS.index(self.tier):
                 if code is not None:
                     self.compiled = code
+                    fn = self._runner(code)
                 if tier == "whole":
                     self.whole = fn
                 self.tier = tier

@@ -247,7 +247,9 @@ def _batched_custom_vjp(fun, fwd, bwd, dims, size):
     def b_body(*xs):            # what staging records: the batched body, no rules
         return vmap(fun.body, in_axes=in_axes, axis_size=size)(*xs)
     name = f"vmap({fun.__name__})"
-    return _named(lambda *xs: b_fwd(*xs)[0], name, b_body), b_fwd, b_bwd
+    b_fun = _named(lambda *xs: b_fwd(*xs)[0], name, b_body)
+    b_fun.reverse_only = getattr(fun, "reverse_only", None)
+    return b_fun, b_fwd, b_bwd
 
 
 def _batched_custom_jvp(fun, rule, dims, size):

@@ -68,6 +68,12 @@ class JVPTrace(Trace):
         return JVPTracer(self, primal, tangent)
 
     def process_custom_vjp(self, fun, fwd, bwd, args):
+        reason = getattr(fun, "reverse_only", None)
+        if reason:                  # a library's function: advice for its caller
+            raise MissingRuleError(
+                f"forward mode (jvp, jacfwd, hessian) reached {fun.__name__!r}, which is "
+                f"differentiated in reverse mode only: {reason}. Use fgrad.jacrev for its "
+                "Jacobian, or fgrad.grad or fgrad.vjp, instead.")
         raise CustomRuleError(
             f"forward mode (jvp, jacfwd, hessian) reached the custom_vjp function "
             f"{getattr(fun, '__name__', fun)!r}, which only defines a reverse rule. "

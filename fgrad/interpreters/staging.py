@@ -150,7 +150,10 @@ class StagingTrace(Trace):
         return StagingTracer(self, var)
 
     def process_custom_vjp(self, fun, fwd, bwd, args):
-        return _stage_custom(self, custom_vjp_call_p, fun, args, fwd=fwd, bwd=bwd)
+        # a reverse-only library function's reason (`custom_vjp`) goes with it
+        reason = getattr(fun, "reverse_only", None)
+        return _stage_custom(self, custom_vjp_call_p, fun, args, fwd=fwd, bwd=bwd,
+                             **({"reverse_only": reason} if reason else {}))
 
     def process_custom_jvp(self, fun, rule, args):
         return _stage_custom(self, custom_jvp_call_p, fun, args, rule=rule)
@@ -329,6 +332,7 @@ class CustomCallPrimitive(Primitive):
             return self.bind(*xs, body=body, name=name, **rules)
         fun.__name__ = name
         fun.body = lambda *xs: tuple(eval_graph(body, xs))
+        fun.reverse_only = rules.get("reverse_only")
         if self.kind == "jvp":
             return trace.process_custom_jvp(fun, rules["rule"], args)
         return trace.process_custom_vjp(fun, rules["fwd"], rules["bwd"], args)

@@ -28,6 +28,8 @@ so, never a silent zero.
 >>> round(float(fgrad.grad(lambda k: odeint(decay, 1.0, ts, args=(k,))[-1, 0])(0.5)), 5)
 -0.60653
 """
+import functools as _functools
+
 import numpy as _np
 
 import fgrad.numpy as _fnp
@@ -36,6 +38,11 @@ from fgrad.core.trace import ShapedArray as _ShapedArray
 from fgrad.scipy import _ode
 from fgrad.transforms.custom import custom_vjp as _custom_vjp
 
+# what forward mode through the solvers says to their callers (`custom_vjp`'s
+# reverse_only)
+_REVERSE_ONLY = ("fgrad.scipy.integrate.{} is solved by SciPy and differentiated by "
+                 "the adjoint method, a reverse-mode rule (a second derivative, such as "
+                 "fgrad.hessian, is not available either)")
 # SciPy options the adjoint cannot honour (it needs the plain solution array)
 _REFUSED = ("Dfun", "col_deriv", "full_output", "ml", "mu")
 _METHODS = ("RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA")
@@ -84,7 +91,7 @@ def _odeint_with_adjoint(func, options):
         shape = (_np.shape(t)[0],) + (_np.shape(y0) or (1,))
         return _ode.host_call("odeint", solve, _ShapedArray(shape, _np.float64), y0, t, *args)
 
-    @_custom_vjp
+    @_functools.partial(_custom_vjp, reverse_only=_REVERSE_ONLY.format("odeint"))
     def odeint(y0, t, *args):        # the name error messages show
         return solution(y0, t, args)
 
@@ -221,7 +228,7 @@ class _InitialValueProblem:
         self.summary.update(status=0, success=True, message=_SUCCESS)
         self.dense = None
 
-        @_custom_vjp
+        @_functools.partial(_custom_vjp, reverse_only=_REVERSE_ONLY.format("solve_ivp"))
         def solve_ivp(y0, span, observed, *leaves):      # the name error messages show
             return self.solution(y0, span, observed, leaves, self.dense_output)
 
@@ -231,7 +238,8 @@ class _InitialValueProblem:
         solve_ivp.defvjp(solve_forward, self.solve_backward)
         self.solve = solve_ivp
 
-        @_custom_vjp
+        @_functools.partial(_custom_vjp, reverse_only=_REVERSE_ONLY.format(
+            "solve_ivp's dense output (res.sol)"))
         def solve_ivp_solution(y0, span, t, *leaves):
             return self.dense(t)
 
@@ -244,8 +252,13 @@ class _InitialValueProblem:
     def scipy_solve(self, y0, span, observed, leaves, dense):
         """SciPy's ``solve_ivp`` on host values; its result."""
         args = self.rebuild(leaves)
+        # where the solver last evaluated fun: where it failed, to within a
+        # step (res.t holds only the t_eval points reached, none if it failed
+        # before the first)
+        reached = [float(span[0])]
 
         def f(t, y):
+            reached[0] = t
             dy = _ode.host_value(self.fun(t, y, *args), "solve_ivp")
             _ode.check_no_nan(dy, f"solve_ivp's solve ({self.method})", t)
             return dy
@@ -259,7 +272,7 @@ class _InitialValueProblem:
             dense_output=dense, vectorized=self.vectorized, **options)
         if res.status < 0:
             raise _ode.IntegrationError(
-                f"solve_ivp's solve ({self.method}) failed at t={res.t[-1]:g} of "
+                f"solve_ivp's solve ({self.method}) failed near t={reached[0]:g} of "
                 f"t_span=({t0:g}, {t1:g}): SciPy says {res.message!r}. Check fun for a "
                 "blow-up there; loosen rtol/atol, or try a stiff method (Radau, BDF, "
                 "LSODA) if the steps became tiny.")

@@ -28,7 +28,9 @@ Jacobian); ``implicit_solve="dense"`` or ``"krylov"`` chooses. Constrained
 problems always solve their KKT system densely.
 
 Failure is loud: when SciPy reports no convergence, fgrad raises
-`fgrad.errors.ConvergenceError` with SciPy's message, and when the implicit
+`fgrad.errors.ConvergenceError` with SciPy's message (unless SciPy stopped
+because floating point allows no further progress, at a point that checks
+out as a solution to that precision: fgrad returns that one), and when the implicit
 linear solve is singular, ill-conditioned or does not converge it raises
 `fgrad.errors.ImplicitSolveError`; a wrong derivative is never returned.
 Under `jit` the SciPy call is a `fgrad.pure_callback` that runs each call; under
@@ -120,11 +122,57 @@ def _vector(x0, name):
     return fnp.ravel(x)
 
 
-def _failed(what, message):
+def _failed(what, message, shortfall=None, limit="options={'maxiter': ...}"):
+    """The error of a solver that stopped short; ``shortfall``, where SciPy
+    stopped at a point fgrad checked, says why that point is not a solution;
+    ``limit`` is how the solver's iteration limit is raised."""
+    message = " ".join(str(message).split()).rstrip(".")     # SciPy's may wrap lines
+    why = "" if shortfall is None else f" ({shortfall})"
     return ConvergenceError(
-        f"scipy.optimize.{what} did not converge: {str(message).rstrip('.')}. Its result is not a "
-        "solution, so fgrad returns no derivative of it: raise the iteration limit "
-        "(options={'maxiter': ...}), loosen the tolerance, or start closer.")
+        f"scipy.optimize.{what} did not converge: {message}. Its result is not a "
+        f"solution{why}, so fgrad returns no derivative of it: raise the iteration limit "
+        f"({limit}), loosen the tolerance, or start closer.")
+
+
+# A solver that stops because floating point allows no further progress
+# (SciPy's "xtol is too small", "not making good progress", "precision loss",
+# an iteration limit reached going back and forth between neighbouring floats)
+# has found the solution if its point checks out: a minimum's gradient, or the
+# Newton step from a root, within sqrt(machine epsilon) of the problem's scale.
+# SciPy reports such ends as failures, with the point; fgrad accepts them
+# exactly when the point checks out, and raises `ConvergenceError` otherwise.
+
+
+def _relative_newton_step(F, x):
+    """|J^-1 F(x)| / (1 + |x|) (largest components), the Newton step from ``x``
+    towards a root of ``F`` relative to ``x``'s size; inf where the Jacobian is
+    numerically singular (no step can be trusted) and 0 where ``F(x)`` is 0."""
+    x = np.asarray(x)
+    r = np.ravel(np.asarray(F(x)))
+    if not np.isfinite(r).all():
+        return np.inf
+    if not r.any():
+        return 0.0
+    J = np.asarray(jacfwd(F)(x)).reshape(r.size, x.size)
+    if r.size != x.size or not np.isfinite(J).all() or \
+            np.linalg.cond(J) * np.finfo(x.dtype).eps >= 1:
+        return np.inf
+    step = np.linalg.solve(J, r)
+    return float(np.max(np.abs(step)) / (1 + np.max(np.abs(x), initial=0.0)))
+
+
+def _root_shortfall(F, x, name="fun"):
+    """None where ``x`` is a root of ``F`` to floating point's precision (the
+    Newton step from it within sqrt(machine epsilon) (1 + |x|)), else what
+    the point lacks, for the error message (``name`` names ``F`` there)."""
+    step = _relative_newton_step(F, x)
+    bound = np.sqrt(np.finfo(np.asarray(x).dtype).eps)
+    if step <= bound:
+        return None
+    if step == np.inf:
+        return f"{name} is not zero there, and its Jacobian is singular"
+    return (f"the Newton step from it is {step:.1e} times 1 + |x|, over sqrt(machine "
+            f"epsilon) = {bound:.1e}")
 
 
 def _counts(res, *names):
@@ -324,8 +372,13 @@ def minimize(fun, x0, args=(), method=None, jac=None, hess=None, hessp=None, bou
         if constraints:
             kwargs["constraints"] = _scipy_constraints(cons, con_ops, constraints, method)
         res = opt.minimize(scipy_fun, np.asarray(x0), **kwargs)
-        if not res.success and not _precision_limited(res, method, f):
-            raise _failed(f"minimize(method={method!r})", res.message)
+        if not res.success:
+            what = f"minimize(method={method!r})"
+            if res.status != _MINIMIZE_PRECISION_ENDS.get(method):
+                raise _failed(what, res.message)
+            shortfall = _minimum_shortfall(res, f, lb, ub)
+            if shortfall is not None:
+                raise _failed(what, res.message, shortfall)
         messages.text = str(res.message)
         x = np.asarray(res.x, dtype=np.asarray(x0).dtype).reshape(n)
         value_at = np.asarray(res.fun, float).reshape(())
@@ -353,15 +406,27 @@ def minimize(fun, x0, args=(), method=None, jac=None, hess=None, hessp=None, bou
                           message=messages.text, nit=nit, nfev=nfev, njev=njev)
 
 
-def _precision_limited(res, method, f):
-    """BFGS and CG's "precision loss" (status 2) at a point whose gradient is
-    below sqrt(machine epsilon) (1 + |f|): it cannot be improved in floating
-    point, so it is a solution to that precision, not a failure."""
-    if method not in ("bfgs", "cg") or res.status != 2:
-        return False
+# minimize's statuses that say floating point allows no further progress: a
+# line search that finds no lower point ("precision loss", L-BFGS-B's
+# "ABNORMAL", TNC's "Linear search failed"), a trust region whose model
+# predicts no improvement ("A bad approximation")
+_MINIMIZE_PRECISION_ENDS = {"bfgs": 2, "cg": 2, "newton-cg": 2, "l-bfgs-b": 2, "tnc": 4,
+                            "dogleg": 2, "trust-ncg": 2, "trust-krylov": 2, "trust-exact": 2}
+
+
+def _minimum_shortfall(res, f, lb, ub):
+    """None where ``res.x`` is a minimum of ``f`` to floating point's precision
+    (its gradient below sqrt(machine epsilon) (1 + |f|), leaving out the
+    components that push a variable at its bound, ``lb`` or ``ub``, outwards),
+    else what it lacks, for the error message."""
     x = np.asarray(res.x)
     g = np.asarray(grad(f)(x))
-    return bool(np.max(np.abs(g)) <= np.sqrt(np.finfo(x.dtype).eps) * (1 + abs(res.fun)))
+    held = ((x <= lb) & (g > 0)) | ((x >= ub) & (g < 0))
+    largest = float(np.max(np.abs(np.where(held, 0.0, g)), initial=0.0))
+    bound = float(np.sqrt(np.finfo(x.dtype).eps) * (1 + abs(res.fun)))
+    if largest <= bound:
+        return None
+    return f"its gradient is {largest:.1e}, over sqrt(machine epsilon) (1 + |f|) = {bound:.1e}"
 
 
 def _size_of(con, x0):
@@ -455,6 +520,12 @@ def _implicit_minimum(objective, cons, sizes, ops, x, lower, upper, active, mu, 
 # ---------------------------------------------------------------------------
 
 _ROOT_JAC = {"hybr", "lm"}            # root methods that use a Jacobian
+# root's statuses that say floating point allows no further progress (MINPACK's):
+# hybr's "xtol is too small" and "not making good progress" (from the last five
+# Jacobians, or ten iterations); lm's ftol, xtol or gtol "is too small"
+_ROOT_PRECISION_ENDS = {"hybr": (3, 4, 5), "lm": (6, 7, 8)}
+# the option that limits a root method's work, where it is not ``maxiter``
+_ROOT_LIMIT = {"hybr": "maxfev", "df-sane": "maxfev"}
 
 
 def root(fun, x0, args=(), method="hybr", jac=None, tol=None, callback=None,
@@ -497,11 +568,16 @@ def root(fun, x0, args=(), method="hybr", jac=None, tol=None, callback=None,
             scipy_fun, scipy_jac = (lambda x: np.asarray(F(x))), None
         res = opt.root(scipy_fun, np.asarray(x0), method=method, jac=scipy_jac, tol=tol,
                        callback=callback, options=options)
+        x = np.asarray(res.x, np.asarray(x0).dtype).reshape(n)
         if not res.success:
-            raise _failed(f"root(method={method!r})", res.message)
+            limit = f"options={{{_ROOT_LIMIT.get(method, 'maxiter')!r}: ...}}"
+            if res.get("status") not in _ROOT_PRECISION_ENDS.get(method, ()):
+                raise _failed(f"root(method={method!r})", res.message, limit=limit)
+            shortfall = _root_shortfall(F, x)
+            if shortfall is not None:
+                raise _failed(f"root(method={method!r})", res.message, shortfall, limit)
         messages.text = str(res.message)
-        return [np.asarray(res.x, np.asarray(x0).dtype).reshape(n)] + _counts(
-            res, "nfev", "njev", "status")
+        return [x] + _counts(res, "nfev", "njev", "status")
     specs = [spec((n,), get_aval(x0).dtype)] + _int_specs(3)
     x, nfev, njev, status = on_host(host, specs, x0, *system.ops)
     if any_traced(system.ops):
@@ -563,7 +639,15 @@ def root_scalar(f, args=(), method=None, bracket=None, fprime=None, fprime2=None
                 kw["fprime2"] = lambda x: fprime2(x, *user)
             res = opt.root_scalar(lambda x: float(F(x)), **kw)
         if not res.converged:
-            raise _failed(f"root_scalar(method={res.method!r})", res.flag)
+            # "convergence error": the iteration limit, or (secant) two points
+            # with one value: at a root, the ends of floating point's precision
+            if res.flag != "convergence error":
+                raise _failed(f"root_scalar(method={res.method!r})", res.flag,
+                              limit="maxiter=...")
+            shortfall = _root_shortfall(F, np.float64(res.root), "f")
+            if shortfall is not None:
+                raise _failed(f"root_scalar(method={res.method!r})", res.flag, shortfall,
+                              "maxiter=...")
         state["method"] = res.method
         return [np.float64(res.root)] + _counts(vars(res), "iterations", "function_calls")
     specs = [spec(())] + _int_specs(2)
@@ -596,13 +680,26 @@ def fixed_point(func, x0, args=(), xtol=1e-08, maxiter=500, method="del2", *,
     problem = Staged(flat_func, x0v, args)
 
     def host(x0, *ops):
+        # SciPy's error does not carry its last point: the point evaluated
+        # closest to being fixed stands in for it
+        closest = [np.inf, None]
+
         def step(x):
-            return np.asarray(problem.call(np.asarray(x, float).reshape(n), ops))
+            x = np.asarray(x, float).reshape(n)
+            fx = np.asarray(problem.call(x, ops))
+            distance = np.max(np.abs(fx - x), initial=0.0)
+            if distance < closest[0]:
+                closest[:] = distance, x
+            return fx
         try:
             x = opt.fixed_point(step, np.asarray(x0), xtol=xtol, maxiter=maxiter,
                                 method=method)
         except RuntimeError as err:
-            raise _failed("fixed_point", str(err)) from None
+            x = closest[1]
+            shortfall = "no point evaluated was finite" if x is None else _root_shortfall(
+                lambda x: problem.call(x, ops) - x, x, "func(x) - x")
+            if shortfall is not None:
+                raise _failed("fixed_point", str(err), shortfall, "maxiter=...") from None
         return np.asarray(x, np.asarray(x0).dtype).reshape(n)
     x = on_host(host, spec((n,), get_aval(x0v).dtype), x0v, *problem.ops)
     if any_traced(problem.ops):
@@ -668,6 +765,8 @@ def least_squares(fun, x0, jac=None, bounds=(-np.inf, np.inf), method="trf", fto
     def residual_fn(x, *flat):
         return fnp.ravel(fun(x, *flat[:len(args)], **dict(zip(names, flat[len(args):]))))
     problem = Staged(residual_fn, x0, args + tuple(kwargs[k] for k in names))
+    cost_of = Staged(lambda x, *a: _cost(residual_fn(x, *a), loss, f_scale), x0,
+                     args + tuple(kwargs[k] for k in names))
     messages = _Messages()
 
     def host(x0, *ops):
@@ -681,16 +780,22 @@ def least_squares(fun, x0, jac=None, bounds=(-np.inf, np.inf), method="trf", fto
             f_scale=f_scale, diff_step=diff_step, tr_solver=tr_solver,
             tr_options=tr_options, jac_sparsity=jac_sparsity, max_nfev=max_nfev,
             verbose=verbose, callback=callback, workers=workers)
-        if not res.success or res.status <= 0:
-            raise _failed(f"least_squares(method={method!r})", res.message)
+        what = f"least_squares(method={method!r})"
+        if not res.success:
+            # status 0, the evaluation limit, is the end where no tolerance can
+            # be met (gtol alone, below what floating point resolves)
+            if res.status != 0:
+                raise _failed(what, res.message, limit="max_nfev=...")
+            shortfall = _optimum_shortfall(r, lambda x: cost_of.call(x, ops),
+                                           np.asarray(res.x), np.asarray(res.active_mask) == 0)
+            if shortfall is not None:
+                raise _failed(what, res.message, shortfall, "max_nfev=...")
         messages.text = str(res.message)
         mask = np.asarray(res.active_mask, float)
         return [np.asarray(res.x, np.asarray(x0).dtype).reshape(n), (mask < 0) * 1.0,
                 (mask > 0) * 1.0] + _counts(res, "nfev", "njev", "status")
     specs = [spec((n,), get_aval(x0).dtype), spec((n,)), spec((n,))] + _int_specs(3)
     x, lower, upper, nfev, njev, status = on_host(host, specs, x0, *problem.ops)
-    cost_of = Staged(lambda x, *a: _cost(residual_fn(x, *a), loss, f_scale), x0,
-                     args + tuple(kwargs[k] for k in names))
     if any_traced(problem.ops):
         x = _implicit_minimum(cost_of, [], [len(cost_of.ops)], cost_of.ops, x, lower,
                               upper, None, None, implicit_solve)
@@ -701,6 +806,39 @@ def least_squares(fun, x0, jac=None, bounds=(-np.inf, np.inf), method="trf", fto
                           optimality=fnp.max(fnp.abs(g * (1 - lower - upper))),
                           active_mask=(upper - lower).astype(np.int64), nfev=nfev,
                           njev=njev, status=status, message=messages.text, success=True)
+
+
+def _optimum_shortfall(r, cost, x, free):
+    """None where ``x`` is a least-squares optimum of the residuals ``r(x)``
+    to floating point's precision, else what it lacks: the gradient of
+    ``cost`` in each ``free`` variable within sqrt(machine epsilon) |J_j| |r|
+    (the cosine of the angle between the residuals and a column of the
+    Jacobian, MINPACK's ``gtol`` measure, which no scaling of the problem
+    changes)."""
+    residuals = np.asarray(r(x))
+    J = np.asarray(jacfwd(r)(x)).reshape(residuals.size, x.size)
+    g = np.asarray(grad(cost)(x))
+    scale = np.linalg.norm(J, axis=0) * np.linalg.norm(residuals)
+    cosine = np.max(np.abs(g[free]) / np.where(scale[free] > 0, scale[free], 1.0),
+                    initial=0.0)
+    bound = np.sqrt(np.finfo(x.dtype).eps)
+    if cosine <= bound:
+        return None
+    return (f"the gradient of the cost is {cosine:.1e} times |column of J| |residuals|, "
+            f"over sqrt(machine epsilon) = {bound:.1e}")
+
+
+def _curve_fit_precision_end(message):
+    """The status of a precision-limited end that SciPy's curve_fit raised
+    for (its message without "Optimal parameters not found: "): MINPACK's
+    6, 7, 8 ("ftol / xtol / gtol is too small") with lm, 0 (the evaluation
+    limit, as `least_squares`) with trf and dogbox; None for any other end."""
+    for status, name in ((6, "ftol="), (7, "xtol="), (8, "gtol=")):
+        if message.startswith(name) and "is too small" in message:
+            return status
+    if message.startswith("The maximum number of function evaluations is exceeded"):
+        return 0
+    return None
 
 
 def _parameter_count(f):
@@ -766,28 +904,44 @@ def curve_fit(f, xdata, ydata, p0=None, sigma=None, absolute_sigma=False,
 
     def host(p0, *ops):
         xd, yd, sg = problem.args_of(ops)
+        # the parameters SciPy tried: its error does not carry where it stopped
+        tried = []
 
         def model(x, *p):
+            tried.append(np.asarray(p, float))
             return np.asarray(f(x, *p))
 
         def model_jac(x, *p):
             return np.asarray(jacfwd(lambda q: fnp.ravel(f(x, *[q[i] for i in range(n)])))(
                 np.asarray(p, float))).reshape(-1, n)
-        out = opt.curve_fit(model, xd, yd, p0=np.asarray(p0), sigma=sg,
-                            absolute_sigma=absolute_sigma, check_finite=check_finite,
-                            bounds=bounds, method=method,
-                            jac=model_jac if jac is None else jac, full_output=True,
-                            nan_policy=nan_policy, **kwargs)
-        popt, _, info, mesg, ier = out
-        if ier not in (1, 2, 3, 4):
-            raise _failed("curve_fit", mesg)
-        messages.text = str(mesg)
+        try:
+            out = opt.curve_fit(model, xd, yd, p0=np.asarray(p0), sigma=sg,
+                                absolute_sigma=absolute_sigma, check_finite=check_finite,
+                                bounds=bounds, method=method,
+                                jac=model_jac if jac is None else jac, full_output=True,
+                                nan_policy=nan_policy, **kwargs)
+            popt, _, info, mesg, ier = out
+            nfev = info.get("nfev", 0)
+        except RuntimeError as err:         # SciPy's "Optimal parameters not found"
+            mesg = " ".join(str(err).split(": ", 1)[-1].split())
+            ier = _curve_fit_precision_end(mesg)
+            if ier is None or not tried:
+                raise _failed("curve_fit", mesg, limit="maxfev=...") from None
+            # where it stopped: the parameters tried with the least cost
+            popt = min(tried, key=lambda p: float(cost_of.call(p, ops)))
+            nfev = len(tried)
         p = np.asarray(popt, float).reshape(n)
         at = np.isfinite(lb) & (p - lb <= 1e-6 * (1 + np.abs(lb))) if bounded else \
             np.zeros(n, bool)
         above = np.isfinite(ub) & (ub - p <= 1e-6 * (1 + np.abs(ub))) if bounded else \
             np.zeros(n, bool)
-        return [p, at * 1.0, above * 1.0, np.asarray(info.get("nfev", 0), np.int64),
+        if ier not in (1, 2, 3, 4):
+            shortfall = _optimum_shortfall(lambda p: problem.call(p, ops),
+                                           lambda p: cost_of.call(p, ops), p, ~(at | above))
+            if shortfall is not None:
+                raise _failed("curve_fit", mesg, shortfall, "maxfev=...")
+        messages.text = str(mesg)
+        return [p, at * 1.0, above * 1.0, np.asarray(nfev, np.int64),
                 np.asarray(ier, np.int64)]
     specs = [spec((n,)), spec((n,)), spec((n,))] + _int_specs(2)
     popt, lower, upper, nfev, ier = on_host(host, specs, p0, *problem.ops)

@@ -49,14 +49,30 @@ class custom_vjp:
     ``bwd(residuals, ct)`` returns a tuple with one entry per positional argument
     (``None`` for a zero cotangent); each entry must match its argument's
     structure, shapes and dtypes. Forward mode through a custom_vjp function is an
-    error: define `custom_jvp` if you need both.
+    error: define `custom_jvp` if you need both. The error's advice is for the
+    function's author; a library whose function is reverse mode only by design
+    says why to its callers with ``reverse_only`` (a sentence), and the error
+    then tells them to use `jacrev`, `grad` or `vjp`:
+
+    >>> from functools import partial
+    >>> @partial(fgrad.custom_vjp, reverse_only="its rule is an adjoint solve")
+    ... def solve(x):
+    ...     return x
+    >>> solve.defvjp(fwd, lambda residuals, ct: (ct,))
+    >>> fgrad.jacfwd(solve)(1.0)
+    Traceback (most recent call last):
+    ...
+    fgrad.errors.MissingRuleError: forward mode (jvp, jacfwd, hessian) reached 'solve', \
+which is differentiated in reverse mode only: its rule is an adjoint solve. Use \
+fgrad.jacrev for its Jacobian, or fgrad.grad or fgrad.vjp, instead.
     """
 
-    def __init__(self, fun):
+    def __init__(self, fun, *, reverse_only=None):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.fwd = None
         self.bwd = None
+        self.reverse_only = reverse_only
 
     def defvjp(self, fwd, bwd):
         """Register ``fwd(*args) -> (out, residuals)`` and ``bwd(residuals, ct)``."""
@@ -88,6 +104,7 @@ class custom_vjp:
             return _validate_bwd(self.bwd(residuals, ct), args, in_tree, primals,
                                  needed, name)
         flat_fun.__name__ = name
+        flat_fun.reverse_only = self.reverse_only
         outs = trace.process_custom_vjp(flat_fun, flat_fwd, flat_bwd, leaves)
         return tree_unflatten(flat.out_tree, list(outs))
 

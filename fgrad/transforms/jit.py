@@ -29,7 +29,7 @@ import numpy as np
 from fgrad.compiler.codegen import compile_graph
 from fgrad.compiler.cpu_fusion import cpu_kernels
 from fgrad.compiler.cpu_fusion import enabled as cpu_fusion_enabled
-from fgrad.compiler.parallel import ParallelCompiled
+from fgrad.compiler.parallel import parallel_or_sequential
 from fgrad.compiler.tiers import MODES, Tiers, default_mode
 from fgrad.compiler.passes import (
     effectful,
@@ -96,35 +96,29 @@ def compiled_for(graph, xp, parallel=False, whole=True, name="staged", start=Tru
     compilation: the graph that holds the loop is compiled whole, loop
     included, when it can be. ``name`` names the graph in the log;
     ``start=False`` leaves asking for its compiles to the caller
-    (`fgrad.compiler.tiers.Tiers.start`).
+    (`fgrad.compiler.tiers.Tiers.start`). ``parallel`` runs the code's
+    independent equations on a thread pool (`fgrad.compiler.parallel`).
     """
     fuse = fuses(graph)
-    if parallel:
-        compiled = graph.compiled.get((xp, "parallel", fuse))
-        if compiled is None:
-            sequential = compiled_for(graph, xp, name=name)
-            if isinstance(sequential, Tiers):
-                # the parallel schedule runs the per-equation code: its kernels first
-                sequential.finish(whole=False)
-                per_equation = sequential.compiled
-            else:                           # another backend's code (fused already)
-                per_equation = sequential
-            compiled = ParallelCompiled(per_equation.graph, per_equation, xp)
-            if not any(compiled.big):       # nothing worth a thread: plain code
-                compiled = sequential
-            graph.compiled[(xp, "parallel", fuse)] = compiled
-        return compiled
     key = (xp, fuse) if whole else (xp, fuse, "per equation")
+    if parallel:
+        key += ("parallel",)
     compiled = graph.compiled.get(key)
     if compiled is None:
         if xp is not np:
-            compiled = graph.compiled[key] = compile_graph(graph, xp)
+            compiled = compile_graph(graph, xp)     # another backend's: fused already
+            if parallel:
+                compiled = parallel_or_sequential(compiled, xp)
+            graph.compiled[key] = compiled
             return compiled
         with gc_paused():
             optimized = optimize(graph, xp)
-        # two threads may get here at once: one Tiers is kept, and started
+        # two threads may get here at once: one Tiers is kept, and started.
+        # A parallel one goes through the sequential tiers at the same calls,
+        # so that the two compute the same bits
         compiled = graph.compiled.setdefault(key, Tiers(
-            optimized, xp, name, fuse, whole, graph.compiled.get(_MODE) or default_mode()))
+            optimized, xp, name, fuse, whole, graph.compiled.get(_MODE) or default_mode(),
+            parallel))
         if start or compiled.mode == "sync":     # sync: the first call runs kernels
             compiled.start()
     return compiled
@@ -839,7 +833,8 @@ class JitFunction:
         if entry is None:
             entry, _ = self._trace(args, kwargs, statics, leaves, tree, sig)
             self._remember(key, entry)
-        compiled = compiled_for(entry.graph, array_module(*leaves), name=self.__name__)
+        compiled = compiled_for(entry.graph, array_module(*leaves), self.parallel,
+                                name=self.__name__)
         if isinstance(compiled, Tiers):
             # the per-equation code as it will run: its kernels built, and a
             # whole-graph compile under way finished
