@@ -38,6 +38,11 @@ _FORMAT = 1
 # ctypes types of the parameter kinds `compile_ir` takes
 _ARGTYPES = {"i64": ctypes.c_int64, "array": ctypes.py_object}
 _log = logging.getLogger("fgrad.jit")
+# each loaded function's LLVM context, kept reachable until its engine is
+# closed (`NativeFunction.__del__`): a function in a reference cycle is freed
+# by the cycle collector, which finalises the objects of the cycle in any
+# order, and a context disposed before its engine crashes the process
+_CONTEXTS = {}
 
 
 def available():
@@ -122,6 +127,11 @@ class NativeFunction:
         self.name, self.key, self.c_function, self._engine = name, key, c_function, engine
         self.loaded, self.seconds = loaded, seconds
 
+    def __del__(self):
+        # the machine code first, then the context it was made in
+        self._engine.close()
+        _CONTEXTS.pop(id(self._engine), None)
+
     def __call__(self, *args):
         return self.c_function(*args)
 
@@ -158,12 +168,16 @@ def compile_ir(text, name, params, key=None):
         write_object(key, code)
     # an empty module in a context of its own starts the engine (which keeps
     # both); the machine code goes in as an object file
+    context = llvm.create_context()
     engine = llvm.create_mcjit_compiler(
-        llvm.parse_assembly("", context=llvm.create_context()), _target_machine(llvm, host))
+        llvm.parse_assembly("", context=context), _target_machine(llvm, host))
+    _CONTEXTS[id(engine)] = context
     engine.add_object_file(llvm.ObjectFileRef.from_data(code))
     engine.finalize_object()
     address = engine.get_function_address(name)
     if not address:
+        engine.close()
+        _CONTEXTS.pop(id(engine))
         raise RuntimeError(f"LLVM compiled no function {name!r}")
     _log.debug("fgrad.jit: kernel %s %s", key,
                "loaded from the disk cache" if loaded else "compiled")
