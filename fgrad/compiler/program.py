@@ -1,0 +1,613 @@
+"""One native function per jitted graph: a straight-line graph lowered to LLVM IR.
+
+`compile_program` turns an optimised staged graph into one function compiled
+by LLVM (`fgrad.compiler.native`), so that no Python runs between its
+operations. The pipeline:
+
+1. **Steps.** Each maximal elementwise group (`fgrad.compiler.fusion.plan_groups`,
+   the grouping the fused kernels use) is one loop, written by the kernels'
+   own IR writer (`fgrad.compiler.kernel_ir.define_kernel`), every group
+   of one element or more, since a call inside the program costs nothing;
+   ``sum``, ``max`` and ``min`` over any axes are loops with the accumulator
+   in a register; ``transpose`` and ``broadcast_to`` are strided copies;
+   ``reshape`` of a value the program made is a view of its buffer. Every
+   other equation is a *callout*: the compiled function calls back into
+   Python (a ctypes callback), which runs the primitive's NumPy code on views
+   of the program's buffers and copies its results into them. Callouts are
+   correct and slow; `Program.callouts` lists them (as does
+   ``jit(f).compile_info()``), and none stops the rest from compiling.
+2. **Buffer plan.** Shapes are static, so each intermediate gets an offset in
+   one arena (`fgrad.compiler.buffer_plan`): a buffer dies after its last
+   reader and a later value reuses its bytes; an elementwise loop writes its
+   result into a dying operand of the same shape and dtype. Each output has
+   an array of its own, written in place by the step that computes it.
+3. **IR and machine code.** One LLVM function
+   ``program(inputs..., outputs..., arena, constants..., callout)``, every
+   array passed as its NumPy object (`fgrad.compiler.native`), compiled at
+   -O3 for this CPU; the disk cache keys its machine code on the IR, the CPU
+   and the LLVM version, so a second process loads it in milliseconds.
+
+Results are the interpreted tier's, bitwise for the elementwise loops (the
+same IR the fused kernels run) and copies; a float ``sum`` accumulates in
+float64, in order, where NumPy sums pairwise: equal to rounding.
+
+It is opt-in while loops, BLAS calls and random bits are still callouts:
+``FGRAD_JIT_PROGRAM=1`` makes `fgrad.jit` build a graph's program after its
+kernels (`fgrad.compiler.tiers`); a compile that fails is logged and the
+graph runs on as before.
+"""
+import ctypes
+import functools
+import logging
+import math
+import os
+import threading
+import time
+
+import numpy as np
+
+from fgrad.compiler.buffer_plan import Step, plan_buffers
+from fgrad.compiler.cpu_fusion import (
+    KERNEL_DTYPES,
+    checked_call_header,
+    cpu_fusable,
+    kernel_source,
+)
+from fgrad.compiler.fusion import plan_groups, reader_counts
+from fgrad.compiler.kernel_ir import (
+    KernelSpec,
+    constant,
+    convert,
+    counted,
+    define_kernel,
+    load,
+    reduction_start,
+    reduction_step,
+    storage_type,
+    store,
+    value_type,
+)
+from fgrad.compiler.native import array_data_offset, compile_ir
+from fgrad.compiler.native import available as native_available
+from fgrad.core.graph import Literal, Var
+from fgrad.primitives.reductions import max_p, min_p, sum_p
+from fgrad.primitives.shape import broadcast_to_p, reshape_p, transpose_p
+
+PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
+_log = logging.getLogger("fgrad.jit")
+_REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
+# dtypes a copy moves as integers of their size
+_COPY_ITEMSIZES = (1, 2, 4, 8)
+
+
+def enabled():
+    """Whether jit builds whole programs: ``FGRAD_JIT_PROGRAM`` is ``1`` (or
+    ``true``, ``on``, ``yes``) and LLVM is available (`fgrad.compiler.native`).
+
+    >>> enabled() == (native_available() and
+    ...               os.environ.get("FGRAD_JIT_PROGRAM", "") in ("1", "true", "on", "yes"))
+    True
+    """
+    if os.environ.get(PROGRAM_ENV, "").strip().lower() not in ("1", "true", "on", "yes"):
+        return False
+    return native_available()
+
+
+# ---------------------------------------------------------------------------
+# Steps: what each part of the graph becomes
+# ---------------------------------------------------------------------------
+
+
+class _Kernel:
+    """An elementwise group: ``spec`` over ``inputs`` (their ``modes``),
+    writing ``outputs``; ``size`` elements."""
+
+    def __init__(self, spec, inputs, modes, outputs, size):
+        self.spec, self.inputs, self.modes = spec, inputs, modes
+        self.outputs, self.size = outputs, size
+
+    def reads(self):
+        return self.inputs
+
+    def writes(self):
+        return self.outputs
+
+
+class _Copy:
+    """``dst`` (C-contiguous) from ``src`` read at element ``strides``
+    (0 along a broadcast axis), over ``dst``'s shape."""
+
+    def __init__(self, src, dst, strides):
+        self.src, self.dst, self.strides = src, dst, strides
+
+    def reads(self):
+        return [self.src]
+
+    def writes(self):
+        return [self.dst]
+
+
+class _Reduce:
+    """``dst`` = ``kind`` of ``src`` over ``axes``."""
+
+    def __init__(self, kind, src, dst, axes):
+        self.kind, self.src, self.dst, self.axes = kind, src, dst, axes
+
+    def reads(self):
+        return [self.src]
+
+    def writes(self):
+        return [self.dst]
+
+
+class _View:
+    """``dst`` is ``src``'s buffer under another shape (a reshape)."""
+
+    def __init__(self, src, dst):
+        self.src, self.dst = src, dst
+
+    def reads(self):
+        return [self.src]
+
+    def writes(self):
+        return [self.dst]
+
+
+class _Callout:
+    """Equation ``eqn`` run by its NumPy code, called back from the program."""
+
+    def __init__(self, index, eqn):
+        self.index, self.eqn = index, eqn
+
+    def reads(self):
+        return self.eqn.invars
+
+    def writes(self):
+        return self.eqn.outvars
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _copyable(aval):
+    dtype = np.dtype(aval.dtype)
+    return dtype.kind != "O" and dtype.itemsize in _COPY_ITEMSIZES
+
+
+def _lowering(eqn):
+    """The step kind ``eqn`` lowers to (not counting elementwise groups), or
+    None for a callout."""
+    if len(eqn.outvars) != 1 or len(eqn.invars) != 1 or type(eqn.invars[0]) is not Var:
+        return None
+    x, out = eqn.invars[0].aval, eqn.outvars[0].aval
+    if eqn.prim in _REDUCTIONS:
+        if np.dtype(x.dtype) not in KERNEL_DTYPES or np.dtype(out.dtype) not in KERNEL_DTYPES:
+            return None
+        if _REDUCTIONS[eqn.prim] != "sum" and x.dtype != out.dtype:
+            return None
+        return "reduce"
+    if not _copyable(out) or x.dtype != out.dtype:
+        return None
+    if eqn.prim is reshape_p:
+        return "view"
+    if eqn.prim in (transpose_p, broadcast_to_p):
+        return "copy"
+    return None
+
+
+def _steps(graph):
+    """The graph's steps, in an order that respects every dependency."""
+    groups = plan_groups(graph, can_fuse=cpu_fusable, min_size=1)
+    readers = reader_counts(graph)
+    at_last = {members[-1]: members for members in groups}
+    in_group = {k for members in groups for k in members}
+    steps = []
+    for k, eqn in enumerate(graph.eqns):
+        if k in at_last:
+            steps += _kernel_steps(graph, at_last[k], readers)
+            continue
+        if k in in_group:
+            continue
+        how = _lowering(eqn)
+        (x,), (out,) = (eqn.invars, eqn.outvars) if how else ((None,), (None,))
+        if how == "reduce":
+            axes = tuple(sorted(a % max(x.aval.ndim, 1) for a in eqn.params["axis"]))
+            steps.append(_Reduce(_REDUCTIONS[eqn.prim], x, out, axes))
+        elif how == "view":
+            steps.append(_View(x, out))
+        elif how == "copy":
+            steps.append(_Copy(x, out, _read_strides(eqn)))
+        else:
+            steps.append(_Callout(k, eqn))
+    return steps
+
+
+def _read_strides(eqn):
+    """The element strides a `_Copy` reads its source at, per output axis."""
+    x, out = eqn.invars[0].aval, eqn.outvars[0].aval
+    strides = _contiguous_strides(x.shape)
+    if eqn.prim is transpose_p:
+        return tuple(strides[a] for a in eqn.params["axes"])
+    return _broadcast_strides(x.shape, out.shape)
+
+
+def _broadcast_strides(shape, out_shape):
+    strides = _contiguous_strides(shape)
+    aligned = (0,) * (len(out_shape) - len(shape)) + tuple(
+        0 if n == 1 else s for n, s in zip(shape, strides))
+    return aligned
+
+
+def _kernel_steps(graph, members, readers):
+    spec, inputs, modes, outputs, _ = kernel_source(graph, members, [], readers)
+    shape = tuple(graph.eqns[members[-1]].outvars[0].aval.shape)
+    steps = []
+    for j, mode in enumerate(modes):
+        if mode == "copy":              # broadcast out to a full array first
+            full = Var(type(inputs[j].aval)(shape, inputs[j].aval.dtype))
+            steps.append(_Copy(inputs[j], full,
+                               _broadcast_strides(inputs[j].aval.shape, shape)))
+            inputs[j], modes[j] = full, "full"
+    # the outputs each a pointer of their own (not rows of one array)
+    spec = KernelSpec(spec.inputs, spec.inner, spec.ops, spec.reductions, spec.outputs,
+                      False, spec.vectorised)
+    steps.append(_Kernel(spec, inputs, modes, outputs, math.prod(shape)))
+    return steps
+
+
+def _in_place(step):
+    """{value written: values read whose buffer it may take}: an elementwise
+    loop reads element i of a same-shaped operand before it writes element i
+    (not one whose loop may run twice, `KernelSpec.vectorised`)."""
+    if not isinstance(step, _Kernel) or step.spec.vectorised:
+        return {}
+    takes = {}
+    for out in step.outputs:
+        takes[out] = [v for v, (_, index) in zip(step.inputs, step.spec.inputs)
+                      if index == "i" and type(v) is Var
+                      and np.dtype(v.aval.dtype).itemsize == np.dtype(out.aval.dtype).itemsize
+                      and tuple(v.aval.shape) == tuple(out.aval.shape)]
+    return takes
+
+
+# ---------------------------------------------------------------------------
+# The program: plan, IR, machine code, the Python call
+# ---------------------------------------------------------------------------
+
+
+def _nbytes(v):
+    return math.prod(v.aval.shape) * np.dtype(v.aval.dtype).itemsize
+
+
+class Program:
+    """A graph compiled as one native function (`compile_program`).
+
+    ``call(*inputs)`` returns the graph's outputs as a tuple; ``callouts``
+    names the equations run by their NumPy code (``"k: primitive"``), ``plan``
+    is the `fgrad.compiler.buffer_plan.BufferPlan`, ``native`` the
+    `fgrad.compiler.native.NativeFunction` (``native.loaded``: from the disk
+    cache) and ``seconds`` what lowering and compiling took.
+    """
+
+    __slots__ = ("graph", "call", "callouts", "plan", "native", "seconds", "steps",
+                 "_callback", "__weakref__")
+
+    def __repr__(self):
+        return (f"<Program: {len(self.steps)} steps, {len(self.callouts)} callouts, "
+                f"arena of {self.plan.arena_bytes} bytes>")
+
+
+class _Locations:
+    """Where each value lives: ``("in", j)``, ``("out", j)``, ``("const", j)``
+    or ``("arena", offset)``."""
+
+    def __init__(self, graph, steps):
+        self.where = {}
+        self.consts = []
+        for j, v in enumerate(graph.invars):
+            self.where.setdefault(v, ("in", j))
+        self.outputs = []           # the values with an output array of their own
+        written = {w for s in steps if not isinstance(s, _View) for w in s.writes()}
+        for v in graph.outvars:
+            if type(v) is Var and v in written and v not in self.where:
+                self.where[v] = ("out", len(self.outputs))
+                self.outputs.append(v)
+        # a view of memory of its own (an input, an output) lives there too
+        for s in steps:
+            if isinstance(s, _View) and type(s.src) is Var and s.src in self.where \
+                    and self.where[s.src][0] in ("in", "out") and s.dst not in self.where:
+                self.where[s.dst] = self.where[s.src]
+            for v in s.reads():
+                if type(v) is Literal and id(v) not in self.where:
+                    self.where[id(v)] = ("const", len(self.consts))
+                    self.consts.append(np.ascontiguousarray(np.asarray(v.value, v.aval.dtype)))
+
+    def of(self, v):
+        return self.where[id(v) if type(v) is Literal else v]
+
+
+def compile_program(graph):
+    """``graph`` (optimised, straight-line: loops are callouts) as a `Program`.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda x: fnp.sum(fnp.sin(x) * 2.0, axis=0))(np.ones((2, 3)))
+    >>> if native_available():
+    ...     program = compile_program(g)
+    ...     (out,) = program.call(np.ones((2, 3)))
+    ...     assert np.allclose(out, 4 * np.sin(1.0)) and program.callouts == []
+    """
+    start_time = time.perf_counter()
+    steps = _steps(graph)
+    places = _Locations(graph, steps)
+    # an output that is a view (of an input, an output or the arena) is
+    # copied into an array of its own at the end
+    tails = dict.fromkeys(v for v in graph.outvars if type(v) is Var
+                          and v not in graph.invars and v not in places.outputs)
+    final = []
+    for v in tails:
+        copy_to = Var(v.aval)
+        places.where[copy_to] = ("out", len(places.outputs))
+        places.outputs.append(copy_to)
+        final.append(_Copy(v, copy_to, _contiguous_strides(v.aval.shape)))
+    steps += final
+    placed = set(places.where) - {v for v in places.where if type(v) is int}
+    plan = plan_buffers(
+        [Step(list(s.reads()), list(s.writes()), _in_place(s),
+              {s.dst: s.src} if isinstance(s, _View) else {}) for s in steps],
+        _nbytes, placed=placed)
+    for v, offset in plan.offsets.items():
+        places.where[v] = ("arena", offset)
+    n_in, n_out, n_const = len(graph.invars), len(places.outputs), len(places.consts)
+    callouts = [s for s in steps if isinstance(s, _Callout)]
+    ir_text = program_ir(steps, places, n_in, n_out, n_const)
+    native = compile_ir(ir_text, "program",
+                        ["array"] * (n_in + n_out + 1 + n_const) + ["i64"])
+    program = Program()
+    program.graph, program.steps, program.plan, program.native = graph, steps, plan, native
+    program.callouts = [f"{s.index}: {s.eqn.prim.name}" for s in callouts]
+    program._callback = _callback(callouts, places) if callouts else None
+    program.call = _make_call(graph, places, plan, native, program._callback, final)
+    program.seconds = time.perf_counter() - start_time
+    return program
+
+
+# ---------------------------------------------------------------------------
+# IR
+# ---------------------------------------------------------------------------
+
+
+def program_ir(steps, places, n_in, n_out, n_const):
+    """The LLVM IR text of the program function for ``steps``."""
+    from llvmlite import ir
+    module = ir.Module(name="program")
+    i8p, i64, i32 = ir.IntType(8).as_pointer(), ir.IntType(64), ir.IntType(32)
+    n_arrays = n_in + n_out + 1 + n_const
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p] * n_arrays + [i64]),
+                     "program")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    offset = ir.Constant(i64, array_data_offset())
+    data = [b.load(b.bitcast(b.gep(obj, [offset]), i8p.as_pointer()))
+            for obj in fn.args[:n_arrays]]
+    bases = {"in": data[:n_in], "out": data[n_in:n_in + n_out], "arena": data[n_in + n_out],
+             "const": data[n_in + n_out + 1:]}
+    callout_fn = b.inttoptr(fn.args[-1], ir.FunctionType(i32, [i64]).as_pointer())
+    exit_block = fn.append_basic_block("fail")
+
+    def pointer(v, dtype=None):
+        kind, at = places.of(v)
+        base = bases["arena"] if kind == "arena" else bases[kind][at]
+        if kind == "arena":
+            base = b.gep(base, [ir.Constant(i64, at)])
+        dtype = v.aval.dtype if dtype is None else dtype
+        return b.bitcast(base, storage_type(ir, dtype).as_pointer())
+
+    for k, step in enumerate(steps):
+        if isinstance(step, _Kernel):
+            kernel = define_kernel(ir, module, step.spec, f"kernel{k}")
+            kernel.linkage = "internal"
+            args = [ir.Constant(i64, step.size)]
+            for v in step.inputs:
+                args += [pointer(v), ir.Constant(i64, math.prod(v.aval.shape))]
+            args += [pointer(v) for v in step.outputs]
+            b.call(kernel, args)
+        elif isinstance(step, _Copy):
+            item = _copy_dtype(step.dst.aval.dtype)
+            src, dst = pointer(step.src, item), pointer(step.dst, item)
+            out_strides = _contiguous_strides(step.dst.aval.shape)
+
+            def move(index, src=src, dst=dst, strides=step.strides, out_strides=out_strides):
+                b.store(b.load(b.gep(src, [_dot(ir, b, index, strides)])),
+                        b.gep(dst, [_dot(ir, b, index, out_strides)]))
+            _nested(ir, b, step.dst.aval.shape, move)
+        elif isinstance(step, _Reduce):
+            _reduce_ir(ir, b, step, pointer(step.src), pointer(step.dst))
+        elif isinstance(step, _Callout):
+            status = b.call(callout_fn, [ir.Constant(i64, step.index)])
+            go_on = fn.append_basic_block(f"after{k}")
+            b.cbranch(b.icmp_signed("!=", status, ir.Constant(i32, 0)), exit_block, go_on)
+            b.position_at_end(go_on)
+        # a view: nothing to do
+    b.ret_void()
+    b.position_at_end(exit_block)
+    b.ret_void()
+    return str(module)
+
+
+def _copy_dtype(dtype):
+    """The dtype a copy moves ``dtype``'s elements as: an unsigned integer
+    of their size (floats move bit for bit, NaN payloads included)."""
+    return np.dtype(f"u{np.dtype(dtype).itemsize}")
+
+
+def _dot(ir, b, index, strides):
+    i64 = ir.IntType(64)
+    total = ir.Constant(i64, 0)
+    for i, s in zip(index, strides):
+        if s:
+            total = b.add(total, b.mul(i, ir.Constant(i64, s)))
+    return total
+
+
+def _nested(ir, b, shape, body, name="d"):
+    """``body(index)`` for every multi-index of ``shape``, in C order."""
+    def level(d, index):
+        if d == len(shape):
+            body(index)
+            return
+        counted(ir, b, ir.Constant(ir.IntType(64), shape[d]),
+                lambda i: level(d + 1, index + [i]), f"{name}{d}")
+    level(0, [])
+
+
+def _reduce_ir(ir, b, step, src, dst):
+    """Loops over the kept axes, and inside them over the reduced ones with the
+    accumulator in a register: each output element sums its inputs in order."""
+    shape = tuple(step.src.aval.shape)
+    x_dtype, out_dtype = np.dtype(step.src.aval.dtype), np.dtype(step.dst.aval.dtype)
+    acc_dtype = np.dtype(np.float64) if step.kind == "sum" and out_dtype.kind == "f" \
+        else out_dtype
+    kept = [d for d in range(len(shape)) if d not in step.axes]
+    strides = _contiguous_strides(shape)
+    kept_strides = _contiguous_strides([shape[d] for d in kept])
+    acc = b.alloca(value_type(ir, acc_dtype))
+
+    def outer(index):
+        b.store(reduction_start(ir, step.kind, acc_dtype), acc)
+
+        def inner(reduced):
+            at = _dot(ir, b, index + reduced, [strides[d] for d in kept] +
+                      [strides[d] for d in step.axes])
+            x = convert(ir, b, load(ir, b, src, at, x_dtype, "x"), x_dtype, acc_dtype)
+            b.store(reduction_step(ir, b, step.kind, b.load(acc), x, acc_dtype), acc)
+        _nested(ir, b, [shape[d] for d in step.axes], inner, "r")
+        value = convert(ir, b, b.load(acc), acc_dtype, out_dtype)
+        store(ir, b, dst, _dot(ir, b, index, kept_strides), value, out_dtype)
+    _nested(ir, b, [shape[d] for d in kept], outer, "k")
+
+
+# ---------------------------------------------------------------------------
+# Callouts and the Python call
+# ---------------------------------------------------------------------------
+
+_CALLOUT_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64)
+
+
+class _Frames(threading.local):
+    """Each thread's calls under way: ``(inputs, outputs, arena, consts)``,
+    innermost last, and the error a callout raised."""
+
+    def __init__(self):
+        self.stack = []
+        self.error = None
+
+
+def _callback(callouts, places):
+    """The ctypes callback that runs the callouts: ``(callback, frames)``."""
+    frames = _Frames()
+    runs = {s.index: _callout_runner(s.eqn, places) for s in callouts}
+
+    def callout(index):
+        try:
+            runs[index](frames.stack[-1])
+            return 0
+        except BaseException as error:  # noqa: BLE001 -- raised again by the caller
+            frames.error = error
+            return 1
+    return _CALLOUT_TYPE(callout), frames
+
+
+def _callout_runner(eqn, places):
+    fn = eqn.prim.lowering(np, **eqn.params) if eqn.prim.lowering is not None \
+        and not getattr(eqn.prim, "ufunc_name", None) else None
+    if fn is None:
+        fn = functools.partial(eqn.prim.impl, **eqn.params)
+    readers = [_reader(v, places) for v in eqn.invars]
+    writers = [_reader(v, places) for v in eqn.outvars]
+    multiple = eqn.prim.multiple_results
+
+    def run(frame):
+        out = fn(*[read(frame) for read in readers])
+        for write, value in zip(writers, out if multiple else (out,)):
+            np.copyto(write(frame), value, casting="unsafe")
+    return run
+
+
+def _reader(v, places):
+    """``frame -> the value of v`` (an array viewing the program's memory)."""
+    if type(v) is Literal:
+        value = v.value
+        return lambda frame: value
+    kind, at = places.of(v)
+    shape, dtype = tuple(v.aval.shape), np.dtype(v.aval.dtype)
+    if kind == "arena":
+        end = at + math.prod(shape) * dtype.itemsize
+        return lambda frame: frame[2][at:end].view(dtype).reshape(shape)
+    position = {"in": 0, "out": 1, "const": 3}[kind]
+    if kind == "in":        # an input may be a reshape's source: its own shape
+        return lambda frame: frame[0][at].reshape(shape)
+    return lambda frame: frame[position][at].reshape(shape)
+
+
+def _make_call(graph, places, plan, native, callback, final):
+    """The Python function that checks the inputs, allocates the outputs and
+    the arena, and runs the program."""
+    expected = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in graph.invars]
+    namespace = {"run": native.c_function, "native": native, "empty": np.empty,
+                 "ndarray": np.ndarray, "contiguous": np.ascontiguousarray,
+                 "ARENA": max(plan.arena_bytes, 1), "U8": np.dtype(np.uint8),
+                 "CONSTS": tuple(places.consts), "copy": np.copy}
+    lines = checked_call_header(expected, namespace, what="a compiled program")
+    args = [f"x{j}" for j in range(len(expected))]
+    for a in args:
+        lines.append(f"    if type({a}) is not ndarray or not {a}.flags.c_contiguous:")
+        lines.append(f"        {a} = contiguous({a})")
+    outs = []
+    for j, v in enumerate(places.outputs):
+        namespace[f"S{j}o"], namespace[f"D{j}o"] = tuple(v.aval.shape), np.dtype(v.aval.dtype)
+        lines.append(f"    o{j} = empty(S{j}o, D{j}o)")
+        outs.append(f"o{j}")
+    lines.append("    arena = empty(ARENA, U8)")
+    call_args = args + outs + ["arena"] + [f"CONSTS[{j}]" for j in range(len(places.consts))]
+    if callback is not None:
+        namespace["CALLOUT"], namespace["frames"] = ctypes.cast(callback[0], ctypes.c_void_p
+                                                                 ).value, callback[1]
+        namespace["raise_from"] = _raise_callout_error
+        lines += [f"    frames.stack.append(([{', '.join(args)}], [{', '.join(outs)}], "
+                  f"arena, CONSTS))",
+                  "    try:",
+                  f"        run({', '.join(call_args + ['CALLOUT'])})",
+                  "    finally:",
+                  "        frames.stack.pop()",
+                  "    if frames.error is not None:",
+                  "        raise_from(frames)"]
+    else:
+        lines.append(f"    run({', '.join(call_args + ['0'])})")
+    results = []
+    final_of = {s.src: s.dst for s in final}
+    for v in graph.outvars:
+        if type(v) is Literal:
+            name = f"L{len(namespace)}"
+            namespace[name] = v.value
+            results.append(f"copy({name})" if hasattr(v.value, "shape") else name)
+            continue
+        if v in final_of:
+            v = final_of[v]
+        kind, at = places.of(v)
+        if kind == "in":
+            results.append(args[at])
+        else:
+            results.append(f"o{at}[()]" if not v.aval.shape else f"o{at}")
+    lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+    exec(compile("\n".join(lines) + "\n", "<fgrad compiled program call>", "exec"), namespace)
+    # taken out of its namespace (no reference cycle: freed with the program)
+    return namespace.pop("call")
+
+
+def _raise_callout_error(frames):
+    error, frames.error = frames.error, None
+    raise error
