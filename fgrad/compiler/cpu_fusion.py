@@ -254,7 +254,7 @@ def worth_fusing(eqns, n_inputs, n_outputs, size):
     return fused_ns < numpy_ns
 
 
-def _attach_reductions(graph, groups):
+def attach_reductions(graph, groups):
     """``[(members, reductions)]``: each group with the full reductions of its
     values that may join it (the kernel takes the reduction's place, so no
     equation between the group's last member and it may read the group)."""
@@ -749,7 +749,7 @@ def plan_kernels(graph):
         return []
     readers = reader_counts(graph)
     plans = []
-    for members, reductions in _attach_reductions(graph, groups):
+    for members, reductions in attach_reductions(graph, groups):
         for run, reds in _pieces(members, reductions):
             if len(run) + len(reds) < 2:
                 continue                  # one NumPy call is as good

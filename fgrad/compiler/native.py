@@ -28,6 +28,7 @@ import functools
 import hashlib
 import importlib.util
 import logging
+import sys
 import time
 
 import numpy as np
@@ -128,6 +129,8 @@ class NativeFunction:
         self.loaded, self.seconds = loaded, seconds
 
     def __del__(self):
+        if sys.is_finalizing():     # LLVM's bindings may be gone: leave it to the exit
+            return
         # the machine code first, then the context it was made in
         self._engine.close()
         _CONTEXTS.pop(id(self._engine), None)

@@ -49,6 +49,7 @@ import numpy as np
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.cpu_fusion import (
     KERNEL_DTYPES,
+    attach_reductions,
     checked_call_header,
     cpu_fusable,
     kernel_source,
@@ -78,6 +79,8 @@ _log = logging.getLogger("fgrad.jit")
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
 # dtypes a copy moves as integers of their size
 _COPY_ITEMSIZES = (1, 2, 4, 8)
+# the most arguments ctypes passes to a function (CTYPES_MAX_ARGCOUNT)
+MAX_ARGUMENTS = 1024
 
 
 def enabled():
@@ -100,17 +103,18 @@ def enabled():
 
 class _Kernel:
     """An elementwise group: ``spec`` over ``inputs`` (their ``modes``),
-    writing ``outputs``; ``size`` elements."""
+    writing ``outputs`` and the values of the full reductions ending it
+    (``reduced``); ``size`` elements."""
 
-    def __init__(self, spec, inputs, modes, outputs, size):
+    def __init__(self, spec, inputs, modes, outputs, reduced, size):
         self.spec, self.inputs, self.modes = spec, inputs, modes
-        self.outputs, self.size = outputs, size
+        self.outputs, self.reduced, self.size = outputs, reduced, size
 
     def reads(self):
         return self.inputs
 
     def writes(self):
-        return self.outputs
+        return self.outputs + self.reduced
 
 
 class _Copy:
@@ -202,14 +206,16 @@ def _lowering(eqn):
 
 def _steps(graph):
     """The graph's steps, in an order that respects every dependency."""
-    groups = plan_groups(graph, can_fuse=cpu_fusable, min_size=1)
+    groups = attach_reductions(graph, plan_groups(graph, can_fuse=cpu_fusable, min_size=1))
     readers = reader_counts(graph)
-    at_last = {members[-1]: members for members in groups}
-    in_group = {k for members in groups for k in members}
+    # a group runs where its last member (or the last full reduction of it) was
+    at_last = {max(members + reductions): (members, reductions)
+               for members, reductions in groups}
+    in_group = {k for members, reductions in groups for k in members + reductions}
     steps = []
     for k, eqn in enumerate(graph.eqns):
         if k in at_last:
-            steps += _kernel_steps(graph, at_last[k], readers)
+            steps += _kernel_steps(graph, *at_last[k], readers)
             continue
         if k in in_group:
             continue
@@ -243,8 +249,8 @@ def _broadcast_strides(shape, out_shape):
     return aligned
 
 
-def _kernel_steps(graph, members, readers):
-    spec, inputs, modes, outputs, _ = kernel_source(graph, members, [], readers)
+def _kernel_steps(graph, members, reductions, readers):
+    spec, inputs, modes, outputs, reduced = kernel_source(graph, members, reductions, readers)
     shape = tuple(graph.eqns[members[-1]].outvars[0].aval.shape)
     steps = []
     for j, mode in enumerate(modes):
@@ -256,7 +262,7 @@ def _kernel_steps(graph, members, readers):
     # the outputs each a pointer of their own (not rows of one array)
     spec = KernelSpec(spec.inputs, spec.inner, spec.ops, spec.reductions, spec.outputs,
                       False, spec.vectorised)
-    steps.append(_Kernel(spec, inputs, modes, outputs, math.prod(shape)))
+    steps.append(_Kernel(spec, inputs, modes, outputs, reduced, math.prod(shape)))
     return steps
 
 
@@ -302,13 +308,31 @@ class Program:
                 f"arena of {self.plan.arena_bytes} bytes>")
 
 
+def _in_memory(v):
+    """Whether value ``v`` is an array of numbers (or bools), which the
+    program's buffers hold; any other (a factorization object) is a Python
+    object, made and read by callouts only."""
+    return np.dtype(v.aval.dtype).kind in "biufc"
+
+
 class _Locations:
-    """Where each value lives: ``("in", j)``, ``("out", j)``, ``("const", j)``
-    or ``("arena", offset)``."""
+    """Where each value lives: ``("in", j)``, ``("out", j)``, ``("const", j)``,
+    ``("arena", offset)``, or ``("py", j)`` for a Python object (`_in_memory`)."""
 
     def __init__(self, graph, steps):
         self.where = {}
         self.consts = []
+        self.objects = 0
+        for v in list(graph.invars) + [v for v in graph.outvars if type(v) is Var]:
+            if not _in_memory(v):
+                raise NotImplementedError(
+                    f"a program whose input or output is a {v.aval.dtype} value: only "
+                    "arrays of numbers go in and out of compiled programs")
+        for s in steps:
+            for v in s.writes():
+                if not _in_memory(v):
+                    self.where[v] = ("py", self.objects)
+                    self.objects += 1
         for j, v in enumerate(graph.invars):
             self.where.setdefault(v, ("in", j))
         self.outputs = []           # the values with an output array of their own
@@ -363,6 +387,10 @@ def compile_program(graph):
     for v, offset in plan.offsets.items():
         places.where[v] = ("arena", offset)
     n_in, n_out, n_const = len(graph.invars), len(places.outputs), len(places.consts)
+    if n_in + n_out + n_const + 2 > MAX_ARGUMENTS:
+        raise NotImplementedError(
+            f"a program of {n_in} inputs, {n_out} outputs and {n_const} constants: the "
+            f"function would take more than the {MAX_ARGUMENTS} arguments ctypes passes")
     callouts = [s for s in steps if isinstance(s, _Callout)]
     ir_text = program_ir(steps, places, n_in, n_out, n_const)
     native = compile_ir(ir_text, "program",
@@ -414,7 +442,13 @@ def program_ir(steps, places, n_in, n_out, n_const):
             for v in step.inputs:
                 args += [pointer(v), ir.Constant(i64, math.prod(v.aval.shape))]
             args += [pointer(v) for v in step.outputs]
-            b.call(kernel, args)
+            # each reduction's accumulator (float64 for a float) comes back
+            # in a slot, and goes to its value converted
+            slots = [b.alloca(value_type(ir, acc)) for _, _, acc in step.spec.reductions]
+            b.call(kernel, args + slots)
+            for slot, (_, _, acc), v in zip(slots, step.spec.reductions, step.reduced):
+                store(ir, b, pointer(v), ir.Constant(i64, 0),
+                      convert(ir, b, b.load(slot), acc, v.aval.dtype), v.aval.dtype)
         elif isinstance(step, _Copy):
             item = _copy_dtype(step.dst.aval.dtype)
             src, dst = pointer(step.src, item), pointer(step.dst, item)
@@ -498,8 +532,8 @@ _CALLOUT_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64)
 
 
 class _Frames(threading.local):
-    """Each thread's calls under way: ``(inputs, outputs, arena, consts)``,
-    innermost last, and the error a callout raised."""
+    """Each thread's calls under way: ``(inputs, outputs, arena, consts,
+    Python objects)``, innermost last, and the error a callout raised."""
 
     def __init__(self):
         self.stack = []
@@ -530,10 +564,24 @@ def _callout_runner(eqn, places):
     writers = [_reader(v, places) for v in eqn.outvars]
     multiple = eqn.prim.multiple_results
 
+    if isinstance(fn, np.ufunc) and len(writers) == 1 and _in_memory(eqn.outvars[0]):
+        # straight into the program's buffer (np.matmul is one): no array
+        # of the result's size beside the arena
+        (write,) = writers
+
+        def run(frame):
+            fn(*[read(frame) for read in readers], out=write(frame))
+        return run
+
+    objects = [places.of(v)[1] if places.of(v)[0] == "py" else None for v in eqn.outvars]
+
     def run(frame):
         out = fn(*[read(frame) for read in readers])
-        for write, value in zip(writers, out if multiple else (out,)):
-            np.copyto(write(frame), value, casting="unsafe")
+        for write, value, j in zip(writers, out if multiple else (out,), objects):
+            if j is None:
+                np.copyto(write(frame), value, casting="unsafe")
+            else:
+                frame[4][j] = value
     return run
 
 
@@ -544,6 +592,8 @@ def _reader(v, places):
         return lambda frame: value
     kind, at = places.of(v)
     shape, dtype = tuple(v.aval.shape), np.dtype(v.aval.dtype)
+    if kind == "py":
+        return lambda frame: frame[4][at]
     if kind == "arena":
         end = at + math.prod(shape) * dtype.itemsize
         return lambda frame: frame[2][at:end].view(dtype).reshape(shape)
@@ -578,7 +628,7 @@ def _make_call(graph, places, plan, native, callback, final):
                                                                  ).value, callback[1]
         namespace["raise_from"] = _raise_callout_error
         lines += [f"    frames.stack.append(([{', '.join(args)}], [{', '.join(outs)}], "
-                  f"arena, CONSTS))",
+                  f"arena, CONSTS, [None] * {places.objects}))",
                   "    try:",
                   f"        run({', '.join(call_args + ['CALLOUT'])})",
                   "    finally:",

@@ -423,8 +423,8 @@ def _describe_leaf(sig):
 
 
 CacheInfo = collections.namedtuple("CacheInfo", "hits misses traces size")
-CompileInfo = collections.namedtuple("CompileInfo",
-                                     "signature tier compiling seconds cpu_seconds")
+CompileInfo = collections.namedtuple(
+    "CompileInfo", "signature tier compiling seconds cpu_seconds callouts", defaults=((),))
 
 
 def _tiers_of(graph):
@@ -779,11 +779,14 @@ class JitFunction:
 
     def compile_info(self):
         """One `CompileInfo` per cached signature: the tier its calls run
-        (``"numpy"``, ``"kernels"`` or ``"whole"``: `fgrad.compiler.tiers`),
+        (``"numpy"``, ``"kernels"``, ``"program"`` or ``"whole"``:
+        `fgrad.compiler.tiers`),
         whether a compile is under way, and the seconds each tier's compiles
         took (its loop bodies' and its gradient's halves' included; and
         LLVM's or numba's start-up, if they paid it), in time and in the compiling
-        thread's CPU time."""
+        thread's CPU time; and, where the whole program is compiled
+        (``FGRAD_JIT_PROGRAM=1``), the equations it calls back into NumPy for
+        (``callouts``: ``"index: primitive"``, `fgrad.compiler.program`)."""
         infos = []
         for entry in list(self._cache.values()):
             signature = ", ".join(_describe_leaf(leaf) for _, (_, leaves) in
@@ -795,8 +798,10 @@ class JitFunction:
                 seconds.update(tiers.seconds)
                 cpu.update(tiers.cpu_seconds)
             tier = run.tier if isinstance(run, Tiers) else None if run is None else "numpy"
+            callouts = tuple(c for t in every if t.program is not None
+                             for c in t.program.callouts)
             infos.append(CompileInfo(signature, tier, any(t.compiling for t in every),
-                                     dict(seconds), dict(cpu)))
+                                     dict(seconds), dict(cpu), callouts))
         return infos
 
     def wait_compiled(self, timeout=None):
