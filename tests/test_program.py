@@ -105,7 +105,7 @@ def test_copies_reductions_and_arithmetic_are_bitwise_the_interpreted_tiers():
 
 
 def test_callouts_are_listed_by_compile_info(monkeypatch):
-    monkeypatch.setenv(PROGRAM_ENV, "1")
+    monkeypatch.setenv(PROGRAM_ENV, "all")
     f = fgrad.jit(lambda x: fnp.cumsum(fnp.sin(x), axis=0) * 2.0)
     x = np.linspace(0, 1, 5)
     f(x)
@@ -171,7 +171,7 @@ def _fails(x):
 
 
 def test_a_failing_compile_is_logged_and_the_graph_runs_on(monkeypatch, caplog):
-    monkeypatch.setenv(PROGRAM_ENV, "1")
+    monkeypatch.setenv(PROGRAM_ENV, "all")
     n = program.MAX_ARGUMENTS
     f = fgrad.jit(lambda xs: [x * 2.0 for x in xs])      # n inputs, n outputs
     xs = [np.full(2, float(k)) for k in range(n)]
@@ -232,3 +232,23 @@ def test_a_program_loads_from_the_disk_cache():
     g = optimize(fgrad.make_graph(lambda x: fnp.sum(fnp.tanh(x) * 3.0))(np.ones(5)), np)
     first, again = compile_program(g), compile_program(g)
     assert again.native.key == first.native.key and again.native.loaded
+
+
+def test_a_program_is_built_only_where_it_is_estimated_to_pay(monkeypatch, caplog):
+    monkeypatch.setenv(PROGRAM_ENV, "1")
+
+    def matmuls(x, w):             # every equation a callout (BLAS calls are stage 3)
+        for _ in range(4):
+            x = x @ w
+        return x
+    few = fgrad.jit(matmuls)
+    many = fgrad.jit(lambda x: (fnp.max(fnp.sin(x), axis=0) + fnp.min(x.T, axis=1))
+                     * fnp.sum(x, axis=0) - fnp.mean(x))
+    x, w = np.ones((2, 2)), np.eye(2)
+    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
+        few(x, w)
+        many(x)
+        assert few.wait_compiled() and many.wait_compiled()
+    assert "matmuls: program tier not built" in caplog.text
+    assert few.compile_info()[0].tier != "program" and many.compile_info()[0].tier == "program"
+    np.testing.assert_array_equal(few(x, w), x)

@@ -50,7 +50,10 @@ from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.cpu_fusion import (
     KERNEL_DTYPES,
     attach_reductions,
+    KERNEL_CALL_NS,
+    NUMPY_CALL_NS,
     checked_call_header,
+    cpu_fused_p,
     cpu_fusable,
     kernel_source,
 )
@@ -79,21 +82,54 @@ _log = logging.getLogger("fgrad.jit")
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
 # dtypes a copy moves as integers of their size
 _COPY_ITEMSIZES = (1, 2, 4, 8)
+# arenas at most this large are kept between calls (`_make_call`)
+KEEP_ARENA_BYTES = 1 << 20
 # the most arguments ctypes passes to a function (CTYPES_MAX_ARGCOUNT)
 MAX_ARGUMENTS = 1024
 
 
 def enabled():
-    """Whether jit builds whole programs: ``FGRAD_JIT_PROGRAM`` is ``1`` (or
-    ``true``, ``on``, ``yes``) and LLVM is available (`fgrad.compiler.native`).
+    """Which graphs jit builds whole programs for: None (``FGRAD_JIT_PROGRAM``
+    unset or ``0``, or LLVM not available: `fgrad.compiler.native`),
+    ``"paying"`` (``1``: those `pays` estimates faster than their
+    per-equation code) or ``"all"`` (``all``: every one).
 
-    >>> enabled() == (native_available() and
-    ...               os.environ.get("FGRAD_JIT_PROGRAM", "") in ("1", "true", "on", "yes"))
+    >>> enabled() in (None, "paying", "all")
     True
     """
-    if os.environ.get(PROGRAM_ENV, "").strip().lower() not in ("1", "true", "on", "yes"):
-        return False
-    return native_available()
+    value = os.environ.get(PROGRAM_ENV, "").strip().lower()
+    how = "all" if value == "all" else "paying" if value in ("1", "true", "on", "yes") \
+        else None
+    return how if how and native_available() else None
+
+
+# What a program's call costs beside the work, roughly (on one x86-64 core):
+# the checks, the outputs and the ctypes call; and each callout, a round trip
+# from machine code into Python and back (the ctypes callback, the views, the
+# NumPy call's own cost inside a callback, which measured some 2 us more than
+# outside one). Per-equation code pays `NUMPY_CALL_NS` a NumPy call and
+# `KERNEL_CALL_NS` a fused kernel's.
+PROGRAM_CALL_NS = 3000
+CALLOUT_NS = 4000
+
+
+def pays(steps, code):
+    """Whether a program of ``steps`` (`program_steps`) is estimated faster
+    than the per-equation code of graph ``code`` (the kernels tier's): while
+    BLAS calls and loops are callouts, a graph of many matmuls is not.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda x: fnp.exp(fnp.sin(x) * 2.0) + x * x)(np.ones(3))
+    >>> pays(program_steps(g), g)                   # five NumPy calls
+    True
+    >>> g = fgrad.make_graph(lambda x, w: x @ w @ w + x)(np.ones((2, 2)), np.eye(2))
+    >>> pays(program_steps(g), g)                   # two matmuls: callouts
+    False
+    """
+    callouts = sum(isinstance(s, _Callout) for s in steps)
+    calls_ns = sum(KERNEL_CALL_NS if e.prim is cpu_fused_p else NUMPY_CALL_NS
+                   for e in code.eqns)
+    return PROGRAM_CALL_NS + CALLOUT_NS * callouts < calls_ns
 
 
 # ---------------------------------------------------------------------------
@@ -204,8 +240,9 @@ def _lowering(eqn):
     return None
 
 
-def _steps(graph):
-    """The graph's steps, in an order that respects every dependency."""
+def program_steps(graph):
+    """The graph's steps (elementwise loops, reductions, copies, views and
+    callouts), in an order that respects every dependency."""
     groups = attach_reductions(graph, plan_groups(graph, can_fuse=cpu_fusable, min_size=1))
     readers = reader_counts(graph)
     # a group runs where its last member (or the last full reduction of it) was
@@ -323,6 +360,7 @@ class _Locations:
         self.where = {}
         self.consts = []
         self.objects = 0
+        self.inputs = [v.aval for v in graph.invars]
         for v in list(graph.invars) + [v for v in graph.outvars if type(v) is Var]:
             if not _in_memory(v):
                 raise NotImplementedError(
@@ -355,8 +393,9 @@ class _Locations:
         return self.where[id(v) if type(v) is Literal else v]
 
 
-def compile_program(graph):
-    """``graph`` (optimised, straight-line: loops are callouts) as a `Program`.
+def compile_program(graph, steps=None):
+    """``graph`` (optimised, straight-line: loops are callouts) as a `Program`
+    (``steps``: its `program_steps`, if made already).
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x: fnp.sum(fnp.sin(x) * 2.0, axis=0))(np.ones((2, 3)))
@@ -366,7 +405,7 @@ def compile_program(graph):
     ...     assert np.allclose(out, 4 * np.sin(1.0)) and program.callouts == []
     """
     start_time = time.perf_counter()
-    steps = _steps(graph)
+    steps = list(program_steps(graph) if steps is None else steps)
     places = _Locations(graph, steps)
     # an output that is a view (of an input, an output or the arena) is
     # copied into an array of its own at the end
@@ -398,8 +437,10 @@ def compile_program(graph):
     program = Program()
     program.graph, program.steps, program.plan, program.native = graph, steps, plan, native
     program.callouts = [f"{s.index}: {s.eqn.prim.name}" for s in callouts]
-    program._callback = _callback(callouts, places) if callouts else None
-    program.call = _make_call(graph, places, plan, native, program._callback, final)
+    arena_views = []
+    program._callback = _callback(callouts, places, arena_views) if callouts else None
+    program.call = _make_call(graph, places, plan, native, program._callback, final,
+                              arena_views)
     program.seconds = time.perf_counter() - start_time
     return program
 
@@ -540,10 +581,12 @@ class _Frames(threading.local):
         self.error = None
 
 
-def _callback(callouts, places):
-    """The ctypes callback that runs the callouts: ``(callback, frames)``."""
+def _callback(callouts, places, arena_views):
+    """The ctypes callback that runs the callouts: ``(callback, frames)``.
+    ``arena_views`` collects the ``(offset, shape, dtype)`` of each view of
+    the arena a callout reads or writes (each arena comes with them made)."""
     frames = _Frames()
-    runs = {s.index: _callout_runner(s.eqn, places) for s in callouts}
+    runs = {s.index: _callout_runner(s.eqn, places, arena_views) for s in callouts}
 
     def callout(index):
         try:
@@ -555,13 +598,13 @@ def _callback(callouts, places):
     return _CALLOUT_TYPE(callout), frames
 
 
-def _callout_runner(eqn, places):
+def _callout_runner(eqn, places, arena_views):
     fn = eqn.prim.lowering(np, **eqn.params) if eqn.prim.lowering is not None \
         and not getattr(eqn.prim, "ufunc_name", None) else None
     if fn is None:
         fn = functools.partial(eqn.prim.impl, **eqn.params)
-    readers = [_reader(v, places) for v in eqn.invars]
-    writers = [_reader(v, places) for v in eqn.outvars]
+    readers = [_reader(v, places, arena_views) for v in eqn.invars]
+    writers = [_reader(v, places, arena_views) for v in eqn.outvars]
     multiple = eqn.prim.multiple_results
 
     if isinstance(fn, np.ufunc) and len(writers) == 1 and _in_memory(eqn.outvars[0]):
@@ -585,7 +628,7 @@ def _callout_runner(eqn, places):
     return run
 
 
-def _reader(v, places):
+def _reader(v, places, arena_views):
     """``frame -> the value of v`` (an array viewing the program's memory)."""
     if type(v) is Literal:
         value = v.value
@@ -595,22 +638,43 @@ def _reader(v, places):
     if kind == "py":
         return lambda frame: frame[4][at]
     if kind == "arena":
-        end = at + math.prod(shape) * dtype.itemsize
-        return lambda frame: frame[2][at:end].view(dtype).reshape(shape)
+        j = len(arena_views)
+        arena_views.append((at, shape, dtype))
+        return lambda frame: frame[2][j]
     position = {"in": 0, "out": 1, "const": 3}[kind]
-    if kind == "in":        # an input may be a reshape's source: its own shape
-        return lambda frame: frame[0][at].reshape(shape)
-    return lambda frame: frame[position][at].reshape(shape)
+    own = {"in": lambda: places.inputs[at].shape,
+           "out": lambda: places.outputs[at].aval.shape,
+           "const": lambda: places.consts[at].shape}[kind]()
+    if tuple(own) != shape:           # a reshape's view of it
+        return lambda frame: frame[position][at].reshape(shape)
+    return lambda frame: frame[position][at]
 
 
-def _make_call(graph, places, plan, native, callback, final):
-    """The Python function that checks the inputs, allocates the outputs and
-    the arena, and runs the program."""
+def _arena_maker(size, views):
+    """``() -> (arena, its views)``: a new arena of ``size`` bytes and the
+    arrays the callouts read and write in it (``views``: (offset, shape,
+    dtype) each), made once per arena, not once per callout."""
+    def make():
+        arena = np.empty(max(size, 1), np.uint8)
+        return arena, [arena[at:at + math.prod(shape) * dtype.itemsize].view(dtype)
+                       .reshape(shape) for at, shape, dtype in views]
+    return make
+
+
+def _make_call(graph, places, plan, native, callback, final, arena_views):
+    """The Python function that checks the inputs, allocates the outputs,
+    takes an arena, and runs the program.
+
+    Arenas of at most `KEEP_ARENA_BYTES` are kept between calls (a list of
+    free ones: a call takes one, or makes one when another thread holds them
+    all, and gives it back), so that small programs pay no allocation, and
+    the callouts' views of an arena are made with it, once."""
     expected = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in graph.invars]
     namespace = {"run": native.c_function, "native": native, "empty": np.empty,
                  "ndarray": np.ndarray, "contiguous": np.ascontiguousarray,
-                 "ARENA": max(plan.arena_bytes, 1), "U8": np.dtype(np.uint8),
-                 "CONSTS": tuple(places.consts), "copy": np.copy}
+                 "new_arena": _arena_maker(plan.arena_bytes, arena_views),
+                 "free": [], "CONSTS": tuple(places.consts), "copy": np.copy}
+    keep = plan.arena_bytes <= KEEP_ARENA_BYTES
     lines = checked_call_header(expected, namespace, what="a compiled program")
     args = [f"x{j}" for j in range(len(expected))]
     for a in args:
@@ -621,14 +685,24 @@ def _make_call(graph, places, plan, native, callback, final):
         namespace[f"S{j}o"], namespace[f"D{j}o"] = tuple(v.aval.shape), np.dtype(v.aval.dtype)
         lines.append(f"    o{j} = empty(S{j}o, D{j}o)")
         outs.append(f"o{j}")
-    lines.append("    arena = empty(ARENA, U8)")
+    if keep:
+        lines += ["    try:",
+                  "        arena, views = taken = free.pop()",
+                  "    except IndexError:",
+                  "        arena, views = taken = new_arena()"]
+    else:
+        lines.append("    arena, views = new_arena()")
     call_args = args + outs + ["arena"] + [f"CONSTS[{j}]" for j in range(len(places.consts))]
     if callback is not None:
+        # called holding the GIL: each callout then runs Python at once, where
+        # a call that let go of it would wait to take it back at every callout
+        namespace["run"] = ctypes.PYFUNCTYPE(None, *native.c_function.argtypes)(
+            ctypes.cast(native.c_function, ctypes.c_void_p).value)
         namespace["CALLOUT"], namespace["frames"] = ctypes.cast(callback[0], ctypes.c_void_p
                                                                  ).value, callback[1]
         namespace["raise_from"] = _raise_callout_error
         lines += [f"    frames.stack.append(([{', '.join(args)}], [{', '.join(outs)}], "
-                  f"arena, CONSTS, [None] * {places.objects}))",
+                  f"views, CONSTS, [None] * {places.objects}))",
                   "    try:",
                   f"        run({', '.join(call_args + ['CALLOUT'])})",
                   "    finally:",
@@ -637,6 +711,8 @@ def _make_call(graph, places, plan, native, callback, final):
                   "        raise_from(frames)"]
     else:
         lines.append(f"    run({', '.join(call_args + ['0'])})")
+    if keep:
+        lines.append("    free.append(taken)")
     results = []
     final_of = {s.src: s.dst for s in final}
     for v in graph.outvars:

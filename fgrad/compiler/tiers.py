@@ -13,7 +13,9 @@ faster than the one before and dearer to build:
 - ``"program"``: with ``FGRAD_JIT_PROGRAM=1`` (opt-in while stage 1 of the
   whole-program compiler lowers straight-line code only), the whole graph as
   one LLVM function (`fgrad.compiler.program`), built right after the
-  kernels, in place of the numba tier;
+  kernels, in place of the numba tier, where `fgrad.compiler.program.pays`
+  estimates it faster than the kernels' code (``FGRAD_JIT_PROGRAM=all``:
+  wherever it compiles);
 - ``"whole"``: the graph as one numba function (`fgrad.compiler.whole_graph`),
   where every equation is in its table and that pays; built once the graph
   has been called `compile_after()` times and, in the background, once those
@@ -54,7 +56,7 @@ from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu, plan_kernels
 from fgrad.compiler.kernel_cache import start_numba
 from fgrad.compiler.native import start as start_llvm
-from fgrad.compiler.program import compile_program
+from fgrad.compiler.program import compile_program, pays, program_steps
 from fgrad.compiler.program import enabled as program_enabled
 from fgrad.compiler.whole_graph import (
     available as whole_graph_available,
@@ -241,8 +243,9 @@ class Tiers:
         self.plan, self.whole, self.program, self.error = None, None, None, None
         self.tier = "numpy"
         self._fuse = fuse and mode != "never"
-        # one native program (opt-in) replaces the numba tier
-        self._program = whole and self._fuse and program_enabled()
+        # one native program (opt-in) replaces the numba tier: None, or
+        # which graphs get one ("paying" or "all")
+        self._program = program_enabled() if whole and self._fuse else None
         self._after = compile_after() if whole and self._fuse and whole_graph_available() \
             and not self._program else None
         self._calls = 0
@@ -345,13 +348,20 @@ class Tiers:
                     what = f"{len(plans)} kernel{'s' * (len(plans) != 1)}"
                 self._plan_whole(plans)
             elif tier == "program":
-                self._start("llvm", start_llvm, thread)
-                start_time, cpu_start = time.perf_counter(), time.thread_time()
-                self.program = compile_program(self.graph)
-                fn, seconds = self.program.call, time.perf_counter() - start_time
-                callouts = len(self.program.callouts)
-                what = f"{len(self.graph.eqns)} equations, {callouts} callout" + \
-                    "s" * (callouts != 1)
+                steps = program_steps(self.graph)
+                code = self.compiled.graph      # the kernels' code, which it would replace
+                if self._program == "all" or pays(steps, code):
+                    self._start("llvm", start_llvm, thread)
+                    start_time, cpu_start = time.perf_counter(), time.thread_time()
+                    self.program = compile_program(self.graph, steps)
+                    fn, seconds = self.program.call, time.perf_counter() - start_time
+                    callouts = len(self.program.callouts)
+                    what = f"{len(self.graph.eqns)} equations, {callouts} callout" + \
+                        "s" * (callouts != 1)
+                else:
+                    _log.info("fgrad.jit: %s: program tier not built: its callouts cost "
+                              "more than the %d calls it would replace", self.name,
+                              len(code.eqns))
             else:
                 whole_plan = self.plan = self.plan or plan(self.graph)
                 if whole_plan.supported:
