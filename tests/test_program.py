@@ -252,3 +252,10 @@ def test_a_program_is_built_only_where_it_is_estimated_to_pay(monkeypatch, caplo
     assert "matmuls: program tier not built" in caplog.text
     assert few.compile_info()[0].tier != "program" and many.compile_info()[0].tier == "program"
     np.testing.assert_array_equal(few(x, w), x)
+
+
+def test_a_buffer_read_through_a_view_too_is_not_written_in_place():
+    steps = [Step(["x"], ["a"], {}, {}), Step(["a"], ["v"], {}, {"v": "a"}),
+             Step(["a", "v"], ["b"], {"b": ["a"]}, {}), Step(["b"], ["y"], {}, {})]
+    plan = plan_buffers(steps, lambda v: 64, placed={"x", "y"})
+    assert plan.in_place == [] and plan.offsets["b"] != plan.offsets["a"]

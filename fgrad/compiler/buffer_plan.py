@@ -91,6 +91,10 @@ def plan_buffers(steps, nbytes, placed=()):
     for k, step in enumerate(steps):
         dying = {owner(v) for v in step.reads
                  if owner(v) in live and last_read.get(owner(v)) == k}
+        # a buffer the step reads through two values (a value and a view of
+        # it) may be read at other elements than the one written: not taken
+        read_twice = {v for v, n in collections.Counter(
+            owner(v) for v in set(step.reads)).items() if n > 1}
         for v in step.writes:
             if v in placed:
                 continue
@@ -102,7 +106,8 @@ def plan_buffers(steps, nbytes, placed=()):
                 continue
             size = _aligned(nbytes(v))
             taken = next((owner(r) for r in step.in_place.get(v, ())
-                          if owner(r) in dying and live[owner(r)][1] == size), None)
+                          if owner(r) in dying and owner(r) not in read_twice
+                          and live[owner(r)][1] == size), None)
             if taken is not None:           # the dying buffer passes to v
                 dying.discard(taken)
                 offset = live.pop(taken)[0]
