@@ -24,6 +24,7 @@ from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program import PROGRAM_ENV, compile_program
+from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
@@ -236,6 +237,7 @@ def test_a_program_loads_from_the_disk_cache():
 
 def test_a_program_is_built_only_where_it_is_estimated_to_pay(monkeypatch, caplog):
     monkeypatch.setenv(PROGRAM_ENV, "1")
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")          # numba's tier would replace it
 
     def matmuls(x, w):             # every equation a callout (BLAS calls are stage 3)
         for _ in range(4):

@@ -92,7 +92,8 @@ def enabled():
     """Which graphs jit builds whole programs for: None (``FGRAD_JIT_PROGRAM``
     unset or ``0``, or LLVM not available: `fgrad.compiler.native`),
     ``"paying"`` (``1``: those `pays` estimates faster than their
-    per-equation code) or ``"all"`` (``all``: every one).
+    per-equation code) or ``"all"`` (``all``: every one, and no numba
+    tier: `fgrad.compiler.tiers`).
 
     >>> enabled() in (None, "paying", "all")
     True

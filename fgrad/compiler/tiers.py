@@ -13,9 +13,11 @@ faster than the one before and dearer to build:
 - ``"program"``: with ``FGRAD_JIT_PROGRAM=1`` (opt-in while stage 1 of the
   whole-program compiler lowers straight-line code only), the whole graph as
   one LLVM function (`fgrad.compiler.program`), built right after the
-  kernels, in place of the numba tier, where `fgrad.compiler.program.pays`
-  estimates it faster than the kernels' code (``FGRAD_JIT_PROGRAM=all``:
-  wherever it compiles);
+  kernels where `fgrad.compiler.program.pays` estimates it faster than the
+  kernels' code; the numba tier, where it is reached, still replaces it
+  (until the program lowers loops and BLAS calls, numba's function is the
+  faster). ``FGRAD_JIT_PROGRAM=all`` builds it wherever it compiles, and
+  no numba tier;
 - ``"whole"``: the graph as one numba function (`fgrad.compiler.whole_graph`),
   where every equation is in its table and that pays; built once the graph
   has been called `compile_after()` times and, in the background, once those
@@ -243,11 +245,12 @@ class Tiers:
         self.plan, self.whole, self.program, self.error = None, None, None, None
         self.tier = "numpy"
         self._fuse = fuse and mode != "never"
-        # one native program (opt-in) replaces the numba tier: None, or
-        # which graphs get one ("paying" or "all")
+        # one native program (opt-in): None, or which graphs get one
+        # ("paying": the numba tier may still replace it later; or "all",
+        # without numba)
         self._program = program_enabled() if whole and self._fuse else None
         self._after = compile_after() if whole and self._fuse and whole_graph_available() \
-            and not self._program else None
+            and self._program != "all" else None
         self._calls = 0
         self._spent = 0.0           # seconds the calls took so far
         # what the calls must have taken before the whole graph is compiled:
