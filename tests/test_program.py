@@ -151,6 +151,15 @@ def test_an_output_that_is_an_input_a_constant_or_a_view():
     assert got[1] is not c and not np.shares_memory(got[3], x)
 
 
+def test_inputs_that_are_numpy_scalars_or_not_contiguous():
+    def f(x, s, t):
+        return x * s + t, s * 2.0
+    x = np.arange(12.0).reshape(3, 4)[:, ::2]
+    compiled, got, want = _both(f, x, np.float64(3.0), 1.5)
+    _agree(got, want, exact=True)
+    assert got[1].shape == ()
+
+
 def test_wrong_inputs_are_refused():
     compiled, _, _ = _both(lambda x: fnp.sin(x) + 1.0, np.ones(3))
     with pytest.raises(InvalidInputError, match=r"compiled program built for float64\[3\]"):
