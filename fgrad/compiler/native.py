@@ -142,7 +142,7 @@ class NativeFunction:
         return f"<native {self.name}>"
 
 
-def compile_ir(text, name, params, key=None):
+def compile_ir(text, name, params, key=None, unroll=True):
     """Function ``name`` of the LLVM IR ``text``, compiled for this CPU (or
     loaded from the disk cache), as a `NativeFunction`. ``params`` names its
     parameters' kinds in order: ``"i64"`` (a Python int) or ``"array"`` (a
@@ -152,6 +152,8 @@ def compile_ir(text, name, params, key=None):
     ``text`` may be a function that writes the IR, and ``key`` a string
     that determines what it writes: the disk cache is then looked up by the
     key, and the IR written only when the machine code is not there.
+    ``unroll=False`` turns LLVM's loop unrolling off (a whole program's many
+    loops of constant trip counts, unrolled, took most of its compile time).
 
     >>> ir = 'define void @twice(i64 %n) {\\n  ret void\\n}\\n'
     >>> not available() or compile_ir(ir, "twice", ["i64"])(3) is None
@@ -163,11 +165,12 @@ def compile_ir(text, name, params, key=None):
         key = text
     key = "native-" + hashlib.sha256("\n".join(
         [f"format {_FORMAT}", *host, f"array data at {array_data_offset()}", key]
+        + ([] if unroll else ["no unrolling"])
     ).encode()).hexdigest()[:40]
     code = read_object(key)
     loaded = code is not None
     if not loaded:
-        code = _machine_code(llvm, host, text() if callable(text) else text)
+        code = _machine_code(llvm, host, text() if callable(text) else text, unroll)
         write_object(key, code)
     # an empty module in a context of its own starts the engine (which keeps
     # both); the machine code goes in as an object file
@@ -189,15 +192,17 @@ def compile_ir(text, name, params, key=None):
                           time.perf_counter() - start_time)
 
 
-def _machine_code(llvm, host, text):
+def _machine_code(llvm, host, text, unroll=True):
     """The object code of IR ``text``, optimised as clang's -O3 would (loop
-    and straight-line vectorisation on) for the host CPU."""
+    and straight-line vectorisation on; loop unrolling as ``unroll`` says)
+    for the host CPU."""
     module = llvm.parse_assembly(text, context=llvm.create_context())
     try:
         module.verify()
         machine = _target_machine(llvm, host)
         tuning = llvm.create_pipeline_tuning_options(speed_level=3)
         tuning.slp_vectorization = True
+        tuning.loop_unrolling = unroll
         passes = llvm.create_pass_builder(machine, tuning)
         passes.getModulePassManager().run(module, passes)
         return machine.emit_object(module)
