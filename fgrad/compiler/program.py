@@ -6,8 +6,8 @@ operations. The pipeline:
 
 1. **Steps.** Each maximal elementwise group (`fgrad.compiler.fusion.plan_groups`,
    the grouping the fused kernels use) is one loop, written by the kernels'
-   own IR writer (`fgrad.compiler.kernel_ir.define_kernel`), every group
-   of one element or more, since a call inside the program costs nothing;
+   own IR writer (`fgrad.compiler.kernel_ir.define_kernel`), down to groups
+   of one equation, since a call inside the program costs nothing;
    ``sum``, ``max`` and ``min`` over any axes are loops with the accumulator
    in a register; ``transpose`` and ``broadcast_to`` are strided copies;
    ``reshape`` of a value the program made is a view of its buffer. Every
@@ -33,12 +33,11 @@ float64, in order, where NumPy sums pairwise: equal to rounding.
 
 It is opt-in while loops, BLAS calls and random bits are still callouts:
 ``FGRAD_JIT_PROGRAM=1`` makes `fgrad.jit` build a graph's program after its
-kernels (`fgrad.compiler.tiers`); a compile that fails is logged and the
-graph runs on as before.
+kernels where `pays` estimates it faster (`fgrad.compiler.tiers`); a compile
+that fails is logged and the graph runs on as before.
 """
 import ctypes
 import functools
-import logging
 import math
 import os
 import threading
@@ -48,13 +47,13 @@ import numpy as np
 
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.cpu_fusion import (
-    KERNEL_DTYPES,
-    attach_reductions,
     KERNEL_CALL_NS,
+    KERNEL_DTYPES,
     NUMPY_CALL_NS,
+    attach_reductions,
     checked_call_header,
-    cpu_fused_p,
     cpu_fusable,
+    cpu_fused_p,
     kernel_source,
 )
 from fgrad.compiler.fusion import plan_groups, reader_counts
@@ -78,7 +77,6 @@ from fgrad.primitives.reductions import max_p, min_p, sum_p
 from fgrad.primitives.shape import broadcast_to_p, reshape_p, transpose_p
 
 PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
-_log = logging.getLogger("fgrad.jit")
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
 # dtypes a copy moves as integers of their size
 _COPY_ITEMSIZES = (1, 2, 4, 8)
@@ -388,7 +386,7 @@ class _Locations:
             for v in s.reads():
                 if type(v) is Literal and id(v) not in self.where:
                     self.where[id(v)] = ("const", len(self.consts))
-                    self.consts.append(np.ascontiguousarray(np.asarray(v.value, v.aval.dtype)))
+                    self.consts.append(_c_contiguous(np.asarray(v.value, v.aval.dtype)))
 
     def of(self, v):
         return self.where[id(v) if type(v) is Literal else v]

@@ -233,9 +233,9 @@ class Tiers:
     of the NumPy tier), ``plan`` the whole-graph `fgrad.compiler.whole_graph.Plan`
     (None until asked for, or where whole-graph compilation is off) and
     ``whole`` its callable once built; ``program`` is the
-    `fgrad.compiler.program.Program` once built (``FGRAD_JIT_PROGRAM=1``). ``fuse`` (numba installed, not turned
-    off) allows the kernels tier, ``whole`` the whole-graph tier; ``mode``
-    is one of `MODES`.
+    `fgrad.compiler.program.Program` once built (``FGRAD_JIT_PROGRAM=1``).
+    ``fuse`` (numba installed, not turned off) allows the kernels tier,
+    ``whole`` the whole-graph tier; ``mode`` is one of `MODES`.
     """
 
     def __init__(self, graph, xp, name, fuse, whole, mode):
