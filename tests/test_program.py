@@ -7,7 +7,11 @@ differently (a float sum in order instead of pairwise; sin, cos, exp and tanh
 by `fgrad.compiler.vector_math` or the C library instead of NumPy's loops).
 """
 import gc
+import json
 import logging
+import os
+import subprocess
+import sys
 import tracemalloc
 
 import numpy as np
@@ -270,3 +274,27 @@ def test_a_buffer_read_through_a_view_too_is_not_written_in_place():
              Step(["a", "v"], ["b"], {"b": ["a"]}, {}), Step(["b"], ["y"], {}, {})]
     plan = plan_buffers(steps, lambda v: 64, placed={"x", "y"})
     assert plan.in_place == [] and plan.offsets["b"] != plan.offsets["a"]
+
+
+_SECOND_PROCESS = """
+import sys, json
+sys.modules['numba'] = None             # importing it raises: the program needs LLVM only
+import numpy as np, fgrad, fgrad.numpy as fnp
+f = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fnp.tanh(fnp.sin(x) * 2.0 + x) ** 2)
+                         + fnp.sum(fnp.max(x.T, axis=1))))
+x = np.linspace(-3, 3, 12).reshape(3, 4)
+f(x)
+f.wait_compiled()
+print(json.dumps([f.compile_info()[0].tier, f.lower(x).program.native.loaded,
+                  f(x).tolist()]))
+"""
+
+
+def test_a_second_process_loads_the_program_from_the_disk_cache(tmp_path):
+    env = {**os.environ, "FGRAD_KERNEL_CACHE": str(tmp_path), PROGRAM_ENV: "all",
+           "FGRAD_JIT_COMPILE": "background"}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _SECOND_PROCESS], env=env,
+                                      capture_output=True, text=True, check=True).stdout)
+            for _ in range(2)]
+    assert [run[:2] for run in runs] == [["program", False], ["program", True]]
+    assert runs[0][2] == runs[1][2]

@@ -352,8 +352,8 @@ class Tiers:
                 self._plan_whole(plans)
             elif tier == "program":
                 steps = program_steps(self.graph)
-                code = self.compiled.graph      # the kernels' code, which it would replace
-                if self._program == "all" or pays(steps, code):
+                kernels = self.compiled.graph   # the kernels' code, which it would replace
+                if self._program == "all" or pays(steps, kernels):
                     self._start("llvm", start_llvm, thread)
                     start_time, cpu_start = time.perf_counter(), time.thread_time()
                     self.program = compile_program(self.graph, steps)
@@ -364,7 +364,7 @@ class Tiers:
                 else:
                     _log.info("fgrad.jit: %s: program tier not built: its callouts cost "
                               "more than the %d calls it would replace", self.name,
-                              len(code.eqns))
+                              len(kernels.eqns))
             else:
                 whole_plan = self.plan = self.plan or plan(self.graph)
                 if whole_plan.supported:

@@ -462,8 +462,10 @@ class Lowered:
     whole-graph compilation (`fgrad.compiler.whole_graph.Plan`: its numba
     ``source``, or the ``unsupported`` equations and why), None when it is
     off; ``whole_graph_compiled`` says whether the numba function is built,
-    and ``tier`` which tier calls run now (`fgrad.compiler.tiers`). Lowering
-    waits for the kernels (built now if not yet), not for the whole graph.
+    and ``tier`` which tier calls run now (`fgrad.compiler.tiers`);
+    ``program`` is the whole program (`fgrad.compiler.program.Program`) once
+    built (``FGRAD_JIT_PROGRAM``), else None. Lowering waits for the kernels
+    (built now if not yet), not for the whole graph or program.
     """
 
     def __init__(self, graph, compiled):
@@ -476,6 +478,7 @@ class Lowered:
         self.kernels = cpu_kernels(compiled)
         self.whole_graph = tiers.whole_plan() if tiers is not None else None
         self.whole_graph_compiled = tiers is not None and tiers.whole is not None
+        self.program = tiers.program if tiers is not None else None
         self.tier = tiers.tier if tiers is not None else "numpy"
 
     def __str__(self):
