@@ -19,6 +19,10 @@
   compiled loops on NumPy.
 - `whole_graph`: a small graph (loops and branches included) as one numba
   function, so no Python runs between its equations.
+- `buffer_plan`: every intermediate of a program at an offset in one arena,
+  dead buffers reused.
+- `program`: a whole graph as one LLVM function (straight-line code lowered,
+  everything else called back into NumPy); the opt-in ``program`` tier.
 - `parallel`: independent large equations run on worker threads.
 - `tiers`: a jitted graph runs NumPy calls at once while its kernels and
   whole-graph function compile on a background thread.

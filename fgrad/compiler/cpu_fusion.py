@@ -90,7 +90,7 @@ MIN_VECTOR_ELEMENTS = 256
 # ---------------------------------------------------------------------------
 
 # dtypes a kernel computes in (float16 and complex are left to NumPy)
-_KERNEL_DTYPES = frozenset(np.dtype(k) for k in (
+KERNEL_DTYPES = frozenset(np.dtype(k) for k in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float32", "float64"))
 
@@ -136,14 +136,14 @@ def _operand_dtypes(eqn):
             return None
     elif eqn.params:
         return None
-    if out not in _KERNEL_DTYPES or any(np.dtype(v.aval.dtype) not in _KERNEL_DTYPES
+    if out not in KERNEL_DTYPES or any(np.dtype(v.aval.dtype) not in KERNEL_DTYPES
                                         for v in eqn.invars):
         return None
     try:
         operand_dtypes, compute = compute_dtypes(operand_rule(name), eqn)
     except (TypeError, ValueError):
         return None
-    if np.dtype(compute) not in _KERNEL_DTYPES:
+    if np.dtype(compute) not in KERNEL_DTYPES:
         return None
     if not _OPERATIONS[name][0 if np.dtype(compute).kind == "f" else 1]:
         return None
@@ -173,7 +173,7 @@ def _reduction_of(eqn, shape):
     x, out = eqn.invars[0].aval, eqn.outvars[0].aval
     if tuple(x.shape) != tuple(shape) or math.prod(shape) == 0:
         return None
-    if np.dtype(out.dtype) not in _KERNEL_DTYPES or np.dtype(x.dtype) not in _KERNEL_DTYPES:
+    if np.dtype(out.dtype) not in KERNEL_DTYPES or np.dtype(x.dtype) not in KERNEL_DTYPES:
         return None
     if name != "sum" and out.dtype != x.dtype:
         return None
@@ -254,7 +254,7 @@ def worth_fusing(eqns, n_inputs, n_outputs, size):
     return fused_ns < numpy_ns
 
 
-def _attach_reductions(graph, groups):
+def attach_reductions(graph, groups):
     """``[(members, reductions)]``: each group with the full reductions of its
     values that may join it (the kernel takes the reduction's place, so no
     equation between the group's last member and it may read the group)."""
@@ -303,7 +303,7 @@ def scalar_literal_value(lit):
     included), or None: then a kernel takes it as an input array."""
     value = lit.value
     if hasattr(value, "shape") and hasattr(value, "dtype"):
-        if value.size == 0 or np.dtype(value.dtype) not in _KERNEL_DTYPES:
+        if value.size == 0 or np.dtype(value.dtype) not in KERNEL_DTYPES:
             return None
         flat = np.asarray(value).ravel()
         if not bool((flat == flat[0]).all()):    # not one repeated value: pass it in
@@ -749,7 +749,7 @@ def plan_kernels(graph):
         return []
     readers = reader_counts(graph)
     plans = []
-    for members, reductions in _attach_reductions(graph, groups):
+    for members, reductions in attach_reductions(graph, groups):
         for run, reds in _pieces(members, reductions):
             if len(run) + len(reds) < 2:
                 continue                  # one NumPy call is as good

@@ -106,7 +106,7 @@ class KernelSpec:
         return hash(self.key())
 
 
-def _value_type(ir, dtype):
+def value_type(ir, dtype):
     dtype = np.dtype(dtype)
     if dtype.kind == "b":
         return ir.IntType(1)
@@ -115,18 +115,18 @@ def _value_type(ir, dtype):
     return ir.IntType(8 * dtype.itemsize)
 
 
-def _storage_type(ir, dtype):
+def storage_type(ir, dtype):
     # numba (and NumPy) store a bool in a byte
-    return ir.IntType(8) if np.dtype(dtype).kind == "b" else _value_type(ir, dtype)
+    return ir.IntType(8) if np.dtype(dtype).kind == "b" else value_type(ir, dtype)
 
 
-def _constant(ir, value, dtype):
+def constant(ir, value, dtype):
     dtype = np.dtype(dtype)
     if dtype.kind == "b":
         return ir.Constant(ir.IntType(1), int(bool(value)))
     if dtype.kind == "f":
         # rounded to the dtype here, as np.float32(value) would
-        return ir.Constant(_value_type(ir, dtype), float(dtype.type(value)))
+        return ir.Constant(value_type(ir, dtype), float(dtype.type(value)))
     bits = 8 * dtype.itemsize
     return ir.Constant(ir.IntType(bits), int(value) & ((1 << bits) - 1))
 
@@ -137,7 +137,7 @@ def convert(ir, b, value, source, target):
     source, target = np.dtype(source), np.dtype(target)
     if source == target:
         return value
-    to = _value_type(ir, target)
+    to = value_type(ir, target)
     if target.kind == "b":
         if source.kind == "f":        # nan is true, as in NumPy
             return b.fcmp_unordered("!=", value, ir.Constant(value.type, 0.0))
@@ -250,24 +250,34 @@ def kernel_ir(spec, name, object_offset=None):
     offset (NumPy's C structure keeps it first after the object header)."""
     from llvmlite import ir
     module = ir.Module(name=name)
+    fn = define_kernel(ir, module, spec, name, object_offset)
+    if object_offset is None:
+        # external: numba links it into the kernel's module (as linkonce_odr)
+        fn.attributes.add("alwaysinline")
+    return str(module)
+
+
+def define_kernel(ir, module, spec, name, object_offset=None):
+    """Define the function `kernel_ir` describes (``spec``'s loop, named
+    ``name``) in the llvmlite ``module``, which may hold other kernels
+    (`fgrad.compiler.program` writes a whole program's into one); returns
+    the ``ir.Function``."""
     i64, i1 = ir.IntType(64), ir.IntType(1)
     params = [i64]
     for dtype, _ in spec.inputs:
-        params += [_storage_type(ir, dtype).as_pointer(), i64]
+        params += [storage_type(ir, dtype).as_pointer(), i64]
     out_dtypes = [spec.ops[t].out_dtype for t in spec.outputs]
     if spec.packed:
-        params.append(_storage_type(ir, out_dtypes[0]).as_pointer())
+        params.append(storage_type(ir, out_dtypes[0]).as_pointer())
     else:
-        params += [_storage_type(ir, d).as_pointer() for d in out_dtypes]
-    params += [_value_type(ir, acc).as_pointer() for _, _, acc in spec.reductions]
+        params += [storage_type(ir, d).as_pointer() for d in out_dtypes]
+    params += [value_type(ir, acc).as_pointer() for _, _, acc in spec.reductions]
     if object_offset is not None:
         fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [
             ir.IntType(8).as_pointer() if isinstance(p, ir.PointerType) else p
             for p in params]), name)
     else:
         fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
-        # external: numba links it into the kernel's module (as linkonce_odr)
-        fn.attributes.add("alwaysinline")
     args = list(fn.args)
     # names that make the text readable: n, in0, len0, ..., out0 | outs, res0
     names = ["n"] + [f"{kind}{j}" for j in range(len(spec.inputs)) for kind in ("in", "len")]
@@ -292,7 +302,7 @@ def kernel_ir(spec, name, object_offset=None):
     else:
         out_ptrs, rest = rest[:len(spec.outputs)], rest[len(spec.outputs):]
     result_ptrs = rest
-    vector_fns = define_ir(module) if spec.vectorised else {}
+    vector_fns = vector_functions(module) if spec.vectorised else {}
 
     # the inner loop's length, and the inputs read once
     m = None
@@ -302,13 +312,13 @@ def kernel_ir(spec, name, object_offset=None):
     hoisted = {}
     for j, (dtype, index) in enumerate(spec.inputs):
         if index == "one":
-            hoisted[j] = _load(ir, b, in_ptrs[j], ir.Constant(i64, 0), dtype, f"x{j}")
-    accumulators = [b.alloca(_value_type(ir, acc)) for _, _, acc in spec.reductions]
+            hoisted[j] = load(ir, b, in_ptrs[j], ir.Constant(i64, 0), dtype, f"x{j}")
+    accumulators = [b.alloca(value_type(ir, acc)) for _, _, acc in spec.reductions]
     ok = b.alloca(i1) if spec.vectorised else None
 
     def start():
         for (kind, _, acc), slot in zip(spec.reductions, accumulators):
-            b.store(_reduction_start(ir, kind, acc), slot)
+            b.store(reduction_start(ir, kind, acc), slot)
         if ok is not None:
             b.store(ir.Constant(i1, 1), ok)
 
@@ -319,7 +329,7 @@ def kernel_ir(spec, name, object_offset=None):
         def read(arg, dtype):
             kind, what = arg
             if kind == "c":
-                return _constant(ir, what, dtype)
+                return constant(ir, what, dtype)
             if kind == "t":
                 have, value = spec.ops[what].out_dtype, values[what]
             else:
@@ -329,7 +339,7 @@ def kernel_ir(spec, name, object_offset=None):
                     at = {"i": i, "k": k, "r": r}.get(index)
                     if index == "k%":
                         at = b.urem(k, in_lens[what])
-                    value = loaded[what] = _load(ir, b, in_ptrs[what], at, have, f"x{what}")
+                    value = loaded[what] = load(ir, b, in_ptrs[what], at, have, f"x{what}")
             return convert(ir, b, value, have, dtype)
 
         for op in spec.ops:
@@ -353,11 +363,11 @@ def kernel_ir(spec, name, object_offset=None):
             values.append(value)
         for (kind, arg, acc), slot in zip(spec.reductions, accumulators):
             x = read(arg, acc)
-            b.store(_reduction_step(ir, b, kind, b.load(slot), x, acc), slot)
+            b.store(reduction_step(ir, b, kind, b.load(slot), x, acc), slot)
         # written last, once every input of the element is read (an output
         # may go into a dying input's buffer)
         for t, ptr in zip(spec.outputs, out_ptrs):
-            _store(ir, b, ptr, i, values[t], spec.ops[t].out_dtype)
+            store(ir, b, ptr, i, values[t], spec.ops[t].out_dtype)
 
     def loop(fast):
         if m is None:
@@ -389,17 +399,26 @@ def kernel_ir(spec, name, object_offset=None):
     for slot, ptr in zip(accumulators, result_ptrs):
         b.store(b.load(slot), ptr)
     b.ret_void()
-    return str(module)
+    return fn
 
 
-def _load(ir, b, ptr, index, dtype, name):
+def vector_functions(module):
+    """`fgrad.compiler.vector_math`'s functions in ``module`` (defined at the
+    first call for it): {name: function}."""
+    names = {name for name, _ in VECTOR_FUNCTIONS.values()}
+    if all(name in module.globals for name in names):
+        return {name: module.globals[name] for name in names}
+    return define_ir(module)
+
+
+def load(ir, b, ptr, index, dtype, name):
     value = b.load(b.gep(ptr, [index]), name=name)
     if np.dtype(dtype).kind == "b":
         return b.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
     return value
 
 
-def _store(ir, b, ptr, index, value, dtype):
+def store(ir, b, ptr, index, value, dtype):
     if np.dtype(dtype).kind == "b":
         value = b.zext(value, ir.IntType(8))
     b.store(value, b.gep(ptr, [index]))
@@ -438,7 +457,7 @@ def array_function(ir, name, dtype, ints, arrays, object_offset):
     ...     _, _, ints, data, item = array_function(ir, "f", np.float32, ["n"], ["x"], 16)
     ...     assert (list(ints), list(data), str(item)) == (["n"], ["x"], "float")
     """
-    item = _value_type(ir, dtype)
+    item = value_type(ir, dtype)
     i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
     module = ir.Module(name=name)
     fn = ir.Function(module, ir.FunctionType(
@@ -453,19 +472,19 @@ def array_function(ir, name, dtype, ints, arrays, object_offset):
     return module, b, dict(zip(ints, fn.args)), data, item
 
 
-def _reduction_start(ir, kind, dtype):
+def reduction_start(ir, kind, dtype):
     dtype = np.dtype(dtype)
     if kind == "sum":
-        return _constant(ir, 0, dtype)
+        return constant(ir, 0, dtype)
     if dtype.kind == "f":
-        return _constant(ir, float("-inf") if kind == "max" else float("inf"), dtype)
+        return constant(ir, float("-inf") if kind == "max" else float("inf"), dtype)
     if dtype.kind == "b":
-        return _constant(ir, kind == "min", dtype)
+        return constant(ir, kind == "min", dtype)
     info = np.iinfo(dtype)
-    return _constant(ir, info.min if kind == "max" else info.max, dtype)
+    return constant(ir, info.min if kind == "max" else info.max, dtype)
 
 
-def _reduction_step(ir, b, kind, acc, x, dtype):
+def reduction_step(ir, b, kind, acc, x, dtype):
     dtype = np.dtype(dtype)
     if kind == "sum":
         return b.fadd(acc, x) if dtype.kind == "f" else b.add(acc, x)

@@ -28,6 +28,7 @@ import functools
 import hashlib
 import importlib.util
 import logging
+import sys
 import time
 
 import numpy as np
@@ -38,6 +39,11 @@ _FORMAT = 1
 # ctypes types of the parameter kinds `compile_ir` takes
 _ARGTYPES = {"i64": ctypes.c_int64, "array": ctypes.py_object}
 _log = logging.getLogger("fgrad.jit")
+# each loaded function's LLVM context, kept reachable until its engine is
+# closed (`NativeFunction.__del__`): a function in a reference cycle is freed
+# by the cycle collector, which finalises the objects of the cycle in any
+# order, and a context disposed before its engine crashes the process
+_CONTEXTS = {}
 
 
 def available():
@@ -122,6 +128,13 @@ class NativeFunction:
         self.name, self.key, self.c_function, self._engine = name, key, c_function, engine
         self.loaded, self.seconds = loaded, seconds
 
+    def __del__(self):
+        if sys.is_finalizing():     # LLVM's bindings may be gone: leave it to the exit
+            return
+        # the machine code first, then the context it was made in
+        self._engine.close()
+        _CONTEXTS.pop(id(self._engine), None)
+
     def __call__(self, *args):
         return self.c_function(*args)
 
@@ -129,7 +142,7 @@ class NativeFunction:
         return f"<native {self.name}>"
 
 
-def compile_ir(text, name, params, key=None):
+def compile_ir(text, name, params, key=None, unroll=True):
     """Function ``name`` of the LLVM IR ``text``, compiled for this CPU (or
     loaded from the disk cache), as a `NativeFunction`. ``params`` names its
     parameters' kinds in order: ``"i64"`` (a Python int) or ``"array"`` (a
@@ -139,6 +152,8 @@ def compile_ir(text, name, params, key=None):
     ``text`` may be a function that writes the IR, and ``key`` a string
     that determines what it writes: the disk cache is then looked up by the
     key, and the IR written only when the machine code is not there.
+    ``unroll=False`` turns LLVM's loop unrolling off (a whole program's many
+    loops of constant trip counts, unrolled, took most of its compile time).
 
     >>> ir = 'define void @twice(i64 %n) {\\n  ret void\\n}\\n'
     >>> not available() or compile_ir(ir, "twice", ["i64"])(3) is None
@@ -150,20 +165,25 @@ def compile_ir(text, name, params, key=None):
         key = text
     key = "native-" + hashlib.sha256("\n".join(
         [f"format {_FORMAT}", *host, f"array data at {array_data_offset()}", key]
+        + ([] if unroll else ["no unrolling"])
     ).encode()).hexdigest()[:40]
     code = read_object(key)
     loaded = code is not None
     if not loaded:
-        code = _machine_code(llvm, host, text() if callable(text) else text)
+        code = _machine_code(llvm, host, text() if callable(text) else text, unroll)
         write_object(key, code)
     # an empty module in a context of its own starts the engine (which keeps
     # both); the machine code goes in as an object file
+    context = llvm.create_context()
     engine = llvm.create_mcjit_compiler(
-        llvm.parse_assembly("", context=llvm.create_context()), _target_machine(llvm, host))
+        llvm.parse_assembly("", context=context), _target_machine(llvm, host))
+    _CONTEXTS[id(engine)] = context
     engine.add_object_file(llvm.ObjectFileRef.from_data(code))
     engine.finalize_object()
     address = engine.get_function_address(name)
     if not address:
+        engine.close()
+        _CONTEXTS.pop(id(engine))
         raise RuntimeError(f"LLVM compiled no function {name!r}")
     _log.debug("fgrad.jit: kernel %s %s", key,
                "loaded from the disk cache" if loaded else "compiled")
@@ -172,15 +192,17 @@ def compile_ir(text, name, params, key=None):
                           time.perf_counter() - start_time)
 
 
-def _machine_code(llvm, host, text):
+def _machine_code(llvm, host, text, unroll=True):
     """The object code of IR ``text``, optimised as clang's -O3 would (loop
-    and straight-line vectorisation on) for the host CPU."""
+    and straight-line vectorisation on; loop unrolling as ``unroll`` says)
+    for the host CPU."""
     module = llvm.parse_assembly(text, context=llvm.create_context())
     try:
         module.verify()
         machine = _target_machine(llvm, host)
         tuning = llvm.create_pipeline_tuning_options(speed_level=3)
         tuning.slp_vectorization = True
+        tuning.loop_unrolling = unroll
         passes = llvm.create_pass_builder(machine, tuning)
         passes.getModulePassManager().run(module, passes)
         return machine.emit_object(module)

@@ -10,6 +10,14 @@ faster than the one before and dearer to build:
   kernel (`fgrad.compiler.cpu_fusion`), compiled by LLVM without numba
   (`fgrad.compiler.native`); built from the second call (the first,
   which staged the graph, returns before any compile starts);
+- ``"program"``: with ``FGRAD_JIT_PROGRAM=1`` (opt-in while stage 1 of the
+  whole-program compiler lowers straight-line code only), the whole graph as
+  one LLVM function (`fgrad.compiler.program`), built right after the
+  kernels where `fgrad.compiler.program.pays` estimates it faster than the
+  kernels' code; the numba tier, where it is reached, still replaces it
+  (until the program lowers loops and BLAS calls, numba's function is the
+  faster). ``FGRAD_JIT_PROGRAM=all`` builds it wherever it compiles, and
+  no numba tier;
 - ``"whole"``: the graph as one numba function (`fgrad.compiler.whole_graph`),
   where every equation is in its table and that pays; built once the graph
   has been called `compile_after()` times and, in the background, once those
@@ -51,6 +59,8 @@ from fgrad.compiler.cpu_fusion import fuse_for_cpu, plan_kernels
 from fgrad.compiler.kernel_cache import start_numba
 from fgrad.compiler.native import start as start_llvm
 from fgrad.compiler.parallel import parallel_or_sequential
+from fgrad.compiler.program import compile_program, pays, program_steps
+from fgrad.compiler.program import enabled as program_enabled
 from fgrad.compiler.whole_graph import (
     available as whole_graph_available,
     build,
@@ -71,7 +81,7 @@ COMPILE_ENV = "FGRAD_JIT_COMPILE"
 COMPILE_SWITCH_INTERVAL = 2e-4
 MODES = ("background", "sync", "never")
 # tier names, from the first to the last
-TIERS = ("numpy", "kernels", "whole")
+TIERS = ("numpy", "kernels", "program", "whole")
 _log = logging.getLogger("fgrad.jit")
 
 
@@ -223,13 +233,15 @@ class Tiers:
     `fgrad.compiler.codegen.Compiled` of the kernels tier once built, else
     of the NumPy tier), ``plan`` the whole-graph `fgrad.compiler.whole_graph.Plan`
     (None until asked for, or where whole-graph compilation is off) and
-    ``whole`` its callable once built. ``fuse`` (numba installed, not turned
-    off) allows the kernels tier, ``whole`` the whole-graph tier; ``mode``
-    is one of `MODES`. With ``parallel`` each per-equation tier runs on the
-    thread pool of `fgrad.compiler.parallel` (where it has an equation worth a
-    thread), and the whole graph as it is: the tiers and the calls at which
-    they are built are those of the sequential code, so a call computes the
-    bits that the sequential code's call computes.
+    ``whole`` its callable once built; ``program`` is the
+    `fgrad.compiler.program.Program` once built (``FGRAD_JIT_PROGRAM=1``).
+    ``fuse`` (numba installed, not turned off) allows the kernels tier,
+    ``whole`` the whole-graph tier; ``mode`` is one of `MODES`. With
+    ``parallel`` each per-equation tier runs on the thread pool of
+    `fgrad.compiler.parallel` (where it has an equation worth a thread), and
+    the program and the whole graph as they are: the tiers and the calls at
+    which they are built are those of the sequential code, so a call computes
+    the bits that the sequential code's call computes.
     """
 
     def __init__(self, graph, xp, name, fuse, whole, mode, parallel=False):
@@ -237,11 +249,15 @@ class Tiers:
         self.parallel = parallel
         self.compiled = generate(graph, xp)
         self.seconds, self.cpu_seconds = {}, {}
-        self.plan, self.whole, self.error = None, None, None
+        self.plan, self.whole, self.program, self.error = None, None, None, None
         self.tier = "numpy"
         self._fuse = fuse and mode != "never"
+        # one native program (opt-in): None, or which graphs get one
+        # ("paying": the numba tier may still replace it later; or "all",
+        # without numba)
+        self._program = program_enabled() if whole and self._fuse else None
         self._after = compile_after() if whole and self._fuse and whole_graph_available() \
-            else None
+            and self._program != "all" else None
         self._calls = 0
         self._spent = 0.0           # seconds the calls took so far
         # what the calls must have taken before the whole graph is compiled:
@@ -272,7 +288,9 @@ class Tiers:
 
     def _last(self):
         """The last tier this graph may reach."""
-        return "whole" if self._after is not None else "kernels" if self._fuse else "numpy"
+        if self._after is not None:
+            return "whole"
+        return "program" if self._program else "kernels" if self._fuse else "numpy"
 
     def _counting(self):
         clock = time.perf_counter
@@ -313,6 +331,8 @@ class Tiers:
         """Ask for the kernels (idempotent)."""
         if self._fuse:
             self._ask("kernels")
+            if self._program:
+                self._ask("program")
             if self._after == 1:
                 self._ask("whole")
 
@@ -341,6 +361,21 @@ class Tiers:
                     fn, seconds = code.fn, time.perf_counter() - start_time
                     what = f"{len(plans)} kernel{'s' * (len(plans) != 1)}"
                 self._plan_whole(plans)
+            elif tier == "program":
+                steps = program_steps(self.graph)
+                kernels = self.compiled.graph   # the kernels' code, which it would replace
+                if self._program == "all" or pays(steps, kernels):
+                    self._start("llvm", start_llvm, thread)
+                    start_time, cpu_start = time.perf_counter(), time.thread_time()
+                    self.program = compile_program(self.graph, steps)
+                    fn, seconds = self.program.call, time.perf_counter() - start_time
+                    callouts = len(self.program.callouts)
+                    what = f"{len(self.graph.eqns)} equations, {callouts} callout" + \
+                        "s" * (callouts != 1)
+                else:
+                    _log.info("fgrad.jit: %s: program tier not built: its callouts cost "
+                              "more than the %d calls it would replace", self.name,
+                              len(kernels.eqns))
             else:
                 whole_plan = self.plan = self.plan or plan(self.graph)
                 if whole_plan.supported:
@@ -420,6 +455,8 @@ class Tiers:
         on timeout."""
         if self._fuse:
             self._ask("kernels")
+            if whole and self._program:
+                self._ask("program")
             if whole and self._after is not None:
                 self._ask("whole")
         return self.wait(timeout)

@@ -417,8 +417,8 @@ def _describe_leaf(sig):
 
 
 CacheInfo = collections.namedtuple("CacheInfo", "hits misses traces size")
-CompileInfo = collections.namedtuple("CompileInfo",
-                                     "signature tier compiling seconds cpu_seconds")
+CompileInfo = collections.namedtuple(
+    "CompileInfo", "signature tier compiling seconds cpu_seconds callouts", defaults=((),))
 
 
 def _tiers_of(graph):
@@ -456,8 +456,10 @@ class Lowered:
     whole-graph compilation (`fgrad.compiler.whole_graph.Plan`: its numba
     ``source``, or the ``unsupported`` equations and why), None when it is
     off; ``whole_graph_compiled`` says whether the numba function is built,
-    and ``tier`` which tier calls run now (`fgrad.compiler.tiers`). Lowering
-    waits for the kernels (built now if not yet), not for the whole graph.
+    and ``tier`` which tier calls run now (`fgrad.compiler.tiers`);
+    ``program`` is the whole program (`fgrad.compiler.program.Program`) once
+    built (``FGRAD_JIT_PROGRAM``), else None. Lowering waits for the kernels
+    (built now if not yet), not for the whole graph or program.
     """
 
     def __init__(self, graph, compiled):
@@ -470,6 +472,7 @@ class Lowered:
         self.kernels = cpu_kernels(compiled)
         self.whole_graph = tiers.whole_plan() if tiers is not None else None
         self.whole_graph_compiled = tiers is not None and tiers.whole is not None
+        self.program = tiers.program if tiers is not None else None
         self.tier = tiers.tier if tiers is not None else "numpy"
 
     def __str__(self):
@@ -773,11 +776,14 @@ class JitFunction:
 
     def compile_info(self):
         """One `CompileInfo` per cached signature: the tier its calls run
-        (``"numpy"``, ``"kernels"`` or ``"whole"``: `fgrad.compiler.tiers`),
+        (``"numpy"``, ``"kernels"``, ``"program"`` or ``"whole"``:
+        `fgrad.compiler.tiers`),
         whether a compile is under way, and the seconds each tier's compiles
         took (its loop bodies' and its gradient's halves' included; and
         LLVM's or numba's start-up, if they paid it), in time and in the compiling
-        thread's CPU time."""
+        thread's CPU time; and, where the whole program is compiled
+        (``FGRAD_JIT_PROGRAM=1``), the equations it calls back into NumPy for
+        (``callouts``: ``"index: primitive"``, `fgrad.compiler.program`)."""
         infos = []
         for entry in list(self._cache.values()):
             signature = ", ".join(_describe_leaf(leaf) for _, (_, leaves) in
@@ -789,8 +795,10 @@ class JitFunction:
                 seconds.update(tiers.seconds)
                 cpu.update(tiers.cpu_seconds)
             tier = run.tier if isinstance(run, Tiers) else None if run is None else "numpy"
+            callouts = tuple(c for t in every if t.program is not None
+                             for c in t.program.callouts)
             infos.append(CompileInfo(signature, tier, any(t.compiling for t in every),
-                                     dict(seconds), dict(cpu)))
+                                     dict(seconds), dict(cpu), callouts))
         return infos
 
     def wait_compiled(self, timeout=None):

@@ -1,0 +1,753 @@
+"""One native function per jitted graph: a straight-line graph lowered to LLVM IR.
+
+`compile_program` turns an optimised staged graph into one function compiled
+by LLVM (`fgrad.compiler.native`), so that no Python runs between its
+operations. The pipeline:
+
+1. **Steps.** Each maximal elementwise group (`fgrad.compiler.fusion.plan_groups`,
+   the grouping the fused kernels use) is one loop, written by the kernels'
+   own IR writer (`fgrad.compiler.kernel_ir.define_kernel`), down to groups
+   of one equation, since a call inside the program costs nothing;
+   ``sum``, ``max`` and ``min`` over any axes are loops with the accumulator
+   in a register; ``transpose`` and ``broadcast_to`` are strided copies;
+   ``reshape`` of a value the program made is a view of its buffer. Every
+   other equation is a *callout*: the compiled function calls back into
+   Python (a ctypes callback), which runs the primitive's NumPy code on views
+   of the program's buffers and copies its results into them. Callouts are
+   correct and slow; `Program.callouts` lists them (as does
+   ``jit(f).compile_info()``), and none stops the rest from compiling.
+2. **Buffer plan.** Shapes are static, so each intermediate gets an offset in
+   one arena (`fgrad.compiler.buffer_plan`): a buffer dies after its last
+   reader and a later value reuses its bytes; an elementwise loop writes its
+   result into a dying operand of the same shape and dtype. Each output has
+   an array of its own, written in place by the step that computes it.
+3. **IR and machine code.** One LLVM function
+   ``program(inputs..., outputs..., arena, constants..., callout)``, every
+   array passed as its NumPy object (`fgrad.compiler.native`), compiled at
+   -O3 for this CPU; the disk cache keys its machine code on the IR, the CPU
+   and the LLVM version, so a second process loads it in milliseconds.
+
+Results are the interpreted tier's, bitwise for the elementwise loops (the
+same IR the fused kernels run) and copies; a float ``sum`` accumulates in
+float64, in order, where NumPy sums pairwise: equal to rounding.
+
+It is opt-in while loops, BLAS calls and random bits are still callouts:
+``FGRAD_JIT_PROGRAM=1`` makes `fgrad.jit` build a graph's program after its
+kernels where `pays` estimates it faster (`fgrad.compiler.tiers`); a compile
+that fails is logged and the graph runs on as before.
+"""
+import ctypes
+import functools
+import math
+import os
+import threading
+import time
+
+import numpy as np
+
+from fgrad.compiler.buffer_plan import Step, plan_buffers
+from fgrad.compiler.cpu_fusion import (
+    KERNEL_CALL_NS,
+    KERNEL_DTYPES,
+    NUMPY_CALL_NS,
+    attach_reductions,
+    checked_call_header,
+    cpu_fusable,
+    cpu_fused_p,
+    kernel_source,
+)
+from fgrad.compiler.fusion import plan_groups, reader_counts
+from fgrad.compiler.kernel_ir import (
+    KernelSpec,
+    constant,
+    convert,
+    counted,
+    define_kernel,
+    load,
+    reduction_start,
+    reduction_step,
+    storage_type,
+    store,
+    value_type,
+)
+from fgrad.compiler.native import array_data_offset, compile_ir
+from fgrad.compiler.native import available as native_available
+from fgrad.core.graph import Literal, Var
+from fgrad.primitives.reductions import max_p, min_p, sum_p
+from fgrad.primitives.shape import broadcast_to_p, reshape_p, transpose_p
+
+PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
+_REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
+# dtypes a copy moves as integers of their size
+_COPY_ITEMSIZES = (1, 2, 4, 8)
+# arenas at most this large are kept between calls (`_make_call`)
+KEEP_ARENA_BYTES = 1 << 20
+# the most arguments ctypes passes to a function (CTYPES_MAX_ARGCOUNT)
+MAX_ARGUMENTS = 1024
+
+
+def enabled():
+    """Which graphs jit builds whole programs for: None (``FGRAD_JIT_PROGRAM``
+    unset or ``0``, or LLVM not available: `fgrad.compiler.native`),
+    ``"paying"`` (``1``: those `pays` estimates faster than their
+    per-equation code) or ``"all"`` (``all``: every one, and no numba
+    tier: `fgrad.compiler.tiers`).
+
+    >>> enabled() in (None, "paying", "all")
+    True
+    """
+    value = os.environ.get(PROGRAM_ENV, "").strip().lower()
+    how = "all" if value == "all" else "paying" if value in ("1", "true", "on", "yes") \
+        else None
+    return how if how and native_available() else None
+
+
+# What a program's call costs beside the work, roughly (on one x86-64 core):
+# the checks, the outputs and the ctypes call; and each callout, a round trip
+# from machine code into Python and back (the ctypes callback, the views, the
+# NumPy call's own cost inside a callback, which measured some 2 us more than
+# outside one). Per-equation code pays `NUMPY_CALL_NS` a NumPy call and
+# `KERNEL_CALL_NS` a fused kernel's.
+PROGRAM_CALL_NS = 3000
+CALLOUT_NS = 4000
+
+
+def pays(steps, code):
+    """Whether a program of ``steps`` (`program_steps`) is estimated faster
+    than the per-equation code of graph ``code`` (the kernels tier's): while
+    BLAS calls and loops are callouts, a graph of many matmuls is not.
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda x: fnp.exp(fnp.sin(x) * 2.0) + x * x)(np.ones(3))
+    >>> pays(program_steps(g), g)                   # five NumPy calls
+    True
+    >>> g = fgrad.make_graph(lambda x, w: x @ w @ w + x)(np.ones((2, 2)), np.eye(2))
+    >>> pays(program_steps(g), g)                   # two matmuls: callouts
+    False
+    """
+    callouts = sum(isinstance(s, _Callout) for s in steps)
+    calls_ns = sum(KERNEL_CALL_NS if e.prim is cpu_fused_p else NUMPY_CALL_NS
+                   for e in code.eqns)
+    return PROGRAM_CALL_NS + CALLOUT_NS * callouts < calls_ns
+
+
+# ---------------------------------------------------------------------------
+# Steps: what each part of the graph becomes
+# ---------------------------------------------------------------------------
+
+
+class _Kernel:
+    """An elementwise group: ``spec`` over ``inputs`` (their ``modes``),
+    writing ``outputs`` and the values of the full reductions ending it
+    (``reduced``); ``size`` elements."""
+
+    def __init__(self, spec, inputs, modes, outputs, reduced, size):
+        self.spec, self.inputs, self.modes = spec, inputs, modes
+        self.outputs, self.reduced, self.size = outputs, reduced, size
+
+    def reads(self):
+        return self.inputs
+
+    def writes(self):
+        return self.outputs + self.reduced
+
+
+class _Copy:
+    """``dst`` (C-contiguous) from ``src`` read at element ``strides``
+    (0 along a broadcast axis), over ``dst``'s shape."""
+
+    def __init__(self, src, dst, strides):
+        self.src, self.dst, self.strides = src, dst, strides
+
+    def reads(self):
+        return [self.src]
+
+    def writes(self):
+        return [self.dst]
+
+
+class _Reduce:
+    """``dst`` = ``kind`` of ``src`` over ``axes``."""
+
+    def __init__(self, kind, src, dst, axes):
+        self.kind, self.src, self.dst, self.axes = kind, src, dst, axes
+
+    def reads(self):
+        return [self.src]
+
+    def writes(self):
+        return [self.dst]
+
+
+class _View:
+    """``dst`` is ``src``'s buffer under another shape (a reshape)."""
+
+    def __init__(self, src, dst):
+        self.src, self.dst = src, dst
+
+    def reads(self):
+        return [self.src]
+
+    def writes(self):
+        return [self.dst]
+
+
+class _Callout:
+    """Equation ``eqn`` run by its NumPy code, called back from the program."""
+
+    def __init__(self, index, eqn):
+        self.index, self.eqn = index, eqn
+
+    def reads(self):
+        return self.eqn.invars
+
+    def writes(self):
+        return self.eqn.outvars
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _copyable(aval):
+    dtype = np.dtype(aval.dtype)
+    return dtype.kind != "O" and dtype.itemsize in _COPY_ITEMSIZES
+
+
+def _lowering(eqn):
+    """The step kind ``eqn`` lowers to (not counting elementwise groups), or
+    None for a callout."""
+    if len(eqn.outvars) != 1 or len(eqn.invars) != 1 or type(eqn.invars[0]) is not Var:
+        return None
+    x, out = eqn.invars[0].aval, eqn.outvars[0].aval
+    if eqn.prim in _REDUCTIONS:
+        if np.dtype(x.dtype) not in KERNEL_DTYPES or np.dtype(out.dtype) not in KERNEL_DTYPES:
+            return None
+        if _REDUCTIONS[eqn.prim] != "sum" and x.dtype != out.dtype:
+            return None
+        return "reduce"
+    if not _copyable(out) or x.dtype != out.dtype:
+        return None
+    if eqn.prim is reshape_p:
+        return "view"
+    if eqn.prim in (transpose_p, broadcast_to_p):
+        return "copy"
+    return None
+
+
+def program_steps(graph):
+    """The graph's steps (elementwise loops, reductions, copies, views and
+    callouts), in an order that respects every dependency."""
+    groups = attach_reductions(graph, plan_groups(graph, can_fuse=cpu_fusable, min_size=1))
+    readers = reader_counts(graph)
+    # a group runs where its last member (or the last full reduction of it) was
+    at_last = {max(members + reductions): (members, reductions)
+               for members, reductions in groups}
+    in_group = {k for members, reductions in groups for k in members + reductions}
+    steps = []
+    for k, eqn in enumerate(graph.eqns):
+        if k in at_last:
+            steps += _kernel_steps(graph, *at_last[k], readers)
+            continue
+        if k in in_group:
+            continue
+        how = _lowering(eqn)
+        (x,), (out,) = (eqn.invars, eqn.outvars) if how else ((None,), (None,))
+        if how == "reduce":
+            axes = tuple(sorted(a % max(x.aval.ndim, 1) for a in eqn.params["axis"]))
+            steps.append(_Reduce(_REDUCTIONS[eqn.prim], x, out, axes))
+        elif how == "view":
+            steps.append(_View(x, out))
+        elif how == "copy":
+            steps.append(_Copy(x, out, _read_strides(eqn)))
+        else:
+            steps.append(_Callout(k, eqn))
+    return steps
+
+
+def _read_strides(eqn):
+    """The element strides a `_Copy` reads its source at, per output axis."""
+    x, out = eqn.invars[0].aval, eqn.outvars[0].aval
+    strides = _contiguous_strides(x.shape)
+    if eqn.prim is transpose_p:
+        return tuple(strides[a] for a in eqn.params["axes"])
+    return _broadcast_strides(x.shape, out.shape)
+
+
+def _broadcast_strides(shape, out_shape):
+    strides = _contiguous_strides(shape)
+    aligned = (0,) * (len(out_shape) - len(shape)) + tuple(
+        0 if n == 1 else s for n, s in zip(shape, strides))
+    return aligned
+
+
+def _kernel_steps(graph, members, reductions, readers):
+    spec, inputs, modes, outputs, reduced = kernel_source(graph, members, reductions, readers)
+    shape = tuple(graph.eqns[members[-1]].outvars[0].aval.shape)
+    steps = []
+    for j, mode in enumerate(modes):
+        if mode == "copy":              # broadcast out to a full array first
+            full = Var(type(inputs[j].aval)(shape, inputs[j].aval.dtype))
+            steps.append(_Copy(inputs[j], full,
+                               _broadcast_strides(inputs[j].aval.shape, shape)))
+            inputs[j], modes[j] = full, "full"
+    # the outputs each a pointer of their own (not rows of one array)
+    spec = KernelSpec(spec.inputs, spec.inner, spec.ops, spec.reductions, spec.outputs,
+                      False, spec.vectorised)
+    steps.append(_Kernel(spec, inputs, modes, outputs, reduced, math.prod(shape)))
+    return steps
+
+
+def _in_place(step):
+    """{value written: values read whose buffer it may take}: an elementwise
+    loop reads element i of a same-shaped operand before it writes element i
+    (not one whose loop may run twice, `KernelSpec.vectorised`)."""
+    if not isinstance(step, _Kernel) or step.spec.vectorised:
+        return {}
+    takes = {}
+    for out in step.outputs:
+        takes[out] = [v for v, (_, index) in zip(step.inputs, step.spec.inputs)
+                      if index == "i" and type(v) is Var
+                      and np.dtype(v.aval.dtype).itemsize == np.dtype(out.aval.dtype).itemsize
+                      and tuple(v.aval.shape) == tuple(out.aval.shape)]
+    return takes
+
+
+# ---------------------------------------------------------------------------
+# The program: plan, IR, machine code, the Python call
+# ---------------------------------------------------------------------------
+
+
+def _nbytes(v):
+    return math.prod(v.aval.shape) * np.dtype(v.aval.dtype).itemsize
+
+
+class Program:
+    """A graph compiled as one native function (`compile_program`).
+
+    ``call(*inputs)`` returns the graph's outputs as a tuple; ``callouts``
+    names the equations run by their NumPy code (``"k: primitive"``), ``plan``
+    is the `fgrad.compiler.buffer_plan.BufferPlan`, ``native`` the
+    `fgrad.compiler.native.NativeFunction` (``native.loaded``: from the disk
+    cache) and ``seconds`` what lowering and compiling took.
+    """
+
+    __slots__ = ("graph", "call", "callouts", "plan", "native", "seconds", "steps",
+                 "_callback", "__weakref__")
+
+    def __repr__(self):
+        return (f"<Program: {len(self.steps)} steps, {len(self.callouts)} callouts, "
+                f"arena of {self.plan.arena_bytes} bytes>")
+
+
+def _in_memory(v):
+    """Whether value ``v`` is an array of numbers (or bools), which the
+    program's buffers hold; any other (a factorization object) is a Python
+    object, made and read by callouts only."""
+    return np.dtype(v.aval.dtype).kind in "biufc"
+
+
+class _Locations:
+    """Where each value lives: ``("in", j)``, ``("out", j)``, ``("const", j)``,
+    ``("arena", offset)``, or ``("py", j)`` for a Python object (`_in_memory`)."""
+
+    def __init__(self, graph, steps):
+        self.where = {}
+        self.consts = []
+        self.objects = 0
+        self.inputs = [v.aval for v in graph.invars]
+        for v in list(graph.invars) + [v for v in graph.outvars if type(v) is Var]:
+            if not _in_memory(v):
+                raise NotImplementedError(
+                    f"a program whose input or output is a {v.aval.dtype} value: only "
+                    "arrays of numbers go in and out of compiled programs")
+        for s in steps:
+            for v in s.writes():
+                if not _in_memory(v):
+                    self.where[v] = ("py", self.objects)
+                    self.objects += 1
+        for j, v in enumerate(graph.invars):
+            self.where.setdefault(v, ("in", j))
+        self.outputs = []           # the values with an output array of their own
+        written = {w for s in steps if not isinstance(s, _View) for w in s.writes()}
+        for v in graph.outvars:
+            if type(v) is Var and v in written and v not in self.where:
+                self.where[v] = ("out", len(self.outputs))
+                self.outputs.append(v)
+        # a view of memory of its own (an input, an output) lives there too
+        for s in steps:
+            if isinstance(s, _View) and type(s.src) is Var and s.src in self.where \
+                    and self.where[s.src][0] in ("in", "out") and s.dst not in self.where:
+                self.where[s.dst] = self.where[s.src]
+            for v in s.reads():
+                if type(v) is Literal and id(v) not in self.where:
+                    self.where[id(v)] = ("const", len(self.consts))
+                    self.consts.append(_c_contiguous(np.asarray(v.value, v.aval.dtype)))
+
+    def of(self, v):
+        return self.where[id(v) if type(v) is Literal else v]
+
+
+def compile_program(graph, steps=None):
+    """``graph`` (optimised, straight-line: loops are callouts) as a `Program`
+    (``steps``: its `program_steps`, if made already).
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda x: fnp.sum(fnp.sin(x) * 2.0, axis=0))(np.ones((2, 3)))
+    >>> if native_available():
+    ...     program = compile_program(g)
+    ...     (out,) = program.call(np.ones((2, 3)))
+    ...     assert np.allclose(out, 4 * np.sin(1.0)) and program.callouts == []
+    """
+    start_time = time.perf_counter()
+    steps = list(program_steps(graph) if steps is None else steps)
+    places = _Locations(graph, steps)
+    # an output that is a view (of an input, an output or the arena) is
+    # copied into an array of its own at the end
+    tails = dict.fromkeys(v for v in graph.outvars if type(v) is Var
+                          and v not in graph.invars and v not in places.outputs)
+    final = []
+    for v in tails:
+        copy_to = Var(v.aval)
+        places.where[copy_to] = ("out", len(places.outputs))
+        places.outputs.append(copy_to)
+        final.append(_Copy(v, copy_to, _contiguous_strides(v.aval.shape)))
+    steps += final
+    placed = set(places.where) - {v for v in places.where if type(v) is int}
+    plan = plan_buffers(
+        [Step(list(s.reads()), list(s.writes()), _in_place(s),
+              {s.dst: s.src} if isinstance(s, _View) else {}) for s in steps],
+        _nbytes, placed=placed)
+    for v, offset in plan.offsets.items():
+        places.where[v] = ("arena", offset)
+    n_in, n_out, n_const = len(graph.invars), len(places.outputs), len(places.consts)
+    if n_in + n_out + n_const + 2 > MAX_ARGUMENTS:
+        raise NotImplementedError(
+            f"a program of {n_in} inputs, {n_out} outputs and {n_const} constants: the "
+            f"function would take more than the {MAX_ARGUMENTS} arguments ctypes passes")
+    callouts = [s for s in steps if isinstance(s, _Callout)]
+    ir_text = program_ir(steps, places, n_in, n_out, n_const)
+    # no unrolling: most of a program's loops (copies, reductions) have
+    # constant trip counts, which LLVM unrolled at great length (mlp8's
+    # gradient: 1.9 s to compile, 58 kB of code; 0.8 s, 11 kB without)
+    native = compile_ir(ir_text, "program",
+                        ["array"] * (n_in + n_out + 1 + n_const) + ["i64"], unroll=False)
+    program = Program()
+    program.graph, program.steps, program.plan, program.native = graph, steps, plan, native
+    program.callouts = [f"{s.index}: {s.eqn.prim.name}" for s in callouts]
+    arena_views = []
+    program._callback = _callback(callouts, places, arena_views) if callouts else None
+    program.call = _make_call(graph, places, plan, native, program._callback, final,
+                              arena_views)
+    program.seconds = time.perf_counter() - start_time
+    return program
+
+
+# ---------------------------------------------------------------------------
+# IR
+# ---------------------------------------------------------------------------
+
+
+def program_ir(steps, places, n_in, n_out, n_const):
+    """The LLVM IR text of the program function for ``steps``."""
+    from llvmlite import ir
+    module = ir.Module(name="program")
+    i8p, i64, i32 = ir.IntType(8).as_pointer(), ir.IntType(64), ir.IntType(32)
+    n_arrays = n_in + n_out + 1 + n_const
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p] * n_arrays + [i64]),
+                     "program")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    offset = ir.Constant(i64, array_data_offset())
+    data = [b.load(b.bitcast(b.gep(obj, [offset]), i8p.as_pointer()))
+            for obj in fn.args[:n_arrays]]
+    bases = {"in": data[:n_in], "out": data[n_in:n_in + n_out], "arena": data[n_in + n_out],
+             "const": data[n_in + n_out + 1:]}
+    callout_fn = b.inttoptr(fn.args[-1], ir.FunctionType(i32, [i64]).as_pointer())
+    exit_block = fn.append_basic_block("fail")
+
+    def pointer(v, dtype=None):
+        kind, at = places.of(v)
+        base = bases["arena"] if kind == "arena" else bases[kind][at]
+        if kind == "arena":
+            base = b.gep(base, [ir.Constant(i64, at)])
+        dtype = v.aval.dtype if dtype is None else dtype
+        return b.bitcast(base, storage_type(ir, dtype).as_pointer())
+
+    kernels = {}        # spec -> its function: an unrolled loop's steps share one
+    for k, step in enumerate(steps):
+        if isinstance(step, _Kernel):
+            kernel = kernels.get(step.spec)
+            if kernel is None:
+                kernel = kernels[step.spec] = define_kernel(ir, module, step.spec,
+                                                            f"kernel{len(kernels)}")
+            # kept a function of its own, called with its sizes: with the
+            # sizes propagated in as constants (inlined, or internal) LLVM
+            # vectorised jit-elem's loop worse, 25 ms against 12-15 ms
+            kernel.attributes.add("noinline")
+            args = [ir.Constant(i64, step.size)]
+            for v in step.inputs:
+                args += [pointer(v), ir.Constant(i64, math.prod(v.aval.shape))]
+            args += [pointer(v) for v in step.outputs]
+            # each reduction's accumulator (float64 for a float) comes back
+            # in a slot, and goes to its value converted
+            slots = [b.alloca(value_type(ir, acc)) for _, _, acc in step.spec.reductions]
+            b.call(kernel, args + slots)
+            for slot, (_, _, acc), v in zip(slots, step.spec.reductions, step.reduced):
+                store(ir, b, pointer(v), ir.Constant(i64, 0),
+                      convert(ir, b, b.load(slot), acc, v.aval.dtype), v.aval.dtype)
+        elif isinstance(step, _Copy):
+            item = _copy_dtype(step.dst.aval.dtype)
+            src, dst = pointer(step.src, item), pointer(step.dst, item)
+            out_strides = _contiguous_strides(step.dst.aval.shape)
+
+            def move(index, src=src, dst=dst, strides=step.strides, out_strides=out_strides):
+                b.store(b.load(b.gep(src, [_dot(ir, b, index, strides)])),
+                        b.gep(dst, [_dot(ir, b, index, out_strides)]))
+            _nested(ir, b, step.dst.aval.shape, move)
+        elif isinstance(step, _Reduce):
+            _reduce_ir(ir, b, step, pointer(step.src), pointer(step.dst))
+        elif isinstance(step, _Callout):
+            status = b.call(callout_fn, [ir.Constant(i64, step.index)])
+            go_on = fn.append_basic_block(f"after{k}")
+            b.cbranch(b.icmp_signed("!=", status, ir.Constant(i32, 0)), exit_block, go_on)
+            b.position_at_end(go_on)
+        # a view: nothing to do
+    b.ret_void()
+    b.position_at_end(exit_block)
+    b.ret_void()
+    return str(module)
+
+
+def _copy_dtype(dtype):
+    """The dtype a copy moves ``dtype``'s elements as: an unsigned integer
+    of their size (floats move bit for bit, NaN payloads included)."""
+    return np.dtype(f"u{np.dtype(dtype).itemsize}")
+
+
+def _dot(ir, b, index, strides):
+    i64 = ir.IntType(64)
+    total = ir.Constant(i64, 0)
+    for i, s in zip(index, strides):
+        if s:
+            total = b.add(total, b.mul(i, ir.Constant(i64, s)))
+    return total
+
+
+def _nested(ir, b, shape, body, name="d"):
+    """``body(index)`` for every multi-index of ``shape``, in C order."""
+    def level(d, index):
+        if d == len(shape):
+            body(index)
+            return
+        counted(ir, b, ir.Constant(ir.IntType(64), shape[d]),
+                lambda i: level(d + 1, index + [i]), f"{name}{d}")
+    level(0, [])
+
+
+def _reduce_ir(ir, b, step, src, dst):
+    """Loops over the kept axes, and inside them over the reduced ones with the
+    accumulator in a register: each output element sums its inputs in order."""
+    shape = tuple(step.src.aval.shape)
+    x_dtype, out_dtype = np.dtype(step.src.aval.dtype), np.dtype(step.dst.aval.dtype)
+    acc_dtype = np.dtype(np.float64) if step.kind == "sum" and out_dtype.kind == "f" \
+        else out_dtype
+    kept = [d for d in range(len(shape)) if d not in step.axes]
+    strides = _contiguous_strides(shape)
+    kept_strides = _contiguous_strides([shape[d] for d in kept])
+    acc = b.alloca(value_type(ir, acc_dtype))
+
+    def outer(index):
+        b.store(reduction_start(ir, step.kind, acc_dtype), acc)
+
+        def inner(reduced):
+            at = _dot(ir, b, index + reduced, [strides[d] for d in kept] +
+                      [strides[d] for d in step.axes])
+            x = convert(ir, b, load(ir, b, src, at, x_dtype, "x"), x_dtype, acc_dtype)
+            b.store(reduction_step(ir, b, step.kind, b.load(acc), x, acc_dtype), acc)
+        _nested(ir, b, [shape[d] for d in step.axes], inner, "r")
+        value = convert(ir, b, b.load(acc), acc_dtype, out_dtype)
+        store(ir, b, dst, _dot(ir, b, index, kept_strides), value, out_dtype)
+    _nested(ir, b, [shape[d] for d in kept], outer, "k")
+
+
+# ---------------------------------------------------------------------------
+# Callouts and the Python call
+# ---------------------------------------------------------------------------
+
+_CALLOUT_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64)
+
+
+class _Frames(threading.local):
+    """Each thread's calls under way: ``(inputs, outputs, arena, consts,
+    Python objects)``, innermost last, and the error a callout raised."""
+
+    def __init__(self):
+        self.stack = []
+        self.error = None
+
+
+def _callback(callouts, places, arena_views):
+    """The ctypes callback that runs the callouts: ``(callback, frames)``.
+    ``arena_views`` collects the ``(offset, shape, dtype)`` of each view of
+    the arena a callout reads or writes (each arena comes with them made)."""
+    frames = _Frames()
+    runs = {s.index: _callout_runner(s.eqn, places, arena_views) for s in callouts}
+
+    def callout(index):
+        try:
+            runs[index](frames.stack[-1])
+            return 0
+        except BaseException as error:  # noqa: BLE001 -- raised again by the caller
+            frames.error = error
+            return 1
+    return _CALLOUT_TYPE(callout), frames
+
+
+def _callout_runner(eqn, places, arena_views):
+    fn = eqn.prim.lowering(np, **eqn.params) if eqn.prim.lowering is not None \
+        and not getattr(eqn.prim, "ufunc_name", None) else None
+    if fn is None:
+        fn = functools.partial(eqn.prim.impl, **eqn.params)
+    readers = [_reader(v, places, arena_views) for v in eqn.invars]
+    writers = [_reader(v, places, arena_views) for v in eqn.outvars]
+    multiple = eqn.prim.multiple_results
+
+    if isinstance(fn, np.ufunc) and len(writers) == 1 and _in_memory(eqn.outvars[0]):
+        # straight into the program's buffer (np.matmul is one): no array
+        # of the result's size beside the arena
+        (write,) = writers
+
+        def run(frame):
+            fn(*[read(frame) for read in readers], out=write(frame))
+        return run
+
+    objects = [places.of(v)[1] if places.of(v)[0] == "py" else None for v in eqn.outvars]
+
+    def run(frame):
+        out = fn(*[read(frame) for read in readers])
+        for write, value, j in zip(writers, out if multiple else (out,), objects):
+            if j is None:
+                np.copyto(write(frame), value, casting="unsafe")
+            else:
+                frame[4][j] = value
+    return run
+
+
+def _reader(v, places, arena_views):
+    """``frame -> the value of v`` (an array viewing the program's memory)."""
+    if type(v) is Literal:
+        value = v.value
+        return lambda frame: value
+    kind, at = places.of(v)
+    shape, dtype = tuple(v.aval.shape), np.dtype(v.aval.dtype)
+    if kind == "py":
+        return lambda frame: frame[4][at]
+    if kind == "arena":
+        j = len(arena_views)
+        arena_views.append((at, shape, dtype))
+        return lambda frame: frame[2][j]
+    position = {"in": 0, "out": 1, "const": 3}[kind]
+    own = {"in": lambda: places.inputs[at].shape,
+           "out": lambda: places.outputs[at].aval.shape,
+           "const": lambda: places.consts[at].shape}[kind]()
+    if tuple(own) != shape:           # a reshape's view of it
+        return lambda frame: frame[position][at].reshape(shape)
+    return lambda frame: frame[position][at]
+
+
+def _arena_maker(size, views):
+    """``() -> (arena, its views)``: a new arena of ``size`` bytes and the
+    arrays the callouts read and write in it (``views``: (offset, shape,
+    dtype) each), made once per arena, not once per callout."""
+    def make():
+        arena = np.empty(max(size, 1), np.uint8)
+        return arena, [arena[at:at + math.prod(shape) * dtype.itemsize].view(dtype)
+                       .reshape(shape) for at, shape, dtype in views]
+    return make
+
+
+def _make_call(graph, places, plan, native, callback, final, arena_views):
+    """The Python function that checks the inputs, allocates the outputs,
+    takes an arena, and runs the program.
+
+    Arenas of at most `KEEP_ARENA_BYTES` are kept between calls (a list of
+    free ones: a call takes one, or makes one when another thread holds them
+    all, and gives it back), so that small programs pay no allocation, and
+    the callouts' views of an arena are made with it, once."""
+    expected = [(tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in graph.invars]
+    namespace = {"run": native.c_function, "native": native, "empty": np.empty,
+                 "ndarray": np.ndarray, "contiguous": _c_contiguous,
+                 "new_arena": _arena_maker(plan.arena_bytes, arena_views),
+                 "free": [], "CONSTS": tuple(places.consts), "copy": np.copy}
+    keep = plan.arena_bytes <= KEEP_ARENA_BYTES
+    lines = checked_call_header(expected, namespace, what="a compiled program")
+    args = [f"x{j}" for j in range(len(expected))]
+    for a in args:
+        lines.append(f"    if type({a}) is not ndarray or not {a}.flags.c_contiguous:")
+        lines.append(f"        {a} = contiguous({a})")
+    outs = []
+    for j, v in enumerate(places.outputs):
+        namespace[f"S{j}o"], namespace[f"D{j}o"] = tuple(v.aval.shape), np.dtype(v.aval.dtype)
+        lines.append(f"    o{j} = empty(S{j}o, D{j}o)")
+        outs.append(f"o{j}")
+    if keep:
+        lines += ["    try:",
+                  "        arena, views = taken = free.pop()",
+                  "    except IndexError:",
+                  "        arena, views = taken = new_arena()"]
+    else:
+        lines.append("    arena, views = new_arena()")
+    call_args = args + outs + ["arena"] + [f"CONSTS[{j}]" for j in range(len(places.consts))]
+    if callback is not None:
+        # called holding the GIL: each callout then runs Python at once, where
+        # a call that let go of it would wait to take it back at every callout
+        namespace["run"] = ctypes.PYFUNCTYPE(None, *native.c_function.argtypes)(
+            ctypes.cast(native.c_function, ctypes.c_void_p).value)
+        namespace["CALLOUT"], namespace["frames"] = ctypes.cast(callback[0], ctypes.c_void_p
+                                                                 ).value, callback[1]
+        namespace["raise_from"] = _raise_callout_error
+        lines += [f"    frames.stack.append(([{', '.join(args)}], [{', '.join(outs)}], "
+                  f"views, CONSTS, [None] * {places.objects}))",
+                  "    try:",
+                  f"        run({', '.join(call_args + ['CALLOUT'])})",
+                  "    finally:",
+                  "        frames.stack.pop()",
+                  "    if frames.error is not None:",
+                  "        raise_from(frames)"]
+    else:
+        lines.append(f"    run({', '.join(call_args + ['0'])})")
+    if keep:
+        lines.append("    free.append(taken)")
+    results = []
+    final_of = {s.src: s.dst for s in final}
+    for v in graph.outvars:
+        if type(v) is Literal:
+            name = f"L{len(namespace)}"
+            namespace[name] = v.value
+            results.append(f"copy({name})" if hasattr(v.value, "shape") else name)
+            continue
+        if v in final_of:
+            v = final_of[v]
+        kind, at = places.of(v)
+        if kind == "in":
+            results.append(args[at])
+        else:
+            results.append(f"o{at}[()]" if not v.aval.shape else f"o{at}")
+    lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+    exec(compile("\n".join(lines) + "\n", "<fgrad compiled program call>", "exec"), namespace)
+    # taken out of its namespace (no reference cycle: freed with the program)
+    return namespace.pop("call")
+
+
+def _c_contiguous(x):
+    # (np.ascontiguousarray makes a 0-d value 1-d)
+    return np.asarray(x, order="C")
+
+
+def _raise_callout_error(frames):
+    error, frames.error = frames.error, None
+    raise error

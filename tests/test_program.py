@@ -1,0 +1,300 @@
+"""The whole-program compiler (stage 1): a straight-line graph as one LLVM function.
+
+Every spec runs through the compiled program and is compared with the
+interpreted tier (the generated NumPy code of the same optimised graph):
+bitwise for copies, max/min and arithmetic, to rounding where the two compute
+differently (a float sum in order instead of pairwise; sin, cos, exp and tanh
+by `fgrad.compiler.vector_math` or the C library instead of NumPy's loops).
+"""
+import gc
+import json
+import logging
+import os
+import subprocess
+import sys
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given
+from primitive_specs import NONDIFF_SPECS, SPECS
+from sweeps import examples, sweep
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.compiler import native, program
+from fgrad.compiler.buffer_plan import Step, plan_buffers
+from fgrad.compiler.codegen import generate
+from fgrad.compiler.cpu_fusion import fuse_for_cpu
+from fgrad.compiler.passes import optimize
+from fgrad.compiler.program import PROGRAM_ENV, compile_program
+from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
+from fgrad.errors import InvalidInputError
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
+
+
+def _both(fun, *args):
+    """``(program, its outputs, the interpreted tier's outputs)`` for ``fun``."""
+    graph = optimize(fgrad.make_graph(fun)(*args), np)
+    compiled = compile_program(graph)
+    return compiled, compiled.call(*args), generate(graph, np).fn(*args)
+
+
+def _agree(got, want, exact=False):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert (g.shape, g.dtype) == (w.shape, w.dtype)
+        if exact or g.dtype.kind not in "fc":
+            np.testing.assert_array_equal(g, w)
+        else:
+            tol = 1e-5 if g.dtype == np.float32 else 1e-11
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, equal_nan=True)
+
+
+# ---------------------------------------------------------------------------
+# The sweeps: every spec, forward and gradient
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, count", sweep(SPECS, quick=1))
+def test_every_spec_and_its_gradient_as_one_program(name, count):
+    @examples(count)
+    @given(SPECS[name])
+    def check(case):
+        _, got, want = _both(case.fun, *case.args)
+        _agree(got, want)
+        if case.order:
+            def scalar(*xs):
+                return fnp.sum(fnp.real(case.fun(*xs)) * 1.5)
+            grad = fgrad.grad(scalar, tuple(range(len(case.args))))
+            _, got, want = _both(grad, *case.args)
+            _agree(got, want)
+    check()
+
+
+@pytest.mark.parametrize("name, count", sweep(NONDIFF_SPECS, quick=1))
+def test_every_nondifferentiable_spec_as_one_program(name, count):
+    @examples(count)
+    @given(NONDIFF_SPECS[name])
+    def check(case):
+        f, _, args = case
+        _, got, want = _both(f, *args)
+        _agree(got, want)
+    check()
+
+
+# ---------------------------------------------------------------------------
+# Lowering: what is compiled, what is called out, dtypes, NaN and inf
+# ---------------------------------------------------------------------------
+
+
+def _network(w, b, x):
+    h = fnp.maximum(x @ w + b, 0.0)                  # a matmul (a callout), a broadcast add
+    z = fnp.where(h > 0.25, h, -h)
+    s = fnp.max(z, axis=1, keepdims=True)            # a reduction over one axis
+    t = z.T.reshape(-1)                              # a strided copy, a view
+    return z - s, fnp.min(t), fnp.broadcast_to(b, (3, 4)) * 2.0, t.reshape(4, 3)
+
+
+_W = np.linspace(-1, 1, 8).reshape(2, 4)
+_B = np.linspace(-0.3, 0.4, 4)
+_X = np.linspace(-0.5, 0.7, 6).reshape(3, 2)
+
+
+def test_copies_reductions_and_arithmetic_are_bitwise_the_interpreted_tiers():
+    compiled, got, want = _both(_network, _W, _B, _X)
+    _agree(got, want, exact=True)
+    assert compiled.callouts == ["0: matmul"]
+
+
+def test_callouts_are_listed_by_compile_info(monkeypatch):
+    monkeypatch.setenv(PROGRAM_ENV, "all")
+    f = fgrad.jit(lambda x: fnp.cumsum(fnp.sin(x), axis=0) * 2.0)
+    x = np.linspace(0, 1, 5)
+    f(x)
+    assert f.wait_compiled()
+    (info,) = f.compile_info()
+    assert info.tier == "program" and info.callouts == ("1: cumsum",)
+    np.testing.assert_array_equal(f(x), np.cumsum(np.sin(x)) * 2.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int32", "int64",
+                                   "uint8", "uint32", "bool"])
+def test_dtypes(dtype):
+    x = (np.arange(-6, 6) % 5).reshape(3, 4).astype(dtype)
+    y = np.arange(4).astype(dtype)
+
+    def f(x, y):
+        z = fnp.maximum(x, y) if dtype == "bool" else x * y + x
+        return z, fnp.sum(z, axis=0), fnp.max(z), fnp.min(z, axis=1), z.T, x < y
+    _, got, want = _both(f, x, y)
+    _agree(got, want, exact=dtype != "float32")
+
+
+def test_nan_and_inf_propagate_as_in_numpy():
+    x = np.array([[np.nan, 1.0, -np.inf], [np.inf, 0.0, -0.0]])
+
+    def f(x):
+        y = x / fnp.abs(x) + fnp.sqrt(x)
+        return y, fnp.max(y, axis=0), fnp.min(x, axis=1), fnp.isnan(y), fnp.sum(x * 0.0)
+    with np.errstate(all="ignore"):
+        _, got, want = _both(f, x)
+    _agree(got, want, exact=True)
+
+
+def test_an_output_that_is_an_input_a_constant_or_a_view():
+    c = np.arange(4.0)
+
+    def f(x):
+        return x, c, 2.0, x.reshape(2, 2), fnp.sin(x), fnp.sin(x).reshape(2, 2)
+    x = np.linspace(0, 1, 4)
+    compiled, got, want = _both(f, x)
+    _agree(got, want, exact=True)
+    assert got[1] is not c and not np.shares_memory(got[3], x)
+
+
+def test_inputs_that_are_numpy_scalars_or_not_contiguous():
+    def f(x, s, t):
+        return x * s + t, s * 2.0
+    x = np.arange(12.0).reshape(3, 4)[:, ::2]
+    compiled, got, want = _both(f, x, np.float64(3.0), 1.5)
+    _agree(got, want, exact=True)
+    assert got[1].shape == ()
+
+
+def test_wrong_inputs_are_refused():
+    compiled, _, _ = _both(lambda x: fnp.sin(x) + 1.0, np.ones(3))
+    with pytest.raises(InvalidInputError, match=r"compiled program built for float64\[3\]"):
+        compiled.call(np.ones(4))
+
+
+def test_an_error_in_a_callout_reaches_the_caller():
+    def f(x):
+        return fgrad.pure_callback(_fails, x, x) * 2.0
+    x = np.ones(3)
+    graph = optimize(fgrad.make_graph(f)(x), np)
+    compiled = compile_program(graph)
+    with pytest.raises(RuntimeError, match="the callback failed"):
+        compiled.call(x)
+
+
+def _fails(x):
+    raise RuntimeError("the callback failed")
+
+
+def test_a_failing_compile_is_logged_and_the_graph_runs_on(monkeypatch, caplog):
+    monkeypatch.setenv(PROGRAM_ENV, "all")
+    n = program.MAX_ARGUMENTS
+    f = fgrad.jit(lambda xs: [x * 2.0 for x in xs])      # n inputs, n outputs
+    xs = [np.full(2, float(k)) for k in range(n)]
+    with caplog.at_level(logging.WARNING, logger="fgrad.jit"):
+        f(xs)
+        assert f.wait_compiled()
+    assert "program tier failed (NotImplementedError" in caplog.text
+    assert "more than the 1024 arguments" in caplog.text
+    assert f.compile_info()[0].tier in ("numpy", "kernels")
+    np.testing.assert_array_equal(f(xs)[-1], xs[-1] * 2.0)
+
+
+# ---------------------------------------------------------------------------
+# The buffer plan
+# ---------------------------------------------------------------------------
+
+
+def test_the_plan_reuses_dead_buffers_and_takes_dying_operands():
+    steps = [Step(["x"], ["a"], {}, {}), Step(["a"], ["b"], {"b": ["a"]}, {}),
+             Step(["b"], ["v"], {}, {"v": "b"}), Step(["x"], ["c"], {}, {}),
+             Step(["v", "c"], ["y"], {}, {})]
+    plan = plan_buffers(steps, lambda v: 100, placed={"x", "y"})
+    assert plan.offsets["b"] == plan.offsets["a"] == plan.offsets["v"] == 0
+    assert plan.in_place == [(1, "b", "a")] and plan.views == ["v"]
+    assert plan.offsets["c"] == 128                  # v (b's buffer) is still live
+    assert plan.arena_bytes == plan.peak_live_bytes == 256
+
+
+def _peak(fn, *args):
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn(*args)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("size", [64, 100_000])
+def test_peak_memory_is_at_most_the_interpreted_tiers(size):
+    def loss(w, x):
+        h = fnp.tanh(x @ w)
+        return fnp.sum(fnp.exp(-h * h) * fnp.sin(h) + h / 3.0)
+    w, x = np.full((8, 4), 0.1), np.linspace(-1, 1, size * 8).reshape(size, 8)
+    graph = optimize(fgrad.make_graph(fgrad.value_and_grad(loss))(w, x), np)
+    compiled = compile_program(graph)
+    numpy_tier, kernels_tier = generate(graph, np).fn, generate(fuse_for_cpu(graph), np).fn
+    for run in (compiled.call, numpy_tier, kernels_tier):
+        run(w, x)                                     # warm: first-call allocations
+    # the whole call (arena, outputs, the callouts' Python objects) against
+    # the NumPy calls; the planned memory against the fused kernels' code
+    assert _peak(compiled.call, w, x) <= _peak(numpy_tier, w, x)
+    outputs = sum(v.aval.size * 8 for v in graph.outvars)
+    assert compiled.plan.arena_bytes + outputs <= _peak(kernels_tier, w, x)
+
+
+def test_a_program_loads_from_the_disk_cache():
+    g = optimize(fgrad.make_graph(lambda x: fnp.sum(fnp.tanh(x) * 3.0))(np.ones(5)), np)
+    first, again = compile_program(g), compile_program(g)
+    assert again.native.key == first.native.key and again.native.loaded
+
+
+def test_a_program_is_built_only_where_it_is_estimated_to_pay(monkeypatch, caplog):
+    monkeypatch.setenv(PROGRAM_ENV, "1")
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")          # numba's tier would replace it
+
+    def matmuls(x, w):             # every equation a callout (BLAS calls are stage 3)
+        for _ in range(4):
+            x = x @ w
+        return x
+    few = fgrad.jit(matmuls)
+    many = fgrad.jit(lambda x: (fnp.max(fnp.sin(x), axis=0) + fnp.min(x.T, axis=1))
+                     * fnp.sum(x, axis=0) - fnp.mean(x))
+    x, w = np.ones((2, 2)), np.eye(2)
+    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
+        few(x, w)
+        many(x)
+        assert few.wait_compiled() and many.wait_compiled()
+    assert "matmuls: program tier not built" in caplog.text
+    assert few.compile_info()[0].tier != "program" and many.compile_info()[0].tier == "program"
+    np.testing.assert_array_equal(few(x, w), x)
+
+
+def test_a_buffer_read_through_a_view_too_is_not_written_in_place():
+    steps = [Step(["x"], ["a"], {}, {}), Step(["a"], ["v"], {}, {"v": "a"}),
+             Step(["a", "v"], ["b"], {"b": ["a"]}, {}), Step(["b"], ["y"], {}, {})]
+    plan = plan_buffers(steps, lambda v: 64, placed={"x", "y"})
+    assert plan.in_place == [] and plan.offsets["b"] != plan.offsets["a"]
+
+
+_SECOND_PROCESS = """
+import sys, json
+sys.modules['numba'] = None             # importing it raises: the program needs LLVM only
+import numpy as np, fgrad, fgrad.numpy as fnp
+f = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fnp.tanh(fnp.sin(x) * 2.0 + x) ** 2)
+                         + fnp.sum(fnp.max(x.T, axis=1))))
+x = np.linspace(-3, 3, 12).reshape(3, 4)
+f(x)
+f.wait_compiled()
+print(json.dumps([f.compile_info()[0].tier, f.lower(x).program.native.loaded,
+                  f(x).tolist()]))
+"""
+
+
+def test_a_second_process_loads_the_program_from_the_disk_cache(tmp_path):
+    env = {**os.environ, "FGRAD_KERNEL_CACHE": str(tmp_path), PROGRAM_ENV: "all",
+           "FGRAD_JIT_COMPILE": "background"}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _SECOND_PROCESS], env=env,
+                                      capture_output=True, text=True, check=True).stdout)
+            for _ in range(2)]
+    assert [run[:2] for run in runs] == [["program", False], ["program", True]]
+    assert runs[0][2] == runs[1][2]
