@@ -16,6 +16,11 @@ Workloads:
                 NumPy right-hand side (floor), fgrad's forward solve
                 (``fgrad-fwd``) and fgrad's value_and_grad (``fgrad``), whose
                 ratio to ``fgrad-fwd`` is the adjoint's cost in forward solves
+  ode-lv-jit    value and gradient of a Lotka-Volterra fit (2 states, 21 output
+                times, rtol = atol = 1e-8, Dormand-Prince 5(4)) compiled whole:
+                fgrad.ode.odeint under fgrad.jit, jax.jit of JAX's odeint, and
+                jax.jit of diffrax's diffeqsolve (Dopri5, its default
+                checkpointed adjoint); floor: forward sensitivities by SciPy
   ode-node      gradient of a neural ODE (8 states, an 8-32-8 tanh network:
                 552 parameters, 10 output times, RK45) w.r.t. its layers; time
                 and peak memory (the sensitivities are 8 x 552 more states)
@@ -64,7 +69,7 @@ def _lv_loss_of(peer, data):
     return loss
 
 
-def _lv_sensitivities(y0, p, data):
+def _lv_sensitivities(y0, p, data, ts=LV_T, tol=LV_TOL):
     """The loss gradient by the forward sensitivity equations, by hand."""
     import scipy.integrate
 
@@ -76,7 +81,7 @@ def _lv_sensitivities(y0, p, data):
         ds = jac @ s + np.concatenate([np.zeros((2, 2)), f_p], axis=1)
         return np.concatenate([_lv_numpy(y, p), ds.ravel()])
     state0 = np.concatenate([y0, np.eye(2, 6).ravel()])
-    res = scipy.integrate.solve_ivp(field, (0.0, 10.0), state0, t_eval=LV_T, **LV_TOL)
+    res = scipy.integrate.solve_ivp(field, (0.0, 10.0), state0, t_eval=ts, **tol)
     ys, ss = res.y[:2], res.y[2:].reshape(2, 6, -1)
     grad = np.einsum("it,ijt->j", 2 * (ys - data), ss)
     return grad[:2], grad[2:]
@@ -125,6 +130,69 @@ def ode_lv_workload() -> Workload:
         "floor: forward sensitivity equations by hand",
         lambda: _lv_sensitivities(LV_Y0, LV_P, data),
         {"fgrad": fgrad_, "fgrad-fd": fgrad_fd, "jax": jax_})
+
+
+JIT_T, JIT_TOL = np.linspace(0.0, 10.0, 21), 1e-8
+
+
+def ode_lv_jit_workload() -> Workload:
+    """The fit's value and gradient, each library's solver compiled whole."""
+    import scipy.integrate
+    res = scipy.integrate.solve_ivp(lambda t, y: _lv_numpy(y, LV_P * 1.1), (0.0, 10.0), LV_Y0,
+                                    t_eval=JIT_T, **LV_TOL)
+    data = res.y + 0.05 * np.random.default_rng(0).standard_normal(res.y.shape)
+    tol = dict(method="RK45", rtol=JIT_TOL, atol=JIT_TOL)
+
+    def fgrad_(peer):
+        from fgrad.ode import odeint
+        field = _lv_fgrad(peer.np)
+
+        def loss(y0, p):
+            ys = odeint(lambda y, t, p: field(t, y, p), y0, JIT_T, p, rtol=JIT_TOL,
+                        atol=JIT_TOL)
+            return peer.np.sum((ys.T - data) ** 2)
+        step = peer.module.jit(peer.module.value_and_grad(loss, argnums=(0, 1)))
+        return lambda: step(LV_Y0, LV_P)[1]
+
+    def jax_field(jnp):
+        def field(y, t, p):
+            return jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1], p[2] * y[0] * y[1] - p[3] * y[1]])
+        return field
+
+    def jax_(peer):
+        from jax.experimental.ode import odeint
+        jax, jnp = peer.module, peer.np
+        field = jax_field(jnp)
+
+        def loss(y0, p):
+            ys = odeint(field, y0, jnp.asarray(JIT_T), p, rtol=JIT_TOL, atol=JIT_TOL)
+            return jnp.sum((ys.T - data) ** 2)
+        step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+        y0, p = jnp.asarray(LV_Y0), jnp.asarray(LV_P)
+        return lambda: jax.block_until_ready(step(y0, p))[1]
+
+    def diffrax_(peer):
+        import diffrax
+        jax, jnp = peer.module, peer.np
+        field = jax_field(jnp)
+        term = diffrax.ODETerm(lambda t, y, p: field(y, t, p))
+
+        def loss(y0, p):
+            sol = diffrax.diffeqsolve(
+                term, diffrax.Dopri5(), 0.0, 10.0, None, y0, p,
+                saveat=diffrax.SaveAt(ts=jnp.asarray(JIT_T)),
+                stepsize_controller=diffrax.PIDController(rtol=JIT_TOL, atol=JIT_TOL))
+            return jnp.sum((sol.ys.T - data) ** 2)
+        step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+        y0, p = jnp.asarray(LV_Y0), jnp.asarray(LV_P)
+        return lambda: jax.block_until_ready(step(y0, p))[1]
+
+    return Workload(
+        "ode-lv-jit", "value and gradient of a Lotka-Volterra fit (21 output times, "
+        "rtol = atol = 1e-8), compiled whole: fgrad.ode.odeint under fgrad.jit, jax.jit of "
+        "JAX's odeint and of diffrax's diffeqsolve; floor: forward sensitivities by SciPy",
+        lambda: _lv_sensitivities(LV_Y0, LV_P, data, JIT_T, tol),
+        {"fgrad": fgrad_, "jax": jax_, "jax-diffrax": diffrax_})
 
 
 def _forward_workload(name, description, floor, loss_of, inputs):
@@ -241,6 +309,7 @@ def ode_node_forward_workload() -> Workload:
 
 WORKLOADS = {
     "ode-lv": ode_lv_workload,
+    "ode-lv-jit": ode_lv_jit_workload,
     "ode-lv-fwd": ode_lv_forward_workload,
     "ode-node": ode_node_workload,
     "ode-node-fwd": ode_node_forward_workload,
