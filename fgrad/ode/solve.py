@@ -1,7 +1,7 @@
 """`solve`: diffrax's ``diffeqsolve`` for fgrad, with its arguments.
 
 >>> import numpy as np, fgrad.ode
->>> sol = fgrad.ode.solve(lambda t, y, k: -k * y, fgrad.ode.Tsit5(), 0.0, 2.0, 0.1,
+>>> sol = fgrad.ode.solve(lambda t, y, k: {"a": -k * y["a"]}, fgrad.ode.Tsit5(), 0.0, 2.0, 0.1,
 ...                       {"a": np.ones(2)}, 0.5, saveat=fgrad.ode.SaveAt(ts=[1.0, 2.0]),
 ...                       stepsize_controller=fgrad.ode.PIDController(rtol=1e-8, atol=1e-8))
 >>> np.round(sol.ys["a"][:, 0], 6), int(sol.result)
@@ -44,10 +44,7 @@ class SaveAt:
         self.t0, self.t1, self.ts = bool(t0), bool(t1), ts
 
     def __repr__(self):
-        ts = None if self.ts is None else list(np.asarray(known_value(self.ts) if
-                                                         known_value(self.ts) is not None
-                                                         else self.ts))
-        return f"SaveAt(t0={self.t0}, t1={self.t1}, ts={ts})"
+        return f"SaveAt(t0={self.t0}, t1={self.t1}, ts={self.ts!r})"
 
 
 class Solution:
@@ -161,7 +158,7 @@ def solve(terms, solver, t0, t1, dt0, y0, args=None, *, saveat=None,
     if not isinstance(adjoint, DirectAdjoint):
         raise OdeArgumentError(f"solve: adjoint must be DirectAdjoint() or BacksolveAdjoint(), "
                                f"got {adjoint!r}.")
-    ys, _, stats, status, t_reached = integrate(field, solver, controller, tau0, tau1, y0,
+    ys, _, stats, status, t_reached, _ = integrate(field, solver, controller, tau0, tau1, y0,
                                                 args, taus, dtau0, max_steps)
     if throw:
         raise_if_failed(status, direction * t_reached, "fgrad.ode.solve")
