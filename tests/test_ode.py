@@ -191,6 +191,37 @@ def test_second_order_hessian_of_a_fit_matches_the_closed_form():
                                rtol=1e-8)
 
 
+def saved_loss(y0, k, ts, adjoint):
+    sol = ode.solve(oscillator, ode.Tsit5(), 0.0, 3.0, None, y0, (k, 0.3),
+                    saveat=ode.SaveAt(t0=True, ts=ts, t1=True), stepsize_controller=TIGHT,
+                    adjoint=adjoint, max_steps=256)
+    return fnp.sum(sol.ys ** 2)
+
+
+def test_checkpointed_reverse_mode_is_the_direct_derivative_eager_and_compiled():
+    y0, ts = np.array([1.0, 0.0]), np.array([0.5, 1.5])
+    want = fgrad.grad(saved_loss, argnums=(0, 1, 2))(y0, 2.0, ts, ode.DirectAdjoint())
+    for checkpoints in (None, 3):           # 16 slots of 16 steps; 3 of 86
+        adjoint = ode.RecursiveCheckpointAdjoint(checkpoints)
+        eager = fgrad.grad(saved_loss, argnums=(0, 1, 2))(y0, 2.0, ts, adjoint)
+        compiled = fgrad.jit(fgrad.grad(lambda a, b, c: saved_loss(a, b, c, adjoint),
+                                        argnums=(0, 1, 2)))(y0, 2.0, ts)
+        for w, e, c in zip(want, eager, compiled):
+            np.testing.assert_allclose(e, w, rtol=1e-10)
+            np.testing.assert_allclose(c, w, rtol=1e-10)
+
+
+def test_checkpointed_gradient_under_vmap():
+    ts = np.array([0.5, 1.5])
+    grad = fgrad.grad(lambda y0, k: saved_loss(y0, k, ts, ode.RecursiveCheckpointAdjoint()),
+                      argnums=1)
+    y0s, ks = np.array([[1.0, 0.0], [2.0, 0.0]]), np.array([2.0, 3.0])
+    got = fgrad.jit(fgrad.vmap(grad))(y0s, ks)
+    want = [fgrad.grad(saved_loss, argnums=1)(y0, k, ts, ode.DirectAdjoint())
+            for y0, k in zip(y0s, ks)]
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
 def test_reverse_mode_through_the_steps_under_jit_is_refused_with_the_way_out():
     with pytest.raises(ControlFlowError, match="while_loop"):
         fgrad.jit(fgrad.grad(lambda y0: oscillator_end(y0, (2.0, 0.3))))(np.array([1.0, 0.0]))
@@ -314,6 +345,9 @@ def test_refusals_say_what_to_pass():
         ode.SaveAt()
     with pytest.raises(OdeArgumentError, match="t must be an array of floats"):
         ode.odeint(lambda y, t: -y, np.ones(1), np.arange(3))
+    with pytest.raises(OdeArgumentError, match="RecursiveCheckpointAdjoint needs a finite"):
+        ode.solve(decay, ode.Tsit5(), 0.0, 1.0, 0.1, np.ones(1), 1.0, max_steps=None,
+                  adjoint=ode.RecursiveCheckpointAdjoint())
     with pytest.raises(OdeArgumentError, match="adjoint must be DirectAdjoint"):
         ode.solve(decay, ode.Tsit5(), 0.0, 1.0, 0.1, np.ones(1), 1.0, adjoint="backsolve")
     with pytest.raises(OdeArgumentError, match="rtol=0.0 and atol=0.0"):

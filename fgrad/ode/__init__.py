@@ -13,6 +13,7 @@ array([0.36787944])
 """
 from fgrad.ode.adjoint import BacksolveAdjoint as BacksolveAdjoint
 from fgrad.ode.adjoint import DirectAdjoint as DirectAdjoint
+from fgrad.ode.adjoint import RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint
 from fgrad.ode.controllers import ConstantStepSize as ConstantStepSize
 from fgrad.ode.controllers import PIDController as PIDController
 from fgrad.ode.controllers import max_norm as max_norm
@@ -35,5 +36,5 @@ __all__ = [
     "odeint", "solve", "ODETerm", "SaveAt", "Solution", "RESULTS",
     "Euler", "Heun", "Midpoint", "RK4", "Dopri5", "Tsit5", "AbstractRungeKutta",
     "ConstantStepSize", "PIDController", "rms_norm", "max_norm",
-    "DirectAdjoint", "BacksolveAdjoint",
+    "DirectAdjoint", "RecursiveCheckpointAdjoint", "BacksolveAdjoint",
 ]

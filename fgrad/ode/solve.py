@@ -12,7 +12,13 @@ import numpy as np
 from fgrad import numpy as fnp
 from fgrad.core.trace import known_value
 from fgrad.errors import OdeArgumentError
-from fgrad.ode.adjoint import BacksolveAdjoint, DirectAdjoint, solve_at_times
+from fgrad.ode.adjoint import (
+    BacksolveAdjoint,
+    DirectAdjoint,
+    RecursiveCheckpointAdjoint,
+    solve_at_times,
+    solve_checkpointed,
+)
 from fgrad.ode.controllers import ConstantStepSize
 from fgrad.ode.integrate import integrate
 from fgrad.ode.status import RESULTS, raise_if_failed
@@ -114,7 +120,9 @@ def solve(terms, solver, t0, t1, dt0, y0, args=None, *, saveat=None,
     by the adaptive controller); negative when ``t1 < t0``.
     ``saveat``: `SaveAt` (default: ``t1`` only). ``stepsize_controller``:
     `ConstantStepSize` (the default, as diffrax) or `PIDController`.
-    ``adjoint``: `DirectAdjoint` (default) or `BacksolveAdjoint`.
+    ``adjoint``: `DirectAdjoint` (default: every mode, reverse mode outside
+    jit), `RecursiveCheckpointAdjoint` (reverse mode under jit, bounded
+    memory) or `BacksolveAdjoint` (the continuous adjoint).
     ``max_steps``: kept and rejected steps in all. ``throw``: raise
     `fgrad.errors.IntegrationError` on failure (at run time under jit),
     else report it in ``Solution.result``.
@@ -155,9 +163,15 @@ def solve(terms, solver, t0, t1, dt0, y0, args=None, *, saveat=None,
         stats = {"num_steps": n, "num_accepted_steps": n, "num_rejected_steps": n,
                  "max_steps": max_steps}
         return Solution(ts, ys, stats, fnp.asarray(RESULTS.SUCCESSFUL), t0, t1)
+    if isinstance(adjoint, RecursiveCheckpointAdjoint):
+        ys, stats, status, t_reached = solve_checkpointed(
+            field, solver, controller, tau0, tau1, y0, args, taus, dtau0, max_steps,
+            adjoint.checkpoints, throw, "fgrad.ode.solve")
+        return Solution(ts, ys, stats, status, t0, t1)
     if not isinstance(adjoint, DirectAdjoint):
-        raise OdeArgumentError(f"solve: adjoint must be DirectAdjoint() or BacksolveAdjoint(), "
-                               f"got {adjoint!r}.")
+        raise OdeArgumentError(f"solve: adjoint must be DirectAdjoint(), "
+                               f"RecursiveCheckpointAdjoint() or BacksolveAdjoint(), got "
+                               f"{adjoint!r}.")
     ys, _, stats, status, t_reached, _ = integrate(field, solver, controller, tau0, tau1, y0,
                                                 args, taus, dtau0, max_steps)
     if throw:
