@@ -227,6 +227,58 @@ def test_reverse_mode_through_the_steps_under_jit_is_refused_with_the_way_out():
         fgrad.jit(fgrad.grad(lambda y0: oscillator_end(y0, (2.0, 0.3))))(np.array([1.0, 0.0]))
 
 
+# -- stiff problems -------------------------------------------------------------------
+
+
+def robertson(t, y, k):
+    return fnp.stack([-k[0] * y[0] + k[2] * y[1] * y[2],
+                      k[0] * y[0] - k[2] * y[1] * y[2] - k[1] * y[1] ** 2, k[1] * y[1] ** 2])
+
+
+def test_kvaerno5_solves_robertsons_stiff_kinetics_as_radau_does():
+    scipy_integrate = pytest.importorskip("scipy.integrate")
+    k, ts = np.array([0.04, 3e7, 1e4]), np.array([0.1, 1.0, 10.0])
+    ref = scipy_integrate.solve_ivp(lambda t, y: np.asarray(robertson(t, y, k)), (0.0, 10.0),
+                                    [1.0, 0.0, 0.0], method="Radau", t_eval=ts, rtol=1e-12,
+                                    atol=1e-14)
+    sol = ode.solve(robertson, ode.Kvaerno5(), 0.0, 10.0, 1e-6, np.array([1.0, 0.0, 0.0]), k,
+                    saveat=ode.SaveAt(ts=ts),
+                    stepsize_controller=ode.PIDController(1e-8, 1e-12, pcoeff=0.3, icoeff=0.4))
+    np.testing.assert_allclose(sol.ys, ref.y.T, rtol=1e-5, atol=1e-10)
+    assert int(sol.stats["num_steps"]) < 100       # an explicit solver needs ~10^5
+
+
+def stiff_relaxation(t, y, lam):
+    return -lam * (y - fnp.cos(t))
+
+
+def relaxed(lam, t):
+    # the exact solution from y(0) = 0 of y' = -lam (y - cos t)
+    a = lam ** 2 / (lam ** 2 + 1)
+    return a * (np.cos(t) + np.sin(t) / lam) - a * np.exp(-lam * t)
+
+
+@pytest.mark.parametrize("solver,tol", [(ode.Kvaerno3(), 1e-6), (ode.Kvaerno5(), 1e-8)])
+def test_implicit_solvers_match_the_closed_form_of_a_stiff_relaxation(solver, tol):
+    ts = np.array([1e-4, 0.1, 1.0])
+    sol = ode.solve(stiff_relaxation, solver, 0.0, 1.0, 1e-6, np.zeros(1), 1e4,
+                    saveat=ode.SaveAt(ts=ts), stepsize_controller=ode.PIDController(tol, tol))
+    np.testing.assert_allclose(sol.ys[:, 0], relaxed(1e4, ts), rtol=100 * tol)
+
+
+def test_implicit_solver_derivatives_in_every_mode():
+    def end(lam, adjoint=None, rtol=1e-9):
+        sol = ode.solve(stiff_relaxation, ode.Kvaerno5(), 0.0, 1.0, 1e-6, np.zeros(1), lam,
+                        stepsize_controller=ode.PIDController(rtol, rtol * 1e-2),
+                        adjoint=adjoint, max_steps=512)
+        return sol.ys[0, 0]
+    exact = (relaxed(50.0 + 1e-4, 1.0) - relaxed(50.0 - 1e-4, 1.0)) / 2e-4
+    forward = fgrad.jit(fgrad.jacfwd(end))(50.0)
+    reverse = fgrad.jit(fgrad.grad(lambda lam: end(lam, ode.RecursiveCheckpointAdjoint())))(50.0)
+    np.testing.assert_allclose(forward, exact, rtol=1e-6)
+    np.testing.assert_allclose(reverse, forward, rtol=1e-10)
+
+
 # -- vmap -----------------------------------------------------------------------------
 
 

@@ -18,6 +18,9 @@ from fgrad.ode.controllers import ConstantStepSize as ConstantStepSize
 from fgrad.ode.controllers import PIDController as PIDController
 from fgrad.ode.controllers import max_norm as max_norm
 from fgrad.ode.controllers import rms_norm as rms_norm
+from fgrad.ode.implicit import AbstractESDIRK as AbstractESDIRK
+from fgrad.ode.implicit import Kvaerno3 as Kvaerno3
+from fgrad.ode.implicit import Kvaerno5 as Kvaerno5
 from fgrad.ode.odeint import odeint as odeint
 from fgrad.ode.solve import ODETerm as ODETerm
 from fgrad.ode.solve import SaveAt as SaveAt
@@ -35,6 +38,7 @@ from fgrad.ode.status import RESULTS as RESULTS
 __all__ = [
     "odeint", "solve", "ODETerm", "SaveAt", "Solution", "RESULTS",
     "Euler", "Heun", "Midpoint", "RK4", "Dopri5", "Tsit5", "AbstractRungeKutta",
+    "Kvaerno3", "Kvaerno5", "AbstractESDIRK",
     "ConstantStepSize", "PIDController", "rms_norm", "max_norm",
     "DirectAdjoint", "RecursiveCheckpointAdjoint", "BacksolveAdjoint",
 ]
