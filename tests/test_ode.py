@@ -70,6 +70,18 @@ def test_fixed_step_solvers_converge_at_their_order(solver, order):
     assert abs(rate - order) < 0.2
 
 
+def test_dopri8_is_eighth_order_and_reaches_tight_tolerances_in_few_steps():
+    def solve_with(dt, controller=ode.ConstantStepSize()):
+        return ode.solve(oscillator, ode.Dopri8(), 0.0, 4.0, dt, np.array([1.0, 0.0]),
+                         (2.0, 0.3), stepsize_controller=controller)
+    ref = solve_with(0.01).ys
+    coarse, fine = (np.abs(solve_with(dt).ys - ref).max() for dt in (0.8, 0.4))
+    assert np.log2(coarse / fine) > 7.5
+    sol = solve_with(None, ode.PIDController(1e-11, 1e-11))
+    np.testing.assert_allclose(sol.ys, ref, atol=1e-10)
+    assert int(sol.stats["num_steps"]) < 40
+
+
 def test_harmonic_oscillator_keeps_its_closed_form_with_a_pytree_state():
     def field(t, y, omega):
         return {"x": y["v"], "v": -omega ** 2 * y["x"]}

@@ -29,6 +29,7 @@ from fgrad.ode.solve import solve as solve
 from fgrad.ode.solvers import RK4 as RK4
 from fgrad.ode.solvers import AbstractRungeKutta as AbstractRungeKutta
 from fgrad.ode.solvers import Dopri5 as Dopri5
+from fgrad.ode.solvers import Dopri8 as Dopri8
 from fgrad.ode.solvers import Euler as Euler
 from fgrad.ode.solvers import Heun as Heun
 from fgrad.ode.solvers import Midpoint as Midpoint
@@ -37,7 +38,7 @@ from fgrad.ode.status import RESULTS as RESULTS
 
 __all__ = [
     "odeint", "solve", "ODETerm", "SaveAt", "Solution", "RESULTS",
-    "Euler", "Heun", "Midpoint", "RK4", "Dopri5", "Tsit5", "AbstractRungeKutta",
+    "Euler", "Heun", "Midpoint", "RK4", "Dopri5", "Tsit5", "Dopri8", "AbstractRungeKutta",
     "Kvaerno3", "Kvaerno5", "AbstractESDIRK",
     "ConstantStepSize", "PIDController", "rms_norm", "max_norm",
     "DirectAdjoint", "RecursiveCheckpointAdjoint", "BacksolveAdjoint",
