@@ -116,8 +116,9 @@ def solve(terms, solver, t0, t1, dt0, y0, args=None, *, saveat=None,
 
     ``terms``: the vector field ``f(t, y, args)`` or an `ODETerm`; ``y0`` and
     ``args`` any pytrees. ``solver``: `Tsit5`, `Dopri5`, `Dopri8`, `Heun`,
-    `Midpoint`, `Euler`, `RK4`; `Kvaerno5`, `Kvaerno3` for stiff problems. ``dt0``: the first step (None: chosen from the problem
-    by the adaptive controller); negative when ``t1 < t0``.
+    `Midpoint`, `Euler`, `RK4`; `Kvaerno5`, `Kvaerno3` for stiff problems.
+    ``dt0``: the first step (None: chosen from the problem by the adaptive
+    controller); negative when ``t1 < t0``.
     ``saveat``: `SaveAt` (default: ``t1`` only). ``stepsize_controller``:
     `ConstantStepSize` (the default, as diffrax) or `PIDController`.
     ``adjoint``: `DirectAdjoint` (default: every mode, reverse mode outside
