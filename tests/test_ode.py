@@ -236,9 +236,20 @@ def test_checkpointed_gradient_under_vmap():
     np.testing.assert_allclose(got, want, rtol=1e-10)
 
 
-def test_reverse_mode_through_the_steps_under_jit_is_refused_with_the_way_out():
+def test_the_default_adjoint_under_jit_grad_replays_from_checkpoints():
+    y0 = np.array([1.0, 0.0])
+    grad = fgrad.grad(lambda y0, k: oscillator_end(y0, (k, 0.3)), argnums=(0, 1))
+    for got, want in zip(fgrad.jit(grad)(y0, 2.0), grad(y0, 2.0)):
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+    batched = fgrad.jit(fgrad.vmap(fgrad.grad(lambda k: oscillator_end(y0, (k, 0.3)))))
+    np.testing.assert_allclose(batched(np.array([2.0])), [grad(y0, 2.0)[1]], rtol=1e-10)
+
+
+def test_reverse_mode_of_a_jitted_solve_is_refused_with_the_way_out():
+    # grad outside jit sees the solve staged already: its loop cannot be recorded
+    solve = fgrad.jit(lambda y0: oscillator_end(y0, (2.0, 0.3)))
     with pytest.raises(ControlFlowError, match="while_loop"):
-        fgrad.jit(fgrad.grad(lambda y0: oscillator_end(y0, (2.0, 0.3))))(np.array([1.0, 0.0]))
+        fgrad.grad(solve)(np.array([1.0, 0.0]))
 
 
 # -- stiff problems -------------------------------------------------------------------

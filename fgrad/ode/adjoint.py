@@ -22,7 +22,11 @@ Reverse mode only (`jvp` of it raises, as JAX's odeint).
 import math
 
 from fgrad import numpy as fnp
+from fgrad.core.trace import EagerTracer, Tracer
 from fgrad.errors import OdeArgumentError
+from fgrad.interpreters.batching import BatchTracer
+from fgrad.interpreters.reverse import ReverseTracer
+from fgrad.interpreters.staging import is_staged
 from fgrad.lax import (
     dynamic_index_in_dim,
     dynamic_update_index_in_dim,
@@ -37,13 +41,15 @@ from fgrad.transforms.vmap import vmap
 from fgrad.tree import tree_leaves, tree_map
 
 __all__ = ["DirectAdjoint", "BacksolveAdjoint", "RecursiveCheckpointAdjoint", "solve_at_times",
-           "solve_checkpointed"]
+           "solve_checkpointed", "reverse_mode_while_staging"]
 
 
 class DirectAdjoint:
     """Differentiate through the solver's steps (the default): every mode and
-    order; reverse mode outside `jit` only (the step loop's length is known
-    there, not while staging).
+    order. Outside `jit` the step loop runs as Python and reverse mode records
+    it; inside (``jit(grad(...))``), where a loop's length is unknown while
+    staging, reverse mode replays the steps from checkpoints instead, as
+    `RecursiveCheckpointAdjoint` (the same derivative).
 
     >>> import numpy as np, fgrad, fgrad.ode
     >>> def y1(k):
@@ -103,6 +109,26 @@ class RecursiveCheckpointAdjoint:
 
     def __repr__(self):
         return f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints})"
+
+
+def reverse_mode_while_staging(tree):
+    """True if a leaf of ``tree`` is being differentiated in reverse mode by a
+    `grad` inside `jit` (a reverse-mode tracer over a staged value), where a
+    `while_loop` cannot be recorded."""
+    for x in tree_leaves(tree):
+        reverse = False
+        while isinstance(x, Tracer):
+            if isinstance(x, ReverseTracer):
+                reverse = True
+            if isinstance(x, EagerTracer):
+                x = x.primal
+            elif isinstance(x, BatchTracer):
+                x = x.val
+            else:
+                break
+        if reverse and is_staged(x):
+            return True
+    return False
 
 
 def _pairing(problem, step, ct_ys, first, last):
