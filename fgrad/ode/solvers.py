@@ -178,8 +178,10 @@ class Dopri5(AbstractRungeKutta):
               [35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84])
     b = np.array([35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0])
     c = np.array([0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0])
-    b_error = b - np.array([5179 / 57600, 0, 7571 / 16695, 393 / 640, -92097 / 339200,
-                            187 / 2100, 1 / 40])
+    # the embedded weights of JAX's odeint and diffrax (not the 5179/57600 set of
+    # Dormand and Prince's paper), so that the steps are theirs
+    b_error = b - np.array([1951 / 21600, 0, 22642 / 50085, 451 / 720, -12231 / 42400,
+                            649 / 6300, 1 / 60])
     order = 5
     # the solution at the step's middle, from the stages (Shampine, 1986)
     mid = np.array([6025192743 / 30085553152, 0, 51252292925 / 65400821598,
