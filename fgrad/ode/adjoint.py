@@ -22,11 +22,9 @@ Reverse mode only (`jvp` of it raises, as JAX's odeint).
 import math
 
 from fgrad import numpy as fnp
-from fgrad.core.trace import EagerTracer, Tracer
+from fgrad.core.trace import Tracer, trace_state
 from fgrad.errors import OdeArgumentError
-from fgrad.interpreters.batching import BatchTracer
-from fgrad.interpreters.reverse import ReverseTracer
-from fgrad.interpreters.staging import is_staged
+from fgrad.interpreters.reverse import ReverseTrace
 from fgrad.lax import (
     dynamic_index_in_dim,
     dynamic_update_index_in_dim,
@@ -112,21 +110,15 @@ class RecursiveCheckpointAdjoint:
 
 
 def reverse_mode_while_staging(tree):
-    """True if a leaf of ``tree`` is being differentiated in reverse mode by a
-    `grad` inside `jit` (a reverse-mode tracer over a staged value), where a
-    `while_loop` cannot be recorded."""
-    for x in tree_leaves(tree):
-        reverse = False
-        while isinstance(x, Tracer):
-            if isinstance(x, ReverseTracer):
-                reverse = True
-            if isinstance(x, EagerTracer):
-                x = x.primal
-            elif isinstance(x, BatchTracer):
-                x = x.val
-            else:
-                break
-        if reverse and is_staged(x):
+    """True if ``tree`` holds traced values and a reverse-mode trace (`grad`,
+    `vjp`) runs inside a staging one (`jit`): there a `while_loop` cannot be
+    recorded for the reverse sweep."""
+    if not any(isinstance(x, Tracer) for x in tree_leaves(tree)):
+        return False
+    inside_jit = False
+    for trace in trace_state.trace_stack:
+        inside_jit = inside_jit or getattr(trace, "staging", False)
+        if inside_jit and isinstance(trace, ReverseTrace):
             return True
     return False
 

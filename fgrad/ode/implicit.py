@@ -30,7 +30,7 @@ import numpy as np
 
 from fgrad import numpy as fnp
 from fgrad.lax import scan
-from fgrad.ode.solvers import AbstractRungeKutta, combine
+from fgrad.ode.solvers import AbstractRungeKutta, combine, tableau_rows, weighted_sum
 from fgrad.transforms.differentiation import jacfwd
 from fgrad.tree import tree_flatten, tree_map, tree_unflatten
 
@@ -89,21 +89,9 @@ class AbstractESDIRK(AbstractRungeKutta):
             converged = fnp.logical_and(converged, small)
             ks.append(unflat((z - base) / (h * self.gamma)))
         y1, f1 = unflat(z), ks[-1]
-        err = tree_map(lambda *k: fnp.where(converged, h * _weighted_sum(self.b_error, k),
+        err = tree_map(lambda *k: fnp.where(converged, h * weighted_sum(self.b_error, k),
                                             fnp.inf), *ks)
         return y1, f1, err, ks
-
-
-def _weighted_sum(coeffs, ks):
-    acc = None
-    for c, k in zip(coeffs, ks):
-        if c != 0.0:
-            acc = float(c) * k if acc is None else acc + float(c) * k
-    return acc
-
-
-def _rows(*rows):
-    return tuple(np.array(r, dtype=float) for r in rows)
 
 
 _G3 = 0.4358665215
@@ -121,7 +109,7 @@ class Kvaerno3(AbstractESDIRK):
     0.5404
     """
     gamma, order = _G3, 3
-    a = _rows([_G3],
+    a = tableau_rows([_G3],
               [(-4 * _G3 ** 2 + 6 * _G3 - 1) / (4 * _G3), (1 - 2 * _G3) / (4 * _G3)],
               [(6 * _G3 - 1) / (12 * _G3), -1 / ((24 * _G3 - 12) * _G3),
                (-6 * _G3 ** 2 + 6 * _G3 - 1) / (6 * _G3 - 3)])
@@ -143,7 +131,7 @@ class Kvaerno5(AbstractESDIRK):
     0.540386
     """
     gamma, order = 0.26, 5
-    a = _rows(
+    a = tableau_rows(
         [0.26],
         [0.13, 0.84033320996790809],
         [0.22371961478320505, 0.47675532319799699, -0.06470895363112615],

@@ -24,7 +24,7 @@ __all__ = ["AbstractRungeKutta", "Euler", "Heun", "Midpoint", "RK4", "Dopri5", "
            "Dopri8"]
 
 
-def _weighted(coeffs, k_leaves):
+def weighted_sum(coeffs, k_leaves):
     """``sum(c * k)``, zero coefficients skipped (None if all are zero)."""
     acc = None
     for c, k in zip(coeffs, k_leaves):
@@ -37,7 +37,7 @@ def _weighted(coeffs, k_leaves):
 def combine(y, dt, coeffs, ks):
     """``y + dt * sum(c * k)`` over the stages ``ks`` (pytrees like ``y``)."""
     def leaf(y_leaf, *k_leaves):
-        acc = _weighted(coeffs, k_leaves)
+        acc = weighted_sum(coeffs, k_leaves)
         return y_leaf if acc is None else y_leaf + dt * acc
     return tree_map(leaf, y, *ks[:len(coeffs)])
 
@@ -79,7 +79,7 @@ class AbstractRungeKutta:
             y1 = combine(y, dt, self.b, ks)
             f1 = fun(t + dt, y1, args)
         err = None if self.b_error is None else \
-            tree_map(lambda *k: dt * _weighted(self.b_error, k), *ks)
+            tree_map(lambda *k: dt * weighted_sum(self.b_error, k), *ks)
         return y1, f1, err, ks
 
     def interpolate(self, theta, dt, y0, y1, f0, f1, ks):
@@ -103,7 +103,8 @@ class AbstractRungeKutta:
         return hash(type(self))
 
 
-def _rows(*rows):
+def tableau_rows(*rows):
+    """A Butcher tableau's rows as float arrays."""
     return tuple(np.array(r, dtype=float) for r in rows)
 
 
@@ -129,7 +130,7 @@ class Heun(AbstractRungeKutta):
     >>> sol.ys
     array([[0.390625]])
     """
-    a, b, c, order = _rows([1.0]), np.array([0.5, 0.5]), np.array([0.0, 1.0]), 2
+    a, b, c, order = tableau_rows([1.0]), np.array([0.5, 0.5]), np.array([0.0, 1.0]), 2
     b_error = np.array([-0.5, 0.5])
 
 
@@ -142,7 +143,7 @@ class Midpoint(AbstractRungeKutta):
     >>> sol.ys
     array([[0.390625]])
     """
-    a, b, c, order = _rows([0.5]), np.array([0.0, 1.0]), np.array([0.0, 0.5]), 2
+    a, b, c, order = tableau_rows([0.5]), np.array([0.0, 1.0]), np.array([0.0, 0.5]), 2
     b_error = np.array([-1.0, 1.0])
 
 
@@ -155,7 +156,7 @@ class RK4(AbstractRungeKutta):
     >>> float(abs(sol.ys[0, 0] - np.exp(-1.0))) < 1e-6
     True
     """
-    a = _rows([0.5], [0.0, 0.5], [0.0, 0.0, 1.0])
+    a = tableau_rows([0.5], [0.0, 0.5], [0.0, 0.0, 1.0])
     b, c, order = np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6]), np.array([0.0, 0.5, 0.5, 1.0]), 4
 
 
@@ -172,7 +173,7 @@ class Dopri5(AbstractRungeKutta):
     >>> float(abs(sol.ys[0, 0] - np.exp(-1.0))) < 1e-9
     True
     """
-    a = _rows([1 / 5], [3 / 40, 9 / 40], [44 / 45, -56 / 15, 32 / 9],
+    a = tableau_rows([1 / 5], [3 / 40, 9 / 40], [44 / 45, -56 / 15, 32 / 9],
               [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
               [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656],
               [35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84])
@@ -227,7 +228,7 @@ class Tsit5(AbstractRungeKutta):
     True
     """
     # Tsitouras (2011), Table 1 (to double precision)
-    a = _rows(
+    a = tableau_rows(
         [0.161],
         [-0.008480655492356989, 0.335480655492357],
         [2.897153057105493, -6.359448489975075, 4.3622954328695815],
@@ -281,7 +282,7 @@ class Dopri8(AbstractRungeKutta):
     >>> float(abs(sol.ys[0, 0] - np.exp(-1.0))) < 1e-11
     True
     """
-    a = _rows(
+    a = tableau_rows(
         [1 / 18],
         [1 / 48, 1 / 16],
         [1 / 32, 0, 3 / 32],
