@@ -291,6 +291,15 @@ def test_implicit_solvers_match_the_closed_form_of_a_stiff_relaxation(solver, to
     np.testing.assert_allclose(sol.ys[:, 0], relaxed(1e4, ts), rtol=100 * tol)
 
 
+def test_implicit_solver_under_vmap_steps_each_example_on_its_own():
+    def end(lam):
+        sol = ode.solve(stiff_relaxation, ode.Kvaerno5(), 0.0, 1.0, 1e-6, np.zeros(1), lam,
+                        stepsize_controller=ode.PIDController(1e-8, 1e-10))
+        return sol.ys[0, 0]
+    lams = np.array([10.0, 1e5])
+    np.testing.assert_allclose(fgrad.jit(fgrad.vmap(end))(lams), relaxed(lams, 1.0), rtol=1e-6)
+
+
 def test_implicit_solver_derivatives_in_every_mode():
     def end(lam, adjoint=None, rtol=1e-9):
         sol = ode.solve(stiff_relaxation, ode.Kvaerno5(), 0.0, 1.0, 1e-6, np.zeros(1), lam,
