@@ -47,6 +47,7 @@ from fgrad import sparse as sparse  # noqa: E402
 from fgrad import nn as nn  # noqa: E402
 from fgrad import optim as optim  # noqa: E402
 from fgrad import lax as lax  # noqa: E402
+from fgrad import ode as ode  # noqa: E402
 from fgrad import debug as debug  # noqa: E402
 from fgrad.at import at as at  # noqa: E402
 from fgrad.backend import device_put as device_put  # noqa: E402

@@ -41,6 +41,7 @@ from fgrad.core.errors import NNArgumentError as NNArgumentError
 from fgrad.core.errors import NonFiniteError as NonFiniteError
 from fgrad.core.errors import NonScalarOutputError as NonScalarOutputError
 from fgrad.core.errors import NumpyArgumentError as NumpyArgumentError
+from fgrad.core.errors import OdeArgumentError as OdeArgumentError
 from fgrad.core.errors import ScipyArgumentError as ScipyArgumentError
 from fgrad.core.errors import SingularMatrixError as SingularMatrixError
 from fgrad.core.errors import SparseShapeError as SparseShapeError
@@ -95,6 +96,7 @@ __all__ = [
     "ConvergenceError",
     "ImplicitSolveError",
     "IntegrationError",
+    "OdeArgumentError",
     "SparseShapeError",
     "SparseStructureError",
     "SingularMatrixError",

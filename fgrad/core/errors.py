@@ -260,12 +260,23 @@ class CheckpointMismatchError(CheckpointError):
 
 
 class IntegrationError(ConvergenceError):
-    """An `fgrad.scipy.integrate` solve failed (a `ConvergenceError`, so one
-    ``except`` catches every solver's failure): SciPy's integrator reported
-    failure (a status below zero: the step size underflowed, too much work), or
-    the right-hand side or its vector-Jacobian product returned NaN, in the
-    forward solve or in the adjoint pass of its derivative. The message says
-    which pass, the time reached and SciPy's own message."""
+    """An ODE solve failed (a `ConvergenceError`, so one ``except`` catches
+    every solver's failure). In `fgrad.scipy.integrate`: SciPy's integrator
+    reported failure (a status below zero: the step size underflowed, too much
+    work), or the right-hand side or its vector-Jacobian product returned NaN,
+    in the forward solve or in the adjoint pass of its derivative; the message
+    says which pass, the time reached and SciPy's own message. In `fgrad.ode`:
+    the solve took ``max_steps`` steps, its step size underflowed or fell
+    under ``dtmin``, or the state became NaN or infinite, eagerly or when the
+    compiled code runs; the message says which and what to change
+    (``throw=False`` returns the status instead)."""
+
+
+class OdeArgumentError(FgradError, ValueError):
+    """An `fgrad.ode` solve was set up in a way it cannot run: a fixed-step
+    solver under an adaptive controller, no ``dt0`` for a constant step,
+    output times outside ``[t0, t1]`` or not sorted, an unknown adjoint. The
+    message says what to pass instead."""
 
 
 class RandomKeyError(FgradError, TypeError):

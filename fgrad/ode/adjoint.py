@@ -1,0 +1,300 @@
+"""How a solve is differentiated in reverse mode: through its steps (as
+recorded, or replayed from checkpoints), or by the continuous adjoint.
+
+`DirectAdjoint` differentiates the solver's own operations: forward mode
+(`jvp`, `jacfwd`) anywhere, reverse mode outside `jit` (where the step loop
+runs as Python and every step is recorded), and every order. Its derivative
+is that of the discrete solution, exact to rounding.
+
+`BacksolveAdjoint` gives the solve a `custom_vjp`: the forward pass keeps only
+the solution at the output times; the reverse pass integrates the adjoint
+system backwards between them,
+
+    dy/dtau = -f,   da/dtau = a^T df/dy,   dp_bar/dtau = a^T df/dp,   tau = -t,
+
+re-solving ``y`` alongside (as `jax.experimental.ode.odeint`), and adds the
+loss's cotangent at each output time. Memory is that of the outputs, whatever
+the number of steps, and it runs under `jit`; its gradient is accurate to the
+tolerances (not the discrete solution's exact derivative), and re-solving
+``y`` backwards is unstable for strongly dissipative or stiff problems.
+Reverse mode only (`jvp` of it raises, as JAX's odeint).
+"""
+import math
+
+from fgrad import numpy as fnp
+from fgrad.core.trace import Tracer, trace_state
+from fgrad.errors import OdeArgumentError
+from fgrad.interpreters.reverse import ReverseTrace
+from fgrad.lax import (
+    dynamic_index_in_dim,
+    dynamic_update_index_in_dim,
+    scan,
+    while_loop,
+)
+from fgrad.ode.integrate import Problem, attempt, dense, integrate, saved_through, start
+from fgrad.ode.status import raise_if_failed
+from fgrad.transforms.custom import custom_vjp
+from fgrad.transforms.differentiation import vjp
+from fgrad.transforms.vmap import vmap
+from fgrad.tree import tree_leaves, tree_map
+
+__all__ = ["DirectAdjoint", "BacksolveAdjoint", "RecursiveCheckpointAdjoint", "solve_at_times",
+           "solve_checkpointed", "reverse_mode_while_staging"]
+
+
+class DirectAdjoint:
+    """Differentiate through the solver's steps (the default): every mode and
+    order. Outside `jit` the step loop runs as Python and reverse mode records
+    it; inside (``jit(grad(...))``), where a loop's length is unknown while
+    staging, reverse mode replays the steps from checkpoints instead, as
+    `RecursiveCheckpointAdjoint` (the same derivative).
+
+    >>> import numpy as np, fgrad, fgrad.ode
+    >>> def y1(k):
+    ...     return fgrad.ode.solve(lambda t, y, k: -k * y, fgrad.ode.Tsit5(), 0.0, 1.0, 0.1,
+    ...                            np.ones(1), k, adjoint=fgrad.ode.DirectAdjoint()).ys[0, 0]
+    >>> float(np.round(fgrad.grad(y1)(1.0), 6))      # -t exp(-k t) at t = 1
+    -0.367879
+    """
+
+    def __repr__(self):
+        return "DirectAdjoint()"
+
+
+class BacksolveAdjoint:
+    """The continuous adjoint: reverse mode by a backward solve of the adjoint
+    system with the same solver and controller, memory independent of the
+    number of steps, under `jit` too.
+
+    >>> import numpy as np, fgrad, fgrad.ode
+    >>> def y1(k):
+    ...     return fgrad.ode.solve(lambda t, y, k: -k * y, fgrad.ode.Tsit5(), 0.0, 1.0, None,
+    ...                            np.ones(1), k, adjoint=fgrad.ode.BacksolveAdjoint(),
+    ...                            stepsize_controller=fgrad.ode.PIDController(1e-10, 1e-10)
+    ...                            ).ys[0, 0]
+    >>> float(np.round(fgrad.jit(fgrad.grad(y1))(1.0), 6))
+    -0.367879
+    """
+
+    def __repr__(self):
+        return "BacksolveAdjoint()"
+
+
+class RecursiveCheckpointAdjoint:
+    """Reverse mode through the solver's steps, under `jit` too, in memory
+    bounded by ``checkpoints``: the forward solve keeps the loop's state every
+    ``k = ceil(max_steps / checkpoints)`` steps; the reverse pass replays one
+    stretch of ``k`` steps at a time from its checkpoint, keeping those ``k``
+    states, and runs each step's vector-Jacobian product backwards. Memory:
+    ``checkpoints + k`` states (default ``checkpoints = ceil(sqrt(max_steps))``,
+    so ``2 sqrt(max_steps)``); cost: one more forward solve. The gradient is
+    the exact derivative of the computed solution, as `DirectAdjoint`'s.
+    Reverse mode only (a `custom_vjp`).
+
+    >>> import numpy as np, fgrad, fgrad.ode
+    >>> def y1(k):
+    ...     return fgrad.ode.solve(lambda t, y, k: -k * y, fgrad.ode.Tsit5(), 0.0, 1.0, 0.1,
+    ...                            np.ones(1), k, max_steps=64,
+    ...                            adjoint=fgrad.ode.RecursiveCheckpointAdjoint(checkpoints=4),
+    ...                            stepsize_controller=fgrad.ode.PIDController(1e-8, 1e-8)
+    ...                            ).ys[0, 0]
+    >>> float(np.round(fgrad.jit(fgrad.grad(y1))(1.0), 6))
+    -0.367879
+    """
+
+    def __init__(self, checkpoints=None):
+        self.checkpoints = checkpoints
+
+    def __repr__(self):
+        return f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints})"
+
+
+def reverse_mode_while_staging(tree):
+    """True if ``tree`` holds traced values and a reverse-mode trace (`grad`,
+    `vjp`) runs inside a staging one (`jit`): there a `while_loop` cannot be
+    recorded for the reverse sweep."""
+    if not any(isinstance(x, Tracer) for x in tree_leaves(tree)):
+        return False
+    inside_jit = False
+    for trace in trace_state.trace_stack:
+        inside_jit = inside_jit or getattr(trace, "staging", False)
+        if inside_jit and isinstance(trace, ReverseTrace):
+            return True
+    return False
+
+
+def _pairing(problem, step, ct_ys, first, last):
+    """``sum(ct_ys[i] . y(ts[i]))`` over the outputs ``first <= i < last`` that
+    ``step`` filled, by its dense output (every output time computed, the
+    others masked away: the step's share of the loss's linearisation)."""
+    values = vmap(lambda time: dense(problem, step, time))(problem.ts)
+    index = fnp.arange(fnp.shape(problem.ts)[0])
+    mine = fnp.logical_and(index >= first, index < last)
+    total = 0.0
+    for ct, v in zip(tree_leaves(ct_ys), tree_leaves(values)):
+        mask = fnp.reshape(mine, fnp.shape(mine) + (1,) * (fnp.ndim(v) - 1))
+        total = total + fnp.sum(fnp.where(mask, ct * v, 0.0))
+    return total
+
+
+def solve_checkpointed(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
+                       checkpoints, throw, what):
+    """`integrate`'s ``(ys, stats, status, t_reached)`` with the
+    `RecursiveCheckpointAdjoint` derivative of ``ys`` in ``y0``, ``args``,
+    ``t0``, ``t1`` and ``ts``."""
+    if max_steps is None:
+        raise OdeArgumentError("RecursiveCheckpointAdjoint needs a finite max_steps (its "
+                               "checkpoints are spread over them).")
+    count = checkpoints or math.isqrt(max_steps - 1) + 1
+    every = -(-max_steps // count)
+
+    def forward(y0, args, t0, t1, ts, every=None):
+        ys, _, stats, status, t_reached, slots = integrate(
+            fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
+            checkpoint_every=every)
+        if throw:
+            raise_if_failed(status, t_reached, what)
+        out = (ys, stats["num_steps"], stats["num_accepted_steps"], status, t_reached)
+        return out, slots
+
+    @custom_vjp
+    def run(y0, args, t0, t1, ts):
+        return forward(y0, args, t0, t1, ts)[0]
+
+    def fwd(y0, args, t0, t1, ts):
+        out, slots = forward(y0, args, t0, t1, ts, every)
+        return out, (slots, out[1], y0, args, t0, t1, ts)
+
+    def bwd(residuals, ct):
+        return _replay_backwards(fun, solver, controller, dt0, every, residuals, ct[0])
+    run.defvjp(fwd, bwd)
+    ys, n, n_kept, status, t_reached = run(y0, args, t0, t1, ts)
+    stats = {"num_steps": n, "num_accepted_steps": n_kept, "num_rejected_steps": n - n_kept,
+             "max_steps": max_steps}
+    return ys, stats, status, t_reached
+
+
+def _replay_backwards(fun, solver, controller, dt0, every, residuals, ct_ys):
+    slots, n, y0, args, t0, t1, ts = residuals
+    ts = fnp.asarray(ts, dtype=float)
+
+    def step_vjp(state, idx, ct_state, acc):
+        """The cotangents of one step's input state, and of (args, t1, ts) added."""
+        def step(state, args, t1, ts):
+            problem = Problem(fun, solver, controller, t1, ts, args)
+            state_next, attempted = attempt(problem, state)
+            last = saved_through(problem, attempted, idx)
+            return state_next, _pairing(problem, attempted, ct_ys, idx, last)
+        _, pullback = vjp(step, state, args, t1, ts)
+        ct_state, *cts = pullback((ct_state, fnp.ones(())))
+        return ct_state, tree_map(fnp.add, acc, tuple(cts))
+
+    def segment(carry):
+        s, ct_state, acc = carry
+        first = s * every
+        length = fnp.minimum(every, n - first)
+        state0, idx0 = tree_map(lambda x: dynamic_index_in_dim(x, s, keepdims=False), slots)
+        kept = tree_map(lambda x: fnp.zeros((every,) + fnp.shape(x), x.dtype), (state0, idx0))
+
+        def replay(c):
+            j, state, idx, kept = c
+            kept = tree_map(lambda buf, v: dynamic_update_index_in_dim(buf, v, j, 0), kept,
+                            (state, idx))
+            problem = Problem(fun, solver, controller, t1, ts, args)
+            state, attempted = attempt(problem, state)
+            return j + 1, state, saved_through(problem, attempted, idx), kept
+        kept = while_loop(lambda c: c[0] < length, replay, (0, state0, idx0, kept))[3]
+
+        def back(c):
+            j, ct_state, acc = c
+            state, idx = tree_map(lambda x: dynamic_index_in_dim(x, j, keepdims=False), kept)
+            ct_state, acc = step_vjp(state, idx, ct_state, acc)
+            return j - 1, ct_state, acc
+        _, ct_state, acc = while_loop(lambda c: c[0] >= 0, back, (length - 1, ct_state, acc))
+        return s - 1, ct_state, acc
+
+    state0 = tree_map(lambda x: dynamic_index_in_dim(x, 0, keepdims=False), slots[0])
+    zeros = tree_map(fnp.zeros_like, (state0, (args, t1, ts)))
+    _, ct_state, (ct_args, ct_t1, ct_ts) = while_loop(
+        lambda c: c[0] >= 0, segment, ((n + every - 1) // every - 1,) + zeros)
+
+    def begin(y0, args, t0):
+        state = start(Problem(fun, solver, controller, t1, ts, args), t0, y0, dt0)
+        at_start = fnp.reshape(ts <= t0, fnp.shape(ts))
+        total = 0.0
+        for ct, y in zip(tree_leaves(ct_ys), tree_leaves(y0)):
+            mask = fnp.reshape(at_start, fnp.shape(at_start) + (1,) * fnp.ndim(y))
+            total = total + fnp.sum(fnp.where(mask, ct * y, 0.0))
+        return state, total
+    _, pullback = vjp(begin, y0, args, fnp.asarray(t0, dtype=float))
+    ct_y0, ct_args0, ct_t0 = pullback((ct_state, fnp.ones(())))
+    return ct_y0, tree_map(fnp.add, ct_args, ct_args0), ct_t0, ct_t1, ct_ts
+
+
+def _neg(tree):
+    return tree_map(fnp.negative, tree)
+
+
+def _forward(fun, solver, controller, max_steps, interval_steps, what, y0, ts, args):
+    """The solution at ``ts`` (``ts[0]`` the start: ``ys[0] = y0``)."""
+    ys, _, _, status, t_reached, _ = integrate(fun, solver, controller, ts[0], ts[-1], y0, args,
+                                            ts, None, max_steps, interval_steps)
+    raise_if_failed(status, t_reached, what)
+    return ys
+
+
+def solve_at_times(fun, solver, controller, y0, ts, args, *, max_steps, interval_steps=None,
+                   what="fgrad.ode.odeint"):
+    """The solution at the increasing times ``ts`` (``ts[0]`` the start), with
+    the `BacksolveAdjoint` derivative in ``y0``, ``ts`` and ``args``;
+    raises `fgrad.errors.IntegrationError` if a solve fails."""
+    config = (fun, solver, controller, max_steps, interval_steps, what)
+
+    @custom_vjp
+    def at_times(y0, ts, args):
+        return _forward(*config, y0, ts, args)
+
+    def fwd(y0, ts, args):
+        ys = _forward(*config, y0, ts, args)
+        return ys, (ys, ts, args)
+
+    def bwd(residuals, ct):
+        return _backward(*config, residuals, ct)
+    at_times.defvjp(fwd, bwd)
+    return at_times(y0, ts, args)
+
+
+def _backward(fun, solver, controller, max_steps, interval_steps, what, residuals, ct):
+    ys, ts, args = residuals
+    m = fnp.shape(ts)[0]
+
+    def adjoint_field(tau, state, args):
+        y, a, _, _ = state
+        y_dot, pullback = vjp(lambda y, t, args: fun(t, y, args), y, -tau, args)
+        a_y, a_t, a_args = pullback(a)
+        return _neg(y_dot), a_y, a_t, a_args
+
+    def at(tree, i):
+        return tree_map(lambda x: dynamic_index_in_dim(x, i, keepdims=False), tree)
+
+    def dot(a, b):
+        return sum(fnp.sum(x * y) for x, y in zip(tree_leaves(a), tree_leaves(b)))
+
+    def interval(carry, i):
+        a, t0_bar, args_bar = carry
+        t_i, t_before = at(ts, i), at(ts, i - 1)
+        t_bar = dot(fun(t_i, at(ys, i), args), at(ct, i))
+        state = (at(ys, i), a, t0_bar - t_bar, args_bar)
+        tau0, tau1 = -t_i, -t_before
+        _, state, _, status, t_reached, _ = integrate(
+            adjoint_field, solver, controller, tau0, tau1, state, args,
+            fnp.reshape(tau1, (1,)), None, max_steps, interval_steps)
+        raise_if_failed(status, -t_reached, what + " (the adjoint pass of its derivative)")
+        _, a, t0_bar, args_bar = state
+        a = tree_map(fnp.add, a, at(ct, i - 1))
+        return (a, t0_bar, args_bar), t_bar
+
+    start = (at(ct, m - 1), fnp.zeros(()), tree_map(fnp.zeros_like, args))
+    (a, t0_bar, args_bar), ts_bar = scan(interval, start, fnp.arange(m - 1, 0, -1))
+    ts_bar = fnp.concatenate([fnp.reshape(t0_bar, (1,)), fnp.flip(ts_bar, 0)])
+    return a, ts_bar, args_bar
