@@ -201,6 +201,12 @@ class ReverseTrace(Trace):
             self.recipes[node] = value
         return ReverseTracer(self, value, node)
 
+    def lift(self, value):
+        # a node no equation writes: its cotangent reaches nothing
+        node = self.num_nodes
+        self.num_nodes = node + 1
+        return ReverseTracer(self, value, node)
+
     def unwrap(self, args):
         """``(primals, input nodes)`` of ``args``: this trace's tracers give their
         primal and node; anything else is a constant (node None). The nodes are
@@ -451,7 +457,8 @@ def accumulate(total, ct):
     is a buffer we made; adding into it saves one array per fan-out, which is
     what keeps the peak memory of wide fan-out near a hand-written gradient.
     """
-    if (type(total) is type(ct) and getattr(total, "base", 0) is None
+    if (type(total) is type(ct) and not isinstance(total, Tracer)
+            and getattr(total, "base", 0) is None
             and sys.getrefcount(total) == _SOLE_OWNER
             # CuPy's flags have no `writeable` (its arrays always are)
             and getattr(total.flags, "writeable", True)

@@ -11,7 +11,7 @@ import numpy as _np
 
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
-from fgrad.numpy import _methods  # noqa: F401  (installs the array methods on tracers)
+from fgrad.numpy import _methods  # installs the array protocol on tracers
 from fgrad.numpy._array_likes import wrap_namespace as _wrap_namespace
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
@@ -429,33 +429,6 @@ def empty_like(prototype, dtype=None):
     return _creation.zeros_like(prototype, dtype)
 
 
-def _install_methods():
-    # array methods of tracers that call functions defined in this package
-    T = _Tracer
-    T.var = lambda self, axis=None, dtype=None, ddof=0, keepdims=False: var(
-        self, axis, dtype, ddof, keepdims)
-    T.std = lambda self, axis=None, dtype=None, ddof=0, keepdims=False: std(
-        self, axis, dtype, ddof, keepdims)
-    T.cumsum = lambda self, axis=None, dtype=None: cumsum(self, axis, dtype)
-    T.cumprod = lambda self, axis=None, dtype=None: cumprod(self, axis, dtype)
-    T.argmax = lambda self, axis=None, keepdims=False: argmax(self, axis, keepdims)
-    T.argmin = lambda self, axis=None, keepdims=False: argmin(self, axis, keepdims)
-    T.argsort = lambda self, axis=-1, kind=None: argsort(self, axis, kind)
-    T.all = lambda self, axis=None, keepdims=False: all(self, axis, keepdims)
-    T.any = lambda self, axis=None, keepdims=False: any(self, axis, keepdims)
-    T.clip = lambda self, min=None, max=None: clip(self, min, max)
-    T.round = lambda self, decimals=0: round(self, decimals)
-    T.swapaxes = lambda self, a, b: swapaxes(self, a, b)
-    T.repeat = lambda self, repeats, axis=None: repeat(self, repeats, axis)
-    T.diagonal = lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset,
-                                                                    axis1, axis2)
-    T.trace = lambda self, offset=0, axis1=0, axis2=1: trace(self, offset, axis1, axis2)
-    T.take = lambda self, indices, axis=None: take(self, indices, axis)
-    T.imag = property(lambda self: imag(self))
-    T.conjugate = lambda self: conj(self)
-
-
-_install_methods()
 
 # -- einsum and the products built on it, linalg, fft --------------------------------
 from fgrad.numpy import fft, linalg  # noqa: E402
@@ -474,5 +447,10 @@ _wrap_namespace(globals(), _SEQUENCE_FUNCTIONS)
 _wrap_namespace(linalg.__dict__, ("multi_dot",))
 _wrap_namespace(fft.__dict__, ())
 
+# The Array API standard's version this namespace answers for (NumPy's), and the
+# namespace tracers name in ``__array_namespace__``
+__array_api_version__ = _methods.API_VERSIONS[-1]
+
 # Tracers route NumPy's own functions (``np.sin(tracer)``) to this namespace.
 _Tracer.numpy_namespace = _sys.modules[__name__]
+_methods.install(_Tracer.numpy_namespace)

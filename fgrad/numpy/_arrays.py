@@ -93,10 +93,10 @@ def isrealobj(x):
 
 
 def copy(a):
-    """A copy of ``a``; arrays are immutable under transformations, so a traced
-    value is returned as is."""
+    """A copy of ``a``: of a traced value, a new tracer of the same value, which
+    an in-place update of either leaves the other without."""
     # a subclass is copied as a plain array (np.matrix) or refused (masked)
-    return a if isinstance(a, _Tracer) else _xp(a).copy(_plain_array(a))
+    return a.clone() if isinstance(a, _Tracer) else _xp(a).copy(_plain_array(a))
 
 
 # -- building arrays from sequences that may hold tracers --------------------------
@@ -106,7 +106,8 @@ def array(obj, dtype=None, copy=True):
     if isinstance(obj, (list, tuple)) and contains_tracer(obj):
         return _with_dtype(stack_nested(obj), dtype)
     if contains_tracer(obj):                # a tracer, or a device array
-        return _with_dtype(obj, dtype)
+        out = _with_dtype(obj, dtype)
+        return out.clone() if out is obj and copy and isinstance(out, _Tracer) else out
     return _np.array(obj, dtype=dtype, copy=copy)
 
 
@@ -121,7 +122,7 @@ def asarray(obj, dtype=None, *, like=None):
     array([1., 2.])
     """
     if contains_tracer(obj):                # traced, or device data (lists included)
-        return array(obj, dtype)
+        return array(obj, dtype, copy=False)
     if like is not None:
         out = asarray_on(module_of_leaves([like]), obj)
         return out if dtype is None else out.astype(dtype)
