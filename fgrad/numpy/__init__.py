@@ -13,6 +13,7 @@ from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy import _methods  # installs the array protocol on tracers
 from fgrad.numpy._array_likes import wrap_namespace as _wrap_namespace
+from fgrad.numpy._arrays import writable_like as _writable_like
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import float_steps as _float_steps
@@ -53,13 +54,14 @@ stop_gradient = _creation.stop_gradient
 
 
 def zeros_like(a, dtype=None):
-    """An array of zeros shaped like ``a`` (on its backend)."""
-    return _creation.zeros_like(a, dtype)
+    """An array of zeros shaped like ``a`` (on its backend); of a traced ``a``, a
+    tracer of its transformation, so that ``out[i] = v`` can update it."""
+    return _writable_like(a, _creation.zeros_like(a, dtype))
 
 
 def ones_like(a, dtype=None):
-    """An array of ones shaped like ``a`` (on its backend)."""
-    return _creation.ones_like(a, dtype)
+    """An array of ones shaped like ``a`` (on its backend), traced as `zeros_like`."""
+    return _writable_like(a, _creation.ones_like(a, dtype))
 
 
 # -- reductions ---------------------------------------------------------------
@@ -425,8 +427,8 @@ _SEQUENCE_FUNCTIONS = ("concatenate", "concat", "stack", "hstack", "vstack", "ds
 
 def empty_like(prototype, dtype=None):
     """Like ``numpy.empty_like``, but filled with zeros (there is no uninitialised
-    memory in a functional program)."""
-    return _creation.zeros_like(prototype, dtype)
+    memory in a functional program); traced as `zeros_like`."""
+    return zeros_like(prototype, dtype)
 
 
 

@@ -186,6 +186,18 @@ def full(shape, fill_value, dtype=None, order="C"):
     return _shape.broadcast_to(fill_value, shape)
 
 
+def writable_like(a, value):
+    """``value``, a new array made like ``a``, as a tracer of ``a``'s
+    transformation when ``a`` is traced.
+
+    NumPy's ``*_like`` make a new array that code goes on to write into
+    (``out = np.zeros_like(x); out[i] = ...``); a NumPy array cannot hold a
+    traced value, but a tracer can be given a new one by the update."""
+    if isinstance(a, _Tracer) and not isinstance(value, _Tracer):
+        return a.owner.lift(value)
+    return value
+
+
 def full_like(a, fill_value, dtype=None):
     """An array shaped like ``a`` filled with ``fill_value`` (which may be traced:
     its derivative flows, while ``a`` contributes only its shape and dtype).
@@ -194,11 +206,12 @@ def full_like(a, fill_value, dtype=None):
     array([3., 3.])
     """
     if not contains_tracer(fill_value):
-        return _creation.full_like(a, fill_value, dtype)
+        return writable_like(a, _creation.full_like(a, fill_value, dtype))
     aval = _get_aval(a)
     fill_value = _convert_element_type(lift(fill_value), aval.dtype if dtype is None
                                        else dtype)
-    return _shape.broadcast_to(fill_value, aval.shape)
+    # a new array, not a view of fill_value that an update would have to refuse
+    return _shape.broadcast_to(fill_value, aval.shape).clone()
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):

@@ -15,6 +15,8 @@ memory layout a traced value does not have) is refused with
 `ImmutableArrayError` when it is written into, or when its base is written
 into while it is alive: never a silently different result.
 """
+import sys as _sys
+
 import numpy as _np
 
 from fgrad.core.errors import ImmutableArrayError
@@ -37,6 +39,24 @@ def _fixed_view_message(view_prim):
             "follows only for views made by basic indexing (x[0], x[1:, ::2]). "
             "Take a copy first (y = x.T.copy(); y[idx] = v), or update the array "
             "itself and then view it again (x[idx] = v; y = x.T).")
+
+
+def _unreachable_base(link):
+    """Whether nothing but the view's link holds its base: then no one can see
+    the base change, and the view is as free to update as a new array (the
+    result of a function that reshapes a temporary, as NumPy's ``tile`` and
+    ``full_like`` return new arrays)."""
+    return _refs_of_base(link) <= _LINK_ONLY
+
+
+def _refs_of_base(link):
+    base = link[0]
+    return _sys.getrefcount(base)
+
+
+# the count `_unreachable_base` sees for a base its link alone holds, measured
+# the same way at import (interpreters count stack references differently)
+_LINK_ONLY = _refs_of_base((object(),))
 
 
 def _live_views(x):
@@ -75,6 +95,9 @@ def update(x, new):
     root = x
     link = getattr(root, "view_of", None)
     while link is not None:
+        if _unreachable_base(link):
+            del root.view_of
+            break
         if not _followable(link):
             raise ImmutableArrayError(_fixed_view_message(link[1]))
         base = link[0]
