@@ -283,3 +283,14 @@ def test_to_device_refuses_a_move_inside_a_transformation():
 def test_out_arguments_are_refused():
     with pytest.raises(ImmutableArrayError, match=r"out=.*y = x\.sum"):
         fgrad.grad(lambda a: a.sum(out=np.zeros(())))(X)
+
+
+def test_array_api_compat_finds_the_namespace():
+    compat = pytest.importorskip("array_api_compat")
+
+    def f(a):
+        xp = compat.array_namespace(a)
+        assert xp is fnp and compat.is_array_api_obj(a) and compat.device(a) == "cpu"
+        return xp.sum(a)
+    for transform in TRANSFORMS.values():
+        _assert_same(transform(f, X), np.sum(X))

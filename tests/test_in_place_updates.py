@@ -74,8 +74,15 @@ def mask_update(x):
     return y
 
 
+def filled_from_zeros(x):
+    y = fnp.zeros_like(x)                   # NumPy code's usual output buffer
+    for i in range(x.shape[0]):
+        y[i] = fnp.cumsum(x[i]) * (i + 1)
+    return y
+
+
 CASES = [set_row_and_scale, running_sum, update_the_input, in_place_methods,
-         through_views, mask_update]
+         through_views, mask_update, filled_from_zeros]
 
 
 @pytest.mark.parametrize("f", CASES, ids=lambda f: f.__name__)

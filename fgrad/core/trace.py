@@ -775,8 +775,9 @@ def note_view(out, base, prim, nargs, params):
     """Link ``out``, made by the view operation ``prim`` from ``base``, to it.
 
     A view operation with more operands than the base (index arrays) makes a
-    copy, as NumPy's advanced indexing does, and is not linked. Bases hold their views weakly, and drop the dead ones as the list doubles,
-    so a loop taking ``x[i]`` costs no more memory than its live views.
+    copy, as NumPy's advanced indexing does, and is not linked. Bases hold
+    their views weakly, and drop the dead ones as the list doubles, so a loop
+    taking ``x[i]`` costs no more memory than its live views.
     """
     if not (nargs == 1 and isinstance(out, Tracer) and isinstance(base, Tracer)
             and out.owner is base.owner):

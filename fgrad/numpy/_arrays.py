@@ -193,8 +193,9 @@ def writable_like(a, value):
     NumPy's ``*_like`` make a new array that code goes on to write into
     (``out = np.zeros_like(x); out[i] = ...``); a NumPy array cannot hold a
     traced value, but a tracer can be given a new one by the update."""
-    if isinstance(a, _Tracer) and not isinstance(value, _Tracer):
-        return a.owner.lift(value)
+    if isinstance(a, _Tracer) and not (isinstance(value, _Tracer)
+                                       and value.owner is a.owner):
+        return a.owner.lift(value)          # (an enclosing trace's value under jit)
     return value
 
 
