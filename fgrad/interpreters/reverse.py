@@ -142,6 +142,12 @@ def materialize(args, ans):
     return [a.compute() if type(a) is Recompute else a for a in args], ans
 
 
+def _array_nbytes(x):
+    # an enclosing transformation's tracer answers nbytes too, but is kept
+    # whole: what the compiled sweep stages from it needs the tracer
+    return -1 if isinstance(x, Tracer) else getattr(x, "nbytes", -1)
+
+
 def _prune(prim, in_nodes, primals, ans):
     """Replace the large arrays the VJP will not read by their abstract values.
 
@@ -154,12 +160,12 @@ def _prune(prim, in_nodes, primals, ans):
     keep_args, keep_ans = prim.residuals(tuple([n is not None for n in in_nodes]))
     saved = primals
     for i, p in enumerate(primals):
-        if i not in keep_args and getattr(p, "nbytes", -1) >= threshold \
+        if i not in keep_args and _array_nbytes(p) >= threshold \
                 and p.dtype.kind in "fc":
             if saved is primals:
                 saved = list(primals)
             saved[i] = get_aval(p)
-    if not keep_ans and getattr(ans, "nbytes", -1) >= threshold:
+    if not keep_ans and _array_nbytes(ans) >= threshold:
         ans = get_aval(ans)
     return saved, ans
 
@@ -332,10 +338,16 @@ class ReverseTrace(Trace):
         if prim.vjp_reads is not None and self.prune_residuals:
             # most operations are on small arrays, where there is nothing worth
             # dropping: tested here, before any call
-            large = getattr(ans, "nbytes", -1) >= PRUNE_MIN_BYTES
+            large = (ans.nbytes if ans.__class__ is np.ndarray
+                     else _array_nbytes(ans)) >= PRUNE_MIN_BYTES
             if not large:
                 for p in primals:
-                    if getattr(p, "nbytes", -1) >= PRUNE_MIN_BYTES:
+                    kind = p.__class__
+                    if kind is np.ndarray:
+                        if p.nbytes >= PRUNE_MIN_BYTES:
+                            large = True
+                            break
+                    elif kind not in PY_SCALARS and _array_nbytes(p) >= PRUNE_MIN_BYTES:
                         large = True
                         break
             if large:
