@@ -213,3 +213,16 @@ def test_updating_an_enclosing_transformations_value_is_refused():
         return fnp.sum(fgrad.grad(inner)(x) * y)
     with pytest.raises(ImmutableArrayError, match=r"enclosing transformation.*x\.copy"):
         fgrad.grad(outer)(X)
+
+
+def test_a_pullback_reads_the_values_of_its_forward_pass():
+    # vjp's pullback and linearize's jvp_fn run after the caller updated w
+    x0 = np.array([1.0, 2.0])
+
+    def outer(w):
+        _, pullback = fgrad.vjp(lambda x: x * w, x0)     # holds w as a residual
+        _, f_jvp = fgrad.linearize(lambda x: x ** 2, w)  # linearized at w
+        w[0] = 100.0                        # after both were made
+        return fnp.sum(pullback(np.ones(2))[0] + f_jvp(np.ones(2)))
+    # pullback(1) = w and f_jvp(1) = 2 w, both at w as it was: d/dw = 1 + 2
+    np.testing.assert_allclose(fgrad.grad(outer)(np.array([3.0, 4.0])), [3.0, 3.0])

@@ -213,6 +213,20 @@ class ReverseTrace(Trace):
         self.num_nodes = node + 1
         return ReverseTracer(self, value, node)
 
+    def keep_enclosing_values(self):
+        """Give each equation its own tracer of every enclosing transformation's
+        value it holds (a clone), for a graph that outlives the call (a vjp's
+        pullback): the caller may then update the tracer in place (``w[0] = 1``),
+        and the sweep must still read the value the forward pass read."""
+        for k, (prim, in_nodes, node, args, ans, params) in enumerate(self.eqns):
+            if any(isinstance(a, Tracer) for a in args):
+                args = [a.clone() if isinstance(a, Tracer) else a for a in args]
+            if isinstance(ans, Tracer):
+                ans = ans.clone()
+            elif type(ans) is tuple and any(isinstance(a, Tracer) for a in ans):
+                ans = tuple(a.clone() if isinstance(a, Tracer) else a for a in ans)
+            self.eqns[k] = (prim, in_nodes, node, args, ans, params)
+
     def unwrap(self, args):
         """``(primals, input nodes)`` of ``args``: this trace's tracers give their
         primal and node; anything else is a constant (node None). The nodes are
