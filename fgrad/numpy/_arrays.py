@@ -211,8 +211,9 @@ def full_like(a, fill_value, dtype=None):
     aval = _get_aval(a)
     fill_value = _convert_element_type(lift(fill_value), aval.dtype if dtype is None
                                        else dtype)
+    out = _shape.broadcast_to(fill_value, aval.shape)
     # a new array, not a view of fill_value that an update would have to refuse
-    return _shape.broadcast_to(fill_value, aval.shape).clone()
+    return out.clone() if isinstance(out, _Tracer) else out
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
