@@ -7,7 +7,7 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.errors import ImmutableArrayError
+from fgrad.errors import ImmutableArrayError, NumpyFunctionError
 from fgrad.testing import check_grads
 
 X = np.array([[0.3, -1.2, 2.5, 0.7],
@@ -226,3 +226,12 @@ def test_a_pullback_reads_the_values_of_its_forward_pass():
         return fnp.sum(pullback(np.ones(2))[0] + f_jvp(np.ones(2)))
     # pullback(1) = w and f_jvp(1) = 2 w, both at w as it was: d/dw = 1 + 2
     np.testing.assert_allclose(fgrad.grad(outer)(np.array([3.0, 4.0])), [3.0, 3.0])
+
+
+def test_writing_a_traced_value_into_a_numpy_array_names_the_ways_out():
+    def f(x):
+        out = np.zeros(3)                   # a NumPy array: it cannot hold a tracer
+        out[:2] = x[:2]
+        return fnp.sum(out)
+    with pytest.raises(NumpyFunctionError, match=r"out\[i\] = x.*fnp\.zeros_like\(x\)"):
+        fgrad.grad(f)(X[0])
