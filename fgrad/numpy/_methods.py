@@ -241,10 +241,10 @@ def install(fnp):
 
     def put(self, indices, values, mode="raise"):
         flat = shape.reshape(self, (-1,))
-        count = np.size(indices)
-        values = fnp.resize(fnp.asarray(values), (count,))
-        flat = indexing.set_at(flat, fnp.reshape(fnp.asarray(indices), (-1,)),
-                               fnp.astype(values, self.dtype))
+        indices = fnp.reshape(fnp.asarray(indices), (-1,))
+        # values repeat cyclically over the indices, as in NumPy
+        values = fnp.resize(fnp.asarray(values), indices.shape)
+        flat = indexing.set_at(flat, indices, fnp.astype(values, self.dtype))
         _updates.update(self, shape.reshape(flat, self.shape))
 
     def resize(self, *new_shape, refcheck=True):
