@@ -165,6 +165,16 @@ def test_writing_into_a_base_with_a_live_transposed_view_is_refused():
         fgrad.grad(f)(X)
 
 
+def test_a_view_of_a_temporary_view_still_reaches_the_base():
+    def f(x):
+        y = x.copy()
+        v = y[None].squeeze(0)              # a reshape of a view nothing else holds
+        v[0] = 0.0                          # in NumPy, y changes too
+        return fnp.sum(y)
+    with pytest.raises(ImmutableArrayError, match=r"view made by 'reshape'"):
+        fgrad.jit(f)(X)
+
+
 def test_a_dead_view_does_not_stop_an_update():
     def f(x):
         y = x.copy()

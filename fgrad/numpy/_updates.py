@@ -42,11 +42,13 @@ def _fixed_view_message(view_prim):
 
 
 def _unreachable_base(link):
-    """Whether nothing but the view's link holds its base: then no one can see
-    the base change, and the view is as free to update as a new array (the
-    result of a function that reshapes a temporary, as NumPy's ``tile`` and
-    ``full_like`` return new arrays)."""
-    return _refs_of_base(link) <= _LINK_ONLY
+    """Whether nothing but the view's link holds its base, and that base is
+    no view itself: then no one can see the base change, and the view is as
+    free to update as a new array (the result of a function that reshapes a
+    temporary, as NumPy's ``tile`` returns a new array). A base that is a
+    view (``x[None].squeeze(0)``) passes the update on to its own base."""
+    return _refs_of_base(link) <= _LINK_ONLY and \
+        getattr(link[0], "view_of", None) is None
 
 
 def _refs_of_base(link):
