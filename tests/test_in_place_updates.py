@@ -245,3 +245,18 @@ def test_writing_a_traced_value_into_a_numpy_array_names_the_ways_out():
         return fnp.sum(out)
     with pytest.raises(NumpyFunctionError, match=r"out\[i\] = x.*fnp\.zeros_like\(x\)"):
         fgrad.grad(f)(X[0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda y: y.copy(), lambda y: +y, lambda y: y.astype(y.dtype), lambda y: fnp.copy(y),
+    lambda y: fnp.array(y), lambda y: fnp.astype(y, y.dtype), lambda y: fnp.positive(y),
+    lambda y: fnp.concatenate([y]), lambda y: fnp.vstack([y]), lambda y: y.flatten()[None],
+], ids=["copy", "pos", "astype", "fnp.copy", "fnp.array", "fnp.astype", "positive",
+        "concatenate", "vstack", "flatten"])
+def test_functions_that_return_a_new_array_in_numpy_return_a_new_tracer(make):
+    def f(x):
+        y = x * 1.0
+        z = make(y)
+        z[0, 0] = -1.0                      # leaves y as it is, as in NumPy
+        return fnp.stack([y, z.reshape(y.shape)])
+    _all_transforms(f, X)

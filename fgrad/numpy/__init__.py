@@ -14,6 +14,7 @@ from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy import _methods  # installs the array protocol on tracers
 from fgrad.numpy._array_likes import wrap_namespace as _wrap_namespace
 from fgrad.numpy._arrays import writable_like as _writable_like
+from fgrad.numpy._manipulation import join as _join
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import float_steps as _float_steps
@@ -147,8 +148,8 @@ expand_dims, squeeze = _shape.expand_dims, _shape.squeeze
 
 
 def concatenate(arrays, axis=0):
-    """Join arrays along an existing axis."""
-    return _shape.concatenate(arrays, axis)
+    """Join arrays along an existing axis (a new array, also of one array)."""
+    return _join(arrays, axis)
 
 
 def stack(arrays, axis=0):
@@ -157,8 +158,11 @@ def stack(arrays, axis=0):
 
 
 def astype(x, dtype):
-    """``x`` converted to ``dtype``."""
-    return _ew.convert_element_type(x, dtype)
+    """``x`` converted to ``dtype``: a new array, as NumPy's (``copy=True``)."""
+    out = _ew.convert_element_type(x, dtype)
+    if out is x and hasattr(x, "copy"):
+        return x.clone() if isinstance(x, _Tracer) else x.copy()
+    return out
 
 
 # -- products ---------------------------------------------------------------------

@@ -224,10 +224,9 @@ def install(fnp):
         return fnp.reshape(self, new, order=order)
 
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
-        out = fnp.astype(self, dtype)
-        # NumPy copies unless told not to: a new tracer, which an update of
-        # either leaves the other without
-        return out.clone() if out is self and copy else out
+        if not copy and self.dtype == dtype:
+            return self                     # NumPy's astype(copy=False): x itself
+        return fnp.astype(self, dtype)      # a new tracer, as NumPy copies
 
     # in-place methods: the tracer takes the new value (fgrad.numpy._updates)
     def sort(self, axis=-1, kind=None, order=None, *, stable=None):
