@@ -29,6 +29,7 @@ from fgrad.core.errors import DaskArgumentError as DaskArgumentError
 from fgrad.core.errors import DeviceError as DeviceError
 from fgrad.core.errors import FgradError as FgradError
 from fgrad.core.errors import ImmutableArrayError as ImmutableArrayError
+from fgrad.core.errors import MemoryLayoutError as MemoryLayoutError
 from fgrad.core.errors import ImplicitSolveError as ImplicitSolveError
 from fgrad.core.errors import IndexUpdateError as IndexUpdateError
 from fgrad.core.errors import IntegrationError as IntegrationError
@@ -66,6 +67,7 @@ __all__ = [
     "BackendMismatchError",
     "ArgnumError",
     "ImmutableArrayError",
+    "MemoryLayoutError",
     "TracerLeakError",
     "CustomRuleError",
     "NumpyFunctionError",

@@ -315,6 +315,7 @@ convert_element_type_p.def_jvp(lambda t, ans, x, dtype: convert_element_type(t, 
 convert_element_type_p.batch = unary_batch_rule(convert_element_type_p)
 
 real_p = _ufunc_primitive("real")
+real_p.makes_view = True              # x.real is a view of a complex x in NumPy
 real_p.def_vjp(lambda ct, ans, x: cast_like(ct, get_aval(x)), reads=[set()])
 real_p.def_jvp(lambda t, ans, x: real(t))
 

@@ -102,6 +102,8 @@ def _getitem_impl(x, *idx, spec):
 
 
 getitem_p = Primitive("getitem", _getitem_impl, _index_abstract, family=FAMILY)
+# a view in NumPy when the index is basic (no index arrays: see `note_view`)
+getitem_p.makes_view = True
 getitem_p.lowering = lambda xp, spec: operator.itemgetter(build_index(spec, ())) \
     if not any(item[0] == "array" for item in spec) else None
 getitem_p.def_vjp(lambda ct, ans, x, *idx, spec:

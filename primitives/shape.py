@@ -30,6 +30,8 @@ def _reshape_abstract(x, shape):
 reshape_p = Primitive("reshape", lambda x, shape: array_module(x).reshape(x, shape),
                       _reshape_abstract, family=FAMILY)
 reshape_p.lowering = lambda xp, shape: operator.methodcaller("reshape", shape)
+# views in NumPy (see `Primitive.makes_view`): so are transpose and broadcast_to
+reshape_p.makes_view = True
 reshape_p.def_vjp(lambda ct, ans, x, shape: reshape(ct, get_aval(x).shape), reads=[set()])
 reshape_p.def_jvp(lambda t, ans, x, shape: reshape(t, shape))
 
@@ -57,6 +59,7 @@ def _transpose_abstract(x, axes):
 transpose_p = Primitive("transpose",
                         lambda x, axes: array_module(x).transpose(x, axes),
                         _transpose_abstract, family=FAMILY)
+transpose_p.makes_view = True
 transpose_p.lowering = lambda xp, axes: operator.methodcaller("transpose", axes)
 transpose_p.def_vjp(lambda ct, ans, x, axes: transpose(
     ct, tuple(sorted(range(len(axes)), key=axes.__getitem__))), reads=[set()])
@@ -99,6 +102,7 @@ def _unbroadcast(ct, ans, x, shape):
     return unbroadcast(ct, x)
 
 
+broadcast_to_p.makes_view = True
 broadcast_to_p.lowering = lambda xp, shape: functools.partial(xp.broadcast_to, shape=shape)
 broadcast_to_p.def_vjp(_unbroadcast, reads=[set()])
 broadcast_to_p.def_jvp(lambda t, ans, x, shape: broadcast_to(t, shape))

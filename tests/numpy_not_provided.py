@@ -23,8 +23,8 @@ REASONS = {
         "format_float_positional format_float_scientific",
     "Dates and business days": "datetime64 timedelta64 datetime_as_string datetime_data "
         "busday_count busday_offset busdaycalendar is_busday isnat",
-    "In-place writes into an argument (fgrad arrays are immutable: use "
-    "`fgrad.at(x)[idx].set(v)`)":
+    "In-place writes into an argument, not yet provided as functions (write "
+    "`x[idx] = v` or `x.put(i, v)` on the traced array, or `fgrad.at(x)[idx].set(v)`)":
         "copyto fill_diagonal place put putmask put_along_axis",
     "Memory layout, views and iteration machinery (no meaning for traced values)":
         "ascontiguousarray asfortranarray asanyarray require isfortran "

@@ -26,6 +26,7 @@ METADATA = {
     "errstate",            # a context manager over floating-point flags
     "broadcast_shapes",    # shape tuples in, shape tuple out
     "result_type",         # dtype promotion, called on dtypes or 0-d dummies
+    "can_cast",            # casting rules between two dtypes
     "exceptions.AxisError",  # an exception class
     "finfo", "iinfo",      # limits of a dtype
 }

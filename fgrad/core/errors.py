@@ -43,7 +43,17 @@ class ArgnumError(FgradError, ValueError):
 
 
 class ImmutableArrayError(FgradError, TypeError):
-    """In-place assignment on a traced array; use ``fgrad.at(x)[idx].set(v)``."""
+    """An in-place update of a traced array (``x[idx] = v``, ``x += y``) that fgrad
+    cannot carry out as NumPy would: a write through a view it cannot follow
+    (``y = x.T; y[0] = 1``), a dtype NumPy would refuse to store, or an update
+    of an enclosing transformation's value inside an inner one. Updates fgrad
+    can follow rebind the tracer to a new value and write no array's data."""
+
+
+class MemoryLayoutError(FgradError, TypeError):
+    """A traced array was asked about its memory (``strides``, ``flags``,
+    ``ctypes``, ``data``) or to reinterpret it (``view(dtype)``, ``byteswap``):
+    a traced value has none of its own."""
 
 
 class TracerLeakError(FgradError, RuntimeError):

@@ -15,6 +15,7 @@ import contextlib
 import os
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -194,6 +195,12 @@ class Primitive:
     np.float64(6.0)
     """
 
+    # whether NumPy's version of it returns a view of its first operand (basic
+    # indexing, reshape, transpose): `bind` then links the result to that
+    # operand, so an in-place update of either reaches the other as it does in
+    # NumPy (`fgrad.numpy`'s ``__setitem__`` reads the links)
+    makes_view = False
+
     def __init__(self, name, impl=None, abstract=None, *, multiple_results=False,
                  nondiff=False, family=None, register=True):
         self.name = name
@@ -235,6 +242,9 @@ class Primitive:
             return self.impl(*args, **params)
         if not top.active:
             raise TracerLeakError(_leak_message(self))
+        if self.makes_view:
+            return note_view(top.process(self, args, params), args[0], self, len(args),
+                             params)
         return top.process(self, args, params)
 
     def residuals(self, needed):
@@ -410,6 +420,11 @@ class Trace:
     def process(self, prim, args, params):
         raise NotImplementedError
 
+    def lift(self, value):
+        """A tracer of this trace standing for ``value``, a constant or an
+        enclosing trace's tracer (what `Tracer.rebind` gives a new value)."""
+        raise NotImplementedError
+
     def binary_into_operand(self, prim, x, y):
         """``prim(x, y)`` written into the buffer of ``x``, a tracer of this
         trace that no one can reach after the call, or None to bind as usual."""
@@ -493,8 +508,11 @@ class Tracer:
     """
 
     # ``owner``: the trace this tracer belongs to (each interpreter compares it
-    # with itself to tell its own tracers from an enclosing transformation's)
-    __slots__ = ("owner",)
+    # with itself to tell its own tracers from an enclosing transformation's).
+    # ``view_of`` (set on views only): ``(base, primitive, params)`` of the
+    # view operation that made it from the tracer ``base`` (`note_view`);
+    # ``views`` (set on bases only): weak references to the views made of it.
+    __slots__ = ("owner", "view_of", "views", "__weakref__")
     # above ndarray's, so `ndarray + tracer` defers to the tracer's operators
     __array_priority__ = 1000
     # the namespace NumPy functions called on a tracer are looked up in; set by
@@ -535,12 +553,6 @@ class Tracer:
             raise TypeError("iteration over a 0-d traced array")
         return (self[i] for i in range(self.aval.shape[0]))
 
-    def __setitem__(self, index, value):
-        raise ImmutableArrayError(
-            "fgrad arrays are immutable inside transformations, so `x[idx] = v` is "
-            "not allowed. Use the functional update `x = fgrad.at(x)[idx].set(v)` "
-            "(or .add(v) / .multiply(v)), which returns a new array.")
-
     # Python conversions need a concrete value; eager traces have one.
     def __bool__(self):
         return bool(self.concrete())
@@ -557,11 +569,73 @@ class Tracer:
     def __index__(self):
         return int(self.concrete())
 
-    def item(self):
-        return self.concrete().item()
+    def value_for(self, how):
+        """The concrete value behind the tracer, for a conversion named by ``how``
+        (``".item()"``) that would leave fgrad; each trace refuses in its own
+        words where there is no such value or it would drop a derivative."""
+        return self.concrete()
+
+    def item(self, *args):
+        return self.value_for(".item()").item(*args)
 
     def tolist(self):
-        return self.concrete().tolist()
+        return self.value_for(".tolist()").tolist()
+
+    # -- in-place updates: a tracer is a name that can be given a new value ------
+
+    def clone(self):
+        """A second tracer of the same value (what ``x.copy()`` returns): giving
+        one of them a new value (`rebind`) leaves the other as it is."""
+        twin = _new_object(type(self))
+        for slot in value_slots(type(self)):
+            setattr(twin, slot, getattr(self, slot))
+        return twin
+
+    def rebind(self, value):
+        """Make this tracer stand for ``value`` from now on, as ``x[idx] = v`` and
+        ``x += y`` make NumPy's ``x`` hold a new value: every holder of this
+        tracer object sees it, and no array's data is written. Only a tracer of
+        the innermost transformation can be rebound: an enclosing one's may be
+        held by the inner transformation as a constant it has already read."""
+        trace = self.owner
+        stack = trace_state.trace_stack
+        if not trace.active:
+            raise TracerLeakError("an in-place update was applied to a tracer that "
+                                  "escaped the transformation that created it. Return "
+                                  "the value from the transformed function instead.")
+        if stack[-1] is not trace:
+            raise ImmutableArrayError(
+                f"an in-place update (x[idx] = v, x += y) of a traced array ({self.aval}) "
+                "that belongs to an enclosing transformation, inside an inner one "
+                "(a grad, jit, vmap or lax body called within it) that may already have "
+                "read its value. Update a copy made inside the inner function instead: "
+                "y = x.copy(); y[idx] = v, or y = fgrad.at(x)[idx].set(v).")
+        if not (type(value) is type(self) and value.owner is trace):
+            value = trace.lift(value)
+        for slot in value_slots(type(self)):
+            setattr(self, slot, getattr(value, slot))
+
+    def carried(self):
+        """The array (or inner tracer) this tracer carries, or None where it
+        has none (staged by jit)."""
+        return None
+
+    @property
+    def device(self):
+        """The device of the data under every layer of tracers, as the Array
+        API standard's ``x.device``: ``"cpu"`` for NumPy data, CuPy's device for
+        CuPy data; a value staged by jit runs where its inputs are, and answers
+        ``"cpu"`` as NumPy does."""
+        value = self
+        while isinstance(value, Tracer):
+            value = value.carried()
+        return getattr(value, "device", "cpu")
+
+    @property
+    def base(self):
+        """The traced array this one is a view of (as ``ndarray.base``), or None."""
+        link = getattr(self, "view_of", None)
+        return None if link is None else link[0]
 
     def __array__(self, dtype=None, copy=None):
         if Tracer.deferring_callers and dtype is None and \
@@ -581,7 +655,10 @@ class Tracer:
             f"a traced array ({self.aval}) cannot be converted to a NumPy array: "
             "that would drop its derivative silently. Use fgrad.numpy functions "
             "on it (import fgrad.numpy as fnp), or fgrad.stop_gradient(x) and "
-            "then convert if you mean to treat it as a constant.")
+            "then convert if you mean to treat it as a constant. Writing it into a "
+            "NumPy array (out[i] = x) converts it too: make out with "
+            "fnp.zeros_like(x), a traced array that takes the update, or write "
+            "out = fgrad.at(out)[i].set(x).")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         fnp = Tracer.numpy_namespace
@@ -656,25 +733,22 @@ class EagerTracer(Tracer):
     def concrete(self):
         return full_lower(self.primal)
 
+    def carried(self):
+        return self.primal
+
     # A Python number made from a value being differentiated would carry no
     # derivative: refuse instead of returning a silent zero (JAX's choice).
     # Integer and boolean values carry none, so they still convert.
     def __float__(self):
-        return float(self._derivative_free("float()"))
+        return float(self.value_for("float()"))
 
     def __int__(self):
-        return int(self._derivative_free("int()"))
+        return int(self.value_for("int()"))
 
     def __complex__(self):
-        return complex(self._derivative_free("complex()"))
+        return complex(self.value_for("complex()"))
 
-    def item(self):
-        return self._derivative_free(".item()").item()
-
-    def tolist(self):
-        return self._derivative_free(".tolist()").tolist()
-
-    def _derivative_free(self, how):
+    def value_for(self, how):
         if self.dtype.kind in "fc":
             raise DerivativeConversionError(
                 f"{how} of an array that is being differentiated ({self.aval}) "
@@ -683,6 +757,44 @@ class EagerTracer(Tracer):
                 "float(fnp.sum(x))), or call fgrad.stop_gradient(x) first if it "
                 "is meant to be a constant.")
         return self.concrete()
+
+
+_new_object = object.__new__
+_VALUE_SLOTS = {}
+
+
+def value_slots(cls):
+    """The slots of a tracer class that hold its value (all but the view links):
+    what `Tracer.clone` copies and `Tracer.rebind` replaces."""
+    slots = _VALUE_SLOTS.get(cls)
+    if slots is None:
+        slots = _VALUE_SLOTS[cls] = tuple(
+            slot for klass in cls.__mro__ for slot in getattr(klass, "__slots__", ())
+            if slot not in ("view_of", "views", "__weakref__"))
+    return slots
+
+
+def note_view(out, base, prim, nargs, params):
+    """Link ``out``, made by the view operation ``prim`` from ``base``, to it.
+
+    A view operation with more operands than the base (index arrays) makes a
+    copy, as NumPy's advanced indexing does, and is not linked. Bases hold
+    their views weakly, and drop the dead ones as the list doubles, so a loop
+    taking ``x[i]`` costs no more memory than its live views.
+    """
+    if not (nargs == 1 and isinstance(out, Tracer) and isinstance(base, Tracer)
+            and out.owner is base.owner):
+        return out
+    out.view_of = (base, prim, params)
+    try:
+        views = base.views
+    except AttributeError:
+        views = base.views = []
+    views.append(weakref.ref(out))
+    n = len(views)
+    if n >= 16 and n & (n - 1) == 0:
+        views[:] = [ref for ref in views if ref() is not None]
+    return out
 
 
 def _suggestion(name, method):

@@ -13,14 +13,14 @@ import functools
 import warnings
 
 from fgrad.core.errors import BatchedConversionError, LoopBatchingWarning
-from fgrad.core.trace import EagerTracer, ShapedArray, Trace, Tracer, new_trace
+from fgrad.core.trace import EagerTracer, ShapedArray, Trace, Tracer, get_aval, new_trace
 from fgrad.interpreters import callbacks
 from fgrad.interpreters.custom_rules import top_trace
 from fgrad.interpreters.staging import eval_graph, stage
 from fgrad.primitives.batching import axis_size, batch_to_front, move_axis, not_mapped
 from fgrad.primitives.indexing import getitem_p
 from fgrad.primitives.reductions import sum_
-from fgrad.primitives.shape import stack
+from fgrad.primitives.shape import broadcast_to, stack
 
 __all__ = ["BatchTrace", "BatchTracer", "batch_graph", "not_mapped"]
 
@@ -82,11 +82,11 @@ class BatchTracer(Tracer):
         raise BatchedConversionError(_conversion_message("use as a Python index",
                                                          self.aval))
 
-    def item(self):
-        raise BatchedConversionError(_conversion_message(".item()", self.aval))
+    def carried(self):
+        return self.val
 
-    def tolist(self):
-        raise BatchedConversionError(_conversion_message(".tolist()", self.aval))
+    def value_for(self, how):
+        raise BatchedConversionError(_conversion_message(how, self.aval))
 
     def __repr__(self):
         return f"BatchTracer({self.aval}, batch_dim={self.batch_dim}, val={self.val!r})"
@@ -112,6 +112,11 @@ class BatchTrace(Trace):
                 vals.append(a)
                 dims.append(not_mapped)
         return vals, dims
+
+    def lift(self, value):
+        # every example holds the same value: broadcast along a new front axis
+        shape = (self.axis_size,) + get_aval(value).shape
+        return BatchTracer(self, broadcast_to(value, shape), 0)
 
     def wrap(self, val, dim):
         """A batch tracer for ``val`` batched along ``dim`` (``val`` itself if None)."""

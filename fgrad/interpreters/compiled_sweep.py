@@ -359,7 +359,8 @@ def compiled_sweep(trace, seed_node, seed_dtype, inputs, xp, cache, compile_now=
                 entry = cache.get(key, entry)   # installed already if built at once
             else:
                 final = cache.compile_fused is None or \
-                    sum(getattr(x, "nbytes", 0) for x in inputs) < FUSED_MIN_BYTES
+                    sum(getattr(x, "nbytes", 0) for x in inputs
+                        if not isinstance(x, Tracer)) < FUSED_MIN_BYTES
                 entry = (cache.compile(graph, xp, donated=donated), reached, out_batched,
                          final)
                 remember(cache, key, entry)
@@ -401,6 +402,9 @@ def large_enough(leaves):
     """Whether differentiated inputs ``leaves`` are worth a compiled sweep."""
     total = 0
     for x in leaves:
-        total += getattr(x, "nbytes", 0)
+        # arrays' bytes: another transformation's tracers (which answer nbytes
+        # too) are never worth compiling for here
+        if not isinstance(x, Tracer):
+            total += getattr(x, "nbytes", 0)
     return total >= MIN_BYTES and total > 0
 

@@ -6,6 +6,7 @@ so symbolic zeros cost nothing and `fgrad.jvp` instantiates them only at the end
 from fgrad.core.errors import CustomRuleError, MissingRuleError
 from fgrad.core.trace import EagerTracer, Trace, Tracer, Zero, get_aval, missing_rule_message
 from fgrad.interpreters.custom_rules import call_jvp_rule, refuse_closures
+from fgrad.primitives.creation import zeros_like
 
 
 class JVPTracer(EagerTracer):
@@ -35,6 +36,11 @@ class JVPTrace(Trace):
                 primals.append(a)
                 tangents.append(Zero.like(a))
         return primals, tangents
+
+    def lift(self, value):
+        # a tracer with a tangent of real zeros: the one place forward mode
+        # wraps a constant, since the tracer object must stay a tracer
+        return JVPTracer(self, value, zeros_like(value))
 
     def process(self, prim, args, params):
         primals, tangents = self.unwrap(args)

@@ -146,6 +146,12 @@ def materialize(args, ans):
     return [a.compute() if type(a) is Recompute else a for a in args], ans
 
 
+def _array_nbytes(x):
+    # an enclosing transformation's tracer answers nbytes too, but is kept
+    # whole: what the compiled sweep stages from it needs the tracer
+    return -1 if isinstance(x, Tracer) else getattr(x, "nbytes", -1)
+
+
 def _prune(prim, in_nodes, primals, ans):
     """Replace the large arrays the VJP will not read by their abstract values.
 
@@ -158,12 +164,12 @@ def _prune(prim, in_nodes, primals, ans):
     keep_args, keep_ans = prim.residuals(tuple([n is not None for n in in_nodes]))
     saved = primals
     for i, p in enumerate(primals):
-        if i not in keep_args and getattr(p, "nbytes", -1) >= threshold \
+        if i not in keep_args and _array_nbytes(p) >= threshold \
                 and p.dtype.kind in "fc":
             if saved is primals:
                 saved = list(primals)
             saved[i] = get_aval(p)
-    if not keep_ans and getattr(ans, "nbytes", -1) >= threshold:
+    if not keep_ans and _array_nbytes(ans) >= threshold:
         ans = get_aval(ans)
     return saved, ans
 
@@ -204,6 +210,26 @@ class ReverseTrace(Trace):
         if value.__class__ is np.ndarray:
             self.recipes[node] = value
         return ReverseTracer(self, value, node)
+
+    def lift(self, value):
+        # a node no equation writes: its cotangent reaches nothing
+        node = self.num_nodes
+        self.num_nodes = node + 1
+        return ReverseTracer(self, value, node)
+
+    def keep_enclosing_values(self):
+        """Give each equation its own tracer of every enclosing transformation's
+        value it holds (a clone), for a graph that outlives the call (a vjp's
+        pullback): the caller may then update the tracer in place (``w[0] = 1``),
+        and the sweep must still read the value the forward pass read."""
+        for k, (prim, in_nodes, node, args, ans, params) in enumerate(self.eqns):
+            if any(isinstance(a, Tracer) for a in args):
+                args = [a.clone() if isinstance(a, Tracer) else a for a in args]
+            if isinstance(ans, Tracer):
+                ans = ans.clone()
+            elif type(ans) is tuple and any(isinstance(a, Tracer) for a in ans):
+                ans = tuple(a.clone() if isinstance(a, Tracer) else a for a in ans)
+            self.eqns[k] = (prim, in_nodes, node, args, ans, params)
 
     def unwrap(self, args):
         """``(primals, input nodes)`` of ``args``: this trace's tracers give their
@@ -330,10 +356,16 @@ class ReverseTrace(Trace):
         if prim.vjp_reads is not None and self.prune_residuals:
             # most operations are on small arrays, where there is nothing worth
             # dropping: tested here, before any call
-            large = getattr(ans, "nbytes", -1) >= PRUNE_MIN_BYTES
+            large = (ans.nbytes if ans.__class__ is np.ndarray
+                     else _array_nbytes(ans)) >= PRUNE_MIN_BYTES
             if not large:
                 for p in primals:
-                    if getattr(p, "nbytes", -1) >= PRUNE_MIN_BYTES:
+                    kind = p.__class__
+                    if kind is np.ndarray:
+                        if p.nbytes >= PRUNE_MIN_BYTES:
+                            large = True
+                            break
+                    elif kind not in PY_SCALARS and _array_nbytes(p) >= PRUNE_MIN_BYTES:
                         large = True
                         break
             if large:
@@ -457,7 +489,8 @@ def accumulate(total, ct):
     is a buffer we made; adding into it saves one array per fan-out, which is
     what keeps the peak memory of wide fan-out near a hand-written gradient.
     """
-    if (type(total) is type(ct) and getattr(total, "base", 0) is None
+    if (type(total) is type(ct) and not isinstance(total, Tracer)
+            and getattr(total, "base", 0) is None
             and sys.getrefcount(total) == _SOLE_OWNER
             # CuPy's flags have no `writeable` (its arrays always are)
             and getattr(total.flags, "writeable", True)

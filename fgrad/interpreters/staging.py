@@ -32,17 +32,20 @@ from fgrad.interpreters.sources import describe_source, user_source
 
 
 class StagingTracer(Tracer):
-    """A staged value: an abstract value and the graph variable that holds it."""
+    """A staged value: an abstract value and the graph variable that holds it.
 
-    __slots__ = ("var",)
+    The variable is ``graph_var``, not ``var``: ``x.var()`` is NumPy's
+    variance, which every tracer has."""
+
+    __slots__ = ("graph_var",)
 
     def __init__(self, trace, var):
         self.owner = trace
-        self.var = var
+        self.graph_var = var
 
     @property
     def aval(self):
-        return self.var.aval
+        return self.graph_var.aval
 
     def concrete(self):
         raise ConcretizationError(concretization_message(self, "its concrete value"))
@@ -63,11 +66,8 @@ class StagingTracer(Tracer):
     def __complex__(self):
         raise ConcretizationError(concretization_message(self, "complex()"))
 
-    def item(self):
-        raise ConcretizationError(concretization_message(self, ".item()"))
-
-    def tolist(self):
-        raise ConcretizationError(concretization_message(self, ".tolist()"))
+    def value_for(self, how):
+        raise ConcretizationError(concretization_message(self, how))
 
 
 def concretization_message(tracer, what):
@@ -113,10 +113,13 @@ class StagingTrace(Trace):
     def new_input(self, aval):
         return StagingTracer(self, Var(aval))
 
+    def lift(self, value):
+        return StagingTracer(self, self.operand(value))
+
     def operand(self, x):
         """The graph operand for ``x``: its variable, a capture, or a literal."""
         if isinstance(x, StagingTracer) and x.owner is self:
-            return x.var
+            return x.graph_var
         if isinstance(x, Tracer):
             var = self._captured_vars.get(id(x))
             if var is None:
@@ -229,9 +232,11 @@ def stage(flat_fun, in_avals):
     trace_type = DebugStagingTrace if nans_enabled() else StagingTrace
     with new_trace(trace_type) as trace:
         inputs = [trace.new_input(a) for a in in_avals]
+        # read before the call: an in-place update rebinds an input's tracer
+        invars = [t.graph_var for t in inputs]
         outs = flat_fun(*inputs)
         outvars = [trace.operand(o) for o in outs]
-    invars = [t.var for t in inputs] + [trace._captured_vars[id(t)]
+    invars += [trace._captured_vars[id(t)]
                                         for t in trace.captured]
     graph = Graph(invars, trace.eqns, outvars, getattr(trace, "sources", None))
     if trace.reverse_spans:

@@ -11,8 +11,10 @@ import numpy as _np
 
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
-from fgrad.numpy import _methods  # noqa: F401  (installs the array methods on tracers)
+from fgrad.numpy import _methods  # installs the array protocol on tracers
 from fgrad.numpy._array_likes import wrap_namespace as _wrap_namespace
+from fgrad.numpy._arrays import writable_like as _writable_like
+from fgrad.numpy._manipulation import join as _join
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import float_steps as _float_steps
@@ -53,13 +55,14 @@ stop_gradient = _creation.stop_gradient
 
 
 def zeros_like(a, dtype=None):
-    """An array of zeros shaped like ``a`` (on its backend)."""
-    return _creation.zeros_like(a, dtype)
+    """An array of zeros shaped like ``a`` (on its backend); of a traced ``a``, a
+    tracer of its transformation, so that ``out[i] = v`` can update it."""
+    return _writable_like(a, _creation.zeros_like(a, dtype))
 
 
 def ones_like(a, dtype=None):
-    """An array of ones shaped like ``a`` (on its backend)."""
-    return _creation.ones_like(a, dtype)
+    """An array of ones shaped like ``a`` (on its backend), traced as `zeros_like`."""
+    return _writable_like(a, _creation.ones_like(a, dtype))
 
 
 # -- reductions ---------------------------------------------------------------
@@ -145,8 +148,8 @@ expand_dims, squeeze = _shape.expand_dims, _shape.squeeze
 
 
 def concatenate(arrays, axis=0):
-    """Join arrays along an existing axis."""
-    return _shape.concatenate(arrays, axis)
+    """Join arrays along an existing axis (a new array, also of one array)."""
+    return _join(arrays, axis)
 
 
 def stack(arrays, axis=0):
@@ -155,8 +158,11 @@ def stack(arrays, axis=0):
 
 
 def astype(x, dtype):
-    """``x`` converted to ``dtype``."""
-    return _ew.convert_element_type(x, dtype)
+    """``x`` converted to ``dtype``: a new array, as NumPy's (``copy=True``)."""
+    out = _ew.convert_element_type(x, dtype)
+    if out is x and hasattr(x, "copy"):
+        return x.clone() if isinstance(x, _Tracer) else x.copy()
+    return out
 
 
 # -- products ---------------------------------------------------------------------
@@ -425,37 +431,10 @@ _SEQUENCE_FUNCTIONS = ("concatenate", "concat", "stack", "hstack", "vstack", "ds
 
 def empty_like(prototype, dtype=None):
     """Like ``numpy.empty_like``, but filled with zeros (there is no uninitialised
-    memory in a functional program)."""
-    return _creation.zeros_like(prototype, dtype)
+    memory in a functional program); traced as `zeros_like`."""
+    return zeros_like(prototype, dtype)
 
 
-def _install_methods():
-    # array methods of tracers that call functions defined in this package
-    T = _Tracer
-    T.var = lambda self, axis=None, dtype=None, ddof=0, keepdims=False: var(
-        self, axis, dtype, ddof, keepdims)
-    T.std = lambda self, axis=None, dtype=None, ddof=0, keepdims=False: std(
-        self, axis, dtype, ddof, keepdims)
-    T.cumsum = lambda self, axis=None, dtype=None: cumsum(self, axis, dtype)
-    T.cumprod = lambda self, axis=None, dtype=None: cumprod(self, axis, dtype)
-    T.argmax = lambda self, axis=None, keepdims=False: argmax(self, axis, keepdims)
-    T.argmin = lambda self, axis=None, keepdims=False: argmin(self, axis, keepdims)
-    T.argsort = lambda self, axis=-1, kind=None: argsort(self, axis, kind)
-    T.all = lambda self, axis=None, keepdims=False: all(self, axis, keepdims)
-    T.any = lambda self, axis=None, keepdims=False: any(self, axis, keepdims)
-    T.clip = lambda self, min=None, max=None: clip(self, min, max)
-    T.round = lambda self, decimals=0: round(self, decimals)
-    T.swapaxes = lambda self, a, b: swapaxes(self, a, b)
-    T.repeat = lambda self, repeats, axis=None: repeat(self, repeats, axis)
-    T.diagonal = lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset,
-                                                                    axis1, axis2)
-    T.trace = lambda self, offset=0, axis1=0, axis2=1: trace(self, offset, axis1, axis2)
-    T.take = lambda self, indices, axis=None: take(self, indices, axis)
-    T.imag = property(lambda self: imag(self))
-    T.conjugate = lambda self: conj(self)
-
-
-_install_methods()
 
 # -- einsum and the products built on it, linalg, fft --------------------------------
 from fgrad.numpy import fft, linalg  # noqa: E402
@@ -474,5 +453,10 @@ _wrap_namespace(globals(), _SEQUENCE_FUNCTIONS)
 _wrap_namespace(linalg.__dict__, ("multi_dot",))
 _wrap_namespace(fft.__dict__, ())
 
+# The Array API standard's version this namespace answers for (NumPy's), and the
+# namespace tracers name in ``__array_namespace__``
+__array_api_version__ = _methods.API_VERSIONS[-1]
+
 # Tracers route NumPy's own functions (``np.sin(tracer)``) to this namespace.
 _Tracer.numpy_namespace = _sys.modules[__name__]
+_methods.install(_Tracer.numpy_namespace)

@@ -93,10 +93,10 @@ def isrealobj(x):
 
 
 def copy(a):
-    """A copy of ``a``; arrays are immutable under transformations, so a traced
-    value is returned as is."""
+    """A copy of ``a``: of a traced value, a new tracer of the same value, which
+    an in-place update of either leaves the other without."""
     # a subclass is copied as a plain array (np.matrix) or refused (masked)
-    return a if isinstance(a, _Tracer) else _xp(a).copy(_plain_array(a))
+    return a.clone() if isinstance(a, _Tracer) else _xp(a).copy(_plain_array(a))
 
 
 # -- building arrays from sequences that may hold tracers --------------------------
@@ -106,7 +106,8 @@ def array(obj, dtype=None, copy=True):
     if isinstance(obj, (list, tuple)) and contains_tracer(obj):
         return _with_dtype(stack_nested(obj), dtype)
     if contains_tracer(obj):                # a tracer, or a device array
-        return _with_dtype(obj, dtype)
+        out = _with_dtype(obj, dtype)
+        return out.clone() if out is obj and copy and isinstance(out, _Tracer) else out
     return _np.array(obj, dtype=dtype, copy=copy)
 
 
@@ -121,7 +122,7 @@ def asarray(obj, dtype=None, *, like=None):
     array([1., 2.])
     """
     if contains_tracer(obj):                # traced, or device data (lists included)
-        return array(obj, dtype)
+        return array(obj, dtype, copy=False)
     if like is not None:
         out = asarray_on(module_of_leaves([like]), obj)
         return out if dtype is None else out.astype(dtype)
@@ -185,6 +186,19 @@ def full(shape, fill_value, dtype=None, order="C"):
     return _shape.broadcast_to(fill_value, shape)
 
 
+def writable_like(a, value):
+    """``value``, a new array made like ``a``, as a tracer of ``a``'s
+    transformation when ``a`` is traced.
+
+    NumPy's ``*_like`` make a new array that code goes on to write into
+    (``out = np.zeros_like(x); out[i] = ...``); a NumPy array cannot hold a
+    traced value, but a tracer can be given a new one by the update."""
+    if isinstance(a, _Tracer) and not (isinstance(value, _Tracer)
+                                       and value.owner is a.owner):
+        return a.owner.lift(value)          # (an enclosing trace's value under jit)
+    return value
+
+
 def full_like(a, fill_value, dtype=None):
     """An array shaped like ``a`` filled with ``fill_value`` (which may be traced:
     its derivative flows, while ``a`` contributes only its shape and dtype).
@@ -193,11 +207,13 @@ def full_like(a, fill_value, dtype=None):
     array([3., 3.])
     """
     if not contains_tracer(fill_value):
-        return _creation.full_like(a, fill_value, dtype)
+        return writable_like(a, _creation.full_like(a, fill_value, dtype))
     aval = _get_aval(a)
     fill_value = _convert_element_type(lift(fill_value), aval.dtype if dtype is None
                                        else dtype)
-    return _shape.broadcast_to(fill_value, aval.shape)
+    out = _shape.broadcast_to(fill_value, aval.shape)
+    # a new array, not a view of fill_value that an update would have to refuse
+    return out.clone() if isinstance(out, _Tracer) else out
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):

@@ -35,8 +35,8 @@ def reciprocal(x):
 
 
 def positive(x):
-    """``+x``."""
-    return x if isinstance(x, _Tracer) else _xp(x).positive(x)
+    """``+x``: a new array (of a tracer, a new tracer of its value)."""
+    return x.clone() if isinstance(x, _Tracer) else _xp(x).positive(x)
 
 
 def deg2rad(x):

@@ -116,16 +116,27 @@ def _listify(x):
     return list(x) if isinstance(x, tuple) else [x]
 
 
+def join(arrays, axis):
+    """``concatenate(arrays, axis)`` as NumPy's joins return it: a new array,
+    also of one array (which the primitive's shortcut returns as it is), so an
+    in-place update of the result leaves the input."""
+    arrays = list(arrays)
+    out = _shape.concatenate(arrays, axis)
+    if len(arrays) == 1 and out is arrays[0]:
+        return out.clone() if isinstance(out, _Tracer) else out.copy()
+    return out
+
+
 def hstack(tup):
     """Join horizontally: along axis 1, or axis 0 for 1-d inputs."""
     arrs = [atleast_1d(a) for a in tup]
     axis = 0 if arrs and _get_aval(arrs[0]).ndim == 1 else 1
-    return _shape.concatenate(arrs, axis)
+    return join(arrs, axis)
 
 
 def vstack(tup):
     """Join vertically: 1-d inputs become rows."""
-    return _shape.concatenate([atleast_2d(a) for a in tup], 0)
+    return join([atleast_2d(a) for a in tup], 0)
 
 
 row_stack = vstack
@@ -133,7 +144,7 @@ row_stack = vstack
 
 def dstack(tup):
     """Join along the third axis."""
-    return _shape.concatenate([atleast_3d(a) for a in tup], 2)
+    return join([atleast_3d(a) for a in tup], 2)
 
 
 def column_stack(tup):
@@ -143,7 +154,7 @@ def column_stack(tup):
         a = as_array(a)
         shape = _get_aval(a).shape
         arrs.append(_shape.reshape(a, shape + (1,)) if len(shape) < 2 else a)
-    return _shape.concatenate([atleast_2d(a) for a in arrs], 1)
+    return join([atleast_2d(a) for a in arrs], 1)
 
 
 def _split_points(n, indices_or_sections, exact):

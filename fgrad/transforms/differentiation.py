@@ -444,6 +444,7 @@ def vjp(fun, *primals, has_aux=False):
     selection = Selection(f"vjp({name})", primals, {}, tuple(range(len(primals))),
                            None, allow_complex=True)
     trace, out, aux = _reverse_record(fun, selection, has_aux)
+    trace.keep_enclosing_values()           # vjp_fn may run after the caller's updates
     out_leaves, out_tree = tree_flatten(out)
     primal_out = tree_unflatten(out_tree, [_lower(x, trace) for x in out_leaves])
     out_avals = [get_aval(x) for x in out_leaves]
@@ -553,6 +554,9 @@ def linearize(fun, *primals):
         out = jvp(fun, primals, tree_map(zeros_like, primals))[0]
     else:
         out = fun(*primals)
+    # jvp_fn re-runs at these values: its own tracers of them, which an in-place
+    # update of the caller's (x[0] = 1 after linearize) leaves as they are
+    primals = tree_map(lambda p: p.clone() if isinstance(p, Tracer) else p, primals)
 
     def jvp_fn(*tangents):
         return jvp(fun, primals, tangents)[1]
