@@ -6,9 +6,10 @@ examples pass (doctest).
 
 A fresh interpreter costs about a second to import fgrad, numpy and what they
 load, and the pages hold some 150 runs, so the runs are forked from a server
-process (one per test worker) that has done only ``import fgrad``: each fork
-starts in the state of ``python -c "import fgrad"``, with none of the modules,
-settings or caches that another run (or this test process) loaded."""
+process (one per test worker) that has done only ``import fgrad`` (and
+imported SciPy and hypothesis): each fork starts, as far as fgrad is concerned, in the state
+of ``python -c "import fgrad"``, with none of the modules, settings or caches
+that another run (or this test process) loaded."""
 import doctest
 import importlib
 import importlib.util
@@ -43,11 +44,20 @@ CONTINUES = "# continues the block above"
 # The server: reads one JSON request a line ({"blocks": [[filename, source], ...],
 # "output": path}), forks, runs the blocks in the child as ``__main__`` with the
 # child's stdin, stdout and stderr on /dev/null and the output file, and answers
-# with the child's exit status. It imports only what ``import fgrad`` imports
-# (json and os are in the standard library and already loaded at start-up).
+# with the child's exit status. Of fgrad it imports only what ``import fgrad``
+# does (test_each_run_starts_fresh checks it); it also imports SciPy and
+# hypothesis, which fgrad never looks for in sys.modules, because a third of
+# the pages' runs import them (half a second to a second each). A block still
+# has to import what it uses: each run starts with an empty namespace.
 SERVER = r"""
-import json, os, sys
+import atexit, json, os, sys
 import fgrad
+try:
+    import scipy.integrate, scipy.linalg, scipy.optimize, scipy.sparse, scipy.special
+    import scipy.stats
+    import hypothesis, hypothesis.extra.numpy
+except ImportError:
+    pass
 answers = os.fdopen(os.dup(1), "w")
 for line in sys.stdin:
     request = json.loads(line)
@@ -68,6 +78,7 @@ for line in sys.stdin:
             import traceback
             traceback.print_exc()
         finally:
+            atexit._run_exitfuncs()         # what an interpreter does as it exits
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(status)
@@ -171,6 +182,12 @@ def test_each_run_starts_fresh(fresh):
                      )[0] == 0
     status, output = fresh.run([("c", "import fgrad\nfgrad.testing\n")])
     assert status == 1 and "has no attribute 'testing'" in output
+    status, fgrad_modules = fresh.run([("g", "import sys\nprint(sorted(m for m in sys.modules"
+                                              " if m.split('.')[0] == 'fgrad'))\n")])
+    assert status == 0 and fgrad_modules == subprocess.run(
+        [sys.executable, "-c", "import sys, fgrad\nprint(sorted(m for m in sys.modules"
+                               " if m.split('.')[0] == 'fgrad'))"],
+        capture_output=True, text=True, check=True, cwd=ROOT).stdout
     status, output = fresh.run([("d", "x = 1\n"), ("e", "print(x + 1)\n")])
     assert (status, output) == (0, "2\n")
     assert fresh.run([("f", "print(x)\n")])[0] == 1
