@@ -50,11 +50,14 @@ CONTINUES = "# continues the block above"
 # the pages' runs import them (half a second to a second each). A block still
 # has to import what it uses: each run starts with an empty namespace.
 SERVER = r"""
-import atexit, json, os, sys
+import json, os, sys, traceback
 import fgrad
 try:
     import scipy.integrate, scipy.linalg, scipy.optimize, scipy.sparse, scipy.special
     import scipy.stats
+except ImportError:
+    pass
+try:
     import hypothesis, hypothesis.extra.numpy
     if os.environ.get("CI"):    # as the suite's own tests: a red CI run reproduces
         hypothesis.settings.register_profile("docs-ci", derandomize=True)
@@ -78,13 +81,12 @@ for line in sys.stdin:
                 exec(compile(source, filename, "exec"), namespace)
             status = 0
         except BaseException:
-            import traceback
             traceback.print_exc()
-        finally:
-            atexit._run_exitfuncs()         # what an interpreter does as it exits
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(status)
+        # no interpreter teardown: it costs most of a second with SciPy loaded,
+        # and a daemon compile thread would die at a normal exit too
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
     _, wait_status = os.waitpid(pid, 0)
     answers.write(json.dumps(os.waitstatus_to_exitcode(wait_status)) + "\n")
     answers.flush()
