@@ -29,7 +29,18 @@ GROUPS = [
     ("Models and linear algebra", ["lenet-grad", "einsum-grad", "solve-grad"]),
     ("Per-example gradients (vmap)", ["pex-grad", "pex-jit", "pex-loop"]),
     ("Second order and Jacobians", ["hvp", "hvp-600", "jacrev", "jacrev-vjp"]),
+    ("ODEs", ["ode-lv", "ode-lv-fwd", "ode-node", "ode-node-fwd"]),
+    ("Random numbers", ["rand-uniform", "rand-normal", "mlp-dropout"]),
+    ("Solvers and sparse matrices", ["argmin-solve", "argmin-grad", "sparse-matvec-grad",
+                                     "spsolve-grad"]),
 ]
+
+# The chart draws one bar per library (never a variant such as fgrad-unfused,
+# which the tables give), each library in a fixed colour of the Okabe-Ito
+# palette (told apart with most colour vision) and with its own marker at the
+# bar's end, so that no two libraries look alike in colour or in grey.
+STYLES = {"fgrad": ("#0072B2", "o"), "autograd": ("#009E73", "s"),
+          "jax": ("#E69F00", "^"), "torch": ("#CC79A7", "D")}
 
 # Short column titles, so that a group's table fits the page
 SHORT = {"fgrad-unfused": "unfused", "fgrad-eager": "eager"}
@@ -76,58 +87,83 @@ def _time(seconds):
     return f"{seconds:.3g} s"
 
 
+def _table(workloads, libs, cell, floor):
+    """One Markdown table: a row per workload, a column per library (after the
+    floor's time per call when ``floor``)."""
+    head = ["workload"] + (["NumPy floor"] if floor else []) + [SHORT.get(x, x) for x in libs]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for w in workloads:
+        cells = [w]
+        if floor:
+            cells.append(_time(cell[w, "numpy"][0]) if (w, "numpy") in cell else "—")
+        cells += [_ratio(cell[w, lib][1]) if (w, lib) in cell else "—" for lib in libs]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(results, header):
     """The run's header, then one table per group: the floor's time per call
-    and every library's time as a multiple of it."""
+    and every library's time as a multiple of it. A group with variants of a
+    library (fgrad-unfused, jax-jit) has them in a second table beside fgrad's
+    own figure, so that no table is wider than six columns."""
     cell = {(w, lib): (t, r) for w, lib, t, r in results}
     lines = ["```text", *header, "```"]
     for title, workloads, libs in groups(results):
-        lines += ["", f"**{title}**", "",
-                  "| workload | NumPy floor | " + " | ".join(SHORT.get(x, x) for x in libs)
-                  + " |",
-                  "|---|---:|" + "---:|" * len(libs)]
-        for w in workloads:
-            floor = _time(cell[w, "numpy"][0]) if (w, "numpy") in cell else "—"
-            lines.append(f"| {w} | {floor} | " + " | ".join(
-                _ratio(cell[w, lib][1]) if (w, lib) in cell else "—" for lib in libs) + " |")
+        peers = [lib for lib in libs if lib in ORDER]
+        variants = [lib for lib in libs if lib not in ORDER]
+        lines += ["", f"**{title}**", "", *_table(workloads, peers, cell, floor=True)]
+        if variants:
+            rows = [w for w in workloads if any((w, lib) in cell for lib in variants)]
+            lines += ["", f"Variants ({', '.join(SHORT.get(x, x) for x in variants)}), "
+                          "as multiples of the same floor:", "",
+                      *_table(rows, ["fgrad"] + variants, cell, floor=False)]
     return "\n".join(lines) + "\n"
 
 
 def chart(results, path):
     """Write the SVG chart of the ratios to ``path`` (matplotlib): one panel per
-    group, a horizontal bar per workload and library, the floor at 1. Drawn 8
-    inches wide with 11-point text, so that at a page's ~800 px its labels are
-    about 15 px high."""
+    group, a horizontal bar per workload and library (`STYLES`' libraries only),
+    the floor at 1, the legend above the panels. Drawn 8 inches wide with
+    11-point text, so that at a page's ~750 px its labels are about 14 px high."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    cell = {(w, lib): r for w, lib, _, r in results}
-    panels = groups(results)
-    all_libs = [lib for lib in _libraries(results) if lib != "numpy"]
-    colors = {lib: plt.get_cmap("tab10")(i % 10) for i, lib in enumerate(all_libs)}
-    heights = [0.9 + 0.11 * len(w) * len(libs) for _, w, libs in panels]
-    ratios = [r for (w, lib), r in cell.items() if lib != "numpy"] + [1.0]
+    cell = {(w, lib): r for w, lib, _, r in results if lib in STYLES}
+    panels = []
+    for title, workloads, _ in groups(results):
+        libs = [lib for lib in STYLES if any((w, lib) in cell for w in workloads)]
+        panels.append((title, workloads, libs))
+    shown = [lib for lib in STYLES if any(lib in libs for _, _, libs in panels)]
+    heights = [0.45 + 0.075 * len(w) * len(libs) for _, w, libs in panels]
+    ratios = list(cell.values()) + [1.0]
     # one scale for every panel, powers of ten labelled as multiples of the floor
-    low, high = min(ratios) / 2.5, max(ratios) * 2.5
+    low, high = min(ratios) / 4, max(ratios) * 2.5
     ticks = [10.0 ** k for k in range(math.ceil(math.log10(low)),
                                       math.floor(math.log10(high)) + 1)]
     with plt.rc_context({"font.size": 11, "svg.hashsalt": "fgrad"}):
-        fig, axes = plt.subplots(len(panels), 1, figsize=(8, sum(heights) + 0.9),
-                                 gridspec_kw={"height_ratios": heights}, squeeze=False)
+        fig, axes = plt.subplots(len(panels), 1, figsize=(8, sum(heights) + 1.2),
+                                 gridspec_kw={"height_ratios": heights}, squeeze=False,
+                                 layout="constrained")
         for ax, (title, workloads, libs) in zip(axes[:, 0], panels):
             thickness = 0.8 / len(libs)
             for j, lib in enumerate(libs):
                 ys = [i + (j - (len(libs) - 1) / 2) * thickness
                       for i, w in enumerate(workloads) if (w, lib) in cell]
                 xs = [cell[w, lib] for w in workloads if (w, lib) in cell]
+                colour, marker = STYLES[lib]
                 # from the floor: a bar to the left is faster than NumPy by hand
-                ax.barh(ys, [x - 1 for x in xs], thickness, left=1, color=colors[lib])
+                ax.barh(ys, [x - 1 for x in xs], thickness, left=1, color=colour)
+                ax.plot(xs, ys, linestyle="none", marker=marker, markersize=4,
+                        color=colour, markeredgecolor="black", markeredgewidth=0.5)
                 if lib == "fgrad":      # its figure at the bar's end, readable near 1x
                     for x, y in zip(xs, ys):
-                        ax.annotate(_ratio(x), (x, y), xytext=(4 if x >= 1 else -4, 0),
+                        ax.annotate(_ratio(x), (x, y), xytext=(6 if x >= 1 else -6, 0),
                                     textcoords="offset points", va="center",
-                                    ha="left" if x >= 1 else "right", fontsize=10)
+                                    ha="left" if x >= 1 else "right", fontsize=9,
+                                    bbox={"facecolor": "white", "edgecolor": "none",
+                                          "alpha": 0.8, "pad": 0.5})
             ax.set_xscale("log")
             ax.set_xlim(low, high)
             ax.set_xticks(ticks)
@@ -142,10 +178,11 @@ def chart(results, path):
             ax.set_axisbelow(True)
         axes[-1, 0].set_xlabel("time as a multiple of NumPy by hand (the black line); "
                                "shorter is faster")
-        handles = [plt.Rectangle((0, 0), 1, 1, color=colors[lib]) for lib in all_libs]
-        fig.legend(handles, all_libs, loc="upper center", ncol=min(len(all_libs), 4),
+        handles = [Line2D([], [], color=STYLES[lib][0], marker=STYLES[lib][1], linewidth=6,
+                          markeredgecolor="black", markeredgewidth=0.5) for lib in shown]
+        # outside the panels, above the first: it covers no bar and no title
+        fig.legend(handles, shown, loc="outside upper center", ncol=len(shown),
                    frameon=False)
-        fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / (sum(heights) + 0.9)))
         # no timestamps in the file: the same figures give the same SVG
         fig.savefig(path, format="svg", metadata={"Date": None})
         plt.close(fig)

@@ -2,7 +2,8 @@
 reads a list or a table that follows a paragraph line without a blank line as
 more of the paragraph, and a nested list indented by fewer than 4 spaces as
 items of the outer list: both render as run-on text. This checks every page's
-source for them (code blocks excluded)."""
+source for them (code blocks excluded), and that a newcomer finds every page
+from the README and from the home page."""
 import pathlib
 import re
 
@@ -91,3 +92,23 @@ def test_lists_and_tables_render(page):
 ])
 def test_the_checker_finds_what_will_not_render(text, lines):
     assert [n for n, _ in markdown_problems(text)] == lines
+
+
+def linked_pages(text, prefix=""):
+    """The names of the ``.md`` pages ``text`` links to, under ``prefix``."""
+    return set(re.findall(r"\]\(" + re.escape(prefix) + r"([\w-]+\.md)(?:#[\w-]*)?\)", text))
+
+
+def test_the_readme_and_the_home_page_link_every_page():
+    pages = {page.name for page in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    readme = linked_pages((ROOT / "README.md").read_text(), "docs/")
+    assert "getting-started.md" in readme and "index.md" in readme
+    assert not pages - readme, f"README.md links no page {sorted(pages - readme)}"
+    home = linked_pages((ROOT / "docs" / "index.md").read_text())
+    assert not pages - home, f"docs/index.md links no page {sorted(pages - home)}"
+
+
+def test_linked_pages_reads_markdown_links():
+    assert linked_pages("[a](a.md), [b](b.md#part), [c](docs/c.md) `x.md`") == {"a.md",
+                                                                                "b.md"}
+    assert linked_pages("[c](docs/c.md#x)", "docs/") == {"c.md"}

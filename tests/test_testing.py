@@ -2,10 +2,11 @@
 catch what they promise, by name (issue 19)."""
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fgrad
@@ -96,6 +97,25 @@ def test_given_check_grads_passes_correct_functions():
     given_check_grads(fnp.linalg.inv, fst.spd(), max_examples=5)
     given_check_grads(lambda a, b: fnp.sum(a * fnp.cos(b)),
                       args=fst.broadcasting_arrays(None, None), max_examples=5)
+
+
+def test_given_check_grads_has_no_deadline_for_a_slow_first_call():
+    """A first call that stages and compiles under jit is slow; hypothesis'
+    deadline (here 10 ms) does not turn that into a failure."""
+    calls = []
+
+    def slow_at_first(x):
+        if not calls:
+            calls.append(1)
+            time.sleep(0.1)
+        return fnp.sum(fnp.sin(x))
+    profile = settings.get_current_profile_name()
+    settings.register_profile("ten-ms", settings.get_profile(profile), deadline=10)
+    settings.load_profile("ten-ms")
+    try:
+        given_check_grads(slow_at_first, fst.arrays((2,)), max_examples=2)
+    finally:
+        settings.load_profile(profile)
 
 
 @fgrad.custom_vjp

@@ -40,7 +40,8 @@ def given_check_grads(f, *strategies, args=None, order=2, modes=("fwd", "rev"),
     turned off, `check_jit` (``jit(f)`` against ``f``, values and VJPs) and
     `check_vmap` (``vmap(f)`` over the drawn example and a nearby one, against a
     loop). Raises the first failure after hypothesis has shrunk it.
-    ``max_examples`` overrides the active hypothesis profile.
+    ``max_examples`` overrides the active hypothesis profile; there is no
+    deadline (the first draw stages and compiles ``f`` under jit).
 
     >>> import fgrad.numpy as fnp
     >>> from fgrad.testing.strategies import arrays, positive
@@ -58,8 +59,10 @@ def given_check_grads(f, *strategies, args=None, order=2, modes=("fwd", "rev"),
         if vmap:
             check_vmap(f, [args, _nearby(args)])
 
-    # one failure, shrunk, rather than a group of distinct ones
-    options = {"report_multiple_bugs": False}
+    # one failure, shrunk, rather than a group of distinct ones; no deadline: the
+    # first draw stages and compiles f under jit, seconds on a busy machine, and
+    # hypothesis' default 200 ms would report that as a failure
+    options = {"report_multiple_bugs": False, "deadline": None}
     if max_examples is not None:
         options["max_examples"] = max_examples
     settings(**options)(check)()
