@@ -269,6 +269,21 @@ def test_a_solver_with_python_control_flow_is_named_under_a_transformation():
         fgrad.grad(root)(2.0)
 
 
+def test_traced_cotangents_are_not_closures():
+    """A pullback transformed after the fact (jacrev's vmap over cotangents)
+    hands bwd traced cotangents: its results are traced by that transformation,
+    not by a closure, and fwd may call the function itself, as JAX's examples
+    do."""
+    @fgrad.custom_vjp
+    def double(x):
+        return 2 * x
+    double.defvjp(lambda x: (double(x), None), lambda _, ct: (2 * ct,))
+    assert fgrad.jacrev(double)(1.0) == 2.0
+    assert np.allclose(fgrad.jacrev(double)(XS), 2 * np.eye(3))
+    _, pullback = fgrad.vjp(double, XS)
+    assert np.allclose(fgrad.vmap(pullback)(np.eye(3))[0], 2 * np.eye(3))
+
+
 @pytest.fixture
 def jax():
     jax = pytest.importorskip("jax")

@@ -40,17 +40,21 @@ def closure_error(kind, fun):
         "fgrad.stop_gradient to it if it needs none.")
 
 
-def refuse_closures(values, kind, fun, level=None):
+def refuse_closures(values, kind, fun, level=None, given=()):
     """Raise `closure_error` if ``values`` (what a user function or rule of a
     custom_vjp/custom_jvp function returned) hold a tracer of a trace that has
-    ended, or (given ``level``) of the trace at ``level`` or above. The function
-    and its rules are called on values of lower levels only, so such a tracer
-    came from a closure: a traced value the function reads from an enclosing
-    scope, whose derivative its rules cannot give (they see only the explicit
-    arguments). JAX refuses it too."""
+    ended, or (given ``level``) of the trace at ``level`` or above that is not
+    the trace of a value in ``given`` (what the rule was called with). The
+    function and its rules are called on values of lower levels only, and on
+    cotangents that a transformation of the pullback may trace (`jacrev`'s
+    vmap), so any other such tracer came from a closure: a traced value the
+    function reads from an enclosing scope, whose derivative its rules cannot
+    give (they see only the explicit arguments). JAX refuses it too."""
+    owners = {id(x.owner) for x in tree_flatten(given)[0] if isinstance(x, Tracer)}
     for x in tree_flatten(values)[0]:
         if isinstance(x, Tracer) and (not x.owner.active or
-                                      level is not None and x.owner.level >= level):
+                                      level is not None and x.owner.level >= level
+                                      and id(x.owner) not in owners):
             raise closure_error(kind, fun)
 
 
@@ -72,7 +76,7 @@ def custom_vjp_primitive(fun, bwd, residuals, primals, out, level):
         xp = module_of_leaves(primals)
         cts = [instantiate(c, xp) for c in ct]
         arg_cts = bwd(residuals, cts, needed, primals)
-        refuse_closures(arg_cts, "custom_vjp", fun, level)
+        refuse_closures(arg_cts, "custom_vjp", fun, level, given=cts)
         return arg_cts
     prim.vjp = vjp
     prim.impl = lambda *args: out
