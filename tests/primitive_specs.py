@@ -19,6 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 import fgrad
 import fgrad.numpy as fnp
+from fgrad.ode.status import raise_if_failed
 # the building blocks are fgrad's public strategies (one copy, exercised here);
 # the spec modules import them from here (`from primitive_specs import arrays`)
 from fgrad.testing.strategies import (  # noqa: F401
@@ -454,6 +455,15 @@ def _printing_sign(x):
 
 
 NONDIFF_SPECS["debug_print"] = _nondiff(_printing_sign, np.sign)
+
+
+def _checked_sign(x):
+    # a solve's status check (fgrad.ode) that passes: finite x, status 0
+    raise_if_failed(fnp.isnan(x).astype(np.int32), x, "the spec's solve")
+    return fnp.sign(x)
+
+
+NONDIFF_SPECS["ode_check"] = _nondiff(_checked_sign, np.sign)
 
 
 # -- taps: identities that hand a value to a callback (here one that only looks) -------
