@@ -84,6 +84,35 @@ def test_bitwise_operators_on_traced_values_follow_numpy():
     assert fgrad.jit(lambda n: ~n)(np.int64(5)) == ~5
 
 
+@pytest.mark.parametrize("fun", [
+    lambda t: fnp.reshape(t, (1,)),
+    lambda t: t,
+    lambda t: fnp.sum(fnp.stack([t, t])),
+    lambda t: fgrad.lax.map(lambda u: u * t, fnp.ones(2)),
+], ids=["reshape", "identity", "stack", "map"])
+@pytest.mark.parametrize("scalar", [0.7, 3, True], ids=["float", "int", "bool"])
+def test_python_scalar_arguments_reach_the_code_as_numpy_scalars(fun, scalar):
+    # the compiled code calls array methods (reshape, copy) on its inputs
+    want = np.asarray(fun(np.asarray(scalar)))
+    got = np.asarray(fgrad.jit(fun)(scalar))
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
+
+
+def test_python_scalar_arguments_under_grad():
+    h = fgrad.jit(lambda x, t: fnp.sum(fnp.reshape(t, (1,)) * x))
+    dx, dt = fgrad.grad(h, argnums=(0, 1))(np.ones(1), 0.7)
+    np.testing.assert_allclose(dx, [0.7])
+    np.testing.assert_allclose(dt, 1.0)
+
+
+def test_python_scalar_arguments_keep_their_weak_promotion():
+    # np.float64(0.5) would make this float64: the scalar stays a Python number
+    x = np.ones(3, np.float32)
+    f = fgrad.jit(lambda x, s: fnp.sin(x * s) + x)
+    assert f(x, 0.5).dtype == (np.sin(x * 0.5) + x).dtype == np.float32
+
+
 def test_staging_tracer_has_no_concrete_value():
     seen = []
 

@@ -493,7 +493,8 @@ def _implicit_minimum(objective, cons, sizes, ops, x, lower, upper, active, mu, 
             g = grad(lambda y: objective.call(y, obj_ops))(pinned(x, free, anchor))
             return free * g + (1.0 - free) * (x - anchor)
         solver = tangent_solver(choice, n, True, "Hessian")
-        return implicit_root(residual, x, list(ops) + masks, solver, symmetric=True)
+        return implicit_root(residual, x, list(ops) + masks, solver, symmetric=True,
+                             closed=True)
 
     def constraint_values(y, parts):
         return fnp.concatenate([fnp.atleast_1d(con.call(y, p))
@@ -511,7 +512,7 @@ def _implicit_minimum(objective, cons, sizes, ops, x, lower, upper, active, mu, 
         return (free * g + (1.0 - free) * (x - anchor),
                 -active * constraint_values(y, parts) + (1.0 - active) * mu_)
     solution = implicit_root(kkt, (x, mu), list(ops) + masks,
-                             checked_dense_solve("KKT matrix"), symmetric=True)
+                             checked_dense_solve("KKT matrix"), symmetric=True, closed=True)
     return solution[0]
 
 
@@ -582,7 +583,7 @@ def root(fun, x0, args=(), method="hybr", jac=None, tol=None, callback=None,
     x, nfev, njev, status = on_host(host, specs, x0, *system.ops)
     if any_traced(system.ops):
         x = implicit_root(lambda x, ops: system.call(x, ops), x, system.ops,
-                          tangent_solver(implicit_solve, n, False, "Jacobian"))
+                          tangent_solver(implicit_solve, n, False, "Jacobian"), closed=True)
     return OptimizeResult(x=x, fun=system.call(x, system.ops), success=True,
                           status=status, message=messages.text, nfev=nfev, njev=njev)
 
@@ -654,7 +655,7 @@ def root_scalar(f, args=(), method=None, bracket=None, fprime=None, fprime2=None
     x, iterations, calls = on_host(host, specs, *initial, *problem.ops)
     if any_traced(problem.ops):
         x = implicit_root(lambda x, ops: problem.call(x, ops), x, problem.ops,
-                          _scalar_solve)
+                          _scalar_solve, closed=True)
     return RootResults(x, iterations, calls, "converged", state["method"])
 
 
@@ -704,7 +705,8 @@ def fixed_point(func, x0, args=(), xtol=1e-08, maxiter=500, method="del2", *,
     x = on_host(host, spec((n,), get_aval(x0v).dtype), x0v, *problem.ops)
     if any_traced(problem.ops):
         x = implicit_root(lambda x, ops: problem.call(x, ops) - x, x, problem.ops,
-                          tangent_solver(implicit_solve, n, False, "fixed-point Jacobian"))
+                          tangent_solver(implicit_solve, n, False, "fixed-point Jacobian"),
+                          closed=True)
     return fnp.reshape(x, shape)
 
 

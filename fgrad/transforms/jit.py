@@ -435,16 +435,49 @@ def _tiers_of(graph):
     return found
 
 
-class _Entry:
-    __slots__ = ("graph", "out_tree", "run", "returns_input", "record", "xp")
+def _scalar_arguments(graph, sig):
+    """For the Python-scalar arguments of signature ``sig``: ``(position,
+    scalar type)`` pairs, to give ``graph``'s code each as a NumPy scalar of
+    its weak dtype, which has the array methods its impls call (``reshape``,
+    ``sum``, ``copy``) and, unlike a 0-d array, goes with any backend; or ``()``.
 
-    def __init__(self, graph, out_tree, record):
+    A NumPy scalar promotes differently from a Python one under NumPy 2 (a
+    float32 array times 0.7 is float32, times ``np.float64(0.7)`` float64),
+    while the graph was staged with the weak type; so the scalars stay Python
+    numbers where any equation, at any depth, meets a weakly typed value
+    together with an operand of another dtype. Decided once per signature.
+    """
+    positions = [i for i, s in enumerate(sig) if s[2] and s[3] == "numpy"]
+    if not positions:
+        return ()
+    for g in _graphs_in(graph):
+        for eqn in g.eqns:
+            operands = [v.aval for v in eqn.invars
+                        if type(v) is not Literal or not v.aval.weak_type]
+            if any(a.weak_type for a in operands) and \
+                    len({a.dtype for a in operands}) > 1:
+                return ()
+    return tuple((i, graph.invars[i].aval.dtype.type) for i in positions)
+
+
+def _as_numpy_scalars(leaves, scalars):
+    leaves = list(leaves)
+    for i, scalar_type in scalars:
+        leaves[i] = scalar_type(leaves[i])
+    return leaves
+
+
+class _Entry:
+    __slots__ = ("graph", "out_tree", "run", "returns_input", "record", "xp", "scalars")
+
+    def __init__(self, graph, out_tree, record, scalars=()):
         self.graph = graph
         self.out_tree = out_tree
         self.record = record
         self.run = None
         self.returns_input = True       # until the compiled graph says otherwise
         self.xp = None
+        self.scalars = scalars          # see `_scalar_arguments`
 
 
 class Lowered:
@@ -621,20 +654,19 @@ class JitFunction:
         except TypeError:
             entry, key = None, None
         traced = any(s is not None and s[3] == "traced" for s in sig)
+        captured = ()
         if entry is None:
             self._misses += 1
             entry, captured = self._trace(args, kwargs, statics, leaves, tree, sig)
             if not captured and key is not None:
                 self._remember(key, entry)
-            if captured or traced:
-                outs = _bind_call(self._prim, leaves + list(captured), entry.graph,
-                                  self.__name__, self.parallel)
-                return tree_unflatten(entry.out_tree, list(outs))
         else:
             self._hits += 1
-        if traced:
-            outs = _bind_call(self._prim, leaves, entry.graph, self.__name__,
-                              self.parallel)
+        if entry.scalars:
+            leaves = _as_numpy_scalars(leaves, entry.scalars)
+        if captured or traced:
+            outs = _bind_call(self._prim, leaves + list(captured), entry.graph,
+                              self.__name__, self.parallel)
             return tree_unflatten(entry.out_tree, list(outs))
         if debug:
             outs = _not_aliasing(run_checked(entry.graph, leaves), leaves)
@@ -731,7 +763,8 @@ class JitFunction:
                 sub.compiled[_FUSE] = False
             if self.compile is not None:
                 sub.compiled[_MODE] = self.compile
-        return _Entry(graph, out_tree_box[0], record), captured
+        return _Entry(graph, out_tree_box[0], record,
+                      _scalar_arguments(graph, sig)), captured
 
     def _record(self, args, kwargs, statics, leaves, tree, sig):
         """Per-argument signature, for saying what changed between traces."""

@@ -139,6 +139,20 @@ def stage_solver(solve, linear, n_consts, tree, what, has_aux=False):
     return graph, list(captured), finish
 
 
+def solver_function(solve, linear, n, tree):
+    """``solve(linear_map, b)`` as a `ClosedFunction` ``(*b, *consts) -> x``,
+    run unstaged: for a ``solve`` that closes over no traced value, whose
+    caller vouches for it. ``linear`` is a `ClosedFunction` ``(*v, *consts) ->
+    A v`` on ``n`` leaves of structure ``tree``."""
+    def run(args):
+        b, consts = list(args[:n]), list(args[n:])
+
+        def linear_map(v):
+            return tree_unflatten(tree, linear(tree_flatten(v)[0] + consts))
+        return as_leaves(solve(linear_map, tree_unflatten(tree, b)))[0]
+    return ClosedFunction(run, linear.n_in)
+
+
 def solution_only(graph, n):
     """``graph`` with its first ``n`` outputs only (a solve without its aux)."""
     if len(graph.outvars) == n:
@@ -165,23 +179,41 @@ def transpose_graph(matvec, n):
 # ---------------------------------------------------------------------------
 
 
-class LinearSystem(NamedTuple):
-    """The closed graphs of one linear system ``A x = b`` (on flat leaves), the
-    parameter of `linear_solve_p`. Each graph takes its vector's leaves, then
-    its constants, which are operands of the primitive: ``matvec`` and
-    ``vecmat`` take the matvec constants, ``solve`` and ``transpose_solve``
-    their own. ``vecmat`` is None when ``A`` is symmetric (``matvec`` serves),
-    ``transpose_solve`` None when reverse mode is refused."""
+class ClosedFunction(NamedTuple):
+    """A function of a flat list of ``n_in`` values (a vector's leaves, then
+    constants) to a list, that reads traced values only through that list: a
+    staged graph (`graph_function`), or a function whose caller vouches that it
+    closes over none, which so is run as it is, unstaged."""
 
-    matvec: Graph
+    fun: object
+    n_in: int
+
+    def __call__(self, args):
+        return list(self.fun(list(args)))
+
+
+def graph_function(graph):
+    """The closed ``graph`` as a `ClosedFunction` that evaluates it."""
+    return ClosedFunction(lambda args: eval_graph(graph, args), len(graph.invars))
+
+
+class LinearSystem(NamedTuple):
+    """The closed functions (`ClosedFunction`) of one linear system ``A x =
+    b`` on flat leaves, the parameter of `linear_solve_p`. Each takes its
+    vector's leaves, then its constants, which are operands of the primitive:
+    ``matvec`` and ``vecmat`` take the matvec constants, ``solve`` and
+    ``transpose_solve`` their own. ``vecmat`` is None when ``A`` is symmetric
+    (``matvec`` serves), ``transpose_solve`` None when reverse mode is refused."""
+
+    matvec: ClosedFunction
     vecmat: object
-    solve: Graph
+    solve: ClosedFunction
     transpose_solve: object
 
     def counts(self, n):
         """How many matvec, solve and transpose_solve constants follow ``x, b``."""
-        t = 0 if self.transpose_solve is None else len(self.transpose_solve.invars) - n
-        return len(self.matvec.invars) - n, len(self.solve.invars) - n, t
+        t = 0 if self.transpose_solve is None else self.transpose_solve.n_in - n
+        return self.matvec.n_in - n, self.solve.n_in - n, t
 
     def transposed(self):
         """The system of ``A^T``: operands keep their order, except that the
@@ -225,7 +257,7 @@ def bind_solution(system, x, b, mc, sc, tc):
 def solve_system(system, b, mc, sc, tc):
     """The solution of ``system`` at ``b``: its solve graph on values without
     derivatives, then `bind_solution`."""
-    x = eval_graph(system.solve, [stop_gradient(v) for v in list(b) + list(sc)])
+    x = system.solve([stop_gradient(v) for v in list(b) + list(sc)])
     return bind_solution(system, x, b, mc, sc, tc)
 
 
@@ -251,7 +283,7 @@ def _jvp(tangents, ans, *ops, n, system):
     b_dot, mc_dot = tangents[n:2 * n], tangents[2 * n:2 * n + len(mc)]
     rhs = [None if type(t) is Zero else t for t in b_dot]
     # A_dot x: how the map itself moves, applied to the solution
-    a_dot_x = _partial_jvp(lambda *c: tuple(eval_graph(system.matvec, list(x) + list(c))),
+    a_dot_x = _partial_jvp(lambda *c: tuple(system.matvec(list(x) + list(c))),
                            mc, mc_dot)
     if a_dot_x is not None:
         rhs = [negative(d) if r is None else subtract(r, d) for r, d in zip(rhs, a_dot_x)]
@@ -281,7 +313,7 @@ def _vjp(ct, ans, needed, *ops, n, system):
             full = list(mc)
             for i, c in zip(live, cs):
                 full[i] = c
-            return tuple(eval_graph(system.matvec, list(x) + full))
+            return tuple(system.matvec(list(x) + full))
         pulled = vjp(of_live, *[mc[i] for i in live])[1](tuple(lam))
         for i, c in zip(live, pulled):
             c_cts[i] = negative(c)
@@ -388,7 +420,10 @@ def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False,
         graph, tc, _ = stage_solver(ts, mv.graph if symmetric else vecmat, len(mc), tree,
                                     "custom_linear_solve's transpose_solve")
         ts_graph = solution_only(graph, n)
-    system = LinearSystem(mv.graph, vecmat, solve_graph, ts_graph)
+    system = LinearSystem(graph_function(mv.graph),
+                          None if vecmat is None else graph_function(vecmat),
+                          graph_function(solve_graph),
+                          None if ts_graph is None else graph_function(ts_graph))
     outs = eval_graph(full, [stop_gradient(v) for v in b_leaves + mc + sc])
     x_leaves, aux = finish(outs)
     x_leaves = bind_solution(system, x_leaves, b_leaves, mc, list(mc) + sc,

@@ -14,7 +14,7 @@ import numpy as np
 from fgrad.core.errors import ConcretizationError, ConvergenceError, CustomRuleError
 from fgrad.core.trace import Primitive, Zero, current_level, get_aval
 from fgrad.core.tree import tree_flatten, tree_unflatten
-from fgrad.interpreters.staging import eval_graph, stage
+from fgrad.interpreters.staging import stage
 from fgrad.primitives.callback import pure_callback
 from fgrad.primitives.creation import stop_gradient
 from fgrad.primitives.einsum import identity_like
@@ -35,13 +35,16 @@ from fgrad.primitives.shape import concatenate, reshape, stack, transpose
 from fgrad.transforms.differentiation import jvp, vjp
 from fgrad.transforms.lax import while_loop
 from fgrad.transforms.linear_solve import (
+    ClosedFunction,
     LinearSystem,
     any_traced,
     as_leaves,
     closure_convert,
+    graph_function,
     per_example_batch_rule,
     solution_only,
     solve_system,
+    solver_function,
     stage_solver,
 )
 from fgrad.transforms.vmap import vmap
@@ -74,7 +77,7 @@ def _split(ops, n, f, system):
     ``system`` is the linear system of ``J = df/dx`` at the root: its matvec
     constants are the root and the parameters, each solve's constants the root,
     the parameters and the traced values ``tangent_solve`` closes over."""
-    n_p = len(f.invars) - n
+    n_p = f.n_in - n
     _, n_s, n_t = system.counts(n)
     x, p = list(ops[:n]), list(ops[n:n + n_p])
     # each solve graph takes (*y, *x, *params, *its own constants)
@@ -99,7 +102,7 @@ def _jvp(tangents, ans, *ops, n, f, system):
     if not live:
         return tuple(Zero(get_aval(a)) for a in ans)
     # df/dtheta . theta_dot at the root
-    _, rhs = jvp(_live(lambda q: tuple(eval_graph(f, list(x) + q)), p, live),
+    _, rhs = jvp(_live(lambda q: tuple(f(list(x) + q)), p, live),
                  tuple(p[i] for i in live), tuple(tangents[n + i] for i in live))
     here = list(x) + p
     x_dot = solve_system(system, list(rhs), here, here + c1, here + c2)
@@ -117,7 +120,7 @@ def _vjp(ct, ans, needed, *ops, n, f, system):
     # J^T lam = ct; the parameters then get -(df/dtheta)^T lam
     here = list(x) + p
     lam = solve_system(system.transposed(), cts, here, here + c2, here + c1)
-    pulled = vjp(_live(lambda q: tuple(eval_graph(f, list(x) + q)), p, live),
+    pulled = vjp(_live(lambda q: tuple(f(list(x) + q)), p, live),
                  *[p[i] for i in live])[1](tuple(lam))
     out = [None] * len(ops)
     for i, c in zip(live, pulled):
@@ -130,38 +133,50 @@ root_p.def_vjp_joint(_vjp)
 root_p.batch = per_example_batch_rule(root_p)
 
 
-def _jacobian_graphs(f, n, symmetric):
-    """The closed graphs ``(*v, *x, *params) -> J v`` and (unless ``symmetric``)
-    ``(*w, *x, *params) -> J^T w`` of the closed residual graph ``f``."""
-    avals = [a.strip_weak() for a in f.in_avals]
-
+def _jacobian_maps(f, n, symmetric):
+    """The closed functions ``(*v, *x, *params) -> J v`` and (unless
+    ``symmetric``) ``(*w, *x, *params) -> J^T w`` of the closed residual ``f``
+    (a `ClosedFunction`)."""
     def at(args):
         x, p = args[n:2 * n], args[2 * n:]
-        return x, lambda *xs: tuple(eval_graph(f, list(xs) + list(p)))
+        return x, lambda *xs: tuple(f(list(xs) + list(p)))
 
-    def matvec(*args):
+    def matvec(args):
         x, fx = at(args)
         return list(jvp(fx, tuple(x), tuple(args[:n]))[1])
 
-    def vecmat(*args):
+    def vecmat(args):
         x, fx = at(args)
         return list(vjp(fx, *x)[1](tuple(args[:n])))
-    jac = stage(matvec, avals[:n] + avals)[0]
-    return jac, None if symmetric else stage(vecmat, avals[:n] + avals)[0]
+    return (ClosedFunction(matvec, n + f.n_in),
+            None if symmetric else ClosedFunction(vecmat, n + f.n_in))
+
+
+def _staged(fun, avals):
+    """The `ClosedFunction` ``fun`` staged into a graph over ``avals``."""
+    return stage(lambda *args: fun(args), avals)[0]
+
+
+def _flat_residual(f, tree, n):
+    """``f(x, params)`` as a function of the flat list ``(*x, *params)``."""
+    def flat(args):
+        leaves, out_tree = tree_flatten(f(tree_unflatten(tree, list(args[:n])),
+                                          list(args[n:])))
+        if out_tree != tree:
+            raise CustomRuleError(
+                f"the function whose root is sought maps x to a pytree of structure "
+                f"{out_tree}, but x has structure {tree}; f(x) must have x's structure.")
+        return leaves
+    return flat
 
 
 def _stage_residual(f, tree, x_avals, params):
     """``f(x, params)`` as a closed graph ``(*x, *params, *captured)``, and the
     traced values ``captured`` it closes over (which become parameters)."""
-    box = []
-
-    def flat(*args):
-        out = f(tree_unflatten(tree, list(args[:len(x_avals)])), list(args[len(x_avals):]))
-        leaves, out_tree = tree_flatten(out)
-        box.append(out_tree)
-        return leaves
+    flat = _flat_residual(f, tree, len(x_avals))
     try:
-        graph, captured = stage(flat, x_avals + [get_aval(p).strip_weak() for p in params])
+        graph, captured = stage(lambda *args: flat(args),
+                                x_avals + [get_aval(p).strip_weak() for p in params])
     except ConcretizationError as err:
         raise ConcretizationError(
             "the function whose root is differentiated implicitly is staged (as jit "
@@ -169,15 +184,11 @@ def _stage_residual(f, tree, x_avals, params):
             "closes over; Python control flow on array values cannot be staged: write "
             "it with fgrad.numpy.where or fgrad.lax.cond. The staging error: "
             f"{err}") from None
-    if box[0] != tree:
-        raise CustomRuleError(
-            f"the function whose root is sought maps x to a pytree of structure "
-            f"{box[0]}, but x has structure {tree}; f(x) must have x's structure.")
     return graph, list(captured)
 
 
 def implicit_root(f, solution, params, tangent_solve, symmetric=False,
-                  what="implicit_root"):
+                  what="implicit_root", closed=False):
     """``solution``, made differentiable in ``params`` as a root of ``f``.
 
     ``f(x, params)`` maps a pytree like ``solution`` and the list of arrays
@@ -189,7 +200,10 @@ def implicit_root(f, solution, params, tangent_solve, symmetric=False,
     ``f``'s get derivatives like ``params``; ``tangent_solve``'s none, as it is
     taken to be the Jacobian's inverse. The solution itself gets no derivative:
     it is treated as the exact root, whatever found it. ``what`` names the
-    caller in errors.
+    caller in errors. ``closed=True`` is the caller's promise that ``f`` and
+    ``tangent_solve`` read traced values only through their arguments (as
+    `fgrad.scipy.optimize`'s, which pass every value they read in ``params``):
+    then nothing is staged and the rules call them as they are.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> def sqrt_of(a):                       # the root of x**2 - a, found by NumPy
@@ -204,21 +218,37 @@ def implicit_root(f, solution, params, tangent_solve, symmetric=False,
     x_leaves, tree = as_leaves(solution)
     n = len(x_leaves)
     x_avals = [get_aval(x).strip_weak() for x in x_leaves]
-    f_graph, captured = _stage_residual(f, tree, x_avals, list(params))
+    if closed:
+        residual, captured = ClosedFunction(_flat_residual(f, tree, n), n + len(params)), []
+    else:
+        f_graph, captured = _stage_residual(f, tree, x_avals, list(params))
+        residual = graph_function(f_graph)
     params = list(params) + captured
     # whatever found the solution (a solver reading traced values) gives no derivative
     x_leaves = [stop_gradient(x) for x in x_leaves]
     if not any_traced(params):
         return tree_unflatten(tree, x_leaves)
-    jac, jac_t = _jacobian_graphs(f_graph, n, symmetric)
-    name = f"{what}'s tangent_solve"
-    solve, c1, _ = stage_solver(tangent_solve, jac, n + len(params), tree, name)
-    if symmetric:
-        solve_t, c2 = solve, c1
+    jac, jac_t = _jacobian_maps(residual, n, symmetric)
+    if closed:
+        # nothing is staged: the rules run f and tangent_solve as they are
+        solve = solver_function(tangent_solve, jac, n, tree)
+        solve_t = solve if symmetric else solver_function(tangent_solve, jac_t, n, tree)
+        c1 = c2 = []
     else:
-        solve_t, c2, _ = stage_solver(tangent_solve, jac_t, n + len(params), tree, name)
-    system = LinearSystem(jac, jac_t, solution_only(solve, n), solution_only(solve_t, n))
-    out = root_p.bind(*x_leaves, *params, *c1, *c2, n=n, f=f_graph, system=system)
+        avals = [a.strip_weak() for a in f_graph.in_avals]
+        jac = _staged(jac, avals[:n] + avals)
+        jac_t = None if symmetric else _staged(jac_t, avals[:n] + avals)
+        name = f"{what}'s tangent_solve"
+        solve, c1, _ = stage_solver(tangent_solve, jac, n + len(params), tree, name)
+        if symmetric:
+            solve_t, c2 = solve, c1
+        else:
+            solve_t, c2, _ = stage_solver(tangent_solve, jac_t, n + len(params), tree, name)
+        jac, solve, solve_t = (graph_function(jac), graph_function(solution_only(solve, n)),
+                               graph_function(solution_only(solve_t, n)))
+        jac_t = None if symmetric else graph_function(jac_t)
+    system = LinearSystem(jac, jac_t, solve, solve_t)
+    out = root_p.bind(*x_leaves, *params, *c1, *c2, n=n, f=residual, system=system)
     return tree_unflatten(tree, list(out))
 
 
