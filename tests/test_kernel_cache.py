@@ -165,3 +165,28 @@ def test_a_directory_others_can_write_is_not_used(tmp_path, monkeypatch, caplog)
     assert "not private" in caplog.text
     monkeypatch.setenv(kernel_cache.CACHE_ENV, "off")
     assert kernel_cache.cache_dir() is None
+
+
+def test_an_alias_finds_an_entry_without_numba_and_a_bad_one_finds_none(tmp_path, monkeypatch):
+    # the whole-graph tier asks, before numba is loaded, whether its function
+    # is on disk (fgrad.compiler.tiers): only a whole entry holding that
+    # source, named by an intact alias file, counts
+    cache = tmp_path / "kernels"
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(cache))
+    alias = kernel_cache.alias_key(_SOURCE, "intp, float64[1d C], float64[1d C]")
+    assert alias != kernel_cache.alias_key(_SOURCE, "intp, float32[1d C], float32[1d C]")
+    assert not kernel_cache.is_cached_as(alias, _SOURCE)            # an empty cache
+    kernel_cache.load_or_build(_SOURCE, _SIGNATURE, alias=alias)
+    assert kernel_cache.is_cached_as(alias, _SOURCE)
+    assert not kernel_cache.is_cached_as(alias, _SOURCE + "# another kernel\n")
+    named = cache / (alias + ".alias")
+    key = named.read_text().strip()
+    for damage in [b"", b"not a key", b"\xff" * 40, b"f" * 40]:    # the last names no entry
+        named.write_bytes(damage)
+        assert not kernel_cache.is_cached_as(alias, _SOURCE)
+    named.write_text(key)
+    assert kernel_cache.is_cached_as(alias, _SOURCE)
+    (cache / key / "MANIFEST").unlink()                             # a stale alias
+    assert not kernel_cache.is_cached_as(alias, _SOURCE)
+    kernel_cache.load_or_build(_SOURCE, _SIGNATURE, alias=alias)     # rebuilt, named again
+    assert kernel_cache.is_cached_as(alias, _SOURCE)

@@ -215,3 +215,63 @@ def test_compile_jobs_run_at_a_fine_switch_interval_and_restore_it():
         assert sys.getswitchinterval() == 0.01
     finally:
         sys.setswitchinterval(before)
+
+
+# a scan's gradient, called in a fresh interpreter: the kernels tier done (it
+# finds no kernel outside the loop: the calls run NumPy's), then
+# COMPILE_AFTER_CALLS calls (each far quicker than the whole graph's estimated
+# compile); the child says which tier its calls then run, whether numba was
+# loaded when the whole graph was asked for, and, with "fill", compiles it whole
+_WARM_CHILD = """
+    import io, logging, re, sys, time
+    import numpy as np, fgrad, fgrad.numpy as fnp
+    from fgrad import lax
+    from fgrad.compiler.whole_graph import COMPILE_AFTER_CALLS
+    log = io.StringIO()
+    logging.getLogger("fgrad.jit").addHandler(logging.StreamHandler(log))
+    logging.getLogger("fgrad.jit").setLevel(logging.DEBUG)
+
+    def loss(w, xs):
+        h, _ = lax.scan(lambda h, x: (fnp.tanh(h @ w + x), None), xs[0] * 0.0, xs)
+        return fnp.sum(h * h)
+    w, xs = np.eye(8) * 0.5, np.linspace(-1, 1, 5 * 4 * 8).reshape(5, 4, 8)
+    f = fgrad.jit(fgrad.grad(loss))
+    f(w, xs), f(w, xs)                      # the second call asks for the kernels
+    while f.compile_info()[0].compiling:
+        time.sleep(0.01)
+    numba_loaded = "numba" in sys.modules
+    for _ in range(COMPILE_AFTER_CALLS):
+        f(w, xs)
+    while f.compile_info()[0].compiling:
+        time.sleep(0.01)
+    print(f.compile_info()[0].tier, "numba" if numba_loaded else "no-numba",
+          # numba's functions (the whole graph here), not LLVM's loop kernels
+          "loaded" if re.search("kernel [0-9a-f]{40} loaded from the disk", log.getvalue())
+          else "-")
+    if sys.argv[1:] == ["fill"]:
+        assert f.wait_compiled() and f.compile_info()[0].tier == "whole"
+"""
+
+
+def _warm_child(cache, *args):
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_WARM_CHILD), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": ROOT, "FGRAD_KERNEL_CACHE": cache,
+                               "FGRAD_JIT_COMPILE": "background"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+@compiles
+@pytest.mark.slow            # fresh processes: numba's start-up, and the compile once
+def test_a_second_process_asks_for_the_whole_graph_on_disk_at_its_call_count(tmp_path):
+    # an empty cache: the calls must first take the compile's estimate
+    cache = str(tmp_path / "kernels")
+    assert _warm_child(cache, "fill") == ["numpy", "no-numba", "-"]
+    # the function on disk, found before numba is loaded: asked for at once
+    assert _warm_child(cache) == ["whole", "no-numba", "loaded"]
+    # an alias file damaged: the estimate again
+    (named,) = [n for n in os.listdir(cache) if n.endswith(".alias")]
+    with open(os.path.join(cache, named), "w") as f:
+        f.write("0" * 40)
+    assert _warm_child(cache) == ["numpy", "no-numba", "-"]

@@ -17,7 +17,12 @@ in a per-user directory, so a second process loads it instead of compiling:
   deleted, and the kernel is compiled again — numba never reads its files;
 - an entry is built in a private temporary directory and renamed into place
   in one step, so two processes filling the cache at once each compile, one
-  rename wins, and nobody ever sees half an entry.
+  rename wins, and nobody ever sees half an entry;
+- an entry's key needs numba imported (its version, the signature's types);
+  a caller that must know whether an entry exists before paying numba's
+  start-up names it also by an `alias_key` (numba's installed version read
+  from its metadata, the signature in words): `load_or_build` then leaves a
+  file ``<alias>.alias`` naming the entry, which `is_cached_as` reads.
 
 Kernels LLVM compiles directly (`fgrad.compiler.native`) are kept as one file
 each, machine code behind the SHA-256 of itself (`read_object`,
@@ -26,11 +31,13 @@ when it does not match, written under a temporary name and renamed.
 """
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import logging
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -41,6 +48,7 @@ import numpy as np
 
 CACHE_ENV = "FGRAD_KERNEL_CACHE"
 _MANIFEST = "MANIFEST"
+_ALIAS_SUFFIX = ".alias"
 _FORMAT = 1
 _log = logging.getLogger("fgrad.jit")
 
@@ -111,21 +119,66 @@ def entry_key(source, signature):
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def is_cached(source, signature):
-    """Whether the disk cache holds a valid entry for ``source`` compiled for
-    ``signature``.
+def alias_key(source, described):
+    """A name for ``source`` compiled for the signature ``described`` (its
+    types in words, as exact as the signature) that, unlike the entry's own
+    key, needs no numba imported; None when numba is not installed.
 
-    >>> is_cached("def kernel(): pass", "no signature")    # doctest: +SKIP
+    >>> key = alias_key("def kernel(): pass", "float64[2d C]")
+    >>> key is None or (len(key) == 46 and key.startswith("alias-"))
+    True
+    """
+    version = _installed_numba()
+    if version is None:
+        return None
+    text = "\n".join([f"format {_FORMAT}", f"numba {version}", f"python {sys.version}",
+                      f"machine {platform.machine()}", f"described {described}", source])
+    return "alias-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_numba():
+    try:
+        return importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def is_cached_as(alias, source):
+    """Whether the disk cache holds a valid entry for ``source`` under the
+    `alias_key` ``alias``, checked without importing numba: the alias file
+    names an entry, the entry is whole and holds ``source``. A missing or
+    damaged alias file, or one naming an entry gone or changed, says False.
+
+    >>> is_cached_as("alias-" + "0" * 40, "def kernel(): pass")    # doctest: +SKIP
     False
     """
     root = cache_dir()
-    if root is None:
+    if root is None or alias is None:
         return False
-    key = entry_key(source, signature)
-    return verify(os.path.join(root, key), key)
+    try:
+        with open(os.path.join(root, alias + _ALIAS_SUFFIX), "rb") as f:
+            key = f.read(64).decode("ascii").strip()
+        if not re.fullmatch("[0-9a-f]{40}", key):
+            return False
+        entry = os.path.join(root, key)
+        with open(os.path.join(entry, "kernel.py"), encoding="utf-8") as f:
+            same = f.read() == _kernel_file(source)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return same and verify(entry, key)
 
 
-def load_or_build(source, signature, keep_module=False, linked=None):
+def _write_alias(root, alias, key):
+    """Leave ``<alias>.alias`` naming the entry ``key``."""
+    _replace_file(root, alias + _ALIAS_SUFFIX, (key + "\n").encode())
+
+
+def _kernel_file(source):
+    return "import numpy as np\n\n" + source
+
+
+def load_or_build(source, signature, keep_module=False, linked=None, alias=None):
     """The numba function for ``source`` compiled for ``signature``: from the
     disk cache when a valid entry exists, else compiled (and stored). Used by
     `fgrad.compiler.cpu_fusion` and `fgrad.compiler.whole_graph`, which write
@@ -133,19 +186,25 @@ def load_or_build(source, signature, keep_module=False, linked=None):
     ``sys.modules``: code that calls back into Python (numba's objmode) looks
     it up there at run time. ``linked`` maps names the source calls but does
     not define to the numba functions they stand for (compiled already): the
-    source must identify each (its cache key is the text)."""
+    source must identify each (its cache key is the text). ``alias``: its
+    `alias_key`, if `is_cached_as` is to find it."""
     root = cache_dir()
     if root is None:
         return _compile(_module_from_text(source, linked), signature, cache=False)
     key = entry_key(source, signature)
     entry = os.path.join(root, key)
+    fn = None
     if os.path.isdir(entry):
         if verify(entry, key):
             fn = _compile_file(entry, key, signature, keep_module, linked)
             _log.debug("fgrad.jit: kernel %s loaded from the disk cache", key)
-            return fn
-        _discard(root, entry)
-    return _build(root, entry, key, source, signature, keep_module, linked)
+        else:
+            _discard(root, entry)
+    if fn is None:
+        fn = _build(root, entry, key, source, signature, keep_module, linked)
+    if alias is not None:
+        _write_alias(root, alias, key)
+    return fn
 
 
 def _compile(module, signature, cache):
@@ -234,7 +293,7 @@ def _build(root, entry, key, source, signature, keep_module=False, linked=None):
     staging = tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=root)
     try:
         with open(os.path.join(staging, "kernel.py"), "w", encoding="utf-8") as f:
-            f.write("import numpy as np\n\n" + source)
+            f.write(_kernel_file(source))
         fn = _compile_file(staging, key, signature, keep_module, linked)
         manifest = {"format": _FORMAT, "key": key,
                     "files": {p: _digest(os.path.join(staging, p))
@@ -285,13 +344,20 @@ def write_object(key, body):
     root = cache_dir()
     if root is None:
         return
-    handle, staging = tempfile.mkstemp(prefix=f".build-{key[:12]}-", dir=root)
+    _replace_file(root, key + _OBJECT_SUFFIX,
+                  hashlib.sha256(body).hexdigest().encode() + body)
+
+
+def _replace_file(root, name, data):
+    """Write ``data`` (bytes) to ``root/name``: under a temporary name, then
+    renamed over whatever is there, in one step."""
+    handle, staging = tempfile.mkstemp(prefix=f".build-{name[:12]}-", dir=root)
     try:
         with os.fdopen(handle, "wb") as f:
-            f.write(hashlib.sha256(body).hexdigest().encode() + body)
-        os.replace(staging, os.path.join(root, key + _OBJECT_SUFFIX))   # in one step
+            f.write(data)
+        os.replace(staging, os.path.join(root, name))
     except OSError as error:
-        _log.warning("fgrad.jit: could not keep a kernel in %s (%s)", root, error)
+        _log.warning("fgrad.jit: could not keep %s in %s (%s)", name, root, error)
         try:
             os.remove(staging)
         except OSError:

@@ -413,9 +413,9 @@ class Tiers:
             self._promote("whole", None, None, None)
         elif self._budget is not None:  # the call that compiles it is named
             pass
-        elif "numba" in sys.modules and on_disk(whole_plan):
-            # compiled before (asked only once numba is loaded, by a whole
-            # graph compiled before: the kernels do not load it)
+        elif on_disk(whole_plan):
+            # compiled before, in this process or another: loading it takes
+            # numba's start-up and milliseconds, on the compile thread
             self._budget = 0.0
         else:
             self._budget = whole_plan.estimated_seconds

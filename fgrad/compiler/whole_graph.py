@@ -64,7 +64,7 @@ from fgrad.compiler.cpu_fusion import (
     scalar_literal_text,
 )
 from fgrad.compiler.fusion import compute_dtypes, elementwise_name, operand_rule
-from fgrad.compiler.kernel_cache import is_cached, load_or_build
+from fgrad.compiler.kernel_cache import alias_key, is_cached_as, load_or_build
 from fgrad.compiler.passes import effectful
 from fgrad.compiler.vector_math import SOURCE as VECTOR_SOURCE
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
@@ -923,21 +923,36 @@ def _numba_type(shape, dtype):
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(source, signature, linked=()):
+def _compiled(source, signature, linked=(), alias=None):
     # the module stays importable: a call back into NumPy (objmode) needs it
     return load_or_build(source, signature, keep_module="numba.objmode" in source,
-                         linked=dict(linked))
+                         linked=dict(linked), alias=alias)
+
+
+def _arguments(plan):
+    """(shape, dtype) of each argument of the plan's function."""
+    return [(v.aval.shape, v.aval.dtype) for v in plan.graph.invars] + \
+        [(c.shape, c.dtype) for c in plan.consts]
 
 
 def _signature(plan):
-    return tuple(_numba_type(v.aval.shape, v.aval.dtype) for v in plan.graph.invars) + \
-        tuple(_numba_type(c.shape, c.dtype) for c in plan.consts)
+    return tuple(_numba_type(shape, dtype) for shape, dtype in _arguments(plan))
+
+
+def _alias(plan):
+    """The plan's function's name in the disk cache that needs no numba:
+    `_signature` in words (a dtype, and for an array its rank)."""
+    described = ", ".join(np.dtype(dtype).name + (f"[{len(shape)}d C readonly]" if shape
+                                                   else "")
+                          for shape, dtype in _arguments(plan))
+    return alias_key(plan.source, described)
 
 
 def on_disk(plan):
     """Whether the disk cache holds the compiled function of a supported
-    `Plan` (then building it loads it: milliseconds, not seconds)."""
-    return is_cached(plan.source, _signature(plan))
+    `Plan` (then building it loads it: milliseconds, not seconds), found
+    without importing numba."""
+    return is_cached_as(_alias(plan), plan.source)
 
 
 def build(plan):
@@ -947,7 +962,7 @@ def build(plan):
     in_avals = [v.aval for v in graph.invars]
     signature = _signature(plan)
     linked = tuple((name, compiled_kernel(k)) for name, k in plan.kernels.items())
-    kernel = _compiled(plan.source, signature, linked)
+    kernel = _compiled(plan.source, signature, linked, _alias(plan))
     expected = [(tuple(a.shape), np.dtype(a.dtype)) for a in in_avals]
     namespace = {"kernel": kernel, "np": np, "ascontiguous": np.ascontiguousarray}
     lines = checked_call_header(expected, namespace, what="a whole-graph function")
