@@ -72,6 +72,25 @@ def tool_command(tool: str, checkout: str) -> list[str]:
     }[tool]
 
 
+def supported(tool: str, eval_name: str, checkout: str) -> str | None:
+    """None if ``tool`` runs ``eval_name``, else why not, from the tool's evals.txt.
+
+    GradBench lists in ``tools/<tool>/evals.txt`` the evals a tool implements,
+    each optionally followed by the outcome its nightly accepts (``timeout``,
+    ``error``); those are skipped here too rather than run into the timeout."""
+    name = "jax" if tool == "jax-blocked" else tool
+    listing = os.path.join(os.path.dirname(os.path.abspath(__file__)), "evals.txt") \
+        if tool == "fgrad" else os.path.join(checkout, "tools", name, "evals.txt")
+    try:
+        with open(listing) as handle:
+            entries = dict((line.split() + [""])[:2] for line in handle if line.strip())
+    except FileNotFoundError:
+        return None
+    if eval_name not in entries:
+        return "not implemented"
+    return f"skipped (GradBench's nightly: {entries[eval_name]})" if entries[eval_name] else None
+
+
 def read_line(stream, timeout: float) -> str | None:
     """The next line of a child's stdout, or None after ``timeout`` seconds."""
     ready, _, _ = select.select([stream], [], [], timeout)
@@ -249,7 +268,9 @@ def main(argv=None) -> None:
                         help="seconds to wait for any one response (the nightly's 600)")
     parser.add_argument("--cpu", type=int, default=0,
                         help="pin every tool to this CPU (-1: no pinning)")
-    parser.add_argument("--output", help="directory for message logs and summary.json")
+    parser.add_argument("--output", help="directory for summary.json (and --logs)")
+    parser.add_argument("--logs", action="store_true",
+                        help="also write every message and response to OUTPUT/EVAL-TOOL.jsonl")
     args = parser.parse_args(argv)
 
     checkout = os.path.abspath(args.gradbench)
@@ -261,29 +282,37 @@ def main(argv=None) -> None:
         extra.setdefault(name, []).extend(options.split())
     if not os.path.isdir(os.path.join(checkout, "evals")):
         sys.exit(f"{checkout} is not a GradBench checkout (no evals/ folder)")
-    if "manual" in tools or True:
-        for eval_name in evals:
-            binary = os.path.join(checkout, "tools", "manual", "bin", eval_name)
-            if eval_name not in scoring.EQUIVALENT_FUNCTIONS and not os.path.exists(binary):
-                sys.exit(MISSING_MANUAL.format(checkout=checkout, binary=binary))
+    for eval_name in evals:  # every eval but particle and saddle validates against manual
+        binary = os.path.join(checkout, "tools", "manual", "bin", eval_name)
+        if eval_name not in scoring.EQUIVALENT_FUNCTIONS and not os.path.exists(binary):
+            sys.exit(MISSING_MANUAL.format(checkout=checkout, binary=binary))
     commit = checkout_commit(checkout)
     print(f"GradBench {commit} at {checkout}; {platform.machine()} {platform.processor()}, "
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}; every tool on one "
           f"thread{'' if args.cpu < 0 else f', pinned to CPU {args.cpu}'}", flush=True)
+    if args.logs and not args.output:
+        sys.exit("--logs needs --output DIR")
     if args.output:
         os.makedirs(args.output, exist_ok=True)
     summary = {"gradbench_commit": commit, "evals": {}}
     for eval_name in evals:
         eval_args = (QUICK_ARGS.get(eval_name, []) if args.quick else []) + \
             extra.get(eval_name, [])
-        driver_args = eval_args + ["--min-runs", str(args.min_runs)] if eval_name != "hello" \
-            else []
-        if args.min_seconds is not None and eval_name != "hello":
-            driver_args += ["--min-seconds", str(args.min_seconds)]
+        driver_args = []
+        if eval_name != "hello":  # hello's driver takes no options
+            driver_args = ["--min-runs", str(args.min_runs)]
+            if args.min_seconds is not None:
+                driver_args += ["--min-seconds", str(args.min_seconds)]
+        driver_args += eval_args  # last, so that --eval-args can override the above
         runs = {}
         for tool in tools:
+            reason = supported(tool, eval_name, checkout)
+            if reason:
+                runs[tool] = ToolRun(tool, note=reason)
+                print(f"  {eval_name} / {tool}: {reason}", file=sys.stderr, flush=True)
+                continue
             started = time.perf_counter()
-            log = os.path.join(args.output, f"{eval_name}-{tool}.jsonl") if args.output else None
+            log = os.path.join(args.output, f"{eval_name}-{tool}.jsonl") if args.logs else None
             runs[tool] = run_pair(eval_name, tool, checkout, driver_args, args.timeout,
                                   None if args.cpu < 0 else args.cpu, log)
             print(f"  {eval_name} / {tool}: {outcome(runs[tool])}, "
