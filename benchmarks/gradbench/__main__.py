@@ -327,9 +327,9 @@ def main(argv=None) -> None:
                              "total_fastest": scoring.total(eval_name, run, "fastest"),
                              "timings": {f"{d}|{f}": vars(t) for (d, f), t in run.timings.items()}}
                       for tool, run in runs.items()}}
-    if args.output:
-        with open(os.path.join(args.output, "summary.json"), "w") as handle:
-            json.dump(summary, handle, indent=1)
+        if args.output:  # after every eval, so that a run cut short keeps what it measured
+            with open(os.path.join(args.output, "summary.json"), "w") as handle:
+                json.dump(summary, handle, indent=1)
 
 
 if __name__ == "__main__":
