@@ -239,6 +239,37 @@ def table(eval_name: str, runs: dict, eval_args: list) -> str:
     return "\n".join(lines)
 
 
+def overview(summaries: list[dict], tools: list[str]) -> str:
+    """One line per eval from ``summary.json`` files: each tool's totals (as scored /
+    fastest runs) as multiples of manual's, and its validations."""
+    lines = ["| eval | workloads | " + " | ".join(t for t in tools if t != "manual")
+             + " | validated |", "|---|---:|" + "---:|" * len(tools)]
+    for summary in summaries:
+        for eval_name, entry in summary["evals"].items():
+            results = entry["tools"]
+            manual = results.get("manual", {})
+            workloads = len({key.split("|")[0] for key in
+                             next(iter(results.values()), {}).get("timings", {})})
+            cells = []
+            for tool in tools:
+                result = results.get(tool)
+                if tool == "manual":
+                    continue
+                if not result or result["outcome"] != "ok":
+                    cells.append(result["outcome"] if result else "—")
+                    continue
+                scored = fmt_ratio(result["total_mean"], manual.get("total_mean"))
+                fastest = fmt_ratio(result["total_fastest"], manual.get("total_fastest"))
+                cells.append(f"{scored} / {fastest}" if manual.get("total_mean")
+                             else f"{fmt_time(result['total_mean'])} / "
+                                  f"{fmt_time(result['total_fastest'])}")
+            validated = ", ".join(f"{tool} {r['valid']}/{r['evaluated']}"
+                                  for tool, r in results.items() if r["evaluated"])
+            lines.append(f"| {eval_name} | {workloads} | " + " | ".join(cells)
+                         + f" | {validated} |")
+    return "\n".join(lines)
+
+
 def checkout_commit(checkout: str) -> str:
     try:
         return subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], text=True,
@@ -250,7 +281,7 @@ def checkout_commit(checkout: str) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gradbench",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gradbench", required=True,
+    parser.add_argument("--gradbench",
                         help="a GradBench checkout whose manual tool is built")
     parser.add_argument("--evals", default=",".join(e for e in EVALS if e != "hello"),
                         help="comma-separated evals (default: all but hello)")
@@ -271,8 +302,20 @@ def main(argv=None) -> None:
     parser.add_argument("--output", help="directory for summary.json (and --logs)")
     parser.add_argument("--logs", action="store_true",
                         help="also write every message and response to OUTPUT/EVAL-TOOL.jsonl")
+    parser.add_argument("--overview", nargs="+", metavar="SUMMARY",
+                        help="print one line per eval from these summary.json files, run "
+                        "nothing")
     args = parser.parse_args(argv)
 
+    if args.overview:
+        summaries = []
+        for path in args.overview:
+            with open(path) as handle:
+                summaries.append(json.load(handle))
+        print(overview(summaries, [t for t in args.tools.split(",") if t]))
+        return
+    if not args.gradbench:
+        parser.error("--gradbench PATH is required: a GradBench checkout with manual built")
     checkout = os.path.abspath(args.gradbench)
     evals = [e for e in args.evals.split(",") if e]
     tools = [t for t in args.tools.split(",") if t]
