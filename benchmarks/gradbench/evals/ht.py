@@ -81,9 +81,10 @@ def vertex_positions(theta, model):
         absolutes.append(relatives[bone] if parent == -1
                          else absolutes[parent] @ relatives[bone])
     transforms = (fnp.stack(absolutes) @ model["inverse_base_absolutes"])[:, :3, :]
-    # each vertex moves by the weighted sum of its bones' transforms
-    blended = (model["weights"] @ transforms.reshape(-1, 12)).reshape(-1, 3, 4)
-    positions = fnp.sum(blended * model["base_positions"][:, None, :], axis=2)
+    # each vertex moves by the weighted sum of its bones' transforms (einsum, not @:
+    # NumPy runs a stack of small matrix products far slower than one large one)
+    blended = fnp.einsum("vb,bk->vk", model["weights"], transforms.reshape(-1, 12))
+    positions = fnp.einsum("vij,vj->vi", blended.reshape(-1, 3, 4), model["base_positions"])
     if model["is_mirrored"]:
         positions = positions * fnp.array([-1.0, 1.0, 1.0])
     rotation = angle_axis_rotation(pose[0]) * pose[1][None, :]
