@@ -180,6 +180,8 @@ def fmt_ratio(value: float | None, reference: float | None) -> str:
     if value is None or not reference:
         return "—"
     ratio = value / reference
+    if ratio < 0.1:
+        return f"{ratio:.1g}x"
     return f"{ratio:.2f}x" if ratio < 100 else f"{ratio:.0f}x"
 
 
@@ -248,8 +250,8 @@ def overview(summaries: list[dict], tools: list[str]) -> str:
         for eval_name, entry in summary["evals"].items():
             results = entry["tools"]
             manual = results.get("manual", {})
-            workloads = len({key.split("|")[0] for key in
-                             next(iter(results.values()), {}).get("timings", {})})
+            workloads = len({key.split("|")[0] for result in results.values()
+                             for key in result.get("timings", {})})
             cells = []
             for tool in tools:
                 result = results.get(tool)
