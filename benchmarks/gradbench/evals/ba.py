@@ -1,0 +1,138 @@
+"""GradBench's ``ba`` eval (bundle adjustment, from ADBench): reprojection and weight
+errors of ``p`` observations, and their sparse Jacobian.
+
+The input describes one camera, point, weight and feature, to be repeated ``n``,
+``m`` and ``p`` times; observation ``i`` sees camera ``i % n`` and point
+``i % m``.  The whole problem is built and every observation differentiated
+(the eval forbids exploiting the repetition); only the output is abridged, as
+the eval asks: the first 30 and the last entry of the Jacobian in compressed
+sparse row form.  Each observation's 2 x 15 block (11 camera parameters, 3
+point coordinates, its weight) comes from 15 ``jvp``s of the reprojection
+error written elementwise over all observations (`jacobian_blocks`).
+"""
+
+import numpy as np
+
+import fgrad
+import fgrad.numpy as fnp
+
+from benchmarks.gradbench.tool import timed
+
+N_CAM = 11
+
+
+def cross(a, b):
+    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+
+
+def rotate(rotation, point):
+    """Rodrigues' formula (its first-order form for a zero rotation), on lists of
+    three coordinates, each an array over the observations."""
+    squared = rotation[0] ** 2 + rotation[1] ** 2 + rotation[2] ** 2
+    zero = squared == 0
+    theta = fnp.sqrt(fnp.where(zero, 1.0, squared))
+    axis = [r / theta for r in rotation]
+    cos, sin = fnp.cos(theta), fnp.sin(theta)
+    along = (axis[0] * point[0] + axis[1] * point[1] + axis[2] * point[2]) * (1 - cos)
+    turned = cross(axis, point)
+    small = cross(rotation, point)
+    return [fnp.where(zero, point[i] + small[i],
+                      point[i] * cos + turned[i] * sin + axis[i] * along) for i in range(3)]
+
+
+def reprojection_error(camera, point, weight, feature):
+    """Both coordinates of each observation's weighted reprojection error.
+
+    ``camera`` is 11 arrays (rotation, centre, focal length, principal point,
+    two distortion coefficients) and ``point`` 3, each holding one value per
+    observation, so every operation here is elementwise over the observations."""
+    seen = rotate(camera[0:3], [point[i] - camera[3 + i] for i in range(3)])
+    x, y = seen[0] / seen[2], seen[1] / seen[2]
+    radius = x * x + y * y
+    distortion = 1 + camera[9] * radius + camera[10] * radius * radius
+    return fnp.stack([weight * (x * distortion * camera[6] + camera[7] - feature[:, 0]),
+                      weight * (y * distortion * camera[6] + camera[8] - feature[:, 1])])
+
+
+def weight_error(weight):
+    return 1 - weight * weight
+
+
+def observed(problem):
+    """The 15 differentiated inputs of each observation, one array per input."""
+    cams, points, weights, _, obs = problem
+    return [*cams[obs[:, 0]].T, *points[obs[:, 1]].T, weights]
+
+
+def objective_errors(parameters, features):
+    return (reprojection_error(parameters[:11], parameters[11:14], parameters[14], features).T,
+            weight_error(parameters[14]))
+
+
+def jacobian_blocks(parameters, features):
+    """Each observation's 2 x 15 Jacobian block, as (observations, 2, 15).
+
+    An observation's errors depend on its own inputs only, so one ``jvp`` with
+    the tangent of input ``j`` set to one for every observation gives column
+    ``j`` of all the blocks at once."""
+    def errors(*inputs):
+        return reprojection_error(inputs[:11], inputs[11:14], inputs[14], features)
+
+    columns = []
+    for j in range(len(parameters)):
+        tangents = [fnp.ones_like(x) if i == j else fnp.zeros_like(x)
+                    for i, x in enumerate(parameters)]
+        columns.append(fgrad.jvp(errors, tuple(parameters), tuple(tangents))[1])
+    return fnp.transpose(fnp.stack(columns), (2, 1, 0))
+
+
+_objective = fgrad.jit(objective_errors)
+_blocks = fgrad.jit(jacobian_blocks)
+_weight_derivatives = fgrad.jit(fgrad.vmap(fgrad.grad(weight_error)))
+
+
+def objective_of(problem):
+    return _objective(observed(problem), problem[3])
+
+
+def sparse_jacobian(problem):
+    """The Jacobian in compressed sparse rows: (row offsets, columns, values)."""
+    cams, points, weights, features, obs = problem
+    n, m, p = len(cams), len(points), len(weights)
+    parameters = observed(problem)
+    values = np.concatenate([_blocks(parameters, features).ravel(),
+                             _weight_derivatives(weights)])
+    columns_of_row = np.concatenate([N_CAM * obs[:, :1] + np.arange(N_CAM),
+                                     N_CAM * n + 3 * obs[:, 1:] + np.arange(3),
+                                     N_CAM * n + 3 * m + np.arange(p)[:, None]], axis=1)
+    columns = np.concatenate([np.repeat(columns_of_row, 2, axis=0).ravel(),
+                              N_CAM * n + 3 * m + np.arange(p)])
+    offsets = np.concatenate([15 * np.arange(2 * p + 1), 30 * p + np.arange(1, p + 1)])
+    return offsets, columns, values
+
+
+def _prepare(raw):
+    n, m, p = raw["n"], raw["m"], raw["p"]
+    obs = np.stack([np.arange(p) % n, np.arange(p) % m], axis=1)
+    return (np.tile(np.asarray(raw["cam"], dtype=np.float64), (n, 1)),
+            np.tile(np.asarray(raw["x"], dtype=np.float64), (m, 1)),
+            np.full(p, float(raw["w"])),
+            np.tile(np.asarray(raw["feat"], dtype=np.float64), (p, 1)),
+            obs)
+
+
+def _objective_output(errors):
+    reproj, w_err = errors
+    return {"reproj_error": {"elements": reproj[0].tolist(), "repeated": len(reproj)},
+            "w_err": {"element": float(w_err[0]), "repeated": len(w_err)}}
+
+
+def _jacobian_output(jacobian):
+    def abridged(values):
+        return np.concatenate([values[:30], values[-1:]]).tolist()
+    offsets, columns, values = jacobian
+    return {"rows": abridged(offsets), "cols": abridged(columns), "vals": abridged(values)}
+
+
+objective = timed(prepare=_prepare, output=_objective_output)(objective_of)
+jacobian = timed(prepare=_prepare, output=_jacobian_output)(sparse_jacobian)
