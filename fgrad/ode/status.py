@@ -13,6 +13,7 @@ code runs.
 """
 import numpy as np
 
+from fgrad.core.backend import device_put
 from fgrad.core.errors import IntegrationError
 from fgrad.core.trace import Primitive
 from fgrad.primitives.batching import move_axis
@@ -55,7 +56,8 @@ class RESULTS:
 
 
 def _check_impl(status, t_reached, *, what):
-    status, t_reached = np.asarray(status), np.asarray(t_reached)
+    # a few numbers, read on the host: the check decides whether to raise
+    status, t_reached = (np.asarray(v) for v in device_put((status, t_reached), "cpu"))
     failed = np.flatnonzero(status.ravel() != RESULTS.SUCCESSFUL)
     if failed.size:
         k = failed[0]
