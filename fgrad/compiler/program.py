@@ -282,14 +282,15 @@ def program_steps(graph):
         if k in at_last:
             steps += _kernel_steps(graph, *at_last[k], readers)
             continue
-        if k in in_group or eqn.outvars[0] in folded:
+        if k in in_group or eqn.prim is transpose_p and eqn.outvars[0] in folded:
             continue
         how = _lowering(eqn)
         if how == "gemm":
             (a, b), (out,) = eqn.invars, eqn.outvars
-            transposed = tuple(name for name, v in (("a", a), ("b", b)) if v in folded)
-            steps.append(_Gemm(folded.get(a, a), folded.get(b, b), out, *_gemm_shapes(eqn),
-                               transposed))
+            transposed = tuple(name for name, v in (("a", a), ("b", b))
+                               if type(v) is Var and v in folded)
+            a, b = (folded[v] if type(v) is Var and v in folded else v for v in (a, b))
+            steps.append(_Gemm(a, b, out, *_gemm_shapes(eqn), transposed))
             continue
         (x,), (out,) = (eqn.invars, eqn.outvars) if how else ((None,), (None,))
         if how == "reduce":
