@@ -9,8 +9,11 @@ operations. The pipeline:
    own IR writer (`fgrad.compiler.kernel_ir.define_kernel`), down to groups
    of one equation, since a call inside the program costs nothing;
    ``sum``, ``max`` and ``min`` over any axes are loops with the accumulator
-   in a register; ``transpose`` and ``broadcast_to`` are strided copies;
-   ``reshape`` of a value the program made is a view of its buffer. Every
+   in a register; ``transpose``, ``broadcast_to`` and basic indexing are
+   strided copies; ``reshape`` of a value the program made is a view of its
+   buffer; a float ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
+   called once per matrix of a batch, reading an operand that only products
+   read through a transpose as its source, transposed (gemm's flag). Every
    other equation is a *callout*: the compiled function calls back into
    Python (a ctypes callback), which runs the primitive's NumPy code on views
    of the program's buffers and copies its results into them. Callouts are
@@ -22,16 +25,18 @@ operations. The pipeline:
    result into a dying operand of the same shape and dtype. Each output has
    an array of its own, written in place by the step that computes it.
 3. **IR and machine code.** One LLVM function
-   ``program(inputs..., outputs..., arena, constants..., callout)``, every
-   array passed as its NumPy object (`fgrad.compiler.native`), compiled at
+   ``program(inputs..., outputs..., arena, constants..., BLAS table,
+   callout)``, every array passed as its NumPy object (`fgrad.compiler.native`), compiled at
    -O3 for this CPU; the disk cache keys its machine code on the IR, the CPU
    and the LLVM version, so a second process loads it in milliseconds.
 
 Results are the interpreted tier's, bitwise for the elementwise loops (the
 same IR the fused kernels run) and copies; a float ``sum`` accumulates in
-float64, in order, where NumPy sums pairwise: equal to rounding.
+float64, in order, where NumPy sums pairwise: equal to rounding; a product
+is SciPy's BLAS, where NumPy may run its own (another OpenBLAS, another
+kernel): equal to rounding, bitwise where the kernels are the same.
 
-It is opt-in while loops, BLAS calls and random bits are still callouts:
+It is opt-in while loops and random bits are still callouts:
 ``FGRAD_JIT_PROGRAM=1`` makes `fgrad.jit` build a graph's program after its
 kernels where `pays` estimates it faster (`fgrad.compiler.tiers`); a compile
 that fails is logged and the graph runs on as before.
@@ -118,14 +123,18 @@ CALLOUT_NS = 4000
 def pays(steps, code):
     """Whether a program of ``steps`` (`program_steps`) is estimated faster
     than the per-equation code of graph ``code`` (the kernels tier's): while
-    BLAS calls and loops are callouts, a graph of many matmuls is not.
+    loops are callouts, a graph of many loops is not, nor one of a few
+    NumPy calls.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x: fnp.exp(fnp.sin(x) * 2.0) + x * x)(np.ones(3))
     >>> pays(program_steps(g), g)                   # five NumPy calls
     True
     >>> g = fgrad.make_graph(lambda x, w: x @ w @ w + x)(np.ones((2, 2)), np.eye(2))
-    >>> pays(program_steps(g), g)                   # two matmuls: callouts
+    >>> pays(program_steps(g), g)                   # three calls: cheaper than one program
+    False
+    >>> g = fgrad.make_graph(lambda x: fnp.cumsum(fnp.cumsum(fnp.sin(x))))(np.ones(3))
+    >>> pays(program_steps(g), g)                   # two callouts
     False
     """
     callouts = sum(isinstance(s, _Callout) for s in steps)
