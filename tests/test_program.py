@@ -23,6 +23,7 @@ from sweeps import examples, sweep
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.compiler import native, program
+from fgrad.compiler.blas import gemm_table
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu
@@ -91,7 +92,8 @@ def test_every_nondifferentiable_spec_as_one_program(name, count):
 
 
 def _network(w, b, x):
-    h = fnp.maximum(x @ w + b, 0.0)                  # a matmul (a callout), a broadcast add
+    # x @ w written out (a BLAS product would round as its BLAS does), then a callout
+    h = fnp.maximum(fnp.cumsum(x[:, :1] * w[0] + x[:, 1:] * w[1], axis=1) + b, 0.0)
     z = fnp.where(h > 0.25, h, -h)
     s = fnp.max(z, axis=1, keepdims=True)            # a reduction over one axis
     t = z.T.reshape(-1)                              # a strided copy, a view
@@ -106,7 +108,7 @@ _X = np.linspace(-0.5, 0.7, 6).reshape(3, 2)
 def test_copies_reductions_and_arithmetic_are_bitwise_the_interpreted_tiers():
     compiled, got, want = _both(_network, _W, _B, _X)
     _agree(got, want, exact=True)
-    assert compiled.callouts == ["0: matmul"]
+    assert [c.split(": ")[1] for c in compiled.callouts] == ["cumsum"]
 
 
 def test_callouts_are_listed_by_compile_info(monkeypatch):
@@ -252,9 +254,9 @@ def test_a_program_is_built_only_where_it_is_estimated_to_pay(monkeypatch, caplo
     monkeypatch.setenv(PROGRAM_ENV, "1")
     monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")          # numba's tier would replace it
 
-    def matmuls(x, w):             # every equation a callout (BLAS calls are stage 3)
+    def matmuls(x, w):             # every equation a callout (loops are a later stage)
         for _ in range(4):
-            x = x @ w
+            x = fnp.cumsum(x, axis=0) @ w
         return x
     few = fgrad.jit(matmuls)
     many = fgrad.jit(lambda x: (fnp.max(fnp.sin(x), axis=0) + fnp.min(x.T, axis=1))
@@ -266,7 +268,8 @@ def test_a_program_is_built_only_where_it_is_estimated_to_pay(monkeypatch, caplo
         assert few.wait_compiled() and many.wait_compiled()
     assert "matmuls: program tier not built" in caplog.text
     assert few.compile_info()[0].tier != "program" and many.compile_info()[0].tier == "program"
-    np.testing.assert_array_equal(few(x, w), x)
+    np.testing.assert_array_equal(few(x, w), np.cumsum(np.cumsum(np.cumsum(np.cumsum(
+        x, axis=0), axis=0), axis=0), axis=0))
 
 
 def test_a_buffer_read_through_a_view_too_is_not_written_in_place():
@@ -280,13 +283,16 @@ _SECOND_PROCESS = """
 import sys, json
 sys.modules['numba'] = None             # importing it raises: the program needs LLVM only
 import numpy as np, fgrad, fgrad.numpy as fnp
+# (a product: BLAS's address differs from one process to the next, and the
+# cached machine code reads it from the table each call passes)
 f = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fnp.tanh(fnp.sin(x) * 2.0 + x) ** 2)
-                         + fnp.sum(fnp.max(x.T, axis=1))))
+                         + fnp.sum(fnp.max(x.T, axis=1)) + fnp.sum(x @ x.T)))
 x = np.linspace(-3, 3, 12).reshape(3, 4)
 f(x)
 f.wait_compiled()
-print(json.dumps([f.compile_info()[0].tier, f.lower(x).program.native.loaded,
-                  f(x).tolist()]))
+program = f.lower(x).program
+print(json.dumps([f.compile_info()[0].tier, program.native.loaded, f(x).tolist(),
+                  program.callouts]))
 """
 
 
@@ -298,3 +304,113 @@ def test_a_second_process_loads_the_program_from_the_disk_cache(tmp_path):
             for _ in range(2)]
     assert [run[:2] for run in runs] == [["program", False], ["program", True]]
     assert runs[0][2] == runs[1][2]
+    assert runs[0][3] == [] or gemm_table() is None     # the product a BLAS call
+    x = np.linspace(-3, 3, 12).reshape(3, 4)
+    np.testing.assert_allclose(runs[0][2], fgrad.grad(
+        lambda x: fnp.sum(fnp.tanh(fnp.sin(x) * 2.0 + x) ** 2) + fnp.sum(fnp.max(x.T, axis=1))
+        + fnp.sum(x @ x.T))(x), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Products as BLAS calls (stage 2)
+# ---------------------------------------------------------------------------
+
+needs_blas = pytest.mark.skipif(gemm_table() is None, reason="SciPy's Cython BLAS missing")
+
+
+def _matmul_cases():
+    rng = np.random.default_rng(0)
+    shapes = [((1, 1), (1, 1)), ((3, 5), (5, 7)), ((64, 63), (63, 1)), ((1, 64), (64, 33)),
+              ((9,), (9, 4)), ((4, 9), (9,)), ((6, 2, 3), (3, 5)), ((3, 5), (4, 5, 2)),
+              ((2, 1, 3, 4), (5, 4, 2)), ((7, 1, 1), (7, 1, 8))]
+    for dtype in ("float64", "float32"):
+        for a, b in shapes:
+            yield (rng.standard_normal(a).astype(dtype), rng.standard_normal(b).astype(dtype))
+
+
+@needs_blas
+@pytest.mark.parametrize("a, b", list(_matmul_cases()),
+                         ids=lambda x: f"{x.dtype}{x.shape}".replace(" ", ""))
+def test_products_are_blas_calls_and_agree_with_numpy(a, b):
+    compiled, got, want = _both(lambda a, b: a @ b, a, b)
+    assert compiled.callouts == []
+    # SciPy's BLAS, not always NumPy's: equal to rounding
+    _agree(got, want)
+    # operands read transposed (gemm's flags, the transpose never made)
+    swap = fnp.swapaxes
+    if a.ndim > 1 and b.ndim > 1:
+        at, bt = np.swapaxes(a, -1, -2).copy(), np.swapaxes(b, -1, -2).copy()
+        for fun, args in [(lambda at, b: swap(at, -1, -2) @ b, (at, b)),
+                          (lambda a, bt: a @ swap(bt, -1, -2), (a, bt)),
+                          (lambda at, bt: swap(at, -1, -2) @ swap(bt, -1, -2), (at, bt))]:
+            compiled, got, want = _both(fun, *args)
+            assert compiled.callouts == [] and len(compiled.steps) == 1
+            _agree(got, want)
+
+
+@needs_blas
+def test_products_blas_does_not_compute_stay_callouts():
+    x, i = np.ones((3, 4)), np.ones((4, 2), np.int64)
+    mixed, _, _ = _both(lambda x, y: x @ y, x, np.ones((4, 2), np.float32))
+    ints, got, want = _both(lambda j, i: j @ i, np.ones((3, 4), np.int64), i)
+    empty, got_empty, want_empty = _both(lambda x, y: x @ y, np.ones((3, 0)), np.ones((0, 2)))
+    assert [c.split(": ")[1] for c in mixed.callouts + ints.callouts + empty.callouts] \
+        == ["matmul"] * 3
+    _agree(got + got_empty, want + want_empty, exact=True)
+
+
+def _rnn(w, u, xs):
+    h = fnp.tanh(xs[0] @ u)
+    for t in range(1, xs.shape[0]):
+        h = fnp.tanh(h @ w + xs[t] @ u)
+    return fnp.sum(h ** 2)
+
+
+def _mlp(w1, w2, x):
+    return fnp.mean(fnp.tanh(fnp.maximum(x @ w1, 0.0) @ w2) ** 2)
+
+
+@needs_blas
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gradients_of_an_rnn_and_an_mlp_have_no_callouts(dtype):
+    rng = np.random.default_rng(1)
+    rnn_args = (rng.standard_normal((5, 5)) / 3, rng.standard_normal((3, 5)) / 2,
+                rng.standard_normal((4, 2, 3)))
+    mlp_args = (rng.standard_normal((7, 9)) / 3, rng.standard_normal((9, 3)) / 3,
+                rng.standard_normal((6, 7)))
+    for fun, args in [(_rnn, rnn_args), (_mlp, mlp_args)]:
+        args = tuple(a.astype(dtype) for a in args)
+        compiled, got, want = _both(fgrad.grad(fun, (0, 1)), *args)
+        assert compiled.callouts == []
+        _agree(got, want)
+
+
+def test_basic_indexing_is_a_strided_copy():
+    x = np.arange(120.0).reshape(4, 5, 6)
+
+    def f(x):
+        return x[3], x[-1, 2], x[1:3, ::-2, None], x[..., 4], x[2, 3, 1], x[2, ..., 1], x[5:9]
+    compiled, got, want = _both(f, x)
+    assert compiled.callouts == []
+    _agree(got, want, exact=True)
+
+
+_WITHOUT_SCIPY = """
+import sys, json
+sys.modules['scipy'] = None             # importing it raises: no BLAS table
+import numpy as np, fgrad, fgrad.numpy as fnp
+from fgrad.compiler.blas import gemm_table
+from fgrad.compiler.passes import optimize
+from fgrad.compiler.program import compile_program
+x, w = np.linspace(-1, 1, 6).reshape(3, 2), np.linspace(0, 1, 8).reshape(2, 4)
+program = compile_program(optimize(fgrad.make_graph(lambda x, w: fnp.tanh(x @ w) @ w.T)(x, w),
+                                   np))
+print(json.dumps([gemm_table() is None, program.callouts,
+                  bool(np.allclose(program.call(x, w)[0], np.tanh(x @ w) @ w.T, 1e-13))]))
+"""
+
+
+def test_without_scipys_blas_products_are_callouts():
+    run = subprocess.run([sys.executable, "-c", _WITHOUT_SCIPY], capture_output=True,
+                         text=True, check=True)
+    assert json.loads(run.stdout) == [True, ["0: matmul", "3: matmul"], True]

@@ -21,6 +21,7 @@
   function, so no Python runs between its equations.
 - `buffer_plan`: every intermediate of a program at an offset in one arena,
   dead buffers reused.
+- `blas`: the addresses of SciPy's BLAS routines that programs call.
 - `program`: a whole graph as one LLVM function (straight-line code lowered,
   everything else called back into NumPy); the opt-in ``program`` tier.
 - `parallel`: independent large equations run on worker threads.

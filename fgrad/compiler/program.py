@@ -9,8 +9,11 @@ operations. The pipeline:
    own IR writer (`fgrad.compiler.kernel_ir.define_kernel`), down to groups
    of one equation, since a call inside the program costs nothing;
    ``sum``, ``max`` and ``min`` over any axes are loops with the accumulator
-   in a register; ``transpose`` and ``broadcast_to`` are strided copies;
-   ``reshape`` of a value the program made is a view of its buffer. Every
+   in a register; ``transpose``, ``broadcast_to`` and basic indexing are
+   strided copies; ``reshape`` of a value the program made is a view of its
+   buffer; a float ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
+   called once per matrix of a batch, reading an operand that only products
+   read through a transpose as its source, transposed (gemm's flag). Every
    other equation is a *callout*: the compiled function calls back into
    Python (a ctypes callback), which runs the primitive's NumPy code on views
    of the program's buffers and copies its results into them. Callouts are
@@ -22,16 +25,18 @@ operations. The pipeline:
    result into a dying operand of the same shape and dtype. Each output has
    an array of its own, written in place by the step that computes it.
 3. **IR and machine code.** One LLVM function
-   ``program(inputs..., outputs..., arena, constants..., callout)``, every
-   array passed as its NumPy object (`fgrad.compiler.native`), compiled at
+   ``program(inputs..., outputs..., arena, constants..., BLAS table,
+   callout)``, every array passed as its NumPy object (`fgrad.compiler.native`), compiled at
    -O3 for this CPU; the disk cache keys its machine code on the IR, the CPU
    and the LLVM version, so a second process loads it in milliseconds.
 
 Results are the interpreted tier's, bitwise for the elementwise loops (the
 same IR the fused kernels run) and copies; a float ``sum`` accumulates in
-float64, in order, where NumPy sums pairwise: equal to rounding.
+float64, in order, where NumPy sums pairwise: equal to rounding; a product
+is SciPy's BLAS, where NumPy may run its own (another OpenBLAS, another
+kernel): equal to rounding, bitwise where the kernels are the same.
 
-It is opt-in while loops, BLAS calls and random bits are still callouts:
+It is opt-in while loops and random bits are still callouts:
 ``FGRAD_JIT_PROGRAM=1`` makes `fgrad.jit` build a graph's program after its
 kernels where `pays` estimates it faster (`fgrad.compiler.tiers`); a compile
 that fails is logged and the graph runs on as before.
@@ -45,6 +50,7 @@ import time
 
 import numpy as np
 
+from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, gemm_table
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.cpu_fusion import (
     KERNEL_CALL_NS,
@@ -73,6 +79,8 @@ from fgrad.compiler.kernel_ir import (
 from fgrad.compiler.native import array_data_offset, compile_ir
 from fgrad.compiler.native import available as native_available
 from fgrad.core.graph import Literal, Var
+from fgrad.primitives.products import matmul_p
+from fgrad.primitives.indexing import build_index, getitem_p
 from fgrad.primitives.reductions import max_p, min_p, sum_p
 from fgrad.primitives.shape import broadcast_to_p, reshape_p, transpose_p
 
@@ -115,14 +123,18 @@ CALLOUT_NS = 4000
 def pays(steps, code):
     """Whether a program of ``steps`` (`program_steps`) is estimated faster
     than the per-equation code of graph ``code`` (the kernels tier's): while
-    BLAS calls and loops are callouts, a graph of many matmuls is not.
+    loops are callouts, a graph of many loops is not, nor one of a few
+    NumPy calls.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x: fnp.exp(fnp.sin(x) * 2.0) + x * x)(np.ones(3))
     >>> pays(program_steps(g), g)                   # five NumPy calls
     True
     >>> g = fgrad.make_graph(lambda x, w: x @ w @ w + x)(np.ones((2, 2)), np.eye(2))
-    >>> pays(program_steps(g), g)                   # two matmuls: callouts
+    >>> pays(program_steps(g), g)                   # three calls: cheaper than one program
+    False
+    >>> g = fgrad.make_graph(lambda x: fnp.cumsum(fnp.cumsum(fnp.sin(x))))(np.ones(3))
+    >>> pays(program_steps(g), g)                   # two callouts
     False
     """
     callouts = sum(isinstance(s, _Callout) for s in steps)
@@ -154,10 +166,11 @@ class _Kernel:
 
 class _Copy:
     """``dst`` (C-contiguous) from ``src`` read at element ``strides``
-    (0 along a broadcast axis), over ``dst``'s shape."""
+    (0 along a broadcast axis, negative along a reversed one) from element
+    ``start``, over ``dst``'s shape."""
 
-    def __init__(self, src, dst, strides):
-        self.src, self.dst, self.strides = src, dst, strides
+    def __init__(self, src, dst, strides, start=0):
+        self.src, self.dst, self.strides, self.start = src, dst, strides, start
 
     def reads(self):
         return [self.src]
@@ -192,6 +205,26 @@ class _View:
         return [self.dst]
 
 
+class _Gemm:
+    """``out = a @ b`` by BLAS's gemm: ``(m, k) @ (k, n)`` matrices, once per
+    index of ``batch`` (the output's batch shape), ``a`` and ``b`` read at
+    the element strides ``a_strides`` and ``b_strides`` per batch axis (0
+    along an axis they broadcast). An operand in ``transposed`` ("a", "b")
+    is the transpose (last two axes swapped) of the value held."""
+
+    def __init__(self, a, b, out, m, n, k, batch, a_strides, b_strides, transposed=()):
+        self.a, self.b, self.out = a, b, out
+        self.m, self.n, self.k = m, n, k
+        self.batch, self.a_strides, self.b_strides = batch, a_strides, b_strides
+        self.transposed = transposed
+
+    def reads(self):
+        return [self.a, self.b]
+
+    def writes(self):
+        return [self.out]
+
+
 class _Callout:
     """Equation ``eqn`` run by its NumPy code, called back from the program."""
 
@@ -221,6 +254,8 @@ def _copyable(aval):
 def _lowering(eqn):
     """The step kind ``eqn`` lowers to (not counting elementwise groups), or
     None for a callout."""
+    if eqn.prim is matmul_p:
+        return "gemm" if _gemm_shapes(eqn) is not None else None
     if len(eqn.outvars) != 1 or len(eqn.invars) != 1 or type(eqn.invars[0]) is not Var:
         return None
     x, out = eqn.invars[0].aval, eqn.outvars[0].aval
@@ -236,6 +271,8 @@ def _lowering(eqn):
         return "view"
     if eqn.prim in (transpose_p, broadcast_to_p):
         return "copy"
+    if eqn.prim is getitem_p and all(item[0] != "array" for item in eqn.params["spec"]):
+        return "copy"               # basic indexing: a strided view, copied
     return None
 
 
@@ -248,14 +285,22 @@ def program_steps(graph):
     at_last = {max(members + reductions): (members, reductions)
                for members, reductions in groups}
     in_group = {k for members, reductions in groups for k in members + reductions}
+    folded = _folded_transposes(graph)
     steps = []
     for k, eqn in enumerate(graph.eqns):
         if k in at_last:
             steps += _kernel_steps(graph, *at_last[k], readers)
             continue
-        if k in in_group:
+        if k in in_group or eqn.prim is transpose_p and eqn.outvars[0] in folded:
             continue
         how = _lowering(eqn)
+        if how == "gemm":
+            (a, b), (out,) = eqn.invars, eqn.outvars
+            transposed = tuple(name for name, v in (("a", a), ("b", b))
+                               if type(v) is Var and v in folded)
+            a, b = (folded[v] if type(v) is Var and v in folded else v for v in (a, b))
+            steps.append(_Gemm(a, b, out, *_gemm_shapes(eqn), transposed))
+            continue
         (x,), (out,) = (eqn.invars, eqn.outvars) if how else ((None,), (None,))
         if how == "reduce":
             axes = tuple(sorted(a % max(x.aval.ndim, 1) for a in eqn.params["axis"]))
@@ -263,19 +308,76 @@ def program_steps(graph):
         elif how == "view":
             steps.append(_View(x, out))
         elif how == "copy":
-            steps.append(_Copy(x, out, _read_strides(eqn)))
+            steps.append(_Copy(x, out, *_read_strides(eqn)))
         else:
             steps.append(_Callout(k, eqn))
     return steps
 
 
+def _folded_transposes(graph):
+    """{transposed value: its source} for each transpose of the last two axes
+    read only by products that gemm computes: gemm reads the source
+    transposed (its ``"T"`` flag), and the transpose is never made."""
+    readers = {}
+    for eqn in graph.eqns:
+        for v in eqn.invars:
+            if type(v) is Var:
+                readers.setdefault(v, []).append(eqn)
+    outputs = {v for v in graph.outvars if type(v) is Var}
+    folded = {}
+    for eqn in graph.eqns:
+        if eqn.prim is not transpose_p or type(eqn.invars[0]) is not Var:
+            continue
+        (src,), (out,), n = eqn.invars, eqn.outvars, eqn.invars[0].aval.ndim
+        if n < 2 or tuple(eqn.params["axes"]) != tuple(range(n - 2)) + (n - 1, n - 2) \
+                or out in outputs:
+            continue
+        if all(e.prim is matmul_p and _gemm_shapes(e) is not None for e in readers[out]):
+            folded[out] = src
+    return folded
+
+
+def _gemm_shapes(eqn):
+    """``(m, n, k, batch, a_strides, b_strides)`` of a matmul that BLAS's gemm
+    computes (`_Gemm`), or None: operands and result all float64 or all
+    float32, no size 0 (nothing to multiply) or beyond BLAS's integers, and
+    SciPy's BLAS found (`fgrad.compiler.blas`). Gemm at every size: a call
+    of it for 1x1 to 8x8 matrices measured some 40-70 ns, too little for a
+    loop of our own to win much."""
+    (a, b), (out,) = eqn.invars, eqn.outvars
+    dtype = np.dtype(out.aval.dtype)
+    if dtype not in GEMM_DTYPES or any(np.dtype(v.aval.dtype) != dtype for v in (a, b)) \
+            or gemm_table() is None:
+        return None
+    a_shape = (1,) + tuple(a.aval.shape) if a.aval.ndim == 1 else tuple(a.aval.shape)
+    b_shape = tuple(b.aval.shape) + (1,) if b.aval.ndim == 1 else tuple(b.aval.shape)
+    (m, k), n = a_shape[-2:], b_shape[-1]
+    if not 0 < max(m, n, k) <= MAX_BLAS_INT or min(m, n, k) == 0:
+        return None
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    # the batch axes' strides in matrices, times each matrix's size
+    a_strides = tuple(s * m * k for s in _broadcast_strides(a_shape[:-2], batch))
+    b_strides = tuple(s * k * n for s in _broadcast_strides(b_shape[:-2], batch))
+    return m, n, k, batch, a_strides, b_strides
+
+
 def _read_strides(eqn):
-    """The element strides a `_Copy` reads its source at, per output axis."""
+    """``(strides, start)``: the element strides a `_Copy` reads its source
+    at, per output axis, and the element it starts from."""
     x, out = eqn.invars[0].aval, eqn.outvars[0].aval
     strides = _contiguous_strides(x.shape)
     if eqn.prim is transpose_p:
-        return tuple(strides[a] for a in eqn.params["axes"])
-    return _broadcast_strides(x.shape, out.shape)
+        return tuple(strides[a] for a in eqn.params["axes"]), 0
+    if eqn.prim is getitem_p:
+        # NumPy's own indexing of a stand-in of one-byte elements (zero-strided
+        # memory: nothing is read) gives the view's strides and offset
+        stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), x.shape, strides)
+        index = build_index(eqn.params["spec"], ())
+        # (an Ellipsis makes an index of integers only give a 0-d view, not a scalar)
+        view = stand_in[index if Ellipsis in index else index + (Ellipsis,)]
+        start = view.__array_interface__["data"][0] - stand_in.__array_interface__["data"][0]
+        return view.strides, start
+    return _broadcast_strides(x.shape, out.shape), 0
 
 
 def _broadcast_strides(shape, out_shape):
@@ -425,7 +527,7 @@ def compile_program(graph, steps=None):
     for v, offset in plan.offsets.items():
         places.where[v] = ("arena", offset)
     n_in, n_out, n_const = len(graph.invars), len(places.outputs), len(places.consts)
-    if n_in + n_out + n_const + 2 > MAX_ARGUMENTS:
+    if n_in + n_out + n_const + 3 > MAX_ARGUMENTS:
         raise NotImplementedError(
             f"a program of {n_in} inputs, {n_out} outputs and {n_const} constants: the "
             f"function would take more than the {MAX_ARGUMENTS} arguments ctypes passes")
@@ -435,7 +537,7 @@ def compile_program(graph, steps=None):
     # constant trip counts, which LLVM unrolled at great length (mlp8's
     # gradient: 1.9 s to compile, 58 kB of code; 0.8 s, 11 kB without)
     native = compile_ir(ir_text, "program",
-                        ["array"] * (n_in + n_out + 1 + n_const) + ["i64"], unroll=False)
+                        ["array"] * (n_in + n_out + 2 + n_const) + ["i64"], unroll=False)
     program = Program()
     program.graph, program.steps, program.plan, program.native = graph, steps, plan, native
     program.callouts = [f"{s.index}: {s.eqn.prim.name}" for s in callouts]
@@ -457,7 +559,7 @@ def program_ir(steps, places, n_in, n_out, n_const):
     from llvmlite import ir
     module = ir.Module(name="program")
     i8p, i64, i32 = ir.IntType(8).as_pointer(), ir.IntType(64), ir.IntType(32)
-    n_arrays = n_in + n_out + 1 + n_const
+    n_arrays = n_in + n_out + 2 + n_const        # the last: the BLAS table
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p] * n_arrays + [i64]),
                      "program")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -465,7 +567,8 @@ def program_ir(steps, places, n_in, n_out, n_const):
     data = [b.load(b.bitcast(b.gep(obj, [offset]), i8p.as_pointer()))
             for obj in fn.args[:n_arrays]]
     bases = {"in": data[:n_in], "out": data[n_in:n_in + n_out], "arena": data[n_in + n_out],
-             "const": data[n_in + n_out + 1:]}
+             "const": data[n_in + n_out + 1:-1]}
+    blas_table = b.bitcast(data[-1], i64.as_pointer())
     callout_fn = b.inttoptr(fn.args[-1], ir.FunctionType(i32, [i64]).as_pointer())
     exit_block = fn.append_basic_block("fail")
 
@@ -502,6 +605,7 @@ def program_ir(steps, places, n_in, n_out, n_const):
         elif isinstance(step, _Copy):
             item = _copy_dtype(step.dst.aval.dtype)
             src, dst = pointer(step.src, item), pointer(step.dst, item)
+            src = b.gep(src, [ir.Constant(i64, step.start)]) if step.start else src
             out_strides = _contiguous_strides(step.dst.aval.shape)
 
             def move(index, src=src, dst=dst, strides=step.strides, out_strides=out_strides):
@@ -510,6 +614,9 @@ def program_ir(steps, places, n_in, n_out, n_const):
             _nested(ir, b, step.dst.aval.shape, move)
         elif isinstance(step, _Reduce):
             _reduce_ir(ir, b, step, pointer(step.src), pointer(step.dst))
+        elif isinstance(step, _Gemm):
+            _gemm_ir(ir, b, step, blas_table, pointer(step.a), pointer(step.b),
+                     pointer(step.out))
         elif isinstance(step, _Callout):
             status = b.call(callout_fn, [ir.Constant(i64, step.index)])
             go_on = fn.append_basic_block(f"after{k}")
@@ -546,6 +653,45 @@ def _nested(ir, b, shape, body, name="d"):
         counted(ir, b, ir.Constant(ir.IntType(64), shape[d]),
                 lambda i: level(d + 1, index + [i]), f"{name}{d}")
     level(0, [])
+
+
+def _gemm_ir(ir, b, step, table, a, b_, c):
+    """``c = a @ b_`` (row-major) by BLAS's gemm, which is column-major: a
+    row-major matrix read column-major is its transpose, so it computes
+    ``c.T = b_.T @ a.T``, ``b_`` first; a batch is a loop of calls."""
+    dtype = np.dtype(step.out.aval.dtype)
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    item = storage_type(ir, dtype)
+    iptr, fptr, cptr = i32.as_pointer(), item.as_pointer(), i8.as_pointer()
+    gemm_type = ir.FunctionType(ir.VoidType(), [cptr, cptr, iptr, iptr, iptr, fptr, fptr,
+                                                iptr, fptr, iptr, fptr, fptr, iptr])
+    address = b.load(b.gep(table, [ir.Constant(i64, GEMM_DTYPES.index(dtype))]))
+    gemm = b.inttoptr(address, gemm_type.as_pointer())
+
+    def cell(typ, value):
+        # Fortran takes every argument by reference: a constant global each
+        name = f"blas_{typ}_{value}".replace(".", "_").replace("-", "m")
+        if name not in b.module.globals:
+            slot = ir.GlobalVariable(b.module, typ, name)
+            slot.initializer, slot.global_constant = ir.Constant(typ, value), True
+            slot.linkage = "internal"
+        return b.module.globals[name]
+    no, yes = cell(i8, ord("N")), cell(i8, ord("T"))
+    m, n, k = cell(i32, step.m), cell(i32, step.n), cell(i32, step.k)
+    one, zero = cell(item, 1.0), cell(item, 0.0)
+    mn = step.m * step.n
+    # a transposed operand's storage, read column-major, is the operand
+    # itself: gemm transposes it back ("T"), its rows as long as before
+    flag_a, ld_a = (yes, cell(i32, step.m)) if "a" in step.transposed else (no, k)
+    flag_b, ld_b = (yes, k) if "b" in step.transposed else (no, n)
+
+    def call(index):
+        at_a = _dot(ir, b, index, step.a_strides)
+        at_b = _dot(ir, b, index, step.b_strides)
+        at_c = _dot(ir, b, index, [s * mn for s in _contiguous_strides(step.batch)])
+        b.call(gemm, [flag_b, flag_a, n, m, k, one, b.gep(b_, [at_b]), ld_b,
+                      b.gep(a, [at_a]), ld_a, zero, b.gep(c, [at_c]), n])
+    _nested(ir, b, step.batch, call, "g")
 
 
 def _reduce_ir(ir, b, step, src, dst):
@@ -682,7 +828,8 @@ def _make_call(graph, places, plan, native, callback, final, arena_views):
     namespace = {"run": native.c_function, "native": native, "empty": np.empty,
                  "ndarray": np.ndarray, "contiguous": _c_contiguous,
                  "new_arena": _arena_maker(plan.arena_bytes, arena_views),
-                 "free": [], "CONSTS": tuple(places.consts), "copy": np.copy}
+                 "free": [], "CONSTS": tuple(places.consts), "copy": np.copy,
+                 "BLAS": _BLAS_TABLE if gemm_table() is None else gemm_table()}
     keep = plan.arena_bytes <= KEEP_ARENA_BYTES
     lines = checked_call_header(expected, namespace, what="a compiled program")
     args = [f"x{j}" for j in range(len(expected))]
@@ -701,7 +848,8 @@ def _make_call(graph, places, plan, native, callback, final, arena_views):
                   "        arena, views = taken = new_arena()"]
     else:
         lines.append("    arena, views = new_arena()")
-    call_args = args + outs + ["arena"] + [f"CONSTS[{j}]" for j in range(len(places.consts))]
+    call_args = args + outs + ["arena"] + [f"CONSTS[{j}]" for j in range(len(places.consts))
+                                           ] + ["BLAS"]
     if callback is not None:
         # called holding the GIL: each callout then runs Python at once, where
         # a call that let go of it would wait to take it back at every callout
@@ -741,6 +889,10 @@ def _make_call(graph, places, plan, native, callback, final, arena_views):
     exec(compile("\n".join(lines) + "\n", "<fgrad compiled program call>", "exec"), namespace)
     # taken out of its namespace (no reference cycle: freed with the program)
     return namespace.pop("call")
+
+
+# the table a program without BLAS (`fgrad.compiler.blas`) is passed
+_BLAS_TABLE = np.zeros(len(GEMM_DTYPES), np.uint64)
 
 
 def _c_contiguous(x):
