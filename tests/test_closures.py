@@ -199,6 +199,8 @@ REFUSED = {
 # cases whose every solve calls SciPy run a few modes only
 ONLY = {"scipy.optimize.root": ("grad", "jvp", "vmap", "jit(grad)"),
         "odeint": ("grad", "jvp", "vmap", "jit")}
+# cases that run SciPy's solvers: skipped where SciPy (an optional extra) is not installed
+NEEDS_SCIPY = {"scipy.optimize.root", "odeint"}
 
 
 def _refusal(case, mode):
@@ -215,6 +217,8 @@ def _leaves(x):
 @pytest.mark.parametrize("case, mode", [(case, mode) for case in CASES
                                         for mode in ONLY.get(case, ALL)])
 def test_closed_over_traced_value(case, mode):
+    if case in NEEDS_SCIPY:
+        pytest.importorskip("scipy")
     f = CASES[case]
     run, expected = MODES[mode]
     refusal = _refusal(case, mode)
