@@ -27,10 +27,12 @@ from fgrad.compiler.blas import gemm_table
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu
+from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program import PROGRAM_ENV, compile_program
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
+from fgrad.primitives.linalg import solve_factors_p
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
 
@@ -392,6 +394,72 @@ def test_basic_indexing_is_a_strided_copy():
         return x[3], x[-1, 2], x[1:3, ::-2, None], x[..., 4], x[2, 3, 1], x[2, ..., 1], x[5:9]
     compiled, got, want = _both(f, x)
     assert compiled.callouts == []
+    _agree(got, want, exact=True)
+
+
+def _spd(rng, shape, dtype):
+    a = rng.standard_normal(shape)
+    return (a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])).astype(dtype)
+
+
+@needs_blas
+@pytest.mark.parametrize("n", [1, 3, LANES_MAX_N + 2])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_solves_and_cholesky_are_lapack_calls(n, dtype):
+    rng = np.random.default_rng(n)
+    a, b = _spd(rng, (2, n, n), dtype), rng.standard_normal((2, n, 3)).astype(dtype)
+    v = rng.standard_normal(n).astype(dtype)
+    solve, cholesky = fnp.linalg.solve, fnp.linalg.cholesky
+    large = n > LANES_MAX_N
+    # (fun, args, LAPACK's steps): small matrices and several right-hand
+    # sides stay callouts of the LU kernels, which were measured faster
+    cases = [(lambda a, b: solve(a, b), (a, b), {"LUFactor"} if large else set()),
+             (lambda a, v: solve(a[1], v), (a, v), {"LUFactor", "LUSolve"} if large else set()),
+             (fgrad.grad(lambda a, v: fnp.sum(solve(a, v) ** 2), (0, 1)), (a[0], v),
+              {"LUFactor", "LUSolve"} if large else set()),
+             (cholesky, (a,), {"Cholesky"}), (lambda a: cholesky(a[0]), (a,), {"Cholesky"})]
+    for fun, args, lapack in cases:
+        compiled, got, want = _both(fun, *args)
+        assert {type(s).__name__ for s in compiled.steps} >= lapack
+        called = {c.split(": ")[1] for c in compiled.callouts}
+        assert called == ({"factored_solve"} if lapack == {"LUFactor"}
+                          else {"solve_factors", "factored_solve"} if not lapack else set())
+        # LAPACK's getrs here, substitution loops of fgrad's own there: to rounding
+        for g, w in zip(got, want):
+            tol = 1e-4 if dtype == "float32" else 1e-10
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+@needs_blas
+def test_lu_factors_of_large_matrices_are_the_interpreted_tiers_bitwise():
+    # beyond LANES_MAX_N both tiers factor by the same getrf
+    a = _spd(np.random.default_rng(2), (LANES_MAX_N + 5,) * 2, "float64")
+    compiled, got, want = _both(lambda a: solve_factors_p.bind(a), a)
+    assert compiled.callouts == []
+    _agree(got, want, exact=True)
+
+
+@needs_blas
+@pytest.mark.parametrize("fun, message", [
+    (lambda a: fnp.linalg.solve(a, fnp.ones(len(a))), "Singular matrix"),
+    (fnp.linalg.cholesky, "Matrix is not positive definite")])
+def test_a_singular_matrix_raises_numpys_error(fun, message):
+    n = LANES_MAX_N + 1                 # factored by getrf in both tiers
+    graph = optimize(fgrad.make_graph(fun)(np.eye(n)), np)
+    compiled = compile_program(graph)
+    assert compiled.callouts == []
+    singular = np.eye(n)
+    singular[3] = 2 * singular[5]
+    for run in (compiled.call, generate(graph, np).fn):
+        with pytest.raises(np.linalg.LinAlgError, match=message):
+            run(singular)
+    np.testing.assert_allclose(compiled.call(2 * np.eye(n))[0], fun(2 * np.eye(n)))
+
+
+def test_stop_gradient_is_a_view():
+    x = np.linspace(-1, 1, 6).reshape(2, 3)
+    compiled, got, want = _both(lambda x: fgrad.stop_gradient(x) * 2.0 + x, x)
+    assert compiled.callouts == [] and len(compiled.steps) == 2
     _agree(got, want, exact=True)
 
 

@@ -50,7 +50,7 @@ import time
 
 import numpy as np
 
-from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, gemm_table
+from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, ROUTINES, gemm_table
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.cpu_fusion import (
     KERNEL_CALL_NS,
@@ -77,8 +77,10 @@ from fgrad.compiler.kernel_ir import (
     value_type,
 )
 from fgrad.compiler.native import array_data_offset, compile_ir
+from fgrad.compiler.program_linalg import LinalgStep, linalg_step
 from fgrad.compiler.native import available as native_available
 from fgrad.core.graph import Literal, Var
+from fgrad.primitives.creation import stop_gradient_p
 from fgrad.primitives.products import matmul_p
 from fgrad.primitives.indexing import build_index, getitem_p
 from fgrad.primitives.reductions import max_p, min_p, sum_p
@@ -267,7 +269,7 @@ def _lowering(eqn):
         return "reduce"
     if not _copyable(out) or x.dtype != out.dtype:
         return None
-    if eqn.prim is reshape_p:
+    if eqn.prim in (reshape_p, stop_gradient_p):    # the same bytes, seen again
         return "view"
     if eqn.prim in (transpose_p, broadcast_to_p):
         return "copy"
@@ -292,6 +294,10 @@ def program_steps(graph):
             steps += _kernel_steps(graph, *at_last[k], readers)
             continue
         if k in in_group or eqn.prim is transpose_p and eqn.outvars[0] in folded:
+            continue
+        native = linalg_step(eqn, k)
+        if native is not None:          # a LAPACK call (`fgrad.compiler.program_linalg`)
+            steps.append(native)
             continue
         how = _lowering(eqn)
         if how == "gemm":
@@ -532,6 +538,9 @@ def compile_program(graph, steps=None):
             f"a program of {n_in} inputs, {n_out} outputs and {n_const} constants: the "
             f"function would take more than the {MAX_ARGUMENTS} arguments ctypes passes")
     callouts = [s for s in steps if isinstance(s, _Callout)]
+    # a LAPACK step whose factorization fails runs its equation's NumPy code,
+    # which raises NumPy's error
+    called = callouts + [s for s in steps if isinstance(s, LinalgStep) and s.fallback]
     ir_text = program_ir(steps, places, n_in, n_out, n_const)
     # no unrolling: most of a program's loops (copies, reductions) have
     # constant trip counts, which LLVM unrolled at great length (mlp8's
@@ -542,7 +551,7 @@ def compile_program(graph, steps=None):
     program.graph, program.steps, program.plan, program.native = graph, steps, plan, native
     program.callouts = [f"{s.index}: {s.eqn.prim.name}" for s in callouts]
     arena_views = []
-    program._callback = _callback(callouts, places, arena_views) if callouts else None
+    program._callback = _callback(called, places, arena_views) if called else None
     program.call = _make_call(graph, places, plan, native, program._callback, final,
                               arena_views)
     program.seconds = time.perf_counter() - start_time
@@ -579,6 +588,12 @@ def program_ir(steps, places, n_in, n_out, n_const):
             base = b.gep(base, [ir.Constant(i64, at)])
         dtype = v.aval.dtype if dtype is None else dtype
         return b.bitcast(base, storage_type(ir, dtype).as_pointer())
+
+    def call_out(index, k):
+        status = b.call(callout_fn, [ir.Constant(i64, index)])
+        go_on = fn.append_basic_block(f"after{k}")
+        b.cbranch(b.icmp_signed("!=", status, ir.Constant(i32, 0)), exit_block, go_on)
+        b.position_at_end(go_on)
 
     kernels = {}        # spec -> its function: an unrolled loop's steps share one
     for k, step in enumerate(steps):
@@ -617,11 +632,11 @@ def program_ir(steps, places, n_in, n_out, n_const):
         elif isinstance(step, _Gemm):
             _gemm_ir(ir, b, step, blas_table, pointer(step.a), pointer(step.b),
                      pointer(step.out))
+        elif isinstance(step, LinalgStep):
+            step.emit(ir, b, pointer, blas_table,
+                      functools.partial(call_out, step.index, k))
         elif isinstance(step, _Callout):
-            status = b.call(callout_fn, [ir.Constant(i64, step.index)])
-            go_on = fn.append_basic_block(f"after{k}")
-            b.cbranch(b.icmp_signed("!=", status, ir.Constant(i32, 0)), exit_block, go_on)
-            b.position_at_end(go_on)
+            call_out(step.index, k)
         # a view: nothing to do
     b.ret_void()
     b.position_at_end(exit_block)
@@ -892,7 +907,7 @@ def _make_call(graph, places, plan, native, callback, final, arena_views):
 
 
 # the table a program without BLAS (`fgrad.compiler.blas`) is passed
-_BLAS_TABLE = np.zeros(len(GEMM_DTYPES), np.uint64)
+_BLAS_TABLE = np.zeros(len(ROUTINES), np.uint64)
 
 
 def _c_contiguous(x):
