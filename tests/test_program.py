@@ -88,6 +88,31 @@ def test_every_nondifferentiable_spec_as_one_program(name, count):
     check()
 
 
+# fgrad.jit with FGRAD_JIT_PROGRAM=all: the same specs through jit's own path
+# (staging, the optimiser, the program tier, the call), compiled on the calling
+# thread; a handful in a plain run, every spec in the slow one
+_JIT_QUICK = ("sin", "add", "sum", "matmul", "dot", "einsum", "tensordot", "solve",
+              "cholesky", "getitem", "take", "where", "cumsum")
+assert set(_JIT_QUICK) <= set(SPECS)
+
+
+@pytest.mark.parametrize("name, count", sweep(
+    SPECS, quick=1, slow_only=set(SPECS) - set(_JIT_QUICK)))
+def test_every_spec_under_jit_with_every_graph_a_program(name, count, monkeypatch):
+    monkeypatch.setenv(PROGRAM_ENV, "all")
+
+    @examples(count)
+    @given(SPECS[name])
+    def check(case):
+        jitted = fgrad.jit(case.fun, compile="sync")
+        want = case.fun(*case.args)
+        for _ in range(2):              # the first call may run before the program
+            np.testing.assert_allclose(jitted(*case.args), want, rtol=1e-10, atol=1e-12)
+        tiers = {info.tier for info in jitted.compile_info()}
+        assert tiers <= {"program", "numpy"}, tiers
+    check()
+
+
 # ---------------------------------------------------------------------------
 # Lowering: what is compiled, what is called out, dtypes, NaN and inf
 # ---------------------------------------------------------------------------
@@ -135,6 +160,69 @@ def test_dtypes(dtype):
         return z, fnp.sum(z, axis=0), fnp.max(z), fnp.min(z, axis=1), z.T, x < y
     _, got, want = _both(f, x, y)
     _agree(got, want, exact=dtype != "float32")
+
+
+# every dtype the sweeps use, with the values where NumPy's integer semantics
+# show: wraparound at both ends, negative operands of // and %, zero divisors,
+# shifts by 0 and past the width; each operation is a loop of the program's
+# own or a callout, and either must be NumPy's result bit for bit
+SWEEP_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                "uint64", "float32", "float64"]
+
+
+def _edge_values(dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return np.array([True, False, True, True, False, False, True, False]), \
+            np.array([True, True, False, True, False, True, False, False])
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+        x = np.array([-7.5, 7.0, -0.0, info.max, -info.max, np.inf, np.nan, 3.25], dtype)
+        return x, np.array([2.0, -3.0, 0.0, 2.0, 0.5, -np.inf, 1.0, -0.0], dtype)
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.max, -7 if info.min else 7, 7, 0, 1, info.max - 1, 5],
+                 dtype)
+    return x, np.array([-1 if info.min else 3, 2, 2, -3 if info.min else 3, 3, 0, 1, 7],
+                       dtype)
+
+
+_INTEGER_OPERATIONS = {
+    "add": lambda x, y: x + y, "subtract": lambda x, y: x - y,
+    "multiply": lambda x, y: x * y, "floor_divide": lambda x, y: x // y,
+    "remainder": lambda x, y: x % y, "maximum": fnp.maximum, "minimum": fnp.minimum,
+    "negative": lambda x, y: -x, "absolute": lambda x, y: fnp.abs(x),
+    "compare": lambda x, y: (x < y, x == y, x >= y),
+    "where": lambda x, y: fnp.where(x > y, x, y),
+    "bitwise": lambda x, y: (x & y, x | y, x ^ y, ~x),
+    "shift": lambda x, y: (x << (y % 8), x >> (y % 8)),
+    "reduce": lambda x, y: (fnp.sum(x), fnp.max(x), fnp.min(y), fnp.sum(x.reshape(2, 4), 1)),
+    "convert": lambda x, y: (x.astype(np.float64), x.astype(np.int32), x.astype(np.uint8)),
+}
+_FLOAT_OPERATIONS = {
+    "divide": lambda x, y: x / y, "power": lambda x, y: x ** 2,
+    "math": lambda x, y: (fnp.sqrt(fnp.abs(x)), fnp.exp(y), fnp.floor(x), fnp.isnan(x)),
+}
+
+
+def _dtype_cases():
+    for dtype in SWEEP_DTYPES:
+        kind = np.dtype(dtype).kind
+        operations = dict(_INTEGER_OPERATIONS, **(_FLOAT_OPERATIONS if kind == "f" else {}))
+        for name, fun in operations.items():
+            if kind == "b" and name in ("subtract", "negative", "floor_divide", "remainder",
+                                        "shift", "absolute"):
+                continue            # NumPy refuses (or has no meaning for) these on bools
+            if kind == "f" and name in ("bitwise", "shift"):
+                continue
+            yield pytest.param(dtype, fun, id=f"{dtype}-{name}")
+
+
+@pytest.mark.parametrize("dtype, fun", list(_dtype_cases()))
+def test_every_dtype_as_the_interpreted_tier(dtype, fun):
+    x, y = _edge_values(dtype)
+    with np.errstate(all="ignore"):
+        _, got, want = _both(fun, x, y)
+    _agree(got, want, exact=np.dtype(dtype) != np.float32)
 
 
 def test_nan_and_inf_propagate_as_in_numpy():
