@@ -485,6 +485,43 @@ def test_basic_indexing_is_a_strided_copy():
     _agree(got, want, exact=True)
 
 
+_EINSUMS = [("ij,jk->ik", (2, 3), (3, 4)), ("ij,kj->ki", (2, 3), (4, 3)),
+            ("bij,bjk->bik", (5, 2, 3), (5, 3, 4)), ("ij,j->i", (3, 4), (4,)),
+            ("i,i->", (4,), (4,)), ("i,j->ij", (3,), (4,)), ("abc,cbd->da", (2, 3, 4), (4, 3, 5)),
+            ("bi,bi->b", (3, 4), (3, 4)), ("ij,ij->", (3, 4), (3, 4)), ("ij,jk", (2, 3), (3, 2)),
+            ("abij,bjk->bkia", (2, 3, 4, 5), (3, 5, 2))]
+
+
+@needs_blas
+@pytest.mark.parametrize("subscripts, a, b", _EINSUMS, ids=[e[0] for e in _EINSUMS])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_einsums_of_two_operands_are_gemm_calls(subscripts, a, b, dtype):
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(a).astype(dtype), rng.standard_normal(b).astype(dtype)
+    for fun, args in [(lambda a, b: fnp.einsum(subscripts, a, b), (a, b)),
+                      (lambda a: fnp.einsum(subscripts, a, b), (a,)),      # b a constant
+                      (fgrad.grad(lambda a, b: fnp.sum(fnp.einsum(subscripts, a, b) ** 2),
+                                  (0, 1)), (a, b))]:
+        compiled, got, want = _both(fun, *args)
+        assert compiled.callouts == []
+        _agree(got, want)
+
+
+@needs_blas
+def test_einsums_gemm_does_not_compute_stay_callouts():
+    x = np.arange(12.0).reshape(3, 4)
+    # (fun, args, whether an einsum stays a callout)
+    for fun, args, called in [
+            (lambda x: fnp.einsum("ii->i", x[:, :3]), (x,), True),            # one operand
+            (lambda x, y: fnp.einsum("ij,jk->i", x, y), (x, x.T), True),      # k summed in one
+            (lambda x, y: fnp.einsum("ij,jk->ik", x, y), (x.astype(int), x.T.astype(int)),
+             True),                                                          # integers
+            (lambda x, y: fnp.einsum("ij,jk,kl->il", x, y, x), (x, x.T), False)]:  # pairs
+        compiled, got, want = _both(fun, *args)
+        _agree(got, want)
+        assert any("einsum" in c for c in compiled.callouts) == called
+
+
 def _spd(rng, shape, dtype):
     a = rng.standard_normal(shape)
     return (a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])).astype(dtype)

@@ -77,7 +77,7 @@ from fgrad.compiler.kernel_ir import (
     value_type,
 )
 from fgrad.compiler.native import array_data_offset, compile_ir
-from fgrad.compiler.program_linalg import LinalgStep, linalg_step
+from fgrad.compiler.program_linalg import LinalgStep, einsums_as_products, linalg_step
 from fgrad.compiler.native import available as native_available
 from fgrad.core.graph import Literal, Var
 from fgrad.primitives.creation import stop_gradient_p
@@ -281,6 +281,7 @@ def _lowering(eqn):
 def program_steps(graph):
     """The graph's steps (elementwise loops, reductions, copies, views and
     callouts), in an order that respects every dependency."""
+    graph = einsums_as_products(graph)     # products as matmuls (program_linalg)
     groups = attach_reductions(graph, plan_groups(graph, can_fuse=cpu_fusable, min_size=1))
     readers = reader_counts(graph)
     # a group runs where its last member (or the last full reduction of it) was

@@ -1,6 +1,14 @@
-"""Factorizations and solves in a compiled program: LAPACK calls, no callouts.
+"""Linear algebra in a compiled program: products and LAPACK calls, no callouts.
 
-`fgrad.compiler.program` asks `linalg_step` for each equation it lowers; an
+`fgrad.compiler.program` first rewrites each ``einsum`` of two float operands
+as a ``matmul`` (`einsums_as_products`): the operands' axes are transposed
+into (batch, free, contracted) order and reshaped to (batch, m, k) and
+(batch, k, n) stacks, and the product back into the output's order; the
+program lowers those equations as it lowers any (gemm, copies, views, a
+transpose of the last two axes folded into gemm's flags). A letter that one
+operand alone sums over, or repeats (a diagonal), stays NumPy's einsum.
+
+It then asks `linalg_step` for each equation it lowers; an
 equation this module knows becomes a step that calls SciPy's LAPACK through
 the program's table of routine addresses (`fgrad.compiler.blas`):
 
@@ -35,10 +43,99 @@ import math
 
 import numpy as np
 
-from fgrad.compiler.blas import MAX_BLAS_INT, PREFIXES, gemm_table, routine_index
+from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, PREFIXES, gemm_table, routine_index
 from fgrad.compiler.kernel_ir import counted, storage_type
 from fgrad.compiler.lu_kernels import LANES_MAX_N
+from fgrad.core.graph import Equation, Graph, Literal, Var
+from fgrad.primitives.einsum import einsum_p, split_subscripts
 from fgrad.primitives.linalg import cholesky_p, factored_solve_p, lu_kept, solve_factors_p
+from fgrad.primitives.products import matmul_p
+from fgrad.primitives.shape import reshape_p, transpose_p
+
+
+# ---------------------------------------------------------------------------
+# einsum as matmul
+# ---------------------------------------------------------------------------
+
+
+def einsums_as_products(graph):
+    """``graph``, each einsum of two float operands that `_einsum_product`
+    can write as a matmul replaced by its transposes, reshapes and matmul
+    (the same inputs and outputs; ``graph`` itself when there is none).
+
+    >>> import numpy as np, fgrad, fgrad.numpy as fnp
+    >>> g = fgrad.make_graph(lambda a, b: fnp.einsum("ij,kj->ki", a, b))(
+    ...     np.ones((2, 3)), np.ones((4, 3)))
+    >>> [e.prim.name for e in einsums_as_products(g).eqns]
+    ['transpose', 'matmul', 'transpose']
+    """
+    eqns, changed = [], False
+    for eqn in graph.eqns:
+        product = _einsum_product(eqn) if eqn.prim is einsum_p else None
+        eqns += product or [eqn]
+        changed = changed or product is not None
+    return Graph(graph.invars, eqns, graph.outvars) if changed else graph
+
+
+def _einsum_product(eqn):
+    if len(eqn.invars) != 2:
+        return None
+    (a, b), (c,) = eqn.invars, eqn.outvars
+    dtype = np.dtype(c.aval.dtype)
+    if dtype not in GEMM_DTYPES or any(np.dtype(v.aval.dtype) != dtype for v in (a, b)):
+        return None
+    (sa, sb), out = split_subscripts(eqn.params["subscripts"])
+    if any(len(set(s)) != len(s) for s in (sa, sb, out)) \
+            or any(x not in other and x not in out for s, other in ((sa, sb), (sb, sa))
+                   for x in s):
+        return None
+    size = dict(zip(sa, a.aval.shape)) | dict(zip(sb, b.aval.shape))
+    batch = [x for x in out if x in sa and x in sb]
+    free_a = [x for x in out if x in sa and x not in sb]
+    free_b = [x for x in out if x in sb and x not in sa]
+    summed = [x for x in sa if x in sb and x not in out]
+    lead = (math.prod(size[x] for x in batch),) if batch else ()
+    m, n, k = (math.prod(size[x] for x in group) for group in (free_a, free_b, summed))
+    eqns = []
+
+    def then(prim, v, shape, params, to=None):
+        to = Var(type(v.aval)(tuple(shape), dtype)) if to is None else to
+        eqns.append(Equation(prim, [v], [to], params))
+        return to
+
+    def arranged(v, letters, order, shape):
+        axes = tuple(letters.index(x) for x in order)
+        if type(v) is Literal:          # a constant: arranged here, once
+            value = np.ascontiguousarray(np.transpose(np.asarray(v.value, dtype), axes))
+            value = value.reshape(shape)
+            return Literal(value, type(v.aval)(shape, dtype))
+        if axes != tuple(range(len(axes))):
+            v = then(transpose_p, v, [size[x] for x in order], {"axes": axes})
+        if tuple(v.aval.shape) != shape:
+            v = then(reshape_p, v, shape, {"shape": shape})
+        return v
+    a3 = arranged(a, sa, batch + free_a + summed, lead + (m, k))
+    b3 = arranged(b, sb, batch + summed + free_b, lead + (k, n))
+    # the product, then back to the output's shape and order: the last
+    # equation writes ``c``
+    order = batch + free_a + free_b
+    tail = []
+    if tuple(size[x] for x in order) != lead + (m, n):
+        tail.append((reshape_p, [size[x] for x in order], {"shape": tuple(size[x] for x in order)}))
+    axes = tuple(order.index(x) for x in out)
+    if axes != tuple(range(len(axes))):
+        tail.append((transpose_p, [size[x] for x in out], {"axes": axes}))
+    product = Var(type(c.aval)(lead + (m, n), dtype)) if tail else c
+    eqns.append(Equation(matmul_p, [a3, b3], [product], {}))
+    v = product
+    for j, (prim, shape, params) in enumerate(tail):
+        v = then(prim, v, shape, params, c if j == len(tail) - 1 else None)
+    return eqns
+
+
+# ---------------------------------------------------------------------------
+# LAPACK steps
+# ---------------------------------------------------------------------------
 
 
 class LinalgStep:
