@@ -54,9 +54,10 @@ _SPECIAL = np.array([-2.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 3.0, np.nan, np.inf,
                      1e300])
 _UNARY = ["sqrt", "exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "arcsin",
           "arctanh", "floor", "rint", "isnan", "isinf", "signbit", "negative",
-          "square", "absolute"]
+          "square", "absolute", "invert"]
 _BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
-           "less", "equal", "arctan2", "hypot", "fmod"]
+           "less", "equal", "arctan2", "hypot", "fmod", "floor_divide", "remainder",
+           "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"]
 
 
 def _operands(dtype):

@@ -225,6 +225,24 @@ def test_every_dtype_as_the_interpreted_tier(dtype, fun):
     _agree(got, want, exact=np.dtype(dtype) != np.float32)
 
 
+@pytest.mark.parametrize("dtype", [d for d in SWEEP_DTYPES if d[0] in "iu"])
+def test_integer_division_bits_and_shifts_are_loops_with_numpys_edges(dtype):
+    info = np.iinfo(dtype)
+    signed = info.min < 0
+    x = np.array([info.min, info.max, -7 if signed else 7, 7, 0, 1, info.max - 1, 5, 9, 3],
+                 dtype)
+    # MIN // -1, zero divisors, shifts by the width and beyond, and by a negative amount
+    y = np.array([-1 if signed else 3, 2, 2, -3 if signed else 3, 3, 0, info.bits,
+                  info.bits + 1, info.bits - 1, -2 if signed else 200], dtype)
+
+    def f(x, y):
+        return x // y, x % y, x & y, x | y, x ^ y, ~x, x << y, x >> y, (x // 3) % y
+    with np.errstate(all="ignore"):
+        compiled, got, want = _both(f, x, y)
+    assert compiled.callouts == []
+    _agree(got, want, exact=True)
+
+
 def test_nan_and_inf_propagate_as_in_numpy():
     x = np.array([[np.nan, 1.0, -np.inf], [np.inf, 0.0, -0.0]])
 

@@ -95,8 +95,8 @@ KERNEL_DTYPES = frozenset(np.dtype(k) for k in (
     "float32", "float64"))
 
 # operation -> (written for floating compute dtypes, for integer and bool
-# ones): False where a scalar loop would not match NumPy (integer division
-# and powers); `fgrad.compiler.kernel_ir` writes each
+# ones): False where a scalar loop would not match NumPy (integer powers,
+# float floor division); `fgrad.compiler.kernel_ir` writes each
 _FLOAT_AND_INT = ("add", "subtract", "multiply", "negative", "square", "maximum",
                   "minimum", "absolute", "equal", "not_equal", "less", "less_equal",
                   "greater", "greater_equal", "where", "convert_element_type",
@@ -105,7 +105,10 @@ _FLOAT_ONLY = ("divide", "power", "sqrt", "exp", "exp2", "expm1", "log", "log2",
                "log1p", "cbrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "arcsin",
                "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "rint", "isnan",
                "isinf", "isfinite", "signbit", "arctan2", "hypot", "fmod")
-_LOGICAL = ("logical_and", "logical_or", "logical_xor", "logical_not")
+_LOGICAL = ("logical_and", "logical_or", "logical_xor", "logical_not",
+            # integer division with NumPy's signs and zero divisors, and bits
+            "floor_divide", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor",
+            "invert", "left_shift", "right_shift")
 _OPERATIONS = {**{name: (True, True) for name in _FLOAT_AND_INT},
                **{name: (True, False) for name in _FLOAT_ONLY},
                **{name: (False, True) for name in _LOGICAL}}

@@ -209,6 +209,8 @@ def _operation(ir, b, name, args, dtype):
             return b.not_(truth[0]), np.dtype(bool)
         emit = {"logical_and": b.and_, "logical_or": b.or_, "logical_xor": b.xor}[name]
         return emit(truth[0], truth[1]), np.dtype(bool)
+    if not floating and name in _INTEGER_OPERATIONS:
+        return _INTEGER_OPERATIONS[name](ir, b, args, dtype), dtype
     if not floating:
         if name == "absolute":
             if dtype.kind != "i":
@@ -235,6 +237,59 @@ def _operation(ir, b, name, args, dtype):
     if name in _LIBM:
         return _call(ir, b, _LIBM[name], args), dtype
     raise ValueError(f"{name} is not written in kernels")
+
+
+def _divide_and_remainder(ir, b, x, y, dtype):
+    """NumPy's ``x // y`` and ``x % y`` of integers: the quotient rounded
+    down and the remainder with the divisor's sign; 0 and 0 for a zero
+    divisor, and ``MIN // -1`` wraps to ``MIN`` (where LLVM's division is
+    undefined: the divisor is 1 there)."""
+    zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
+    if dtype.kind == "u":
+        safe = b.select(b.icmp_unsigned("==", y, zero), one, y)
+        q, r = b.udiv(x, safe), b.urem(x, safe)
+        by_zero = b.icmp_unsigned("==", y, zero)
+        return b.select(by_zero, zero, q), b.select(by_zero, zero, r)
+    least = ir.Constant(x.type, -(1 << (x.type.width - 1)))
+    overflow = b.and_(b.icmp_signed("==", x, least),
+                      b.icmp_signed("==", y, ir.Constant(x.type, -1)))
+    by_zero = b.icmp_signed("==", y, zero)
+    safe = b.select(b.or_(by_zero, overflow), one, y)
+    q, r = b.sdiv(x, safe), b.srem(x, safe)
+    # C truncates toward zero: one step down where the signs differ
+    down = b.and_(b.icmp_signed("!=", r, zero),
+                  b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
+    q = b.select(down, b.sub(q, one), q)
+    r = b.select(down, b.add(r, y), r)
+    return b.select(by_zero, zero, q), b.select(b.or_(by_zero, overflow), zero, r)
+
+
+def _shift(ir, b, x, y, dtype, left):
+    """NumPy's ``x << y`` and ``x >> y``: a shift by the width or more (or
+    by a negative amount, which NumPy reads as a huge one) gives 0, or -1 for
+    a negative ``x`` shifted right, where LLVM's shift is undefined."""
+    width = ir.Constant(x.type, x.type.width)
+    inside = b.icmp_unsigned("<", y, width)
+    amount = b.select(inside, y, ir.Constant(x.type, 0))
+    if left:
+        return b.select(inside, b.shl(x, amount), ir.Constant(x.type, 0))
+    if dtype.kind == "u":
+        return b.select(inside, b.lshr(x, amount), ir.Constant(x.type, 0))
+    # an arithmetic shift by width - 1 is 0 or -1: what any larger one gives
+    beyond = ir.Constant(x.type, x.type.width - 1)
+    return b.ashr(x, b.select(inside, amount, beyond))
+
+
+_INTEGER_OPERATIONS = {
+    "floor_divide": lambda ir, b, args, dtype: _divide_and_remainder(ir, b, *args, dtype)[0],
+    "remainder": lambda ir, b, args, dtype: _divide_and_remainder(ir, b, *args, dtype)[1],
+    "bitwise_and": lambda ir, b, args, dtype: b.and_(*args),
+    "bitwise_or": lambda ir, b, args, dtype: b.or_(*args),
+    "bitwise_xor": lambda ir, b, args, dtype: b.xor(*args),
+    "invert": lambda ir, b, args, dtype: b.not_(args[0]),
+    "left_shift": lambda ir, b, args, dtype: _shift(ir, b, *args, dtype, True),
+    "right_shift": lambda ir, b, args, dtype: _shift(ir, b, *args, dtype, False),
+}
 
 
 def kernel_ir(spec, name, object_offset=None):
