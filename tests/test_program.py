@@ -606,6 +606,58 @@ def test_stop_gradient_is_a_view():
     _agree(got, want, exact=True)
 
 
+_ROWS = np.array([0, 2, -1, 2])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "uint8", "bool"])
+def test_gathers_and_scatters_of_one_index_array_are_loops(dtype):
+    x = (np.arange(20) % 7).reshape(4, 5).astype(dtype)
+    j = np.array([[1, 3], [3, 0]], np.uint8)
+    cases = [lambda x: x[_ROWS], lambda x: x[:, _ROWS], lambda x: fnp.take(x, _ROWS, axis=1),
+             lambda x: fnp.take(x, _ROWS), lambda x: x[..., j]]
+    if dtype != "bool":
+        # scatter-add: repeated indices sum in numpy.add.at's order, bitwise
+        cases.append(lambda x: fgrad.at(fnp.zeros_like(x))[:, _ROWS].add(x[:, :4]))
+    if dtype.startswith("float"):
+        cases.append(fgrad.grad(lambda x: fnp.sum(x[:, _ROWS] * x[_ROWS][:, :4].T)))
+    for fun in cases:
+        compiled, got, want = _both(fun, x)
+        assert compiled.callouts == []
+        assert {type(s).__name__ for s in compiled.steps} & {"Gather", "ScatterAdd"}
+        _agree(got, want, exact=True)
+
+
+def test_gradients_of_basic_indexing_write_into_zeros_in_a_loop():
+    x = np.arange(120.0).reshape(4, 5, 6)
+
+    def f(x):
+        return fnp.sum(x[3] ** 2) + fnp.sum(x[1:3, ::-2, None] * 3.0) + fnp.sum(x[2, ..., 1] ** 3)
+    compiled, got, want = _both(fgrad.grad(f), x)
+    assert compiled.callouts == []
+    assert "BasicScatter" in {type(s).__name__ for s in compiled.steps}
+    _agree(got, want)
+
+
+def test_an_index_out_of_bounds_raises_numpys_index_error():
+    x = np.arange(20.0).reshape(4, 5)
+    graph = optimize(fgrad.make_graph(lambda x, k: x[:, k])(x, _ROWS), np)
+    compiled = compile_program(graph)
+    assert compiled.callouts == []
+    for run in (compiled.call, generate(graph, np).fn):
+        with pytest.raises(IndexError, match="index 9 is out of bounds for axis 1 with size 5"):
+            run(x, np.array([0, 9, -5, 1]))
+    np.testing.assert_array_equal(compiled.call(x, np.array([-5, 4, 0, 0]))[0],
+                                  x[:, [0, 4, 0, 0]])
+
+
+def test_other_indices_stay_callouts():
+    x = np.arange(20.0).reshape(4, 5)
+    for fun in [lambda x: x[_ROWS, 1:3], lambda x: x[_ROWS, _ROWS[:1] + 1]]:
+        compiled, got, want = _both(fun, x)
+        assert [c.split(": ")[1] for c in compiled.callouts] == ["getitem"]
+        _agree(got, want, exact=True)
+
+
 _WITHOUT_SCIPY = """
 import sys, json
 sys.modules['scipy'] = None             # importing it raises: no BLAS table

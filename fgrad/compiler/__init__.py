@@ -21,9 +21,14 @@
   function, so no Python runs between its equations.
 - `buffer_plan`: every intermediate of a program at an offset in one arena,
   dead buffers reused.
-- `blas`: the addresses of SciPy's BLAS routines that programs call.
+- `blas`: the addresses of SciPy's BLAS and LAPACK routines that programs call.
 - `program`: a whole graph as one LLVM function (straight-line code lowered,
   everything else called back into NumPy); the opt-in ``program`` tier.
+- `native_steps`: the steps of a program that the modules below lower.
+- `program_linalg`: a program's einsums as products, and its factorizations
+  and solves as LAPACK calls.
+- `program_indexing`: a program's gathers and scatters of one index array
+  as loops.
 - `parallel`: independent large equations run on worker threads.
 - `tiers`: a jitted graph runs NumPy calls at once while its kernels and
   whole-graph function compile on a background thread.

@@ -77,7 +77,9 @@ from fgrad.compiler.kernel_ir import (
     value_type,
 )
 from fgrad.compiler.native import array_data_offset, compile_ir
-from fgrad.compiler.program_linalg import LinalgStep, einsums_as_products, linalg_step
+from fgrad.compiler.native_steps import NativeStep
+from fgrad.compiler.program_indexing import indexing_step
+from fgrad.compiler.program_linalg import einsums_as_products, linalg_step
 from fgrad.compiler.native import available as native_available
 from fgrad.core.graph import Literal, Var
 from fgrad.primitives.creation import stop_gradient_p
@@ -296,8 +298,9 @@ def program_steps(graph):
             continue
         if k in in_group or eqn.prim is transpose_p and eqn.outvars[0] in folded:
             continue
-        native = linalg_step(eqn, k)
-        if native is not None:          # a LAPACK call (`fgrad.compiler.program_linalg`)
+        # LAPACK calls, gathers and scatters: steps of modules of their own
+        native = linalg_step(eqn, k) or indexing_step(eqn, k)
+        if native is not None:
             steps.append(native)
             continue
         how = _lowering(eqn)
@@ -539,9 +542,9 @@ def compile_program(graph, steps=None):
             f"a program of {n_in} inputs, {n_out} outputs and {n_const} constants: the "
             f"function would take more than the {MAX_ARGUMENTS} arguments ctypes passes")
     callouts = [s for s in steps if isinstance(s, _Callout)]
-    # a LAPACK step whose factorization fails runs its equation's NumPy code,
-    # which raises NumPy's error
-    called = callouts + [s for s in steps if isinstance(s, LinalgStep) and s.fallback]
+    # a native step that meets a case it does not handle (a singular matrix,
+    # an index out of bounds) runs its equation's NumPy code, which raises
+    called = callouts + [s for s in steps if isinstance(s, NativeStep) and s.fallback]
     ir_text = program_ir(steps, places, n_in, n_out, n_const)
     # no unrolling: most of a program's loops (copies, reductions) have
     # constant trip counts, which LLVM unrolled at great length (mlp8's
@@ -633,7 +636,7 @@ def program_ir(steps, places, n_in, n_out, n_const):
         elif isinstance(step, _Gemm):
             _gemm_ir(ir, b, step, blas_table, pointer(step.a), pointer(step.b),
                      pointer(step.out))
-        elif isinstance(step, LinalgStep):
+        elif isinstance(step, NativeStep):
             step.emit(ir, b, pointer, blas_table,
                       functools.partial(call_out, step.index, k))
         elif isinstance(step, _Callout):

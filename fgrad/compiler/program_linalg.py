@@ -46,6 +46,13 @@ import numpy as np
 from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, PREFIXES, gemm_table, routine_index
 from fgrad.compiler.kernel_ir import counted, storage_type
 from fgrad.compiler.lu_kernels import LANES_MAX_N
+from fgrad.compiler.native_steps import (
+    NativeStep,
+    call_out_if,
+    constant_cell,
+    new_flag,
+    raise_flag,
+)
 from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.primitives.einsum import einsum_p, split_subscripts
 from fgrad.primitives.linalg import cholesky_p, factored_solve_p, lu_kept, solve_factors_p
@@ -138,32 +145,9 @@ def _einsum_product(eqn):
 # ---------------------------------------------------------------------------
 
 
-class LinalgStep:
-    """A step that calls LAPACK for equation ``eqn`` (number ``index`` of the
-    graph), reading its inputs and writing its outputs. ``fallback``: whether
-    it may call its equation's NumPy code back (`emit`'s ``call_out``) when
-    LAPACK fails."""
-
-    fallback = False
-
-    def __init__(self, index, eqn):
-        self.index, self.eqn = index, eqn
-
-    def reads(self):
-        return list(self.eqn.invars)
-
-    def writes(self):
-        return list(self.eqn.outvars)
-
-    def emit(self, ir, b, pointer, table, call_out):
-        """Write the step's IR at builder ``b``: ``pointer(v)`` is value ``v``'s
-        data, ``table`` the routine table (i64*), ``call_out()`` writes a
-        call of the equation's NumPy code."""
-        raise NotImplementedError
-
-
 def linalg_step(eqn, index):
-    """The `LinalgStep` equation ``eqn`` (number ``index``) lowers to, or None.
+    """The `fgrad.compiler.native_steps.NativeStep` of LAPACK calls that
+    equation ``eqn`` (number ``index``) lowers to, or None.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(fnp.linalg.cholesky)(np.eye(3))
@@ -185,22 +169,6 @@ def _float_matrix(aval):
     return np.dtype(aval.dtype) in PREFIXES and aval.ndim >= 2
 
 
-# ---------------------------------------------------------------------------
-# IR helpers: Fortran's arguments by reference
-# ---------------------------------------------------------------------------
-
-
-def _cell(ir, b, typ, value):
-    """A constant global holding ``value``: what a Fortran argument points at."""
-    name = f"lapack_{typ}_{value}".replace(".", "_").replace("-", "m")
-    module = b.module
-    if name not in module.globals:
-        slot = ir.GlobalVariable(module, typ, name)
-        slot.initializer, slot.global_constant = ir.Constant(typ, value), True
-        slot.linkage = "internal"
-    return module.globals[name]
-
-
 def _routine(ir, b, table, name, dtype, arguments):
     """The routine's address from the table, cast to a function of pointer
     ``arguments`` returning nothing."""
@@ -216,22 +184,8 @@ def _offset(ir, b, index, size):
     return b.mul(index, ir.Constant(ir.IntType(64), size))
 
 
-def _failed_if(ir, b, flag, call_out):
-    """Call the equation's NumPy code where ``flag`` (an i32 slot) is not 0."""
-    i32 = ir.IntType(32)
-    fail = b.append_basic_block("lapack.failed")
-    done = b.append_basic_block("lapack.done")
-    b.cbranch(b.icmp_signed("!=", b.load(flag), ir.Constant(i32, 0)), fail, done)
-    b.position_at_end(fail)
-    call_out()
-    b.branch(done)
-    b.position_at_end(done)
-
-
 def _note_failure(ir, b, info, flag):
-    i32 = ir.IntType(32)
-    bad = b.zext(b.icmp_signed("!=", b.load(info), ir.Constant(i32, 0)), i32)
-    b.store(b.or_(b.load(flag), bad), flag)
+    raise_flag(ir, b, flag, b.icmp_signed("!=", b.load(info), ir.Constant(ir.IntType(32), 0)))
 
 
 # ---------------------------------------------------------------------------
@@ -239,7 +193,7 @@ def _note_failure(ir, b, info, flag):
 # ---------------------------------------------------------------------------
 
 
-class LUFactor(LinalgStep):
+class LUFactor(NativeStep):
     """``solve_factors``: ``getrf`` on a copy of each matrix."""
 
     fallback = True
@@ -255,19 +209,18 @@ class LUFactor(LinalgStep):
                 lambda i: b.store(b.load(_at(ir, b, src, i)), _at(ir, b, dst, i)), "lu.copy")
         iptr = i32.as_pointer()
         getrf = _routine(ir, b, table, "getrf", dtype, [iptr, iptr, item, iptr, iptr, iptr])
-        info, flag = b.alloca(i32), b.alloca(i32)
-        b.store(ir.Constant(i32, 0), flag)
-        size = _cell(ir, b, i32, n)
+        info, flag = b.alloca(i32), new_flag(ir, b)
+        size = constant_cell(ir, b, i32, n)
 
         def factor(m):
             b.call(getrf, [size, size, _at(ir, b, dst, _offset(ir, b, m, n * n)), size,
                            _at(ir, b, pivots, _offset(ir, b, m, n)), info])
             _note_failure(ir, b, info, flag)
         counted(ir, b, ir.Constant(i64, count), factor, "lu.matrix")
-        _failed_if(ir, b, flag, call_out)
+        call_out_if(ir, b, flag, call_out)
 
 
-class LUSolve(LinalgStep):
+class LUSolve(NativeStep):
     """``factored_solve`` of one right-hand side: ``getrs`` with the factors,
     on a copy of it."""
 
@@ -282,8 +235,8 @@ class LUSolve(LinalgStep):
         getrs = _routine(ir, b, table, "getrs", dtype,
                          [i8.as_pointer(), iptr, iptr, item, iptr, iptr, item, iptr, iptr])
         # the factors are those of a^T: "T" solves with a, "N" with a^T
-        trans = _cell(ir, b, i8, ord("N" if self.eqn.params["transpose"] else "T"))
-        size, one = _cell(ir, b, i32, n), _cell(ir, b, i32, 1)
+        trans = constant_cell(ir, b, i8, ord("N" if self.eqn.params["transpose"] else "T"))
+        size, one = constant_cell(ir, b, i32, n), constant_cell(ir, b, i32, 1)
         info = b.alloca(i32)
         factors, pivots, src, dst = pointer(lu), pointer(piv), pointer(rhs), pointer(x)
         counted(ir, b, ir.Constant(i64, count * n),
@@ -296,7 +249,7 @@ class LUSolve(LinalgStep):
         counted(ir, b, ir.Constant(i64, count), matrix, "rs.matrix")
 
 
-class Cholesky(LinalgStep):
+class Cholesky(NativeStep):
     """``cholesky``: each matrix copied into column-major order, ``potrf``
     (lower), and the upper triangle of the result zeroed, in place."""
 
@@ -311,9 +264,8 @@ class Cholesky(LinalgStep):
         iptr = i32.as_pointer()
         potrf = _routine(ir, b, table, "potrf", dtype,
                          [i8.as_pointer(), iptr, typ.as_pointer(), iptr, iptr])
-        lower, size = _cell(ir, b, i8, ord("L")), _cell(ir, b, i32, n)
-        info, flag = b.alloca(i32), b.alloca(i32)
-        b.store(ir.Constant(i32, 0), flag)
+        lower, size = constant_cell(ir, b, i8, ord("L")), constant_cell(ir, b, i32, n)
+        info, flag = b.alloca(i32), new_flag(ir, b)
         src, dst, c_n = pointer(a), pointer(out), ir.Constant(i64, n)
 
         def matrix(m):
@@ -338,7 +290,7 @@ class Cholesky(LinalgStep):
                 counted(ir, b, r, each, "ch.c")
             counted(ir, b, c_n, tidy, "ch.r")
         counted(ir, b, ir.Constant(i64, count), matrix, "ch.matrix")
-        _failed_if(ir, b, flag, call_out)
+        call_out_if(ir, b, flag, call_out)
 
 
 def _lu_factor(eqn, index):

@@ -1,0 +1,71 @@
+"""The steps of a compiled program that modules beside `fgrad.compiler.program`
+lower: what such a step is, and the IR pieces they share.
+
+A `NativeStep` stands for one equation: it reads the equation's inputs,
+writes its outputs, and writes its own IR (`NativeStep.emit`) at the place
+the program reaches it. Where its machine code finds a case it does not
+handle (a singular matrix, an index out of bounds), it calls the equation's
+NumPy code back, which raises NumPy's error or computes NumPy's answer:
+`fgrad.compiler.program_linalg` (LAPACK calls) and
+`fgrad.compiler.program_indexing` (gathers and scatters) write such steps.
+"""
+
+
+class NativeStep:
+    """A step for equation ``eqn`` (number ``index`` of the graph), reading
+    its inputs and writing its outputs. ``fallback``: whether it may call its
+    equation's NumPy code back (`emit`'s ``call_out``)."""
+
+    fallback = False
+
+    def __init__(self, index, eqn):
+        self.index, self.eqn = index, eqn
+
+    def reads(self):
+        return list(self.eqn.invars)
+
+    def writes(self):
+        return list(self.eqn.outvars)
+
+    def emit(self, ir, b, pointer, table, call_out):
+        """Write the step's IR at builder ``b``: ``pointer(v)`` is value ``v``'s
+        data, ``table`` the table of BLAS and LAPACK routines (i64*,
+        `fgrad.compiler.blas`), ``call_out()`` writes a call of the
+        equation's NumPy code."""
+        raise NotImplementedError
+
+
+def constant_cell(ir, b, typ, value):
+    """A constant global of IR type ``typ`` holding ``value``: what a Fortran
+    argument (passed by reference) points at."""
+    name = f"cell_{typ}_{value}".replace(".", "_").replace("-", "m")
+    module = b.module
+    if name not in module.globals:
+        slot = ir.GlobalVariable(module, typ, name)
+        slot.initializer, slot.global_constant = ir.Constant(typ, value), True
+        slot.linkage = "internal"
+    return module.globals[name]
+
+
+def new_flag(ir, b):
+    """An i32 slot holding 0, for `raise_flag` and `call_out_if`."""
+    flag = b.alloca(ir.IntType(32))
+    b.store(ir.Constant(ir.IntType(32), 0), flag)
+    return flag
+
+
+def raise_flag(ir, b, flag, condition):
+    """Set ``flag`` where the i1 ``condition`` holds (it stays set)."""
+    i32 = ir.IntType(32)
+    b.store(b.or_(b.load(flag), b.zext(condition, i32)), flag)
+
+
+def call_out_if(ir, b, flag, call_out):
+    """Call the equation's NumPy code back where ``flag`` is set."""
+    fail = b.append_basic_block("step.failed")
+    done = b.append_basic_block("step.done")
+    b.cbranch(b.icmp_signed("!=", b.load(flag), ir.Constant(ir.IntType(32), 0)), fail, done)
+    b.position_at_end(fail)
+    call_out()
+    b.branch(done)
+    b.position_at_end(done)
