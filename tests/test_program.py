@@ -574,6 +574,21 @@ def test_solves_and_cholesky_are_lapack_calls(n, dtype):
 
 
 @needs_blas
+@pytest.mark.parametrize("n", [1, 3, LANES_MAX_N + 2])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_det_and_slogdet_are_getrf_and_numpys_sums(n, dtype):
+    a = np.random.default_rng(n).standard_normal((3, n, n)).astype(dtype)
+    a[2] = 0                                    # singular: sign 0, log -inf, det 0
+    for fun in (fnp.linalg.det, lambda a: tuple(fnp.linalg.slogdet(a))):
+        compiled, got, want = _both(fun, a)
+        assert compiled.callouts == []
+        # NumPy's computation, float32 in float64 as NumPy's: bitwise where
+        # both load the same LAPACK build, to rounding where not
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6 if dtype == "float32" else 1e-11)
+
+
+@needs_blas
 def test_lu_factors_of_large_matrices_are_the_interpreted_tiers_bitwise():
     # beyond LANES_MAX_N both tiers factor by the same getrf
     a = _spd(np.random.default_rng(2), (LANES_MAX_N + 5,) * 2, "float64")

@@ -13,19 +13,21 @@ NumPy code back, which raises NumPy's error or computes NumPy's answer:
 
 class NativeStep:
     """A step for equation ``eqn`` (number ``index`` of the graph), reading
-    its inputs and writing its outputs. ``fallback``: whether it may call its
-    equation's NumPy code back (`emit`'s ``call_out``)."""
+    its inputs and writing its outputs, and ``scratch``: values of its own
+    (`fgrad.core.graph.Var` s) that the buffer plan gives arena bytes while
+    the step runs. ``fallback``: whether it may call its equation's NumPy
+    code back (`emit`'s ``call_out``)."""
 
     fallback = False
 
-    def __init__(self, index, eqn):
-        self.index, self.eqn = index, eqn
+    def __init__(self, index, eqn, scratch=()):
+        self.index, self.eqn, self.scratch = index, eqn, list(scratch)
 
     def reads(self):
         return list(self.eqn.invars)
 
     def writes(self):
-        return list(self.eqn.outvars)
+        return list(self.eqn.outvars) + self.scratch
 
     def emit(self, ir, b, pointer, table, call_out):
         """Write the step's IR at builder ``b``: ``pointer(v)`` is value ``v``'s
