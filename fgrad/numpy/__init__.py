@@ -473,7 +473,9 @@ for _name in _CREATION_FUNCTIONS:
 # The Array API standard's version this namespace answers for (NumPy's), and the
 # namespace tracers name in ``__array_namespace__``
 __array_api_version__ = _methods.API_VERSIONS[-1]
-from fgrad.numpy._namespace_info import ArrayNamespaceInfo as __array_namespace_info__  # noqa: E402,F401,E501
+from fgrad.numpy._namespace_info import (  # noqa: E402,F401
+    ArrayNamespaceInfo as __array_namespace_info__,
+)
 
 # Tracers route NumPy's own functions (``np.sin(tracer)``) to this namespace.
 _Tracer.numpy_namespace = _sys.modules[__name__]

@@ -120,8 +120,9 @@ def asarray(obj, dtype=None, *, device=None, copy=None, like=None):
     ``device`` and ``copy`` are the Array API standard's: ``device`` may name
     where the data already is (``"cpu"`` for NumPy data; `fgrad.device_put`
     moves it), or a traced value's device, which makes host data a constant of
-    its transformation (fgrad.numpy._devices), ``copy=True`` always gives a new array (a new tracer of a
-    traced value) and ``copy=False`` refuses a conversion that needs a copy.
+    its transformation (fgrad.numpy._devices); ``copy=True`` always gives a new
+    array (a new tracer of a traced value) and ``copy=False`` refuses a
+    conversion that needs a copy.
 
     >>> import numpy as np
     >>> asarray([1.0, 2.0], like=np.zeros(1))

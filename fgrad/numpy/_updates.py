@@ -121,10 +121,10 @@ def _mask_update(x, index, value):
     """``where(mask, value, x)`` for ``x[mask] = value`` when ``value`` is one
     value per trailing position: the same result as NumPy's without the
     mask's count of True entries, so it also works under jit and vmap."""
-    if isinstance(index, (Tracer, _np.ndarray)):
+    if isinstance(index, (Tracer, _np.ndarray, _np.bool_)):
         mask = get_aval(index)
         x_aval, v_aval = get_aval(x), get_aval(value)
-        if mask.dtype == _np.bool_ and 0 < mask.ndim <= x_aval.ndim \
+        if mask.dtype == _np.bool_ and mask.ndim <= x_aval.ndim \
                 and mask.shape == x_aval.shape[:mask.ndim] \
                 and v_aval.ndim <= x_aval.ndim - mask.ndim:
             mask = _shape.reshape(index, mask.shape + (1,) * (x_aval.ndim - mask.ndim))
