@@ -212,26 +212,29 @@ def test_pipeline_influence_of_each_training_point():
 # number, so the differentiable form is the per-output one
 # (multioutput="raw_values") or a distance matrix
 Y_PRED = Y_REGRESSION + 0.1 * RNG.normal(size=30)
+
+
+def per_output(metric):
+    return lambda y_true, y_pred: metric(y_true, y_pred, multioutput="raw_values")
+
+
+def as_matrices(metric):
+    return lambda y_true, y_pred: metric(y_true.reshape(6, 5), y_pred.reshape(6, 5))
+
+
 METRICS = {
-    "r2_score": (lambda t, p: metrics.r2_score(t, p, multioutput="raw_values"), False),
-    "explained_variance_score": (lambda t, p: metrics.explained_variance_score(
-        t, p, multioutput="raw_values"), False),
-    "mean_squared_error": (lambda t, p: metrics.mean_squared_error(
-        t, p, multioutput="raw_values"), True),
-    "mean_absolute_error": (lambda t, p: metrics.mean_absolute_error(
-        t, p, multioutput="raw_values"), True),
-    "mean_pinball_loss": (lambda t, p: metrics.mean_pinball_loss(
-        t, p, multioutput="raw_values"), True),
-    "mean_absolute_percentage_error": (lambda t, p: metrics.mean_absolute_percentage_error(
-        t, p, multioutput="raw_values"), True),
-    "mean_squared_log_error": (lambda t, p: metrics.mean_squared_log_error(
-        t, p, multioutput="raw_values"), False),
-    "cosine_similarity": (lambda t, p: metrics.pairwise.cosine_similarity(
-        t.reshape(6, 5), p.reshape(6, 5)), True),
-    "euclidean_distances": (lambda t, p: metrics.pairwise.euclidean_distances(
-        t.reshape(6, 5), p.reshape(6, 5)), True),
-    "paired_euclidean_distances": (lambda t, p: metrics.pairwise.paired_euclidean_distances(
-        t.reshape(6, 5), p.reshape(6, 5)), True),
+    "r2_score": (per_output(metrics.r2_score), False),
+    "explained_variance_score": (per_output(metrics.explained_variance_score), False),
+    "mean_squared_error": (per_output(metrics.mean_squared_error), True),
+    "mean_absolute_error": (per_output(metrics.mean_absolute_error), True),
+    "mean_pinball_loss": (per_output(metrics.mean_pinball_loss), True),
+    "mean_absolute_percentage_error": (per_output(metrics.mean_absolute_percentage_error),
+                                       True),
+    "mean_squared_log_error": (per_output(metrics.mean_squared_log_error), False),
+    "cosine_similarity": (as_matrices(metrics.pairwise.cosine_similarity), True),
+    "euclidean_distances": (as_matrices(metrics.pairwise.euclidean_distances), True),
+    "paired_euclidean_distances": (as_matrices(metrics.pairwise.paired_euclidean_distances),
+                                   True),
 }
 # metrics that reduce to a Python float: name -> (metric, y_true, y_pred)
 PROBABILITIES = 1 / (1 + np.exp(-X[:, 0]))

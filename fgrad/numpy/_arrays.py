@@ -132,17 +132,19 @@ def asarray(obj, dtype=None, *, device=None, copy=None, like=None):
     """
     if contains_tracer(obj):                # traced, or device data (lists included)
         out = array(obj, dtype, copy=False)
-        if copy is False and out is not obj:
-            raise ValueError(f"asarray(copy=False) cannot convert {type(obj).__name__} "
-                             "without a copy; pass copy=None to allow one")
-        if copy and out is obj and isinstance(out, _Tracer):
-            out = out.clone()
     elif like is not None:
         out = asarray_on(module_of_leaves([like]), obj)
         out = out if dtype is None else out.astype(dtype)
-    else:
-        out = _np.asarray(obj, dtype=dtype, copy=copy)
-    return _place(out, device)
+    elif copy is None and device is None:   # NumPy's own call, for host data
+        return _np.asarray(obj, dtype=dtype)
+    else:                                   # (NumPy 1's asarray has no copy=)
+        out = _np.asarray(obj, dtype=dtype)
+    if copy is False and out is not obj:
+        raise ValueError(f"asarray(copy=False) cannot convert {type(obj).__name__} "
+                         "without a copy; pass copy=None to allow one")
+    if copy and out is obj:
+        out = out.clone() if isinstance(out, _Tracer) else out.copy()
+    return out if device is None else _place(out, device)
 
 
 def _with_dtype(result, dtype):

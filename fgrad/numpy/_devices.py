@@ -82,6 +82,10 @@ def on_device(create):
     """``create`` (a function making an array from nothing, or like another
     array) taking the standard's ``device=`` keyword (see `place`)."""
     @functools.wraps(create)
-    def created(*args, device=None, **kwargs):
-        return place(create(*args, **kwargs), device)
+    def created(*args, **kwargs):
+        if not kwargs:                      # the common call: NumPy's, one frame above
+            return create(*args)
+        device = kwargs.pop("device", None)
+        out = create(*args, **kwargs)
+        return out if device is None else place(out, device)
     return created
