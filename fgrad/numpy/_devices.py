@@ -24,8 +24,8 @@ class TracedDevice:
     holds for a traced value of NumPy data, as for the NumPy array.
 
     >>> import fgrad, numpy as np
-    >>> fgrad.grad(lambda x: float(x.device == "cpu") * x)(1.0)
-    array(1.)
+    >>> float(fgrad.grad(lambda x: float(x.device == "cpu") * x)(1.0))
+    1.0
     """
 
     __slots__ = ("where", "owner", "module")
