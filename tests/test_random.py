@@ -13,7 +13,8 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad import nn
 from fgrad import random
-from fgrad.compiler import random_kernels
+from fgrad.compiler import native, random_kernels
+from fgrad.compiler.program import PROGRAM_ENV
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import (MissingRuleError, RandomArgumentError, RandomKeyError,
                           StatefulRandomnessError)
@@ -234,6 +235,29 @@ def test_jit_compiled_whole_draws_afresh_on_every_call(monkeypatch):
     x = np.linspace(-1, 1, 4)
     for k in random.split(KEY, 12):         # past the calls before compiling whole
         np.testing.assert_allclose(jitted(x, k), step(x, k), rtol=1e-13)
+
+
+@pytest.mark.skipif(not native.available(), reason="llvmlite missing")
+@pytest.mark.parametrize("name", ["uniform", "normal", "bits", "split", "fold_in", "dropout",
+                                  "gamma"])
+def test_a_jitted_program_draws_in_its_own_code_the_bits_of_eager(monkeypatch, name):
+    monkeypatch.setenv(PROGRAM_ENV, "all")
+    draw = SAMPLERS[name]
+    jitted = fgrad.jit(lambda k: (draw(k), random.normal(k, (5,)),
+                                  random.uniform(k, (2, 3), np.float32)))
+    jitted(KEY)
+    assert jitted.wait_compiled()
+    (info,) = jitted.compile_info()
+    # every draw on keys is a loop of the program; gamma's rejection rounds
+    # (a loop of their own) stay its primitive's NumPy code
+    assert info.tier == "program"
+    assert [c.split(": ")[1] for c in info.callouts] == (["random_gamma"] if name == "gamma"
+                                                         else [])
+    for k in random.split(KEY, 3):
+        for got, want in zip(jitted(k), (draw(k), random.normal(k, (5,)),
+                                         random.uniform(k, (2, 3), np.float32))):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
 
 
 def test_vmap_gives_each_example_its_own_stream():
