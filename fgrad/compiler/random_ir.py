@@ -29,6 +29,8 @@ DRAW_MODES = {_random.random_bits_p: _random.BITS,
               _random.random_normal_p: _random.NORMAL,
               _random.random_split_p: _random.SPLIT,
               _random.random_fold_in_p: _random.FOLD_IN}
+# counters whose words are made before they are used (`_blocks`)
+BLOCK = 256
 _DTYPES = {_random.BITS: ("uint32", "uint64"), _random.UNIFORM: ("float32", "float64"),
            _random.NORMAL: ("float32", "float64"), _random.SPLIT: ("uint32",),
            _random.FOLD_IN: ("uint32",)}
@@ -165,13 +167,43 @@ def define_draw(ir, module, mode, dtype, name):
             b.store(y0, row)
             b.store(y1, b.gep(row, [ir.Constant(i64, 1)]))
         elif mode == _random.NORMAL:
-            _normals(ir, b, words, n, row, item, intrinsics)
+            _normals(ir, b, words, n, row, item, intrinsics, block)
         else:
-            counted(ir, b, n, lambda i: _store_value(ir, b, mode, item, row, i,
-                                                     *_words(ir, b, words, i)), "i")
+            _blocks(ir, b, words, n, lambda i, y: _store_value(ir, b, mode, item, row, i, *y),
+                    block)
+    # words made in blocks of their own (a loop of 32-bit operations alone,
+    # which LLVM vectorises eight counters to a register) before a second
+    # loop makes them into values: 64-bit ones in one loop had it vectorise
+    # four counters to a register (float64 uniforms 2.9 ms a million against
+    # 2.0 in blocks)
+    block = tuple(b.alloca(ir.ArrayType(i32, BLOCK)) for _ in range(4))
     counted(ir, b, count, per_key, "k")
     b.ret_void()
     return fn
+
+
+def _blocks(ir, b, keys, n, body, block, offsets=None):
+    """``body(i, words)`` for counters ``i < n``, ``words`` the two words of
+    counter ``i + offset`` for each of ``offsets`` (i64 values; 0 alone when
+    None), made
+    `BLOCK` counters at a time into the arrays ``block`` (two an offset)."""
+    i64 = ir.IntType(64)
+    zero = i64(0)
+    offsets = (zero,) if offsets is None else offsets
+
+    def chunk(c):
+        start = b.mul(c, i64(BLOCK))
+        left = b.sub(n, start)
+        size = b.select(b.icmp_signed("<", left, i64(BLOCK)), left, i64(BLOCK))
+        for k, offset in enumerate(offsets):
+            def make(t, k=k, offset=offset):
+                y0, y1 = _words(ir, b, keys, b.add(b.add(start, t), offset))
+                b.store(y0, b.gep(block[2 * k], [zero, t]))
+                b.store(y1, b.gep(block[2 * k + 1], [zero, t]))
+            counted(ir, b, size, make, "t")
+        counted(ir, b, size, lambda t: body(b.add(start, t), [
+            b.load(b.gep(array, [zero, t])) for array in block[:2 * len(offsets)]]), "u")
+    counted(ir, b, b.sdiv(b.add(n, i64(BLOCK - 1)), i64(BLOCK)), chunk, "c")
 
 
 def _store_value(ir, b, mode, item, row, i, y0, y1):
@@ -195,7 +227,7 @@ def _store_value(ir, b, mode, item, row, i, y0, y1):
     b.store(value, b.gep(row, [i]))
 
 
-def _normals(ir, b, keys, n, row, item, intrinsics):
+def _normals(ir, b, keys, n, row, item, intrinsics, block):
     """``n`` normals into ``row``: pair ``j`` of ``m = ceil(n / 2)`` pairs from
     counters ``j`` (radius) and ``m + j`` (angle), its first value at ``j``,
     its second at ``m + j`` while that is below ``n``."""
@@ -203,18 +235,20 @@ def _normals(ir, b, keys, n, row, item, intrinsics):
     pairs = b.sdiv(b.add(n, ir.Constant(i64, 1)), ir.Constant(i64, 2))
     whole = b.sub(n, pairs)             # the pairs whose both values are kept
 
-    def pair(j, both):
-        u = b.bitcast(_unit64(ir, b, *_words(ir, b, keys, j)), f64)
-        v = b.bitcast(_unit64(ir, b, *_words(ir, b, keys, b.add(pairs, j))), f64)
+    def pair(j, words, both):
+        u = b.bitcast(_unit64(ir, b, *words[:2]), f64)
+        v = b.bitcast(_unit64(ir, b, *words[2:]), f64)
         first, second = _box_muller(ir, b, u, v, intrinsics)
         values = [(first, j), (second, b.add(pairs, j))] if both else [(first, j)]
         for value, at in values:
             if item != f64:
                 value = b.fptrunc(value, item)
             b.store(value, b.gep(row, [at]))
-    counted(ir, b, whole, lambda j: pair(j, True), "j")
+    _blocks(ir, b, keys, whole, lambda j, words: pair(j, words, True), block, (i64(0), pairs))
     # an odd n: the last pair's first value alone
-    counted(ir, b, pairs, lambda j: pair(j, False), "last", start=whole)
+    counted(ir, b, pairs, lambda j: pair(j, [*_words(ir, b, keys, j),
+                                             *_words(ir, b, keys, b.add(pairs, j))], False),
+            "last", start=whole)
 
 
 # ---------------------------------------------------------------------------
