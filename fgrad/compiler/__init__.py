@@ -4,7 +4,7 @@
   zeros and ones, common subexpressions, dead code).
 - `codegen`: Python source for a graph, with buffer reuse; `compile_graph`.
 - `fusion`: elementwise groups and the backend kernels they become.
-- `cpu_fusion`: the same groups on NumPy as numba kernels (under jit).
+- `cpu_fusion`: the same groups on NumPy as LLVM kernels (under jit).
 - `kernel_ir`: those kernels' loops, written as LLVM IR.
 - `kernel_cache`: compiling those kernels, and the private disk cache.
 - `random_ir`: the random draws' loops (Threefry-2x32 words made into bits,
