@@ -1,4 +1,4 @@
-"""The BLAS routines compiled programs call: SciPy's, found at run time.
+"""The BLAS and LAPACK routines compiled code calls: SciPy's, found at run time.
 
 SciPy exports its BLAS to Cython as function pointers
 (``scipy.linalg.cython_blas.__pyx_capi__``: one capsule a routine). A
@@ -12,6 +12,7 @@ and products stay NumPy calls.
 """
 import ctypes
 import functools
+import importlib
 
 import numpy as np
 
@@ -31,12 +32,33 @@ def gemm_table():
     >>> table is None or (table.dtype == np.uint64 and table.shape == (2,) and all(table))
     True
     """
-    try:
-        from scipy.linalg import cython_blas
-    except ImportError:
+    addresses = [_cython_address("cython_blas", name) for name in _GEMM_NAMES]
+    if None in addresses:
         return None
-    capsules = getattr(cython_blas, "__pyx_capi__", {})
-    if not all(name in capsules for name in _GEMM_NAMES):
+    table = np.array(addresses, np.uint64)
+    table.flags.writeable = False
+    return table
+
+
+@functools.cache
+def lapack_address(name):
+    """The address of SciPy's LAPACK routine ``name`` (``"dgetrf"``: Fortran's
+    conventions), or None without SciPy's Cython LAPACK.
+
+    >>> lapack_address("dgetrf") is None or lapack_address("dgetrf") > 0
+    True
+    """
+    return _cython_address("cython_lapack", name)
+
+
+def _cython_address(module, name):
+    """The function pointer ``scipy.linalg.<module>`` exports to Cython for
+    ``name`` (one capsule a routine), or None."""
+    try:
+        exported = importlib.import_module(f"scipy.linalg.{module}").__pyx_capi__
+    except (ImportError, AttributeError):
+        return None
+    if name not in exported:
         return None
     # prototypes of our own: setting ``ctypes.pythonapi``'s would change
     # them for every other user of it
@@ -44,7 +66,4 @@ def gemm_table():
         ("PyCapsule_GetName", ctypes.pythonapi))
     get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
         ("PyCapsule_GetPointer", ctypes.pythonapi))
-    table = np.array([get_pointer(capsules[n], get_name(capsules[n])) for n in _GEMM_NAMES],
-                     np.uint64)
-    table.flags.writeable = False
-    return table
+    return get_pointer(exported[name], get_name(exported[name]))

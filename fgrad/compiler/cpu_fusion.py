@@ -30,9 +30,9 @@ shape and dtype before the loop runs, so an array it was not built for raises
 their loop's description, in memory (`KERNEL_CACHE_SIZE`) and on disk
 (`fgrad.compiler.kernel_cache`).
 
-Fusion is off when llvmlite (installed with numba, the ``jit`` extra) is not
-installed, when the environment variable ``FGRAD_JIT_FUSE`` is ``0``, or for
-``jit(f, fuse=False)``; the code is then exactly the unfused code.
+Fusion is off when llvmlite (the ``jit`` extra) is not installed, when the
+environment variable ``FGRAD_JIT_FUSE`` is ``0``, or for ``jit(f,
+fuse=False)``; the code is then exactly the unfused code.
 """
 import collections
 import functools

@@ -13,7 +13,8 @@ operations. The pipeline:
    strided copies; ``reshape`` of a value the program made is a view of its
    buffer; a float ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
    called once per matrix of a batch, reading an operand that only products
-   read through a transpose as its source, transposed (gemm's flag). Every
+   read through a transpose as its source, transposed (gemm's flag); a
+   random draw on uint32 keys is one loop (`fgrad.compiler.random_ir`). Every
    other equation is a *callout*: the compiled function calls back into
    Python (a ctypes callback), which runs the primitive's NumPy code on views
    of the program's buffers and copies its results into them. Callouts are
@@ -36,7 +37,7 @@ float64, in order, where NumPy sums pairwise: equal to rounding; a product
 is SciPy's BLAS, where NumPy may run its own (another OpenBLAS, another
 kernel): equal to rounding, bitwise where the kernels are the same.
 
-It is opt-in while loops and random bits are still callouts:
+It is opt-in while loops are still callouts:
 ``FGRAD_JIT_PROGRAM=1`` makes `fgrad.jit` build a graph's program after its
 kernels where `pays` estimates it faster (`fgrad.compiler.tiers`); a compile
 that fails is logged and the graph runs on as before.
@@ -78,6 +79,7 @@ from fgrad.compiler.kernel_ir import (
 )
 from fgrad.compiler.native import array_data_offset, compile_ir
 from fgrad.compiler.native import available as native_available
+from fgrad.compiler.random_ir import DrawStep, draw_mode
 from fgrad.core.graph import Literal, Var
 from fgrad.primitives.products import matmul_p
 from fgrad.primitives.indexing import build_index, getitem_p
@@ -256,6 +258,8 @@ def _lowering(eqn):
     None for a callout."""
     if eqn.prim is matmul_p:
         return "gemm" if _gemm_shapes(eqn) is not None else None
+    if draw_mode(eqn) is not None:
+        return "draw"
     if len(eqn.outvars) != 1 or len(eqn.invars) != 1 or type(eqn.invars[0]) is not Var:
         return None
     x, out = eqn.invars[0].aval, eqn.outvars[0].aval
@@ -300,6 +304,9 @@ def program_steps(graph):
                                if type(v) is Var and v in folded)
             a, b = (folded[v] if type(v) is Var and v in folded else v for v in (a, b))
             steps.append(_Gemm(a, b, out, *_gemm_shapes(eqn), transposed))
+            continue
+        if how == "draw":
+            steps.append(DrawStep(eqn))
             continue
         (x,), (out,) = (eqn.invars, eqn.outvars) if how else ((None,), (None,))
         if how == "reduce":
@@ -617,6 +624,8 @@ def program_ir(steps, places, n_in, n_out, n_const):
         elif isinstance(step, _Gemm):
             _gemm_ir(ir, b, step, blas_table, pointer(step.a), pointer(step.b),
                      pointer(step.out))
+        elif isinstance(step, DrawStep):
+            step.emit(ir, b, pointer)
         elif isinstance(step, _Callout):
             status = b.call(callout_fn, [ir.Constant(i64, step.index)])
             go_on = fn.append_basic_block(f"after{k}")
