@@ -92,11 +92,13 @@ from fgrad.compiler.program_loops import (
 from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.primitives.products import matmul_p
 from fgrad.primitives.indexing import build_index, getitem_p
-from fgrad.primitives.reductions import max_p, min_p, sum_p
+from fgrad.primitives.reductions import all_p, any_p, max_p, min_p, sum_p
 from fgrad.primitives.shape import broadcast_to_p, reshape_p, transpose_p
 
 PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
+# of bools (the predicate of a vmapped while loop): the max and the min
+_BOOL_REDUCTIONS = {any_p: "max", all_p: "min"}
 # dtypes a copy moves as integers of their size
 _COPY_ITEMSIZES = (1, 2, 4, 8)
 # arenas at most this large are kept between calls (`_make_call`)
@@ -301,6 +303,8 @@ def _lowering(eqn):
     if len(eqn.outvars) != 1 or len(eqn.invars) != 1 or type(eqn.invars[0]) is not Var:
         return None
     x, out = eqn.invars[0].aval, eqn.outvars[0].aval
+    if eqn.prim in _BOOL_REDUCTIONS:
+        return "reduce" if np.dtype(x.dtype).kind == "b" else None
     if eqn.prim in _REDUCTIONS:
         if np.dtype(x.dtype) not in KERNEL_DTYPES or np.dtype(out.dtype) not in KERNEL_DTYPES:
             return None
@@ -349,8 +353,12 @@ def program_steps(graph, label=""):
             continue
         (x,), (out,) = (eqn.invars, eqn.outvars) if how else ((None,), (None,))
         if how == "reduce":
-            axes = tuple(sorted(a % max(x.aval.ndim, 1) for a in eqn.params["axis"]))
-            steps.append(_Reduce(_REDUCTIONS[eqn.prim], x, out, axes))
+            axis = eqn.params["axis"]
+            axis = range(x.aval.ndim) if axis is None else (axis,) if type(axis) is int \
+                else axis
+            axes = tuple(sorted(a % max(x.aval.ndim, 1) for a in axis))
+            kind = _REDUCTIONS.get(eqn.prim) or _BOOL_REDUCTIONS[eqn.prim]
+            steps.append(_Reduce(kind, x, out, axes))
         elif how == "view":
             steps.append(_View(x, out))
         elif how == "copy":
