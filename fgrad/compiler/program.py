@@ -91,14 +91,18 @@ from fgrad.compiler.program_loops import (
 )
 from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.primitives.products import matmul_p
-from fgrad.primitives.indexing import build_index, getitem_p
+from fgrad.primitives.creation import stop_gradient_p
+from fgrad.primitives.indexing import build_index, getitem_p, scatter_add_p
 from fgrad.primitives.reductions import all_p, any_p, max_p, min_p, sum_p
-from fgrad.primitives.shape import broadcast_to_p, reshape_p, transpose_p
+from fgrad.primitives.shape import broadcast_to_p, concatenate_p, reshape_p, transpose_p
 
 PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
 # of bools (the predicate of a vmapped while loop): the max and the min
 _BOOL_REDUCTIONS = {any_p: "max", all_p: "min"}
+# custom_linear_solve's primitive (defined above the compiler): the identity
+# on its solution, which the graph computed before it
+_LINEAR_SOLVE = ("linear_solve", "fgrad/transforms/linear_solve.py")
 # dtypes a copy moves as integers of their size
 _COPY_ITEMSIZES = (1, 2, 4, 8)
 # arenas at most this large are kept between calls (`_make_call`)
@@ -264,6 +268,23 @@ class _Gemm:
         return [self.out]
 
 
+class _Pieces:
+    """``dst`` made of pieces: zeros first where ``zeros``, then each piece
+    ``(src, shape, src_strides, dst_strides, dst_start)`` copied, element
+    ``i`` (a multi-index of ``shape``) of it from ``src``'s element
+    ``i . src_strides`` to ``dst``'s ``dst_start + i . dst_strides`` (a
+    concatenate, a scatter_add at a basic index)."""
+
+    def __init__(self, dst, pieces, zeros=False):
+        self.dst, self.pieces, self.zeros = dst, pieces, zeros
+
+    def reads(self):
+        return [piece[0] for piece in self.pieces]
+
+    def writes(self):
+        return [self.dst]
+
+
 class _Callout:
     """Equation ``eqn`` run by its NumPy code, called back from the program;
     ``index`` names it (its place in the graph: ``"k"``, or ``"k.j"`` for
@@ -300,6 +321,11 @@ def _lowering(eqn):
         return "loop"
     if eqn.prim is matmul_p:
         return "gemm" if _gemm_shapes(eqn) is not None else None
+    if (eqn.prim.name, eqn.prim.family) == _LINEAR_SOLVE:
+        n = eqn.params["n"]
+        return "views" if all(type(v) is Var for v in eqn.invars[:n]) else None
+    if eqn.prim in (concatenate_p, scatter_add_p):
+        return "pieces" if _pieces(eqn) is not None else None
     if len(eqn.outvars) != 1 or len(eqn.invars) != 1 or type(eqn.invars[0]) is not Var:
         return None
     x, out = eqn.invars[0].aval, eqn.outvars[0].aval
@@ -313,7 +339,7 @@ def _lowering(eqn):
         return "reduce"
     if not _copyable(out) or x.dtype != out.dtype:
         return None
-    if eqn.prim is reshape_p:
+    if eqn.prim in (reshape_p, stop_gradient_p):
         return "view"
     if eqn.prim in (transpose_p, broadcast_to_p):
         return "copy"
@@ -350,6 +376,12 @@ def program_steps(graph, label=""):
             continue
         if how == "loop":
             steps.append(loop_step(eqn, f"{label}{k}", _lower))
+            continue
+        if how == "views":
+            steps += [_View(x, out) for x, out in zip(eqn.invars, eqn.outvars)]
+            continue
+        if how == "pieces":
+            steps.append(_Pieces(eqn.outvars[0], *_pieces(eqn)))
             continue
         (x,), (out,) = (eqn.invars, eqn.outvars) if how else ((None,), (None,))
         if how == "reduce":
@@ -472,15 +504,48 @@ def _read_strides(eqn):
     if eqn.prim is transpose_p:
         return tuple(strides[a] for a in eqn.params["axes"]), 0
     if eqn.prim is getitem_p:
-        # NumPy's own indexing of a stand-in of one-byte elements (zero-strided
-        # memory: nothing is read) gives the view's strides and offset
-        stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), x.shape, strides)
-        index = build_index(eqn.params["spec"], ())
-        # (an Ellipsis makes an index of integers only give a 0-d view, not a scalar)
-        view = stand_in[index if Ellipsis in index else index + (Ellipsis,)]
-        start = view.__array_interface__["data"][0] - stand_in.__array_interface__["data"][0]
-        return view.strides, start
+        return _view_of(x.shape, eqn.params["spec"])[:2]
     return _broadcast_strides(x.shape, out.shape), 0
+
+
+def _pieces(eqn):
+    """``(pieces, zeros)`` of a `_Pieces` step computing a concatenate or a
+    scatter_add at a basic index (integers, slices: no element twice), or
+    None: operands of the result's dtype, copyable."""
+    out = eqn.outvars[0].aval
+    if not _copyable(out) or any(np.dtype(v.aval.dtype) != np.dtype(out.dtype)
+                                 for v in eqn.invars):
+        return None
+    out_strides = _contiguous_strides(out.shape)
+    if eqn.prim is scatter_add_p:
+        if len(eqn.invars) != 1 or any(item[0] == "array" for item in eqn.params["spec"]):
+            return None
+        (ct,) = eqn.invars
+        strides, start, shape = _view_of(out.shape, eqn.params["spec"])
+        if len(ct.aval.shape) > len(shape) or any(
+                n not in (1, m) for n, m in zip(ct.aval.shape[::-1], shape[::-1])):
+            return None
+        return [(ct, shape, _broadcast_strides(ct.aval.shape, shape), strides, start)], True
+    axis, at, pieces = eqn.params["axis"] % max(len(out.shape), 1), 0, []
+    for x in eqn.invars:
+        shape = tuple(x.aval.shape)
+        pieces.append((x, shape, _contiguous_strides(shape), out_strides, at * out_strides[axis]))
+        at += shape[axis]
+    return pieces, False
+
+
+def _view_of(shape, spec):
+    """``(element strides, start element, shape)`` of basic index ``spec``
+    into a C-contiguous array of ``shape``."""
+    # NumPy's own indexing of a stand-in of one-byte elements (zero-strided
+    # memory: nothing is read) gives the view's strides and offset
+    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape,
+                                               _contiguous_strides(shape))
+    index = build_index(spec, ())
+    # (an Ellipsis makes an index of integers only give a 0-d view, not a scalar)
+    view = stand_in[index if Ellipsis in index else index + (Ellipsis,)]
+    start = view.__array_interface__["data"][0] - stand_in.__array_interface__["data"][0]
+    return view.strides, start, view.shape
 
 
 def _broadcast_strides(shape, out_shape):
@@ -746,6 +811,24 @@ class _Emitter:
         with self.b.goto_block(self.fn.entry_basic_block):
             return self.b.alloca(typ)
 
+    def pieces(self, step):
+        ir, b = self.ir, self.b
+        i64 = ir.IntType(64)
+        item = _copy_dtype(step.dst.aval.dtype)
+        dst = self.pointer(step.dst, item)
+        if step.zeros:
+            _nested(ir, b, (math.prod(step.dst.aval.shape),),
+                    lambda index: b.store(ir.Constant(storage_type(ir, item), 0),
+                                          b.gep(dst, index)))
+        for src, shape, src_strides, dst_strides, start in step.pieces:
+            src = self.pointer(src, item)
+            to = b.gep(dst, [ir.Constant(i64, start)]) if start else dst
+
+            def move(index, src=src, to=to, src_strides=src_strides, dst_strides=dst_strides):
+                b.store(b.load(b.gep(src, [_dot(ir, b, index, src_strides)])),
+                        b.gep(to, [_dot(ir, b, index, dst_strides)]))
+            _nested(ir, b, shape, move)
+
     def emit(self, steps):
         ir, b, pointer = self.ir, self.b, self.pointer
         i64, i32 = ir.IntType(64), ir.IntType(32)
@@ -781,6 +864,8 @@ class _Emitter:
                     b.store(b.load(b.gep(src, [_dot(ir, b, index, strides)])),
                             b.gep(dst, [_dot(ir, b, index, out_strides)]))
                 _nested(ir, b, step.dst.aval.shape, move)
+            elif isinstance(step, _Pieces):
+                self.pieces(step)
             elif isinstance(step, _Reduce):
                 _reduce_ir(ir, b, step, pointer(step.src), pointer(step.dst),
                            self.alloca)
