@@ -25,7 +25,8 @@ import numpy as np
 
 from .bench_engine import RNG_SEED, _jax_blocking
 from .bench_jit import (RNN_BATCH, RNN_HIDDEN, RNN_INPUT, RNN_STEPS, _compiled_calls,
-                        jit_rnn_workload, rnn_scan_loss_function)
+                        jit_rnn_workload, rnn_loss_function, rnn_scan_loss_function)
+from .gradbench.evals.lstm import make_loss as lstm_loss
 from .harness import Workload
 
 # --- HMC --------------------------------------------------------------------------------
@@ -235,12 +236,10 @@ def rnn_scan_workload() -> Workload:
               rng.standard_normal((RNN_INPUT, RNN_HIDDEN)) / np.sqrt(RNN_INPUT))
     xs = rng.standard_normal((RNN_STEPS, RNN_BATCH, RNN_INPUT))
 
+    value = rnn_loss_function(np)
+
     def floor():
-        w, u = params
-        h = np.zeros((RNN_BATCH, RNN_HIDDEN))
-        for t in range(RNN_STEPS):
-            h = np.tanh(h @ w + xs[t] @ u)
-        return np.sum(h), gradient()
+        return value(params, xs), gradient()
 
     def fgrad_(p, **options):
         g = p.module.jit(p.module.value_and_grad(rnn_scan_loss_function(p)), **options)
@@ -263,39 +262,9 @@ LSTM_LAYERS, LSTM_WIDTH, LSTM_CHARS = 2, 14, 100
 
 
 def lstm_loss_function(p):
-    """GradBench's lstm objective (benchmarks/gradbench/evals/lstm.py), written
-    against ``p``'s NumPy and lax so that JAX runs the same code."""
-    xp, lax = p.np, p.module.lax
-
-    def sigmoid(x):
-        return 1 / (1 + xp.exp(-x))
-
-    def loss(main_params, extra_params, state, sequence):
-        layers, b = state.shape[0] // 2, state.shape[1]
-        gates = main_params.reshape(layers, 2, 4, b)
-        weight, bias = gates[:, 0], gates[:, 1]
-        in_weight, out_weight, out_bias = extra_params[0], extra_params[1], extra_params[2]
-
-        def step(state, pair):
-            x, target = pair
-            value = x * in_weight
-            rows = []
-            for i in range(layers):
-                hidden, cell = state[2 * i], state[2 * i + 1]
-                forget = sigmoid(value * weight[i, 0] + bias[i, 0])
-                ingate = sigmoid(hidden * weight[i, 1] + bias[i, 1])
-                outgate = sigmoid(value * weight[i, 2] + bias[i, 2])
-                change = xp.tanh(hidden * weight[i, 3] + bias[i, 3])
-                cell = cell * forget + ingate * change
-                hidden = outgate * xp.tanh(cell)
-                rows += [hidden, cell]
-                value = hidden
-            prediction = value * out_weight + out_bias
-            normalized = prediction - xp.log(xp.sum(xp.exp(prediction)) + 2)
-            return xp.stack(rows), xp.sum(target * normalized)
-        _, totals = lax.scan(step, state, (sequence[:-1], sequence[1:]))
-        return -xp.sum(totals) / ((sequence.shape[0] - 1) * b)
-    return loss
+    """GradBench's lstm objective (benchmarks/gradbench/evals/lstm.py) on
+    ``p``'s NumPy and lax, so that JAX runs the same code."""
+    return lstm_loss(p.np, p.module.lax)
 
 
 def _lstm_problem():
@@ -310,20 +279,16 @@ def _lstm_problem():
 def lstm_workload() -> Workload:
     args = _lstm_problem()
 
-    class _NumPy:           # the floor: the same objective on NumPy, a Python loop
-        np = np
+    class _PythonLax:       # the floor's scan: a Python loop
+        @staticmethod
+        def scan(f, carry, xs):
+            ys = []
+            for pair in zip(*xs):
+                carry, y = f(carry, pair)
+                ys.append(y)
+            return carry, np.stack(ys)
 
-        class module:       # noqa: N801 -- stands in for a library module
-            class lax:      # noqa: N801
-                @staticmethod
-                def scan(f, carry, xs):
-                    ys = []
-                    for pair in zip(*xs):
-                        carry, y = f(carry, pair)
-                        ys.append(y)
-                    return carry, np.stack(ys)
-
-    forward = lstm_loss_function(_NumPy)
+    forward = lstm_loss(np, _PythonLax)
 
     def floor():
         return forward(*args)
