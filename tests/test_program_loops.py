@@ -106,6 +106,21 @@ def _solve_loss(theta):
     return fnp.sum(x * x)
 
 
+# bodies whose results are not values they make: each is copied over its carry
+CASES.update({
+    "a y that is the carry, a carry that is a slice of xs": (
+        lambda x: lax.scan(lambda c, xi: (xi * 1.0 + c, c), x[0], x)[1:] + lax.scan(
+            lambda c, xi: (xi, xi + c), x[0], x), (_X,), True),
+    "a constant y, a carry unchanged, views of a carry": (
+        lambda x: lax.scan(lambda c, xi: (c, (3.0, c.reshape(1, 3), fnp.sum(c * xi))), x[0], x),
+        (_X,), True),
+    "an empty scan": (lambda x: lax.scan(lambda c, xi: (c + xi, None), x[0], x[:0]), (_X,), True),
+    "an inner loop bounded by the outer loop's index": (
+        lambda x: lax.fori_loop(0, 4, lambda i, c: lax.fori_loop(0, i, lambda j, d: d + j, c), x),
+        (_X,), True),
+})
+
+
 # what the loops' bodies and their gradients are made of besides arithmetic
 CASES.update({
     "concatenate, a constant among the pieces": (

@@ -1,4 +1,4 @@
-"""One native function per jitted graph: a straight-line graph lowered to LLVM IR.
+"""One native function per jitted graph: a staged graph, loops included, lowered to LLVM IR.
 
 `compile_program` turns an optimised staged graph into one function compiled
 by LLVM (`fgrad.compiler.native`), so that no Python runs between its
@@ -10,8 +10,12 @@ operations. The pipeline:
    of one equation, since a call inside the program costs nothing;
    ``sum``, ``max`` and ``min`` over any axes are loops with the accumulator
    in a register; ``transpose``, ``broadcast_to`` and basic indexing are
-   strided copies; ``reshape`` of a value the program made is a view of its
-   buffer; a float ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
+   strided copies, as are ``concatenate`` and ``scatter_add`` at a basic
+   index (pieces copied into one buffer); ``reshape``, ``stop_gradient``
+   and custom_linear_solve's identity are views; ``any``/``all`` of bools
+   are reductions; ``scan``, ``while_loop`` and ``cond`` are lowered in
+   place, their bodies steps like these (`fgrad.compiler.program_loops`);
+   a float ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
    called once per matrix of a batch, reading an operand that only products
    read through a transpose as its source, transposed (gemm's flag). Every
    other equation is a *callout*: the compiled function calls back into
@@ -36,7 +40,7 @@ float64, in order, where NumPy sums pairwise: equal to rounding; a product
 is SciPy's BLAS, where NumPy may run its own (another OpenBLAS, another
 kernel): equal to rounding, bitwise where the kernels are the same.
 
-It is opt-in while loops and random bits are still callouts:
+It is opt-in while random bits and other primitives are still callouts:
 ``FGRAD_JIT_PROGRAM=1`` makes `fgrad.jit` build a graph's program after its
 kernels where `pays` estimates it faster (`fgrad.compiler.tiers`); a compile
 that fails is logged and the graph runs on as before.
@@ -699,7 +703,7 @@ def _every_step(steps):
 
 
 def compile_program(graph, steps=None):
-    """``graph`` (optimised, straight-line: loops are callouts) as a `Program`
+    """``graph`` (optimised) as a `Program`
     (``steps``: its `program_steps`, if made already).
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp

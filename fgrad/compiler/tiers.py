@@ -10,8 +10,8 @@ faster than the one before and dearer to build:
   kernel (`fgrad.compiler.cpu_fusion`), compiled by LLVM without numba
   (`fgrad.compiler.native`); built from the second call (the first,
   which staged the graph, returns before any compile starts);
-- ``"program"``: with ``FGRAD_JIT_PROGRAM=1`` (opt-in while stage 1 of the
-  whole-program compiler lowers straight-line code only), the whole graph as
+- ``"program"``: with ``FGRAD_JIT_PROGRAM=1`` (opt-in while the
+  whole-program compiler still calls some primitives out), the whole graph as
   one LLVM function (`fgrad.compiler.program`), built right after the
   kernels where `fgrad.compiler.program.pays` estimates it faster than the
   kernels' code. A program that compiled is final: the numba tier is not
