@@ -121,6 +121,17 @@ CASES.update({
 })
 
 
+def _sqrt_loss(a):
+    def newton(f, x0):                  # x <- x - f(x) / f'(x), f(x) = x^2 - a
+        def body(state):
+            i, x = state
+            return i + 1, x - f(x) / (2.0 * x)
+        return lax.while_loop(lambda s: s[0] < 8, body, (0, x0))[1]
+    root = lax.custom_root(lambda x: x * x - a, fnp.ones_like(a), newton,
+                           lambda g, y: y / g(fnp.ones_like(y)))
+    return fnp.sum(root * 3.0)
+
+
 # what the loops' bodies and their gradients are made of besides arithmetic
 CASES.update({
     "concatenate, a constant among the pieces": (
@@ -133,6 +144,8 @@ CASES.update({
     "stop_gradient": (lambda x: fgrad.stop_gradient(x) * 2.0, (_X,), True),
     "custom_linear_solve by a while_loop, value and grad": (
         fgrad.value_and_grad(_solve_loss), (np.full(3, 0.5),), False),
+    "custom_root by Newton's method in a while_loop, value and grad": (
+        fgrad.value_and_grad(_sqrt_loss), (np.array([2.0, 3.0, 5.0]),), False),
 })
 
 

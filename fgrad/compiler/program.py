@@ -12,7 +12,7 @@ operations. The pipeline:
    in a register; ``transpose``, ``broadcast_to`` and basic indexing are
    strided copies, as are ``concatenate`` and ``scatter_add`` at a basic
    index (pieces copied into one buffer); ``reshape``, ``stop_gradient``
-   and custom_linear_solve's identity are views; ``any``/``all`` of bools
+   and custom_linear_solve's and custom_root's identities are views; ``any``/``all`` of bools
    are reductions; ``scan``, ``while_loop`` and ``cond`` are lowered in
    place, their bodies steps like these (`fgrad.compiler.program_loops`);
    a float ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
@@ -104,9 +104,11 @@ PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
 # of bools (the predicate of a vmapped while loop): the max and the min
 _BOOL_REDUCTIONS = {any_p: "max", all_p: "min"}
-# custom_linear_solve's primitive (defined above the compiler): the identity
-# on its solution, which the graph computed before it
-_LINEAR_SOLVE = ("linear_solve", "fgrad/transforms/linear_solve.py")
+# custom_linear_solve's and custom_root's primitives (defined above the
+# compiler): the identity on their first ``n`` operands (the solution, the
+# root), which the graph computed before them; their rules are derivatives
+_IDENTITIES = {("linear_solve", "fgrad/transforms/linear_solve.py"),
+               ("implicit_root", "fgrad/transforms/roots.py")}
 # dtypes a copy moves as integers of their size
 _COPY_ITEMSIZES = (1, 2, 4, 8)
 # arenas at most this large are kept between calls (`_make_call`)
@@ -325,7 +327,7 @@ def _lowering(eqn):
         return "loop"
     if eqn.prim is matmul_p:
         return "gemm" if _gemm_shapes(eqn) is not None else None
-    if (eqn.prim.name, eqn.prim.family) == _LINEAR_SOLVE:
+    if (eqn.prim.name, eqn.prim.family) in _IDENTITIES:
         n = eqn.params["n"]
         return "views" if all(type(v) is Var for v in eqn.invars[:n]) else None
     if eqn.prim in (concatenate_p, scatter_add_p):
