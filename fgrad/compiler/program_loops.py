@@ -56,7 +56,14 @@ def loop_kind(eqn):
     """``"scan"``, ``"while_loop"`` or ``"cond"`` where ``eqn`` is one that a
     program lowers in place, else None: every operand and result an array of
     numbers, each carry's initial value of the carry's shape and dtype, and
-    a cond's index an integer (or bool) scalar."""
+    a cond's index an integer (or bool) scalar.
+
+    >>> import fgrad
+    >>> from fgrad import lax
+    >>> g = fgrad.make_graph(lambda x: lax.fori_loop(0, 3, lambda i, y: y * 2.0, x))(1.0)
+    >>> loop_kind(g.eqns[0])                        # static bounds: a scan
+    'scan'
+    """
     name = eqn.prim.name
     if name not in LOOP_PRIMITIVES or eqn.prim.family != CONTROL_FAMILY:
         return None
