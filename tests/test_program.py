@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from primitive_specs import NONDIFF_SPECS, SPECS
+from program_checks import agree as _agree
+from program_checks import both as _both
 from sweeps import examples, sweep
 
 import fgrad
@@ -33,25 +35,6 @@ from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
-
-
-def _both(fun, *args):
-    """``(program, its outputs, the interpreted tier's outputs)`` for ``fun``."""
-    graph = optimize(fgrad.make_graph(fun)(*args), np)
-    compiled = compile_program(graph)
-    return compiled, compiled.call(*args), generate(graph, np).fn(*args)
-
-
-def _agree(got, want, exact=False):
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        g, w = np.asarray(g), np.asarray(w)
-        assert (g.shape, g.dtype) == (w.shape, w.dtype)
-        if exact or g.dtype.kind not in "fc":
-            np.testing.assert_array_equal(g, w)
-        else:
-            tol = 1e-5 if g.dtype == np.float32 else 1e-11
-            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, equal_nan=True)
 
 
 # ---------------------------------------------------------------------------
