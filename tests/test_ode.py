@@ -245,11 +245,62 @@ def test_the_default_adjoint_under_jit_grad_replays_from_checkpoints():
     np.testing.assert_allclose(batched(np.array([2.0])), [grad(y0, 2.0)[1]], rtol=1e-10)
 
 
-def test_reverse_mode_of_a_jitted_solve_is_refused_with_the_way_out():
-    # grad outside jit sees the solve staged already: its loop cannot be recorded
-    solve = fgrad.jit(lambda y0: oscillator_end(y0, (2.0, 0.3)))
-    with pytest.raises(ControlFlowError, match="while_loop"):
-        fgrad.grad(solve)(np.array([1.0, 0.0]))
+def test_grad_of_a_jitted_solve_matches_finite_differences():
+    # grad outside jit meets the solve staged already: the staged solve carries
+    # its checkpointed reverse rule, and forward mode still goes through its steps
+    y0, args = np.array([1.0, 0.0]), (2.0, 0.3)
+    compiled = fgrad.jit(oscillator_end)
+    g_y0, (g_k, g_c) = fgrad.grad(compiled, argnums=(0, 1))(y0, args)
+    np.testing.assert_allclose(g_y0, central_difference(
+        lambda x: float(oscillator_end(x, args)), y0), rtol=1e-6)
+    fd = central_difference(lambda a: float(oscillator_end(y0, tuple(a))), np.array(args))
+    np.testing.assert_allclose([g_k, g_c], fd, rtol=1e-6)
+    eager = fgrad.grad(oscillator_end, argnums=(0, 1))(y0, args)
+    np.testing.assert_allclose(g_y0, eager[0], rtol=1e-10)
+    _, tangent = fgrad.jvp(lambda y: compiled(y, args), (y0,), (np.array([1.0, 0.0]),))
+    np.testing.assert_allclose(tangent, eager[0][0], rtol=1e-10)
+
+
+def fit_loss(p, solver=None, controller=TIGHT, adjoint=None):
+    """A Lotka-Volterra fit's loss: squared distance to data at five times."""
+    def field(t, y, p):
+        return lotka_volterra(y, t, p)
+    sol = ode.solve(field, solver or ode.Tsit5(), 0.0, 2.0, None, Y0_LV, p,
+                    saveat=ode.SaveAt(ts=TS_LV[1:]), stepsize_controller=controller,
+                    adjoint=adjoint)
+    data = np.array([[1.2, 0.6], [1.1, 0.5], [0.9, 0.6], [0.8, 0.8]])
+    return fnp.sum((sol.ys - data) ** 2)
+
+
+def hessian_by_differences(p, eps=1e-5):
+    grad = fgrad.grad(fit_loss)
+    return np.stack([(grad(p + eps * e) - grad(p - eps * e)) / (2 * eps)
+                     for e in np.eye(p.size)])
+
+
+@pytest.mark.slow
+def test_hessian_of_a_fit_in_every_mode_eager_and_compiled():
+    p = P_LV
+    want = hessian_by_differences(p)
+    np.testing.assert_allclose(want, want.T, atol=1e-5)
+    modes = {"jacfwd(jacrev)": fgrad.hessian(fit_loss),
+             "jacrev(jacrev)": fgrad.jacrev(fgrad.jacrev(fit_loss)),
+             "jacfwd(jacfwd)": fgrad.jacfwd(fgrad.jacfwd(fit_loss))}
+    for name, h in modes.items():
+        for f in (h, fgrad.jit(h)):
+            np.testing.assert_allclose(f(p), want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_grad_of_grad_and_jvp_of_grad_under_jit_and_outside_it():
+    # one direction of the Hessian (a Hessian-vector product) in every order of
+    # the two modes, with the solve staged inside or outside the reverse passes
+    p, v = P_LV, np.array([1.0, -0.5, 0.25, 2.0])
+    want = hessian_by_differences(p) @ v
+    hvp_rev = fgrad.grad(lambda p: fgrad.grad(fit_loss)(p) @ v)
+    hvp_fwd = lambda p: fgrad.jvp(fgrad.grad(fit_loss), (p,), (v,))[1]  # noqa: E731
+    outside = fgrad.grad(lambda p: fgrad.jit(fgrad.grad(fit_loss))(p) @ v)
+    for f in (hvp_rev, fgrad.jit(hvp_rev), fgrad.jit(hvp_fwd), outside):
+        np.testing.assert_allclose(f(p), want, rtol=1e-5, atol=1e-6)
 
 
 # -- stiff problems -------------------------------------------------------------------
@@ -357,6 +408,30 @@ def test_tsit5_values_and_gradient_match_diffrax():
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5)
     np.testing.assert_allclose(ours[1][0], theirs[1][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ours[1][1], theirs[1][1], rtol=1e-5)
+
+
+def test_hessian_of_a_fit_under_jit_matches_diffrax():
+    diffrax = pytest.importorskip("diffrax")
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    data = jnp.array([[1.2, 0.6], [1.1, 0.5], [0.9, 0.6], [0.8, 0.8]])
+
+    def jax_loss(p):
+        field = diffrax.ODETerm(lambda t, y, p: jnp.stack(
+            [p[0] * y[0] - p[1] * y[0] * y[1], p[2] * y[0] * y[1] - p[3] * y[1]]))
+        sol = diffrax.diffeqsolve(field, diffrax.Tsit5(), 0.0, 2.0, None, jnp.asarray(Y0_LV),
+                                  p, saveat=diffrax.SaveAt(ts=jnp.asarray(TS_LV[1:])),
+                                  stepsize_controller=diffrax.PIDController(rtol=1e-9,
+                                                                            atol=1e-9),
+                                  adjoint=diffrax.DirectAdjoint())
+        return jnp.sum((sol.ys - data) ** 2)
+    theirs = jax.jit(jax.hessian(jax_loss))(jnp.asarray(P_LV))
+    controller = ode.PIDController(1e-9, 1e-9)
+    ours = fgrad.jit(fgrad.hessian(lambda p: fit_loss(p, controller=controller)))(P_LV)
+    twice = fgrad.jit(fgrad.jacrev(fgrad.jacrev(lambda p: fit_loss(p, controller=controller))))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(twice(P_LV), theirs, rtol=1e-6, atol=1e-8)
 
 
 # -- failures are loud ----------------------------------------------------------------

@@ -2,9 +2,11 @@
 recorded, or replayed from checkpoints), or by the continuous adjoint.
 
 `DirectAdjoint` differentiates the solver's own operations: forward mode
-(`jvp`, `jacfwd`) anywhere, reverse mode outside `jit` (where the step loop
-runs as Python and every step is recorded), and every order. Its derivative
-is that of the discrete solution, exact to rounding.
+(`jvp`, `jacfwd`) anywhere, reverse mode outside `jit` and `vmap` by
+recording every step (the loop runs as Python), and inside them (where the
+loop is one staged `while_loop`) by `RecursiveCheckpointAdjoint`'s replay;
+second order in every mode. Its derivative is that of the discrete solution,
+exact to rounding.
 
 `BacksolveAdjoint` gives the solve a `custom_vjp`: the forward pass keeps only
 the solution at the output times; the reverse pass integrates the adjoint
@@ -19,12 +21,13 @@ tolerances (not the discrete solution's exact derivative), and re-solving
 ``y`` backwards is unstable for strongly dissipative or stiff problems.
 Reverse mode only (`jvp` of it raises, as JAX's odeint).
 """
+import functools
 import math
 
 from fgrad import numpy as fnp
 from fgrad.core.trace import Tracer, trace_state
 from fgrad.errors import OdeArgumentError
-from fgrad.interpreters.reverse import ReverseTrace
+from fgrad.interpreters.batching import BatchTrace
 from fgrad.lax import (
     dynamic_index_in_dim,
     dynamic_update_index_in_dim,
@@ -34,20 +37,21 @@ from fgrad.lax import (
 from fgrad.ode.integrate import Problem, attempt, dense, integrate, saved_through, start
 from fgrad.ode.status import raise_if_failed
 from fgrad.transforms.custom import custom_vjp
-from fgrad.transforms.differentiation import vjp
+from fgrad.transforms.differentiation import jvp, vjp
 from fgrad.transforms.vmap import vmap
 from fgrad.tree import tree_leaves, tree_map
 
 __all__ = ["DirectAdjoint", "BacksolveAdjoint", "RecursiveCheckpointAdjoint", "solve_at_times",
-           "solve_checkpointed", "reverse_mode_while_staging"]
+           "solve_checkpointed", "staged"]
 
 
 class DirectAdjoint:
     """Differentiate through the solver's steps (the default): every mode and
-    order. Outside `jit` the step loop runs as Python and reverse mode records
-    it; inside (``jit(grad(...))``), where a loop's length is unknown while
-    staging, reverse mode replays the steps from checkpoints instead, as
-    `RecursiveCheckpointAdjoint` (the same derivative).
+    order. Outside `jit` and `vmap` the step loop runs as Python and reverse
+    mode records it; inside them (``jit(grad(...))``, ``grad(jit(...))``),
+    where the loop is one staged `while_loop`, reverse mode replays the steps
+    from checkpoints instead, as `RecursiveCheckpointAdjoint` (the same
+    derivative).
 
     >>> import numpy as np, fgrad, fgrad.ode
     >>> def y1(k):
@@ -89,7 +93,8 @@ class RecursiveCheckpointAdjoint:
     ``checkpoints + k`` states (default ``checkpoints = ceil(sqrt(max_steps))``,
     so ``2 sqrt(max_steps)``); cost: one more forward solve. The gradient is
     the exact derivative of the computed solution, as `DirectAdjoint`'s.
-    Reverse mode only (a `custom_vjp`).
+    Forward mode differentiates the steps themselves; second order works in
+    every mode but reverse over forward under `jit`.
 
     >>> import numpy as np, fgrad, fgrad.ode
     >>> def y1(k):
@@ -109,18 +114,15 @@ class RecursiveCheckpointAdjoint:
         return f"RecursiveCheckpointAdjoint(checkpoints={self.checkpoints})"
 
 
-def reverse_mode_while_staging(tree):
-    """True if ``tree`` holds traced values and a reverse-mode trace (`grad`,
-    `vjp`) runs inside a staging one (`jit`): there a `while_loop` cannot be
-    recorded for the reverse sweep."""
+def staged(tree):
+    """True if ``tree`` holds traced values and a staging trace (`jit`, a
+    `fgrad.lax` loop's body) or `vmap` is open: there the step loop is one
+    ``while_loop`` equation, which reverse mode cannot record, whether the
+    `grad` runs inside the `jit` or `vmap` or outside it."""
     if not any(isinstance(x, Tracer) for x in tree_leaves(tree)):
         return False
-    inside_jit = False
-    for trace in trace_state.trace_stack:
-        inside_jit = inside_jit or getattr(trace, "staging", False)
-        if inside_jit and isinstance(trace, ReverseTrace):
-            return True
-    return False
+    return any(getattr(trace, "staging", False) or isinstance(trace, BatchTrace)
+               for trace in trace_state.trace_stack)
 
 
 def _pairing(problem, step, ct_ys, first, last):
@@ -141,41 +143,80 @@ def solve_checkpointed(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_s
                        checkpoints, throw, what):
     """`integrate`'s ``(ys, stats, status, t_reached)`` with the
     `RecursiveCheckpointAdjoint` derivative of ``ys`` in ``y0``, ``args``,
-    ``t0``, ``t1`` and ``ts``."""
+    ``t0``, ``t1`` and ``ts``: forward mode through the steps, reverse mode by
+    replaying them from checkpoints, and reverse mode of that replay (second
+    order) by forward mode through it."""
     if max_steps is None:
         raise OdeArgumentError("RecursiveCheckpointAdjoint needs a finite max_steps (its "
                                "checkpoints are spread over them).")
     count = checkpoints or math.isqrt(max_steps - 1) + 1
     every = -(-max_steps // count)
 
-    def forward(y0, args, t0, t1, ts, every=None):
+    def forward(x, every=None):
+        y0, args, t0, t1, ts = x
         ys, _, stats, status, t_reached, slots = integrate(
             fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
             checkpoint_every=every)
         if throw:
             raise_if_failed(status, t_reached, what)
         out = (ys, stats["num_steps"], stats["num_accepted_steps"], status, t_reached)
-        return out, slots
+        return out, (slots, out[1])
 
-    @custom_vjp
-    def run(y0, args, t0, t1, ts):
-        return forward(y0, args, t0, t1, ts)[0]
+    def replay(x, ct_ys, saved):
+        return _replay_backwards(fun, solver, controller, dt0, every, x, saved, ct_ys)
 
-    def fwd(y0, args, t0, t1, ts):
-        out, slots = forward(y0, args, t0, t1, ts, every)
-        return out, (slots, out[1], y0, args, t0, t1, ts)
+    # The rules are custom_vjp functions themselves, so that a reverse trace
+    # outside this one (grad of grad) meets rules, never a staged while_loop.
+    # ``saved`` (the checkpoints and the step count) is a function of ``x``
+    # that the rules treat as constant: the derivative of the replay in ``x``
+    # recomputes it (`_replay_vjp`).
+    @functools.partial(custom_vjp, jvp_of_fun=True)
+    def checkpointed(x):
+        return forward(x, every)
 
-    def bwd(residuals, ct):
-        return _replay_backwards(fun, solver, controller, dt0, every, residuals, ct[0])
-    run.defvjp(fwd, bwd)
-    ys, n, n_kept, status, t_reached = run(y0, args, t0, t1, ts)
+    def checkpointed_fwd(x):
+        out, saved = forward(x, every)
+        return (out, saved), (x, saved)
+
+    checkpointed.defvjp(checkpointed_fwd, lambda res, ct: (pullback(res[0], ct[0][0], res[1]),))
+
+    @functools.partial(custom_vjp, jvp_of_fun=True)
+    def pullback(x, ct_ys, saved):
+        return replay(x, ct_ys, saved)
+
+    def pullback_fwd(x, ct_ys, saved):
+        return replay(x, ct_ys, saved), (x, ct_ys, saved)
+
+    def pullback_bwd(res, ct_x):
+        # the replay is J(x)^T ct_ys, J the solution's Jacobian; its VJP for a
+        # cotangent w is (J(x) w, sum_i ct_ys_i H_i w) with H_i the symmetric
+        # Hessians, both forward-mode derivatives (the second of the replay)
+        x, ct_ys, _ = res
+        _, ct_ys_bar = jvp(lambda x: forward(x)[0][0], (x,), (ct_x,))
+        _, x_bar = jvp(lambda x: replay(x, ct_ys, forward(x, every)[1]), (x,), (ct_x,))
+        return x_bar, ct_ys_bar, None
+    pullback.defvjp(pullback_fwd, pullback_bwd)
+
+    @functools.partial(custom_vjp, jvp_of_fun=True)
+    def run(x):
+        return forward(x)[0]
+
+    def run_fwd(x):
+        out, saved = checkpointed(x)
+        return out, (x, saved)
+
+    run.defvjp(run_fwd, lambda res, ct: (pullback(res[0], ct[0], res[1]),))
+    ys, n, n_kept, status, t_reached = run((y0, args, t0, t1, ts))
     stats = {"num_steps": n, "num_accepted_steps": n_kept, "num_rejected_steps": n - n_kept,
              "max_steps": max_steps}
     return ys, stats, status, t_reached
 
 
-def _replay_backwards(fun, solver, controller, dt0, every, residuals, ct_ys):
-    slots, n, y0, args, t0, t1, ts = residuals
+def _replay_backwards(fun, solver, controller, dt0, every, x, saved, ct_ys):
+    """The cotangents of ``x = (y0, args, t0, t1, ts)`` from those of the
+    saved solution, ``ct_ys``, replaying the steps from the checkpoints."""
+    y0, args, t0, t1, ts = x
+    slots, n = saved
     ts = fnp.asarray(ts, dtype=float)
 
     def step_vjp(state, idx, ct_state, acc):

@@ -16,9 +16,9 @@ from fgrad.ode.adjoint import (
     BacksolveAdjoint,
     DirectAdjoint,
     RecursiveCheckpointAdjoint,
-    reverse_mode_while_staging,
     solve_at_times,
     solve_checkpointed,
+    staged,
 )
 from fgrad.ode.controllers import ConstantStepSize
 from fgrad.ode.integrate import integrate
@@ -122,9 +122,9 @@ def solve(terms, solver, t0, t1, dt0, y0, args=None, *, saveat=None,
     controller); negative when ``t1 < t0``.
     ``saveat``: `SaveAt` (default: ``t1`` only). ``stepsize_controller``:
     `ConstantStepSize` (the default, as diffrax) or `PIDController`.
-    ``adjoint``: `DirectAdjoint` (default: every mode; reverse mode inside
-    jit replays from checkpoints), `RecursiveCheckpointAdjoint` (reverse mode
-    only, bounded memory) or `BacksolveAdjoint` (the continuous adjoint).
+    ``adjoint``: `DirectAdjoint` (default: every mode; reverse mode under
+    jit or vmap replays from checkpoints), `RecursiveCheckpointAdjoint`
+    (bounded memory) or `BacksolveAdjoint` (the continuous adjoint).
     ``max_steps``: kept and rejected steps in all. ``throw``: raise
     `fgrad.errors.IntegrationError` on failure (at run time under jit),
     else report it in ``Solution.result``.
@@ -166,7 +166,7 @@ def solve(terms, solver, t0, t1, dt0, y0, args=None, *, saveat=None,
                  "max_steps": max_steps}
         return Solution(ts, ys, stats, fnp.asarray(RESULTS.SUCCESSFUL), t0, t1)
     if isinstance(adjoint, DirectAdjoint) and max_steps is not None and \
-            reverse_mode_while_staging((y0, args, t0, t1, ts)):
+            staged((y0, args, t0, t1, ts)):
         adjoint = RecursiveCheckpointAdjoint()
     if isinstance(adjoint, RecursiveCheckpointAdjoint):
         ys, stats, status, t_reached = solve_checkpointed(
