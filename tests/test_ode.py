@@ -216,13 +216,74 @@ def test_checkpointed_reverse_mode_is_the_direct_derivative_eager_and_compiled()
     want = fgrad.grad(saved_loss, argnums=(0, 1, 2))(y0, 2.0, ts, ode.DirectAdjoint())
     eager = fgrad.grad(saved_loss, argnums=(0, 1, 2))(y0, 2.0, ts,
                                                       ode.RecursiveCheckpointAdjoint())
-    # 64 checkpoints, one every 4 steps: the solve's 35 steps span 9 stretches
-    adjoint = ode.RecursiveCheckpointAdjoint(checkpoints=64)
+    adjoint = ode.RecursiveCheckpointAdjoint(checkpoints=4)
     compiled = fgrad.jit(fgrad.grad(lambda a, b, c: saved_loss(a, b, c, adjoint),
                                     argnums=(0, 1, 2)))(y0, 2.0, ts)
     for w, e, c in zip(want, eager, compiled):
         np.testing.assert_allclose(e, w, rtol=1e-10)
         np.testing.assert_allclose(c, w, rtol=1e-10)
+
+
+def graphs_in(graph):
+    """``graph`` and every graph in its equations' parameters, at any depth."""
+    found = [graph]
+    for eqn in graph.eqns:
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple) else (value,):
+                if isinstance(sub, fgrad.core.graph.Graph):
+                    found += graphs_in(sub)
+    return found
+
+
+def relaxation(t, y, k):
+    return -k * (y - fnp.sin(t))
+
+
+def relaxation_loss(k, checkpoints, calls=None, size=40):
+    def field(t, y, k):
+        if calls is not None:
+            calls.append(t)
+        return relaxation(t, y, k)
+    sol = ode.solve(field, ode.Heun(), 0.0, 3.0, 0.05, np.linspace(0.0, 1.0, size), k,
+                    adjoint=ode.RecursiveCheckpointAdjoint(checkpoints=checkpoints),
+                    max_steps=100)
+    return fnp.sum(sol.ys ** 2)
+
+
+@pytest.mark.parametrize("checkpoints", [1, 2, 3, 5, None, 100])
+def test_checkpointed_gradient_with_any_number_of_checkpoints(checkpoints):
+    k = np.float64(1.3)
+    want = fgrad.grad(lambda k: relaxation_loss(k, 1))(k)   # exact: a fixed step count
+    fd = central_difference(lambda k: float(relaxation_loss(k, 1)), k)
+    np.testing.assert_allclose(want, fd, rtol=1e-6)
+    got = fgrad.jit(fgrad.grad(lambda k: relaxation_loss(k, checkpoints)))(k)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_checkpoints_bound_the_stored_states_and_trade_memory_for_steps():
+    # 60 Heun steps of a 40-entry state: no array of the compiled gradient holds
+    # more than `checkpoints` states, and fewer checkpoints replay more steps
+    size = 40
+    for checkpoints in (1, 3, 7):
+        graph = fgrad.make_graph(fgrad.grad(lambda k: relaxation_loss(k, checkpoints)))(1.3)
+        states = [v.aval.shape[0] for g in graphs_in(graph)
+                  for v in [*g.invars, *(o for e in g.eqns for o in e.outvars)]
+                  if len(v.aval.shape) == 2 and v.aval.shape[1] == size]
+        assert max(states) == checkpoints
+    forward = []
+    relaxation_loss(1.3, None, forward)
+    n = (len(forward) - 1) // 2
+    replayed = {}
+    for checkpoints in (1, 3, 7):
+        calls = []
+        fgrad.grad(lambda k: relaxation_loss(k, checkpoints, calls))(1.3)
+        # Heun evaluates the field twice a step; the reverse pass evaluates it
+        # once at the start, twice for each step's VJP and for each step replayed
+        replayed[checkpoints] = (len(calls) - len(forward) - 1) // 2 - n
+    assert n >= 60
+    assert replayed[1] == n * (n - 1) // 2              # every step from the start
+    assert replayed[7] <= n * 6 // 2                    # bisection: (n / 2) log2 n
+    assert replayed[1] > replayed[3] > replayed[7]
 
 
 def test_checkpointed_gradient_under_vmap():

@@ -29,6 +29,7 @@ from fgrad.core.trace import Tracer, trace_state
 from fgrad.errors import OdeArgumentError
 from fgrad.interpreters.batching import BatchTrace
 from fgrad.lax import (
+    cond,
     dynamic_index_in_dim,
     dynamic_update_index_in_dim,
     scan,
@@ -86,13 +87,14 @@ class BacksolveAdjoint:
 
 class RecursiveCheckpointAdjoint:
     """Reverse mode through the solver's steps, under `jit` too, in memory
-    bounded by ``checkpoints``: the forward solve keeps the loop's state every
-    ``k = ceil(max_steps / checkpoints)`` steps; the reverse pass replays one
-    stretch of ``k`` steps at a time from its checkpoint, keeping those ``k``
-    states, and runs each step's vector-Jacobian product backwards. Memory:
-    ``checkpoints + k`` states (default ``checkpoints = ceil(sqrt(max_steps))``,
-    so ``2 sqrt(max_steps)``); cost: one more forward solve. The gradient is
-    the exact derivative of the computed solution, as `DirectAdjoint`'s.
+    bounded by ``checkpoints``: the forward solve keeps nothing but the step
+    count; the reverse pass replays the steps from the initial state, storing
+    at most ``checkpoints`` loop states (`bisection_move`'s schedule), and
+    runs each step's vector-Jacobian product backwards. The default,
+    ``log2(max_steps) + 1`` as diffrax's, replays ``n`` steps in about
+    ``(n / 2) log2 n`` steps; one checkpoint replays ``n^2 / 2``. The
+    gradient is the exact derivative of the computed solution, as
+    `DirectAdjoint`'s.
     Forward mode differentiates the steps themselves; second order works in
     every mode but reverse over forward under `jit`.
 
@@ -139,71 +141,63 @@ def _pairing(problem, step, ct_ys, first, last):
     return total
 
 
+def default_checkpoints(max_steps):
+    """diffrax's default: about ``log2(max_steps)`` stored states, enough for
+    the bisection schedule to replay ``n`` steps in ``O(n log n)`` steps."""
+    return max(2, math.ceil(math.log2(max(max_steps, 2))) + 1)
+
+
 def solve_checkpointed(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
                        checkpoints, throw, what):
     """`integrate`'s ``(ys, stats, status, t_reached)`` with the
     `RecursiveCheckpointAdjoint` derivative of ``ys`` in ``y0``, ``args``,
     ``t0``, ``t1`` and ``ts``: forward mode through the steps, reverse mode by
-    replaying them from checkpoints, and reverse mode of that replay (second
-    order) by forward mode through it."""
+    replaying them from at most ``checkpoints`` stored states, and reverse
+    mode of that replay (second order) by forward mode through it."""
     if max_steps is None:
         raise OdeArgumentError("RecursiveCheckpointAdjoint needs a finite max_steps (its "
                                "checkpoints are spread over them).")
-    count = checkpoints or math.isqrt(max_steps - 1) + 1
-    every = -(-max_steps // count)
+    capacity = default_checkpoints(max_steps) if checkpoints is None else int(checkpoints)
+    if capacity < 1:
+        raise OdeArgumentError(f"RecursiveCheckpointAdjoint(checkpoints={checkpoints}): "
+                               "at least one checkpoint (the initial state) is needed.")
 
-    def forward(x, every=None):
+    def forward(x):
         y0, args, t0, t1, ts = x
-        ys, _, stats, status, t_reached, slots = integrate(
-            fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
-            checkpoint_every=every)
+        ys, _, stats, status, t_reached = integrate(fun, solver, controller, t0, t1, y0,
+                                                    args, ts, dt0, max_steps)
         if throw:
             raise_if_failed(status, t_reached, what)
-        out = (ys, stats["num_steps"], stats["num_accepted_steps"], status, t_reached)
-        return out, (slots, out[1])
+        return ys, stats["num_steps"], stats["num_accepted_steps"], status, t_reached
 
-    def replay(x, ct_ys, saved):
-        return _replay_backwards(fun, solver, controller, dt0, every, x, saved, ct_ys)
+    def replay(x, ct_ys, n):
+        return _replay_backwards(fun, solver, controller, dt0, capacity, x, n, ct_ys)
 
-    # The rules are custom_vjp functions themselves, so that a reverse trace
-    # outside this one (grad of grad) meets rules, never a staged while_loop.
-    # ``saved`` (the checkpoints and the step count) is a function of ``x``
-    # that the rules treat as constant: the derivative of the replay in ``x``
-    # recomputes it (`_replay_vjp`).
+    # The rule is a custom_vjp function too, so that a reverse trace outside
+    # this one (grad of grad) meets rules, never a staged while_loop.
     @functools.partial(custom_vjp, jvp_of_fun=True)
-    def checkpointed(x):
-        return forward(x, every)
-
-    def checkpointed_fwd(x):
-        out, saved = forward(x, every)
-        return (out, saved), (x, saved)
-
-    checkpointed.defvjp(checkpointed_fwd, lambda res, ct: (pullback(res[0], ct[0][0], res[1]),))
-
-    @functools.partial(custom_vjp, jvp_of_fun=True)
-    def pullback(x, ct_ys, saved):
-        return replay(x, ct_ys, saved)
-
-    def pullback_fwd(x, ct_ys, saved):
-        return replay(x, ct_ys, saved), (x, ct_ys, saved)
+    def pullback(x, ct_ys, n):
+        return replay(x, ct_ys, n)
 
     def pullback_bwd(res, ct_x):
         # the replay is J(x)^T ct_ys, J the solution's Jacobian; its VJP for a
         # cotangent w is (J(x) w, sum_i ct_ys_i H_i w) with H_i the symmetric
-        # Hessians, both forward-mode derivatives (the second of the replay)
-        x, ct_ys, _ = res
-        _, ct_ys_bar = jvp(lambda x: forward(x)[0][0], (x,), (ct_x,))
-        _, x_bar = jvp(lambda x: replay(x, ct_ys, forward(x, every)[1]), (x,), (ct_x,))
+        # Hessians: both forward-mode derivatives (the second through the replay)
+        x, ct_ys, n = res
+        _, ct_ys_bar = jvp(lambda x: forward(x)[0], (x,), (ct_x,))
+        _, x_bar = jvp(lambda x: replay(x, ct_ys, n), (x,), (ct_x,))
         return x_bar, ct_ys_bar, None
-    pullback.defvjp(pullback_fwd, pullback_bwd)
+    pullback.defvjp(lambda x, ct_ys, n: (replay(x, ct_ys, n), (x, ct_ys, n)), pullback_bwd)
 
+    # forward mode differentiates the steps; reverse mode keeps nothing but
+    # the inputs and the step count, and replays
     @functools.partial(custom_vjp, jvp_of_fun=True)
     def run(x):
-        return forward(x)[0]
+        return forward(x)
 
     def run_fwd(x):
-        out, saved = checkpointed(x)
-        return out, (x, saved)
+        out = run(x)                # differentiable again by an outer reverse trace
+        return out, (x, out[1])
 
     run.defvjp(run_fwd, lambda res, ct: (pullback(res[0], ct[0], res[1]),))
     ys, n, n_kept, status, t_reached = run((y0, args, t0, t1, ts))
@@ -212,12 +206,41 @@ def solve_checkpointed(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_s
     return ys, stats, status, t_reached
 
 
-def _replay_backwards(fun, solver, controller, dt0, every, x, saved, ct_ys):
+def bisection_move(top_step, target, height, capacity):
+    """The replay's next move, from the stored state of step ``top_step`` (the
+    latest stored, ``height`` states stored) towards the step ``target``
+    whose VJP is next: ``(to, store, differentiate)``. Advance to step
+    ``to``; store the state there (halfway to ``target``) while a slot is
+    free; differentiate the step there once ``to == target``. With ``c``
+    slots, ``n`` steps replay in ``O(n log n)`` steps if ``2^c >= n``
+    (Griewank's bisection schedule), ``O(n^2 / 2^c)`` otherwise.
+
+    >>> [tuple(int(v) for v in bisection_move(0, 7, 1, 3)),
+    ...  tuple(int(v) for v in bisection_move(4, 7, 3, 3))]
+    [(4, 1, 0), (7, 0, 1)]
+    """
+    full = height >= capacity
+    halfway = top_step + (target - top_step + 1) // 2
+    to = fnp.where(top_step == target, target, fnp.where(full, target, halfway))
+    differentiate = to == target
+    store = fnp.logical_not(differentiate)
+    return to, store, differentiate
+
+
+def _replay_backwards(fun, solver, controller, dt0, capacity, x, n, ct_ys):
     """The cotangents of ``x = (y0, args, t0, t1, ts)`` from those of the
-    saved solution, ``ct_ys``, replaying the steps from the checkpoints."""
+    saved solution, ``ct_ys``, replaying the ``n`` steps from at most
+    ``capacity`` stored loop states (`bisection_move`'s schedule)."""
     y0, args, t0, t1, ts = x
-    slots, n = saved
     ts = fnp.asarray(ts, dtype=float)
+    problem = Problem(fun, solver, controller, t1, ts, args)
+
+    def advance(state, idx, count):
+        def one(c):
+            j, state, idx = c
+            state, attempted = attempt(problem, state)
+            return j + 1, state, saved_through(problem, attempted, idx)
+        return while_loop(lambda c: c[0] < count, one, (0, state, idx))[1:]
 
     def step_vjp(state, idx, ct_state, acc):
         """The cotangents of one step's input state, and of (args, t1, ts) added."""
@@ -230,34 +253,40 @@ def _replay_backwards(fun, solver, controller, dt0, every, x, saved, ct_ys):
         ct_state, *cts = pullback((ct_state, fnp.ones(())))
         return ct_state, tree_map(fnp.add, acc, tuple(cts))
 
-    def segment(carry):
-        s, ct_state, acc = carry
-        first = s * every
-        length = fnp.minimum(every, n - first)
-        state0, idx0 = tree_map(lambda x: dynamic_index_in_dim(x, s, keepdims=False), slots)
-        kept = tree_map(lambda x: fnp.zeros((every,) + fnp.shape(x), x.dtype), (state0, idx0))
+    state0 = start(problem, t0, y0, dt0)
+    idx0 = fnp.sum((ts <= t0).astype(int))
+    stored = tree_map(lambda v: fnp.zeros((capacity,) + fnp.shape(v), fnp.asarray(v).dtype),
+                      (state0, idx0))
+    stored = tree_map(lambda buf, v: dynamic_update_index_in_dim(buf, v, 0, 0), stored,
+                      (state0, idx0))
+    steps = dynamic_update_index_in_dim(fnp.zeros((capacity,), int), 0, 0, 0)
 
-        def replay(c):
-            j, state, idx, kept = c
-            kept = tree_map(lambda buf, v: dynamic_update_index_in_dim(buf, v, j, 0), kept,
-                            (state, idx))
-            problem = Problem(fun, solver, controller, t1, ts, args)
-            state, attempted = attempt(problem, state)
-            return j + 1, state, saved_through(problem, attempted, idx), kept
-        kept = while_loop(lambda c: c[0] < length, replay, (0, state0, idx0, kept))[3]
+    def move(c):
+        target, height, steps, stored, ct_state, acc = c
+        top = height - 1
+        top_step = dynamic_index_in_dim(steps, top, keepdims=False)
+        state, idx = tree_map(lambda buf: dynamic_index_in_dim(buf, top, keepdims=False),
+                              stored)
+        to, store, differentiate = bisection_move(top_step, target, height, capacity)
+        state, idx = advance(state, idx, to - top_step)
+        slot = fnp.where(store, height, top)
 
-        def back(c):
-            j, ct_state, acc = c
-            state, idx = tree_map(lambda x: dynamic_index_in_dim(x, j, keepdims=False), kept)
-            ct_state, acc = step_vjp(state, idx, ct_state, acc)
-            return j - 1, ct_state, acc
-        _, ct_state, acc = while_loop(lambda c: c[0] >= 0, back, (length - 1, ct_state, acc))
-        return s - 1, ct_state, acc
+        def write(buf, v):
+            return dynamic_update_index_in_dim(
+                buf, fnp.where(store, v, dynamic_index_in_dim(buf, slot, keepdims=False)),
+                slot, 0)
+        stored = tree_map(write, stored, (state, idx))
+        steps = write(steps, to)
+        ct_state, acc = cond(differentiate, lambda *a: step_vjp(*a),
+                             lambda s, i, ct, acc: (ct, acc), state, idx, ct_state, acc)
+        # the stored state of the step just differentiated is not needed again
+        popped = fnp.logical_and(differentiate, top_step == target)
+        height = height + store.astype(int) - popped.astype(int)
+        return target - differentiate.astype(int), height, steps, stored, ct_state, acc
 
-    state0 = tree_map(lambda x: dynamic_index_in_dim(x, 0, keepdims=False), slots[0])
     zeros = tree_map(fnp.zeros_like, (state0, (args, t1, ts)))
-    _, ct_state, (ct_args, ct_t1, ct_ts) = while_loop(
-        lambda c: c[0] >= 0, segment, ((n + every - 1) // every - 1,) + zeros)
+    _, _, _, _, ct_state, (ct_args, ct_t1, ct_ts) = while_loop(
+        lambda c: c[0] >= 0, move, (n - 1, fnp.asarray(1), steps, stored) + zeros)
 
     def begin(y0, args, t0):
         state = start(Problem(fun, solver, controller, t1, ts, args), t0, y0, dt0)
@@ -278,7 +307,7 @@ def _neg(tree):
 
 def _forward(fun, solver, controller, max_steps, interval_steps, what, y0, ts, args):
     """The solution at ``ts`` (``ts[0]`` the start: ``ys[0] = y0``)."""
-    ys, _, _, status, t_reached, _ = integrate(fun, solver, controller, ts[0], ts[-1], y0, args,
+    ys, _, _, status, t_reached = integrate(fun, solver, controller, ts[0], ts[-1], y0, args,
                                             ts, None, max_steps, interval_steps)
     raise_if_failed(status, t_reached, what)
     return ys
@@ -327,7 +356,7 @@ def _backward(fun, solver, controller, max_steps, interval_steps, what, residual
         t_bar = dot(fun(t_i, at(ys, i), args), at(ct, i))
         state = (at(ys, i), a, t0_bar - t_bar, args_bar)
         tau0, tau1 = -t_i, -t_before
-        _, state, _, status, t_reached, _ = integrate(
+        _, state, _, status, t_reached = integrate(
             adjoint_field, solver, controller, tau0, tau1, state, args,
             fnp.reshape(tau1, (1,)), None, max_steps, interval_steps)
         raise_if_failed(status, -t_reached, what + " (the adjoint pass of its derivative)")

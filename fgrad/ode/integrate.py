@@ -118,14 +118,12 @@ def dense(problem, step, time):
 
 
 def integrate(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
-              interval_steps=None, checkpoint_every=None):
+              interval_steps=None):
     """Solve ``dy/dt = fun(t, y, args)`` from ``(t0, y0)`` to ``t1 >= t0``.
 
-    Returns ``(ys, y1, stats, status, t_reached, checkpoints)``: the solution
-    at the sorted times ``ts`` (a leading axis on every leaf of ``y0``), at
-    ``t1``, the step counts, a `RESULTS` code, the time the loop stopped at,
-    and, with ``checkpoint_every=k``, the loop's state and output count before
-    steps ``0, k, 2k, ...`` (``max_steps // k + 1`` slots; else None).
+    Returns ``(ys, y1, stats, status, t_reached)``: the solution at the
+    sorted times ``ts`` (a leading axis on every leaf of ``y0``), at ``t1``,
+    the step counts, a `RESULTS` code and the time the loop stopped at.
     ``max_steps`` bounds the steps (kept and rejected) in all;
     ``interval_steps`` (odeint's ``mxstep``), those between output times.
     """
@@ -137,21 +135,14 @@ def integrate(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
     ys, idx = _buffers(y0, ts, t0)
     status = fnp.where(_all_finite(state[2]), RESULTS.SUCCESSFUL, RESULTS.NONFINITE)
     zero = fnp.asarray(0)
-    slots = None
-    if checkpoint_every is not None:
-        count = max_steps // checkpoint_every + 1
-        slots = tree_map(lambda x: fnp.zeros((count,) + fnp.shape(x), fnp.asarray(x).dtype),
-                         (state, idx))
-    carry = (state, idx, ys, zero, zero, zero, status, slots)
+    carry = (state, idx, ys, zero, zero, zero, status)
 
     def keep_going(c):
         t, status = c[0][0], c[6]
         return fnp.logical_and(t < t1, status == RESULTS.SUCCESSFUL)
 
     def one_step(c):
-        state, idx, ys, n, n_kept, n_since, status, slots = c
-        if slots is not None:
-            slots = _checkpoint(slots, (state, idx), n, checkpoint_every)
+        state, idx, ys, n, n_kept, n_since, status = c
         state, step = attempt(problem, state)
         idx_next = saved_through(problem, step, idx)
 
@@ -165,24 +156,12 @@ def integrate(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
         n_kept = n_kept + step.keep.astype(int)
         n_since = fnp.where(idx_next > idx, 0, n_since + 1)
         status = _status(problem, step, state, n, n_since, max_steps, interval_steps)
-        return state, idx_next, ys, n, n_kept, n_since, status, slots
+        return state, idx_next, ys, n, n_kept, n_since, status
 
-    state, _, ys, n, n_kept, _, status, slots = while_loop(keep_going, one_step, carry)
+    state, _, ys, n, n_kept, _, status = while_loop(keep_going, one_step, carry)
     stats = {"num_steps": n, "num_accepted_steps": n_kept, "num_rejected_steps": n - n_kept,
              "max_steps": max_steps}
-    return ys, state[1], stats, status, state[0], slots
-
-
-def _checkpoint(slots, value, n, every):
-    """``value`` written into slot ``n // every`` when ``n`` is a multiple of
-    ``every``; the slots as they were otherwise."""
-    due = (n % every) == 0
-    k = n // every
-
-    def write(buf, v):
-        old = dynamic_index_in_dim(buf, k, keepdims=False)
-        return dynamic_update_index_in_dim(buf, fnp.where(due, v, old), k, 0)
-    return tree_map(write, slots, value)
+    return ys, state[1], stats, status, state[0]
 
 
 def _status(problem, step, state, n, n_since, max_steps, interval_steps):

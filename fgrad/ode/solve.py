@@ -177,7 +177,7 @@ def solve(terms, solver, t0, t1, dt0, y0, args=None, *, saveat=None,
         raise OdeArgumentError(f"solve: adjoint must be DirectAdjoint(), "
                                f"RecursiveCheckpointAdjoint() or BacksolveAdjoint(), got "
                                f"{adjoint!r}.")
-    ys, _, stats, status, t_reached, _ = integrate(field, solver, controller, tau0, tau1, y0,
+    ys, _, stats, status, t_reached = integrate(field, solver, controller, tau0, tau1, y0,
                                                 args, taus, dtau0, max_steps)
     if throw:
         raise_if_failed(status, direction * t_reached, "fgrad.ode.solve")
