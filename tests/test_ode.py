@@ -495,6 +495,62 @@ def test_hessian_of_a_fit_under_jit_matches_diffrax():
     np.testing.assert_allclose(twice(P_LV), theirs, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("name", ["Dopri8", "Tsit5", "Dopri5"])
+@pytest.mark.parametrize("backward", [False, True])
+def test_dense_output_and_saved_values_match_diffrax(name, backward):
+    diffrax = pytest.importorskip("diffrax")
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    # constant steps, so that both take the same steps and only the
+    # interpolants are compared, between steps and at save times
+    t0, t1, dt0 = (2.0, 0.0, -0.25) if backward else (0.0, 2.0, 0.25)
+    ts, times = np.linspace(t0, t1, 23)[1:-1], np.linspace(t0, t1, 41)
+    sol = ode.solve(lambda t, y, p: lotka_volterra(y, t, p), getattr(ode, name)(), t0, t1,
+                    dt0, Y0_LV, P_LV, saveat=ode.SaveAt(ts=ts, dense=True))
+    theirs = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, p: jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1],
+                                                   p[2] * y[0] * y[1] - p[3] * y[1]])),
+        getattr(diffrax, name)(), t0, t1, dt0, jnp.asarray(Y0_LV), jnp.asarray(P_LV),
+        saveat=diffrax.SaveAt(ts=ts, dense=True))
+    np.testing.assert_allclose(sol.ys, theirs.ys, rtol=1e-12, atol=1e-12)
+    dense = jax.vmap(theirs.evaluate)(jnp.asarray(times))
+    np.testing.assert_allclose(sol.evaluate(times), dense, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sol.evaluate(times[7]), dense[7], rtol=1e-12, atol=1e-12)
+
+
+def test_dense_output_under_jit_and_its_derivatives():
+    times = np.array([0.3, 1.1, 1.7])
+
+    def dense_loss(p):
+        sol = ode.solve(lambda t, y, p: lotka_volterra(y, t, p), ode.Tsit5(), 0.0, 2.0, None,
+                        Y0_LV, p, saveat=ode.SaveAt(dense=True), stepsize_controller=TIGHT)
+        assert sol.ts is None and sol.ys is None
+        return fnp.sum(sol.evaluate(times) ** 2)
+    at_ts = fgrad.jit(lambda p: fnp.sum(ode.solve(
+        lambda t, y, p: lotka_volterra(y, t, p), ode.Tsit5(), 0.0, 2.0, None, Y0_LV, p,
+        saveat=ode.SaveAt(ts=times), stepsize_controller=TIGHT).ys ** 2))
+    np.testing.assert_allclose(fgrad.jit(dense_loss)(P_LV), at_ts(P_LV), rtol=1e-12)
+    fd = central_difference(lambda p: float(dense_loss(p)), P_LV)
+    np.testing.assert_allclose(fgrad.grad(dense_loss)(P_LV), fd, rtol=1e-6)
+    np.testing.assert_allclose(fgrad.jit(fgrad.jacfwd(dense_loss))(P_LV), fd, rtol=1e-6)
+    batch = np.stack([P_LV, P_LV * 1.1])
+    np.testing.assert_allclose(fgrad.vmap(dense_loss)(batch), [at_ts(p) for p in batch],
+                               rtol=1e-10)
+
+
+def test_dense_output_refusals():
+    plain = ode.solve(decay, ode.Tsit5(), 0.0, 1.0, 0.1, np.ones(1), 1.0)
+    with pytest.raises(OdeArgumentError, match=r"saveat=SaveAt\(dense=True\)"):
+        plain.evaluate(0.5)
+    with pytest.raises(OdeArgumentError, match=r"use DirectAdjoint\(\)"):
+        ode.solve(decay, ode.Tsit5(), 0.0, 1.0, 0.1, np.ones(1), 1.0,
+                  saveat=ode.SaveAt(dense=True), adjoint=ode.BacksolveAdjoint())
+    with pytest.raises(OdeArgumentError, match="finite max_steps"):
+        ode.solve(decay, ode.Tsit5(), 0.0, 1.0, 0.1, np.ones(1), 1.0,
+                  saveat=ode.SaveAt(dense=True), max_steps=None)
+
+
 # -- failures are loud ----------------------------------------------------------------
 
 

@@ -164,7 +164,7 @@ def solve_checkpointed(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_s
 
     def forward(x):
         y0, args, t0, t1, ts = x
-        ys, _, stats, status, t_reached = integrate(fun, solver, controller, t0, t1, y0,
+        ys, _, stats, status, t_reached, _ = integrate(fun, solver, controller, t0, t1, y0,
                                                     args, ts, dt0, max_steps)
         if throw:
             raise_if_failed(status, t_reached, what)
@@ -307,7 +307,7 @@ def _neg(tree):
 
 def _forward(fun, solver, controller, max_steps, interval_steps, what, y0, ts, args):
     """The solution at ``ts`` (``ts[0]`` the start: ``ys[0] = y0``)."""
-    ys, _, _, status, t_reached = integrate(fun, solver, controller, ts[0], ts[-1], y0, args,
+    ys, _, _, status, t_reached, _ = integrate(fun, solver, controller, ts[0], ts[-1], y0, args,
                                             ts, None, max_steps, interval_steps)
     raise_if_failed(status, t_reached, what)
     return ys
@@ -356,7 +356,7 @@ def _backward(fun, solver, controller, max_steps, interval_steps, what, residual
         t_bar = dot(fun(t_i, at(ys, i), args), at(ct, i))
         state = (at(ys, i), a, t0_bar - t_bar, args_bar)
         tau0, tau1 = -t_i, -t_before
-        _, state, _, status, t_reached = integrate(
+        _, state, _, status, t_reached, _ = integrate(
             adjoint_field, solver, controller, tau0, tau1, state, args,
             fnp.reshape(tau1, (1,)), None, max_steps, interval_steps)
         raise_if_failed(status, -t_reached, what + " (the adjoint pass of its derivative)")
