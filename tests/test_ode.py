@@ -9,7 +9,8 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad import ode
-from fgrad.errors import ControlFlowError, IntegrationError, OdeArgumentError
+from fgrad.errors import IntegrationError, OdeArgumentError
+from fgrad.ode.implicit import stage_solver
 
 TIGHT = ode.PIDController(rtol=1e-11, atol=1e-11)
 P_LV, Y0_LV, TS_LV = np.array([1.5, 1.0, 1.0, 3.0]), np.array([1.0, 1.0]), np.linspace(0, 2, 5)
@@ -383,6 +384,39 @@ def test_kvaerno5_solves_robertsons_stiff_kinetics_as_radau_does():
                     stepsize_controller=ode.PIDController(1e-8, 1e-12, pcoeff=0.3, icoeff=0.4))
     np.testing.assert_allclose(sol.ys, ref.y.T, rtol=1e-5, atol=1e-10)
     assert int(sol.stats["num_steps"]) < 100       # an explicit solver needs ~10^5
+
+
+def test_newton_iterations_stop_when_converged_and_reject_steps_that_do_not_converge():
+    k, y0 = np.array([0.04, 3e7, 1e4]), np.array([1.0, 0.0, 0.0])
+
+    def run(newton_steps, **kw):
+        return ode.solve(robertson, ode.Kvaerno5(newton_steps=newton_steps), 0.0, 1e4, 1e-6,
+                         y0, k, stepsize_controller=ode.PIDController(
+                             1e-8, 1e-12, pcoeff=0.3, icoeff=0.4), max_steps=1000, **kw)
+    adaptive, two = run(10), run(2)
+    # up to ten iterations, stopping once converged: no step rejected for Newton
+    assert int(adaptive.stats["num_rejected_steps"]) == 0
+    # two iterations are too few for some steps: rejected and retried shorter
+    assert int(two.stats["num_rejected_steps"]) > 0
+    assert int(two.stats["num_steps"]) > int(adaptive.stats["num_steps"])
+    np.testing.assert_allclose(two.ys, adaptive.ys, rtol=1e-6)
+    # one iteration never converges: every step is rejected until max_steps
+    with pytest.raises(IntegrationError, match="max_steps"):
+        run(1)
+
+
+def test_a_diverging_newton_iteration_is_detected():
+    def cubic(t, y, args):
+        return -1e3 * y ** 3
+    solve = stage_solver(cubic, lambda v: v, 1.0, 10, 1e-10, 1e-12)
+    one = np.ones(1)
+    # the chord matrix of J = 0 (at y = 0): plain fixed-point iterations, which
+    # converge for a short step and run away for a long one
+    z, size = solve(one, one, 1e-5, 0.0, None, np.eye(1))
+    assert float(size) <= 1.0
+    np.testing.assert_allclose(z - 1.0 + 1e-5 * 1e3 * z ** 3, 0.0, atol=1e-10)
+    _, size = solve(one, one, 1e-2, 0.0, None, np.eye(1))
+    assert float(size) == np.inf
 
 
 def stiff_relaxation(t, y, lam):
