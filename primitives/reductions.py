@@ -61,20 +61,33 @@ sum_p.def_vjp(lambda ct, ans, x, axis, keepdims: _broadcast_back(ct, x, axis, ke
 sum_p.def_jvp(lambda t, ans, x, axis, keepdims: sum_(t, axis, keepdims))
 
 
-def _extremum_weights(ans, x, axis, keepdims):
-    # Every element equal to the extremum shares the derivative equally, so a
-    # tie between k elements sends 1/k of the cotangent to each.
-    hit = convert_element_type(equal(x, keepdims_like(ans, x, axis, keepdims)),
-                               get_aval(ans).dtype)
-    return hit / sum_(hit, axis, keepdims=True)
+def _extremum_hits(ans, x, axis, keepdims, count_keepdims):
+    """``(hit, count)``: where ``x`` equals its extremum ``ans`` (bool), and
+    how many elements do along ``axis`` (in ``ans``'s dtype, its reduced
+    axes kept if ``count_keepdims``). Every element equal to the extremum
+    shares the derivative equally, so a tie between k elements sends 1/k of
+    it to each.
+
+    The mask stays bool and the division is by the reduced count: the
+    Hessian-vector product of kmeans' nearest-centroid cost writes one
+    byte per distance for it, not a float64 mask and its quotient.
+    """
+    hit = equal(x, keepdims_like(ans, x, axis, keepdims))
+    count = sum_(hit, axis, keepdims=count_keepdims)
+    return hit, convert_element_type(count, get_aval(ans).dtype)
 
 
 def _extremum_rules(prim):
-    prim.def_vjp(lambda ct, ans, x, axis, keepdims:
-                 keepdims_like(ct, x, axis, keepdims)
-                 * _extremum_weights(ans, x, axis, keepdims), reads=[{0, "ans"}])
-    prim.def_jvp(lambda t, ans, x, axis, keepdims:
-                 sum_(t * _extremum_weights(ans, x, axis, keepdims), axis, keepdims))
+    def vjp(ct, ans, x, axis, keepdims):
+        hit, count = _extremum_hits(ans, x, axis, keepdims, True)
+        return hit * (keepdims_like(ct, x, axis, keepdims) / count)
+
+    def jvp(t, ans, x, axis, keepdims):
+        hit, count = _extremum_hits(ans, x, axis, keepdims, keepdims)
+        return sum_(t * hit, axis, keepdims) / count
+
+    prim.def_vjp(vjp, reads=[{0, "ans"}])
+    prim.def_jvp(jvp)
 
 
 max_p = _reduction("max")
