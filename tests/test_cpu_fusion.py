@@ -564,3 +564,23 @@ def test_kernels_compile_and_load_from_the_disk_cache_without_numba(tmp_path):
     np.testing.assert_allclose(runs[0][2], 2 * t * (1 - t ** 2) * (2 * np.cos(x) + 1),
                                rtol=1e-12, atol=1e-14)
     assert any(name.startswith("native-") for name in os.listdir(tmp_path))
+
+
+@fused_only
+@pytest.mark.parametrize("size", [100, 10_000])
+def test_a_large_group_reading_many_arrays_is_one_kernel(size):
+    # past 16 inputs a group stays NumPy calls where numba may compile its
+    # kernel (whole-graph functions, arrays of up to 8192 elements); a larger
+    # group's kernel is LLVM's alone and may read up to 64
+    rng = np.random.default_rng(3)
+    xs = [rng.uniform(0.5, 1.5, size) for _ in range(20)]
+
+    def f(*xs):
+        total = xs[0]
+        for x in xs[1:]:
+            total = total * 0.5 + fnp.sin(x) * total
+        return total
+    f_jit = fgrad.jit(f)
+    np.testing.assert_allclose(f_jit(*xs), _unfused(f, *xs), rtol=1e-13)
+    kernels = _kernels(f_jit, *xs)
+    assert (len(kernels) == 1 and len(kernels[0].plan.inputs) == 20) == (size > 8192)

@@ -73,6 +73,15 @@ MAX_KERNEL_OPS = 1024
 # call saved), so a group reading more stays NumPy calls. What a kernel
 # writes costs nothing of the kind: several outputs are the rows of one array
 MAX_KERNEL_INPUTS = 16
+# ... where numba may compile the kernel: a whole-graph function
+# (`fgrad.compiler.whole_graph`) takes only arrays of up to 8192 elements, so
+# a larger group's kernel is only ever compiled by LLVM alone
+# (`fgrad.compiler.native`), at no cost per argument worth the name, and it
+# may read up to `MAX_LARGE_KERNEL_INPUTS`: ba's Jacobian, 15 jvps of an
+# error elementwise over its observations, reads 17 arrays and was 80 NumPy
+# calls, each writing an array of 1.25 million elements
+WHOLE_GRAPH_MAX_ELEMENTS = 8192
+MAX_LARGE_KERNEL_INPUTS = 64
 # most arrays a kernel may write and still call the vector functions of
 # `fgrad.compiler.vector_math`: LLVM vectorises a loop only while it can check
 # the arrays apart (about 15 here), and in a scalar loop those branch-free
@@ -762,7 +771,8 @@ def plan_kernels(graph):
             spec, inputs, modes, outputs, reduced = kernel_source(graph, run, reds, readers)
             if not inputs:
                 continue                  # a constant: folding's business
-            if len(inputs) > MAX_KERNEL_INPUTS:
+            if len(inputs) > (MAX_KERNEL_INPUTS if math.prod(shape) <= WHOLE_GRAPH_MAX_ELEMENTS
+                              else MAX_LARGE_KERNEL_INPUTS):
                 continue                  # dearer to compile than it saves
             if not worth_fusing([graph.eqns[k] for k in run + reds], len(inputs),
                                 len(outputs), math.prod(shape)):
