@@ -62,19 +62,20 @@ sum_p.def_jvp(lambda t, ans, x, axis, keepdims: sum_(t, axis, keepdims))
 
 
 def _extremum_hits(ans, x, axis, keepdims, count_keepdims):
-    """``(hit, count)``: where ``x`` equals its extremum ``ans`` (bool), and
-    how many elements do along ``axis`` (in ``ans``'s dtype, its reduced
+    """``(hit, count)``: where ``x`` equals its extremum ``ans`` (1 or 0 in
+    ``ans``'s dtype), and how many elements do along ``axis`` (its reduced
     axes kept if ``count_keepdims``). Every element equal to the extremum
     shares the derivative equally, so a tie between k elements sends 1/k of
     it to each.
 
-    The mask stays bool and the division is by the reduced count: the
-    Hessian-vector product of kmeans' nearest-centroid cost writes one
-    byte per distance for it, not a float64 mask and its quotient.
+    The division is by the reduced count, not of the whole mask: the
+    Hessian-vector product of kmeans' nearest-centroid cost divided its
+    n x k mask element by element. (The mask is not left bool: a sum of
+    bools is an integer reduction, outside the whole-graph compiler's table.)
     """
-    hit = equal(x, keepdims_like(ans, x, axis, keepdims))
-    count = sum_(hit, axis, keepdims=count_keepdims)
-    return hit, convert_element_type(count, get_aval(ans).dtype)
+    dtype = get_aval(ans).dtype
+    hit = convert_element_type(equal(x, keepdims_like(ans, x, axis, keepdims)), dtype)
+    return hit, sum_(hit, axis, keepdims=count_keepdims)
 
 
 def _extremum_rules(prim):
