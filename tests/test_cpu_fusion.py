@@ -584,3 +584,29 @@ def test_a_large_group_reading_many_arrays_is_one_kernel(size):
     np.testing.assert_allclose(f_jit(*xs), _unfused(f, *xs), rtol=1e-13)
     kernels = _kernels(f_jit, *xs)
     assert (len(kernels) == 1 and len(kernels[0].plan.inputs) == 20) == (size > 8192)
+
+
+@fused_only
+def test_a_strided_input_read_by_several_kernels_is_made_contiguous_once():
+    # each kernel would copy a strided input to read it flat: the graph makes
+    # it contiguous once, before the kernels (an input contiguous already is
+    # passed as it is)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((100, 400))[:, ::2]
+    y = rng.standard_normal((100, 200))
+
+    def f(x, y):
+        a = (x * y + 1.0) * x
+        b = fnp.sum(a, axis=0, keepdims=True)      # a partial sum: between two kernels
+        return (x + b) * (x - 2.0)
+    f_jit = fgrad.jit(f)
+    want = _unfused(f, x, y)
+    np.testing.assert_allclose(f_jit(x, y), want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(f_jit(np.ascontiguousarray(x), y), want, rtol=1e-13, atol=1e-13)
+    lowered = f_jit.lower(x, y)
+    assert len(lowered.kernels) == 2
+    names = [e.prim.name for e in lowered.optimized.eqns]
+    assert names == ["contiguous", "cpu_fused", "sum", "cpu_fused"]   # x's; y has one reader
+    assert lowered.optimized.eqns[0].invars[0] is lowered.optimized.invars[0]
+    small = fgrad.jit(f).lower(x[:10], y[:10])
+    assert "contiguous" not in [e.prim.name for e in small.optimized.eqns]

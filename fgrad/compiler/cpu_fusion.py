@@ -862,7 +862,9 @@ def fuse_for_cpu(graph, plans=None):
     ['cpu_fused']
     """
     replace, skip = {}, set()
-    for plan in plan_kernels(graph) if plans is None else plans:
+    plans = plan_kernels(graph) if plans is None else plans
+    prologue, contiguous = _contiguous_inputs(graph, plans)
+    for plan in plans:
         outputs, reduced = plan.outputs, plan.reduced
         fn = native_kernel(plan.spec)
         kernel = CpuKernel(plan, f"fgrad_cpu_{fn.key[-12:]}",
@@ -872,13 +874,38 @@ def fuse_for_cpu(graph, plans=None):
                            [k for k in plan.replaced
                             if graph.eqns[k].outvars[0] in reduced],
                            _overwritable(plan))
-        replace[plan.last] = Equation(cpu_fused_p, list(plan.inputs), outputs + reduced,
-                                      {"kernel": kernel})
+        replace[plan.last] = Equation(cpu_fused_p, [contiguous.get(v, v) for v in plan.inputs],
+                                      outputs + reduced, {"kernel": kernel})
         skip.update(k for k in plan.replaced if k != plan.last)
     if not replace:
         return graph
-    eqns = [replace.get(k, e) for k, e in enumerate(graph.eqns) if k not in skip]
+    eqns = prologue + [replace.get(k, e) for k, e in enumerate(graph.eqns) if k not in skip]
     return Graph(graph.invars, eqns, graph.outvars)
+
+
+# A kernel reads flat arrays: a strided input is copied at each call of each
+# kernel that reads it (``x.ravel()``). The graph's own inputs may be strided
+# views (ba's cameras, one row of a transposed array per parameter, each
+# read by its 12 kernels), so one read by several kernels is made contiguous
+# once, at the start (a no-op for an input that is contiguous already).
+CONTIGUOUS_MIN_ELEMENTS = 1 << 14
+
+contiguous_p = Primitive("contiguous", np.ascontiguousarray, lambda aval: aval, register=False)
+contiguous_p.lowering = lambda xp: xp.ascontiguousarray
+
+
+def _contiguous_inputs(graph, plans):
+    """``(prologue, {input var: its contiguous var})`` for the graph inputs
+    that two or more of ``plans`` read element by element."""
+    readers = collections.Counter(
+        v for plan in plans for v, mode in set(zip(plan.inputs, plan.modes)) if mode != "one")
+    inputs = set(graph.invars)
+    prologue, contiguous = [], {}
+    for v, count in readers.items():
+        if count > 1 and v in inputs and v.aval.size >= CONTIGUOUS_MIN_ELEMENTS:
+            contiguous[v] = Var(v.aval)
+            prologue.append(Equation(contiguous_p, [v], [contiguous[v]], {}))
+    return prologue, contiguous
 
 
 def _overwritable(plan):
