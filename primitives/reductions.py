@@ -61,20 +61,34 @@ sum_p.def_vjp(lambda ct, ans, x, axis, keepdims: _broadcast_back(ct, x, axis, ke
 sum_p.def_jvp(lambda t, ans, x, axis, keepdims: sum_(t, axis, keepdims))
 
 
-def _extremum_weights(ans, x, axis, keepdims):
-    # Every element equal to the extremum shares the derivative equally, so a
-    # tie between k elements sends 1/k of the cotangent to each.
-    hit = convert_element_type(equal(x, keepdims_like(ans, x, axis, keepdims)),
-                               get_aval(ans).dtype)
-    return hit / sum_(hit, axis, keepdims=True)
+def _extremum_hits(ans, x, axis, keepdims, count_keepdims):
+    """``(hit, count)``: where ``x`` equals its extremum ``ans`` (1 or 0 in
+    ``ans``'s dtype), and how many elements do along ``axis`` (its reduced
+    axes kept if ``count_keepdims``). Every element equal to the extremum
+    shares the derivative equally, so a tie between k elements sends 1/k of
+    it to each.
+
+    The division is by the reduced count, not of the whole mask: the
+    Hessian-vector product of kmeans' nearest-centroid cost divided its
+    n x k mask element by element. (The mask is not left bool: a sum of
+    bools is an integer reduction, outside the whole-graph compiler's table.)
+    """
+    dtype = get_aval(ans).dtype
+    hit = convert_element_type(equal(x, keepdims_like(ans, x, axis, keepdims)), dtype)
+    return hit, sum_(hit, axis, keepdims=count_keepdims)
 
 
 def _extremum_rules(prim):
-    prim.def_vjp(lambda ct, ans, x, axis, keepdims:
-                 keepdims_like(ct, x, axis, keepdims)
-                 * _extremum_weights(ans, x, axis, keepdims), reads=[{0, "ans"}])
-    prim.def_jvp(lambda t, ans, x, axis, keepdims:
-                 sum_(t * _extremum_weights(ans, x, axis, keepdims), axis, keepdims))
+    def vjp(ct, ans, x, axis, keepdims):
+        hit, count = _extremum_hits(ans, x, axis, keepdims, True)
+        return hit * (keepdims_like(ct, x, axis, keepdims) / count)
+
+    def jvp(t, ans, x, axis, keepdims):
+        hit, count = _extremum_hits(ans, x, axis, keepdims, keepdims)
+        return sum_(t * hit, axis, keepdims) / count
+
+    prim.def_vjp(vjp, reads=[{0, "ans"}])
+    prim.def_jvp(jvp)
 
 
 max_p = _reduction("max")

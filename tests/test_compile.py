@@ -121,6 +121,32 @@ def test_multiplying_by_ones_is_dropped_but_not_for_complex():
     assert not C.is_one_literal(ones)
 
 
+def test_a_negated_cotangent_reaches_a_product_unnegated_and_the_product_is_negated():
+    # the VJP of ``a - x @ y`` negates the (8, 6) cotangent before the product
+    # with x.T: the (5, 6) product is negated instead, exactly
+    def f(x, y, a):
+        return fnp.sum(fnp.sin(a - x @ y))
+    rng = np.random.default_rng(0)
+    x, y, a = rng.standard_normal((8, 5)), rng.standard_normal((5, 6)), rng.standard_normal(6)
+    g = fgrad.make_graph(fgrad.grad(f, argnums=(0, 1)))(x, y, a)
+    opt = C.optimize(g)
+    negations = [e.invars[0].aval.shape for e in opt.eqns if e.prim.name == "negative"]
+    assert (8, 6) not in negations and sorted(negations) == [(5, 6), (8, 5)]
+    for got, want in zip(fgrad.jit(fgrad.grad(f, argnums=(0, 1)))(x, y, a),
+                         fgrad.grad(f, argnums=(0, 1))(x, y, a)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_negations_of_both_factors_cancel_and_larger_products_keep_theirs():
+    def graph(f, *args):
+        return C.sink_negations(fgrad.make_graph(f)(*args))
+    x, y = np.ones((3, 4)), np.ones((4, 2))
+    assert _names(C.eliminate_dead_code(graph(lambda x, y: -x @ -y, x, y))) == ["matmul"]
+    # an outer product is larger than its negated factor: left as it is
+    u, v = np.ones((3, 1)), np.ones((1, 4))
+    assert _names(graph(lambda u, v: -u @ v, u, v)) == ["negative", "matmul"]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
 def test_python_scalars_become_constants_of_the_ufunc_dtype(dtype):
     # converted once at compile time, they give the bits NumPy's own handling of

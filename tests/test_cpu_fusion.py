@@ -319,7 +319,51 @@ def test_columns_are_read_once_per_row_of_the_inner_loop(shape, column, row):
         inner = math.prod(shape) // math.prod(column)
         read_per_row = row is None or inner == math.prod(row)
         assert ("float64:prefix" in kernel.source) == read_per_row
-        assert ("float64:copy" in kernel.source) == (not read_per_row)
+        assert ("float64:at" in kernel.source) == (not read_per_row)
+
+
+@fused_only
+@pytest.mark.parametrize("shape,others", [
+    ((4, 5, 3), [(5, 1), (4, 5, 1), (5, 3)]),        # ht's last kernel: columns in a stack
+    ((2, 3, 4, 5), [(2, 1, 4, 1), (3, 1, 1), (1, 4, 5)]),
+    ((3, 4), [(3, 1), (1, 4), (1, 1)])])
+def test_inputs_broadcast_along_inner_axes_are_read_in_place(shape, others):
+    # an input broadcast along axes other than leading or trailing ones is
+    # read at offsets computed from the element's index, not broadcast out to
+    # a full array first; a strided view of one is made contiguous (not full)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape)
+    ys = [rng.standard_normal(s) for s in others]
+    strided = [np.repeat(y, 2, axis=-1)[..., ::2] for y in ys]
+
+    def f(x, a, b, c):
+        return fnp.tanh(x * a + b) - c * a
+    f_jit = fgrad.jit(f)
+    want = _unfused(f, x, *ys)
+    # to rounding: the C library's tanh and NumPy's differ in the last bit
+    np.testing.assert_allclose(f_jit(x, *ys), want, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(f_jit(x, *strided), want, rtol=1e-13, atol=1e-15)
+    (kernel,) = _kernels(f_jit, x, *ys)
+    assert "float64:copy" not in kernel.source
+    assert ("float64:at" in kernel.source) == (shape != (3, 4))
+    g = fgrad.grad(lambda x, *ys: fnp.sum(f(x, *ys) ** 2), (0, 1, 2, 3))
+    for got, want in zip(fgrad.jit(g)(x, *ys), g(x, *ys)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("shape,group,terms", [
+    ((6400, 1), (28, 6400, 3), ((3, 6400, 1),)),
+    ((28, 6400, 1), (28, 6400, 3), ((3, None, 1),)),
+    ((28, 1, 3), (28, 5, 3), ((15, None, 3), (1, 3, 1))),
+    ((2, 1, 4, 1), (2, 3, 4, 5), ((60, None, 4), (5, 4, 1))),
+    ((1,), (5,), ())])
+def test_broadcast_offsets_merge_whole_runs_and_drop_broadcast_axes(shape, group, terms):
+    assert cpu_fusion.broadcast_offset(shape, group) == ("at", terms)
+    flat = np.arange(math.prod(shape)).reshape(shape)
+    want = np.broadcast_to(flat, group).ravel()
+    got = [sum((i // p % (n if n else i // p + 1)) * s for p, n, s in terms)
+           for i in range(math.prod(group))]
+    np.testing.assert_array_equal(got, want)
 @fused_only
 def test_a_long_chain_is_cut_into_bounded_kernels_with_the_same_result(monkeypatch):
     monkeypatch.setattr(cpu_fusion, "MAX_KERNEL_OPS", 64)
@@ -521,3 +565,49 @@ def test_kernels_compile_and_load_from_the_disk_cache_without_numba(tmp_path):
     np.testing.assert_allclose(runs[0][2], 2 * t * (1 - t ** 2) * (2 * np.cos(x) + 1),
                                rtol=1e-12, atol=1e-14)
     assert any(name.startswith("native-") for name in os.listdir(tmp_path))
+
+
+@fused_only
+@pytest.mark.parametrize("size", [100, 10_000])
+def test_a_large_group_reading_many_arrays_is_one_kernel(size):
+    # past 16 inputs a group stays NumPy calls where numba may compile its
+    # kernel (whole-graph functions, arrays of up to 8192 elements); a larger
+    # group's kernel is LLVM's alone and may read up to 64
+    rng = np.random.default_rng(3)
+    xs = [rng.uniform(0.5, 1.5, size) for _ in range(20)]
+
+    def f(*xs):
+        total = xs[0]
+        for x in xs[1:]:
+            total = total * 0.5 + fnp.sin(x) * total
+        return total
+    f_jit = fgrad.jit(f)
+    np.testing.assert_allclose(f_jit(*xs), _unfused(f, *xs), rtol=1e-13)
+    kernels = _kernels(f_jit, *xs)
+    assert (len(kernels) == 1 and len(kernels[0].plan.inputs) == 20) == (size > 8192)
+
+
+@fused_only
+def test_a_strided_input_read_by_several_kernels_is_made_contiguous_once():
+    # each kernel would copy a strided input to read it flat: the graph makes
+    # it contiguous once, before the kernels (an input contiguous already is
+    # passed as it is)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((100, 400))[:, ::2]
+    y = rng.standard_normal((100, 200))
+
+    def f(x, y):
+        a = (x * y + 1.0) * x
+        b = fnp.sum(a, axis=0, keepdims=True)      # a partial sum: between two kernels
+        return (x + b) * (x - 2.0)
+    f_jit = fgrad.jit(f)
+    want = _unfused(f, x, y)
+    np.testing.assert_allclose(f_jit(x, y), want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(f_jit(np.ascontiguousarray(x), y), want, rtol=1e-13, atol=1e-13)
+    lowered = f_jit.lower(x, y)
+    assert len(lowered.kernels) == 2
+    names = [e.prim.name for e in lowered.optimized.eqns]
+    assert names == ["contiguous", "cpu_fused", "sum", "cpu_fused"]   # x's; y has one reader
+    assert lowered.optimized.eqns[0].invars[0] is lowered.optimized.invars[0]
+    small = fgrad.jit(f).lower(x[:10], y[:10])
+    assert "contiguous" not in [e.prim.name for e in small.optimized.eqns]

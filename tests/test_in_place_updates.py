@@ -260,3 +260,37 @@ def test_functions_that_return_a_new_array_in_numpy_return_a_new_tracer(make):
         z[0, 0] = -1.0                      # leaves y as it is, as in NumPy
         return fnp.stack([y, z.reshape(y.shape)])
     _all_transforms(f, X)
+
+
+def test_a_mask_known_to_select_everything_replaces_the_value_whole():
+    # scikit-learn's first-batch variance divides 0 by 0 and then overwrites the
+    # result through an all-True mask: the NaN stays out of the value and, since
+    # the update does not read the old value, out of the derivative too
+    def variance_like(x):
+        count = fnp.zeros_like(x)               # no samples seen before
+        stale = (fnp.sum(count) / count - x) ** 2 * count   # 0/0: NaN, never used
+        fresh = x ** 2
+        stale[count == 0] = fresh[count == 0]
+        return fnp.sum(stale)
+    x = np.array([0.5, -1.0, 2.0])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        np.testing.assert_allclose(fgrad.grad(variance_like)(x), 2 * x)
+        check_grads(variance_like, (x,), order=1, modes=("fwd", "rev"))
+
+
+def test_a_partly_true_mask_reads_the_entries_it_leaves():
+    def f(x):
+        y = x * 1.0
+        y[np.array([True, False, True])] = 0.0
+        return fnp.sum(y * x)
+    np.testing.assert_allclose(fgrad.grad(f)(np.array([1.0, 2.0, 3.0])), [0.0, 4.0, 0.0])
+
+
+def test_a_zero_dimensional_mask_updates_all_or_nothing():
+    def f(x, flag):
+        y = x * 1.0
+        y[fnp.sum(x) > flag] = 5.0              # a 0-d boolean index, as NumPy takes
+        return y
+    x = np.array([1.0, 2.0])
+    for flag in (0.0, 10.0):
+        _all_transforms(lambda x: f(x, flag), x)

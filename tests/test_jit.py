@@ -113,6 +113,18 @@ def test_python_scalar_arguments_keep_their_weak_promotion():
     assert f(x, 0.5).dtype == (np.sin(x * 0.5) + x).dtype == np.float32
 
 
+
+def test_python_scalar_kept_as_a_number_reaches_reshapes_and_reductions():
+    # the scalar meets an int64 array (mixed dtypes), so it stays a Python
+    # number; a branch's reshape and a reduction of it must still run
+    def piece(x):
+        return fnp.reshape(x, (1,)) * fnp.arange(3)
+
+    def f(x):
+        return fnp.sum(fgrad.lax.cond(x > 0, piece, lambda x: piece(-x), x)) + fnp.sum(x)
+    assert float(fgrad.jit(f)(0.7)) == pytest.approx(float(f(0.7))) == pytest.approx(2.8)
+    assert float(fgrad.jit(fgrad.grad(f))(0.7)) == pytest.approx(4.0)
+
 def test_staging_tracer_has_no_concrete_value():
     seen = []
 

@@ -4,10 +4,11 @@ kernel, or one ``getrf`` call a matrix), and the solves with them."""
 import numpy as np
 import pytest
 
-pytest.importorskip("numba")
 scipy_linalg = pytest.importorskip("scipy.linalg")
 
-from fgrad.compiler import lu_ir, lu_kernels
+from fgrad.compiler import lu_ir, lu_kernels, native
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
 
 RNG = np.random.default_rng(7)
 
@@ -86,12 +87,28 @@ def test_factor_reads_views_and_stacked_axes():
 
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("n, k", [(1, 1), (5, 1), (32, 8), (lu_kernels.LANES_MAX_N + 3, 2)])
-def test_solves_with_the_factors_are_numpys(transpose, n, k):
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32, np.complex64])
+def test_solves_with_the_factors_are_numpys(transpose, n, k, dtype):
     a = RNG.standard_normal((6, n, n)) + 2 * np.sqrt(n) * np.eye(n)
     b = RNG.standard_normal((6, n, k))
+    if np.dtype(dtype).kind == "c":
+        a, b = a + 1j * RNG.standard_normal(a.shape), b - 1j * RNG.standard_normal(b.shape)
+    a, b = a.astype(dtype), b.astype(dtype)
     x = lu_kernels.solve(*lu_kernels.factor(a), b, transpose=transpose)
     want = np.linalg.solve(np.swapaxes(a, -1, -2) if transpose else a, b)
-    np.testing.assert_allclose(x, want, rtol=1e-10, atol=1e-12)
+    tol = 1e-4 if dtype in (np.float32, np.complex64) else 1e-10
+    assert x.dtype == dtype
+    np.testing.assert_allclose(x, want, rtol=tol, atol=tol)
+
+
+def test_solves_broadcast_factors_and_right_hand_sides():
+    # one matrix against a stack of right-hand sides, a stack against one,
+    # and stacks that broadcast along an axis each
+    a = RNG.standard_normal((3, 1, 4, 4)) + 4 * np.eye(4)
+    b = RNG.standard_normal((1, 2, 4, 3))
+    for a_, b_ in ((a[0, 0], b), (a, b[0, 0]), (a, b)):
+        x = lu_kernels.solve(*lu_kernels.factor(a_), b_, transpose=False)
+        np.testing.assert_allclose(x, np.linalg.solve(a_, b_), rtol=1e-12, atol=1e-12)
 
 
 def test_lanes_fill_a_register():

@@ -14,6 +14,8 @@ from primitive_specs import NONDIFF_SPECS, SPECS
 
 import fgrad
 import fgrad.numpy as fnp
+from fgrad.core.trace import Tracer
+from fgrad.errors import DeviceError
 from fgrad.testing import check_grads
 
 X = np.array([[0.5, -1.5, 0.0], [2.0, 0.5, -0.25]])
@@ -30,6 +32,12 @@ NONDIFF_FUNCTIONS = {
     "digitize": (X, np.array([-1.0, 0.25, 1.0])), "isin": (X, np.array([0.5, 2.0])),
     "argpartition": (X[0], 1), "lexsort": (X,), "isreal": (X,), "nanargmax": (X,), "nanargmin": (X,),
     "isposinf": (np.array([np.inf, 0.5, -1.0]),), "isneginf": (np.array([-np.inf, 0.5, 1.0]),),
+}
+# name -> arguments: NumPy's functions that make arrays from nothing, with the Array
+# API standard's device= keyword (fgrad.numpy._devices)
+CREATION_FUNCTIONS = {
+    "zeros": ((2, 3),), "ones": (4,), "empty": ((0, 2),), "eye": (3, 4),
+    "arange": (1.0, 4.0), "full": ((2,), 1.5), "linspace": (0.0, 1.0, 5),
 }
 # name -> arguments: questions about shape and dtype
 QUERIES = {
@@ -67,6 +75,7 @@ def _public_callables():
 
 def test_every_public_function_is_covered():
     covered = (set(SPECS) | set(NONDIFF_SPECS) | set(NONDIFF_FUNCTIONS) | set(QUERIES)
+               | set(CREATION_FUNCTIONS)
                | set(CONCRETE_ONLY) | set(CONCRETE_SELECTIONS) | set(VALUE_SHAPE_SPECS))
     covered_objects = {id(getattr(fnp, n)) for n in covered if hasattr(fnp, n)}
     missing = [name for name, obj in _public_callables()
@@ -80,7 +89,7 @@ def test_every_public_function_is_covered():
 def test_passthrough_objects_are_numpy_s_own():
     # what is not wrapped must be exactly NumPy's, not a look-alike
     assert fnp.random is np.random and fnp.pi == np.pi and fnp.newaxis is None
-    assert fnp.zeros is np.zeros and fnp.float32 is np.float32
+    assert fnp.identity is np.identity and fnp.float32 is np.float32
     assert fnp.finfo(fnp.float32).eps == np.finfo(np.float32).eps
 
 
@@ -99,6 +108,32 @@ def test_nondifferentiable_functions_match_numpy_and_have_zero_derivative(name):
     g = fgrad.grad(lambda x: fnp.sum(x) + fnp.sum(fnp.asarray(fn(x, *args[1:])) * 0.0))(
         args[0])
     np.testing.assert_array_equal(g, np.ones_like(args[0]))
+
+
+@pytest.mark.parametrize("name", sorted(CREATION_FUNCTIONS))
+def test_creation_functions_make_arrays_on_a_traced_value_s_device(name):
+    args = CREATION_FUNCTIONS[name]
+    expected = getattr(np, name)(*args)
+    out = getattr(fnp, name)(*args, device="cpu")
+    assert type(out) is np.ndarray and out.dtype == expected.dtype
+    np.testing.assert_array_equal(out, expected)
+    seen = []
+
+    def f(x):
+        made = getattr(fnp, name)(*args, device=x.device)
+        seen.append((isinstance(made, Tracer), made.device == x.device,
+                     made.__array_namespace__() is fnp))
+        np.testing.assert_array_equal(fgrad.stop_gradient(made).__array__(), expected)
+        return fnp.sum(x) + fnp.sum(made * 0.0)
+    np.testing.assert_array_equal(fgrad.grad(f)(X), np.ones_like(X))
+    assert seen == [(True, True, True)]
+
+
+def test_creation_on_another_device_is_refused_with_the_fix():
+    with pytest.raises(DeviceError, match="device_put"):
+        fnp.zeros(3, device="gpu")
+    with pytest.raises(DeviceError, match="device_put"):
+        fgrad.grad(lambda x: fnp.sum(fnp.asarray(x, device="gpu")))(X)
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))

@@ -9,7 +9,8 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad import ode
-from fgrad.errors import ControlFlowError, IntegrationError, OdeArgumentError
+from fgrad.errors import IntegrationError, OdeArgumentError
+from fgrad.ode.implicit import stage_solver
 
 TIGHT = ode.PIDController(rtol=1e-11, atol=1e-11)
 P_LV, Y0_LV, TS_LV = np.array([1.5, 1.0, 1.0, 3.0]), np.array([1.0, 1.0]), np.linspace(0, 2, 5)
@@ -216,13 +217,74 @@ def test_checkpointed_reverse_mode_is_the_direct_derivative_eager_and_compiled()
     want = fgrad.grad(saved_loss, argnums=(0, 1, 2))(y0, 2.0, ts, ode.DirectAdjoint())
     eager = fgrad.grad(saved_loss, argnums=(0, 1, 2))(y0, 2.0, ts,
                                                       ode.RecursiveCheckpointAdjoint())
-    # 64 checkpoints, one every 4 steps: the solve's 35 steps span 9 stretches
-    adjoint = ode.RecursiveCheckpointAdjoint(checkpoints=64)
+    adjoint = ode.RecursiveCheckpointAdjoint(checkpoints=4)
     compiled = fgrad.jit(fgrad.grad(lambda a, b, c: saved_loss(a, b, c, adjoint),
                                     argnums=(0, 1, 2)))(y0, 2.0, ts)
     for w, e, c in zip(want, eager, compiled):
         np.testing.assert_allclose(e, w, rtol=1e-10)
         np.testing.assert_allclose(c, w, rtol=1e-10)
+
+
+def graphs_in(graph):
+    """``graph`` and every graph in its equations' parameters, at any depth."""
+    found = [graph]
+    for eqn in graph.eqns:
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple) else (value,):
+                if isinstance(sub, fgrad.core.graph.Graph):
+                    found += graphs_in(sub)
+    return found
+
+
+def relaxation(t, y, k):
+    return -k * (y - fnp.sin(t))
+
+
+def relaxation_loss(k, checkpoints, calls=None, size=40):
+    def field(t, y, k):
+        if calls is not None:
+            calls.append(t)
+        return relaxation(t, y, k)
+    sol = ode.solve(field, ode.Heun(), 0.0, 3.0, 0.05, np.linspace(0.0, 1.0, size), k,
+                    adjoint=ode.RecursiveCheckpointAdjoint(checkpoints=checkpoints),
+                    max_steps=100)
+    return fnp.sum(sol.ys ** 2)
+
+
+@pytest.mark.parametrize("checkpoints", [1, 2, 3, 5, None, 100])
+def test_checkpointed_gradient_with_any_number_of_checkpoints(checkpoints):
+    k = np.float64(1.3)
+    want = fgrad.grad(lambda k: relaxation_loss(k, 1))(k)   # exact: a fixed step count
+    fd = central_difference(lambda k: float(relaxation_loss(k, 1)), k)
+    np.testing.assert_allclose(want, fd, rtol=1e-6)
+    got = fgrad.jit(fgrad.grad(lambda k: relaxation_loss(k, checkpoints)))(k)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_checkpoints_bound_the_stored_states_and_trade_memory_for_steps():
+    # 60 Heun steps of a 40-entry state: no array of the compiled gradient holds
+    # more than `checkpoints` states, and fewer checkpoints replay more steps
+    size = 40
+    for checkpoints in (1, 3, 7):
+        graph = fgrad.make_graph(fgrad.grad(lambda k: relaxation_loss(k, checkpoints)))(1.3)
+        states = [v.aval.shape[0] for g in graphs_in(graph)
+                  for v in [*g.invars, *(o for e in g.eqns for o in e.outvars)]
+                  if len(v.aval.shape) == 2 and v.aval.shape[1] == size]
+        assert max(states) == checkpoints
+    forward = []
+    relaxation_loss(1.3, None, forward)
+    n = (len(forward) - 1) // 2
+    replayed = {}
+    for checkpoints in (1, 3, 7):
+        calls = []
+        fgrad.grad(lambda k: relaxation_loss(k, checkpoints, calls))(1.3)
+        # Heun evaluates the field twice a step; the reverse pass evaluates it
+        # once at the start, twice for each step's VJP and for each step replayed
+        replayed[checkpoints] = (len(calls) - len(forward) - 1) // 2 - n
+    assert n >= 60
+    assert replayed[1] == n * (n - 1) // 2              # every step from the start
+    assert replayed[7] <= n * 6 // 2                    # bisection: (n / 2) log2 n
+    assert replayed[1] > replayed[3] > replayed[7]
 
 
 def test_checkpointed_gradient_under_vmap():
@@ -245,11 +307,62 @@ def test_the_default_adjoint_under_jit_grad_replays_from_checkpoints():
     np.testing.assert_allclose(batched(np.array([2.0])), [grad(y0, 2.0)[1]], rtol=1e-10)
 
 
-def test_reverse_mode_of_a_jitted_solve_is_refused_with_the_way_out():
-    # grad outside jit sees the solve staged already: its loop cannot be recorded
-    solve = fgrad.jit(lambda y0: oscillator_end(y0, (2.0, 0.3)))
-    with pytest.raises(ControlFlowError, match="while_loop"):
-        fgrad.grad(solve)(np.array([1.0, 0.0]))
+def test_grad_of_a_jitted_solve_matches_finite_differences():
+    # grad outside jit meets the solve staged already: the staged solve carries
+    # its checkpointed reverse rule, and forward mode still goes through its steps
+    y0, args = np.array([1.0, 0.0]), (2.0, 0.3)
+    compiled = fgrad.jit(oscillator_end)
+    g_y0, (g_k, g_c) = fgrad.grad(compiled, argnums=(0, 1))(y0, args)
+    np.testing.assert_allclose(g_y0, central_difference(
+        lambda x: float(oscillator_end(x, args)), y0), rtol=1e-6)
+    fd = central_difference(lambda a: float(oscillator_end(y0, tuple(a))), np.array(args))
+    np.testing.assert_allclose([g_k, g_c], fd, rtol=1e-6)
+    eager = fgrad.grad(oscillator_end, argnums=(0, 1))(y0, args)
+    np.testing.assert_allclose(g_y0, eager[0], rtol=1e-10)
+    _, tangent = fgrad.jvp(lambda y: compiled(y, args), (y0,), (np.array([1.0, 0.0]),))
+    np.testing.assert_allclose(tangent, eager[0][0], rtol=1e-10)
+
+
+def fit_loss(p, solver=None, controller=TIGHT, adjoint=None):
+    """A Lotka-Volterra fit's loss: squared distance to data at five times."""
+    def field(t, y, p):
+        return lotka_volterra(y, t, p)
+    sol = ode.solve(field, solver or ode.Tsit5(), 0.0, 2.0, None, Y0_LV, p,
+                    saveat=ode.SaveAt(ts=TS_LV[1:]), stepsize_controller=controller,
+                    adjoint=adjoint)
+    data = np.array([[1.2, 0.6], [1.1, 0.5], [0.9, 0.6], [0.8, 0.8]])
+    return fnp.sum((sol.ys - data) ** 2)
+
+
+def hessian_by_differences(p, eps=1e-5):
+    grad = fgrad.grad(fit_loss)
+    return np.stack([(grad(p + eps * e) - grad(p - eps * e)) / (2 * eps)
+                     for e in np.eye(p.size)])
+
+
+@pytest.mark.slow
+def test_hessian_of_a_fit_in_every_mode_eager_and_compiled():
+    p = P_LV
+    want = hessian_by_differences(p)
+    np.testing.assert_allclose(want, want.T, atol=1e-5)
+    modes = {"jacfwd(jacrev)": fgrad.hessian(fit_loss),
+             "jacrev(jacrev)": fgrad.jacrev(fgrad.jacrev(fit_loss)),
+             "jacfwd(jacfwd)": fgrad.jacfwd(fgrad.jacfwd(fit_loss))}
+    for name, h in modes.items():
+        for f in (h, fgrad.jit(h)):
+            np.testing.assert_allclose(f(p), want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_grad_of_grad_and_jvp_of_grad_under_jit_and_outside_it():
+    # one direction of the Hessian (a Hessian-vector product) in every order of
+    # the two modes, with the solve staged inside or outside the reverse passes
+    p, v = P_LV, np.array([1.0, -0.5, 0.25, 2.0])
+    want = hessian_by_differences(p) @ v
+    hvp_rev = fgrad.grad(lambda p: fgrad.grad(fit_loss)(p) @ v)
+    hvp_fwd = lambda p: fgrad.jvp(fgrad.grad(fit_loss), (p,), (v,))[1]  # noqa: E731
+    outside = fgrad.grad(lambda p: fgrad.jit(fgrad.grad(fit_loss))(p) @ v)
+    for f in (hvp_rev, fgrad.jit(hvp_rev), fgrad.jit(hvp_fwd), outside):
+        np.testing.assert_allclose(f(p), want, rtol=1e-5, atol=1e-6)
 
 
 # -- stiff problems -------------------------------------------------------------------
@@ -271,6 +384,39 @@ def test_kvaerno5_solves_robertsons_stiff_kinetics_as_radau_does():
                     stepsize_controller=ode.PIDController(1e-8, 1e-12, pcoeff=0.3, icoeff=0.4))
     np.testing.assert_allclose(sol.ys, ref.y.T, rtol=1e-5, atol=1e-10)
     assert int(sol.stats["num_steps"]) < 100       # an explicit solver needs ~10^5
+
+
+def test_newton_iterations_stop_when_converged_and_reject_steps_that_do_not_converge():
+    k, y0 = np.array([0.04, 3e7, 1e4]), np.array([1.0, 0.0, 0.0])
+
+    def run(newton_steps, **kw):
+        return ode.solve(robertson, ode.Kvaerno5(newton_steps=newton_steps), 0.0, 1e4, 1e-6,
+                         y0, k, stepsize_controller=ode.PIDController(
+                             1e-8, 1e-12, pcoeff=0.3, icoeff=0.4), max_steps=1000, **kw)
+    adaptive, two = run(10), run(2)
+    # up to ten iterations, stopping once converged: no step rejected for Newton
+    assert int(adaptive.stats["num_rejected_steps"]) == 0
+    # two iterations are too few for some steps: rejected and retried shorter
+    assert int(two.stats["num_rejected_steps"]) > 0
+    assert int(two.stats["num_steps"]) > int(adaptive.stats["num_steps"])
+    np.testing.assert_allclose(two.ys, adaptive.ys, rtol=1e-6)
+    # one iteration never converges: every step is rejected until max_steps
+    with pytest.raises(IntegrationError, match="max_steps"):
+        run(1)
+
+
+def test_a_diverging_newton_iteration_is_detected():
+    def cubic(t, y, args):
+        return -1e3 * y ** 3
+    solve = stage_solver(cubic, lambda v: v, 1.0, 10, 1e-10, 1e-12)
+    one = np.ones(1)
+    # the chord matrix of J = 0 (at y = 0): plain fixed-point iterations, which
+    # converge for a short step and run away for a long one
+    z, size = solve(one, one, 1e-5, 0.0, None, np.eye(1))
+    assert float(size) <= 1.0
+    np.testing.assert_allclose(z - 1.0 + 1e-5 * 1e3 * z ** 3, 0.0, atol=1e-10)
+    _, size = solve(one, one, 1e-2, 0.0, None, np.eye(1))
+    assert float(size) == np.inf
 
 
 def stiff_relaxation(t, y, lam):
@@ -357,6 +503,86 @@ def test_tsit5_values_and_gradient_match_diffrax():
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5)
     np.testing.assert_allclose(ours[1][0], theirs[1][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ours[1][1], theirs[1][1], rtol=1e-5)
+
+
+def test_hessian_of_a_fit_under_jit_matches_diffrax():
+    diffrax = pytest.importorskip("diffrax")
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    data = jnp.array([[1.2, 0.6], [1.1, 0.5], [0.9, 0.6], [0.8, 0.8]])
+
+    def jax_loss(p):
+        field = diffrax.ODETerm(lambda t, y, p: jnp.stack(
+            [p[0] * y[0] - p[1] * y[0] * y[1], p[2] * y[0] * y[1] - p[3] * y[1]]))
+        sol = diffrax.diffeqsolve(field, diffrax.Tsit5(), 0.0, 2.0, None, jnp.asarray(Y0_LV),
+                                  p, saveat=diffrax.SaveAt(ts=jnp.asarray(TS_LV[1:])),
+                                  stepsize_controller=diffrax.PIDController(rtol=1e-9,
+                                                                            atol=1e-9),
+                                  adjoint=diffrax.DirectAdjoint())
+        return jnp.sum((sol.ys - data) ** 2)
+    theirs = jax.jit(jax.hessian(jax_loss))(jnp.asarray(P_LV))
+    controller = ode.PIDController(1e-9, 1e-9)
+    ours = fgrad.jit(fgrad.hessian(lambda p: fit_loss(p, controller=controller)))(P_LV)
+    twice = fgrad.jit(fgrad.jacrev(fgrad.jacrev(lambda p: fit_loss(p, controller=controller))))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(twice(P_LV), theirs, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["Dopri8", "Tsit5", "Dopri5"])
+@pytest.mark.parametrize("backward", [False, True])
+def test_dense_output_and_saved_values_match_diffrax(name, backward):
+    diffrax = pytest.importorskip("diffrax")
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    # constant steps, so that both take the same steps and only the
+    # interpolants are compared, between steps and at save times
+    t0, t1, dt0 = (2.0, 0.0, -0.25) if backward else (0.0, 2.0, 0.25)
+    ts, times = np.linspace(t0, t1, 23)[1:-1], np.linspace(t0, t1, 41)
+    sol = ode.solve(lambda t, y, p: lotka_volterra(y, t, p), getattr(ode, name)(), t0, t1,
+                    dt0, Y0_LV, P_LV, saveat=ode.SaveAt(ts=ts, dense=True))
+    theirs = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, p: jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1],
+                                                   p[2] * y[0] * y[1] - p[3] * y[1]])),
+        getattr(diffrax, name)(), t0, t1, dt0, jnp.asarray(Y0_LV), jnp.asarray(P_LV),
+        saveat=diffrax.SaveAt(ts=ts, dense=True))
+    np.testing.assert_allclose(sol.ys, theirs.ys, rtol=1e-12, atol=1e-12)
+    dense = jax.vmap(theirs.evaluate)(jnp.asarray(times))
+    np.testing.assert_allclose(sol.evaluate(times), dense, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sol.evaluate(times[7]), dense[7], rtol=1e-12, atol=1e-12)
+
+
+def test_dense_output_under_jit_and_its_derivatives():
+    times = np.array([0.3, 1.1, 1.7])
+
+    def dense_loss(p):
+        sol = ode.solve(lambda t, y, p: lotka_volterra(y, t, p), ode.Tsit5(), 0.0, 2.0, None,
+                        Y0_LV, p, saveat=ode.SaveAt(dense=True), stepsize_controller=TIGHT)
+        assert sol.ts is None and sol.ys is None
+        return fnp.sum(sol.evaluate(times) ** 2)
+    at_ts = fgrad.jit(lambda p: fnp.sum(ode.solve(
+        lambda t, y, p: lotka_volterra(y, t, p), ode.Tsit5(), 0.0, 2.0, None, Y0_LV, p,
+        saveat=ode.SaveAt(ts=times), stepsize_controller=TIGHT).ys ** 2))
+    np.testing.assert_allclose(fgrad.jit(dense_loss)(P_LV), at_ts(P_LV), rtol=1e-12)
+    fd = central_difference(lambda p: float(dense_loss(p)), P_LV)
+    np.testing.assert_allclose(fgrad.grad(dense_loss)(P_LV), fd, rtol=1e-6)
+    np.testing.assert_allclose(fgrad.jit(fgrad.jacfwd(dense_loss))(P_LV), fd, rtol=1e-6)
+    batch = np.stack([P_LV, P_LV * 1.1])
+    np.testing.assert_allclose(fgrad.vmap(dense_loss)(batch), [at_ts(p) for p in batch],
+                               rtol=1e-10)
+
+
+def test_dense_output_refusals():
+    plain = ode.solve(decay, ode.Tsit5(), 0.0, 1.0, 0.1, np.ones(1), 1.0)
+    with pytest.raises(OdeArgumentError, match=r"saveat=SaveAt\(dense=True\)"):
+        plain.evaluate(0.5)
+    with pytest.raises(OdeArgumentError, match=r"use DirectAdjoint\(\)"):
+        ode.solve(decay, ode.Tsit5(), 0.0, 1.0, 0.1, np.ones(1), 1.0,
+                  saveat=ode.SaveAt(dense=True), adjoint=ode.BacksolveAdjoint())
+    with pytest.raises(OdeArgumentError, match="finite max_steps"):
+        ode.solve(decay, ode.Tsit5(), 0.0, 1.0, 0.1, np.ones(1), 1.0,
+                  saveat=ode.SaveAt(dense=True), max_steps=None)
 
 
 # -- failures are loud ----------------------------------------------------------------

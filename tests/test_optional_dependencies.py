@@ -1,4 +1,4 @@
-"""fgrad with none of its optional engines: numba (jit's compiler), SciPy
+"""fgrad with none of its optional engines: llvmlite and numba (jit's compilers), SciPy
 (fgrad.scipy), Dask (fgrad.dask) hidden from a fresh interpreter, installed
 or not. The core works; what needs a missing package says which extra to
 install."""
@@ -34,7 +34,7 @@ _CHILD = textwrap.dedent("""
     assert per_example.shape == (2, 3, 3)
     _, hvp = fgrad.jvp(fgrad.grad(lambda v: fnp.sum(fnp.sin(v) ** 2)), (w,), (w,))
     assert hvp.shape == w.shape
-    # solve's kept LU factors need numba and SciPy: without them it solves again
+    # solve's kept LU factors need llvmlite and SciPy: without them it solves again
     a, b = np.array([[3.0, 1.0], [1.0, 2.0]]), np.array([1.0, 2.0])
     g = fgrad.grad(lambda a: fnp.sum(fnp.linalg.solve(a, b)))(a)
     np.testing.assert_allclose(g, -np.outer(np.linalg.solve(a.T, np.ones(2)),

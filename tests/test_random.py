@@ -13,7 +13,8 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad import nn
 from fgrad import random
-from fgrad.compiler import random_kernels
+from fgrad.compiler import native, random_kernels
+from fgrad.compiler.program import PROGRAM_ENV, compile_program
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import (MissingRuleError, RandomArgumentError, RandomKeyError,
                           StatefulRandomnessError)
@@ -234,6 +235,50 @@ def test_jit_compiled_whole_draws_afresh_on_every_call(monkeypatch):
     x = np.linspace(-1, 1, 4)
     for k in random.split(KEY, 12):         # past the calls before compiling whole
         np.testing.assert_allclose(jitted(x, k), step(x, k), rtol=1e-13)
+
+
+@pytest.mark.skipif(not native.available(), reason="llvmlite missing")
+@pytest.mark.parametrize("name", ["uniform", "normal", "bits", "split", "fold_in", "dropout",
+                                  "gamma"])
+def test_a_jitted_program_draws_in_its_own_code_the_bits_of_eager(monkeypatch, name):
+    monkeypatch.setenv(PROGRAM_ENV, "all")
+    draw = SAMPLERS[name]
+    jitted = fgrad.jit(lambda k: (draw(k), random.normal(k, (5,)),
+                                  random.uniform(k, (2, 3), np.float32)))
+    jitted(KEY)
+    assert jitted.wait_compiled()
+    (info,) = jitted.compile_info()
+    # every draw on keys is a loop of the program; gamma's rejection rounds
+    # (a loop of their own) stay its primitive's NumPy code
+    assert info.tier == "program"
+    assert [c.split(": ")[1] for c in info.callouts] == (["random_gamma"] if name == "gamma"
+                                                         else [])
+    for k in random.split(KEY, 3):
+        for got, want in zip(jitted(k), (draw(k), random.normal(k, (5,)),
+                                         random.uniform(k, (2, 3), np.float32))):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not native.available(), reason="llvmlite missing")
+@pytest.mark.parametrize("n", [1, 2, 255, 257, 513])
+def test_a_programs_draws_on_a_stack_of_keys_are_the_kernels_bits(n):
+    # several keys (a draw each), odd and even sizes past a block of counters,
+    # every mode and dtype a program's loop writes; the graph's draws are
+    # its primitives' own, so eager runs the kernels on the same keys
+    keys = random.split(KEY, (2, 2))
+    draws = [(rp.random_bits, np.uint32), (rp.random_bits, np.uint64),
+             (rp.random_uniform, np.float32), (rp.random_uniform, np.float64),
+             (rp.random_normal, np.float32), (rp.random_normal, np.float64)]
+
+    def f(keys):
+        return [draw(keys, (n,), dtype) for draw, dtype in draws] + [
+            rp.random_split(keys, (3,)), rp.random_fold_in(keys, np.uint32([[1, 2], [3, 4]]))]
+    compiled = compile_program(fgrad.make_graph(f)(keys))
+    assert compiled.callouts == []
+    for got, want in zip(compiled.call(keys), f(keys)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
 
 
 def test_vmap_gives_each_example_its_own_stream():

@@ -13,13 +13,16 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.compiler import cpu_fusion, parallel
+from fgrad.compiler import cpu_fusion, parallel, whole_graph
 from fgrad.compiler.tiers import COMPILE_SWITCH_INTERVAL, CompileQueue
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 compiles = pytest.mark.skipif(not cpu_fusion.enabled(),
-                              reason="numba missing or FGRAD_JIT_FUSE=0")
+                              reason="llvmlite missing or FGRAD_JIT_FUSE=0")
+# the whole-graph tier is numba's, an extra of its own
+compiles_whole = pytest.mark.skipif(not (cpu_fusion.enabled() and whole_graph.available()),
+                                    reason="numba missing or FGRAD_JIT_FUSE=0")
 
 
 def _python(code, **env):
@@ -57,7 +60,8 @@ def test_calls_run_numpy_while_the_kernels_compile_on_the_compile_thread(caplog)
 
 @compiles
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("tier", ["kernels", pytest.param("whole", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("tier", ["kernels", pytest.param("whole", marks=[compiles_whole,
+                                                                         pytest.mark.slow])])
 def test_each_tier_gives_numpys_bits_where_the_operations_are_the_same(
         tier, dtype, monkeypatch):
     # (numba compiles a whole graph in tens of seconds: that one is slow)
@@ -97,7 +101,7 @@ def _bits(tree):
     ("never", "0"), pytest.param("sync", "0", marks=compiles),
     pytest.param("background", "0", marks=compiles),
     # (numba compiles the whole graph in seconds)
-    pytest.param("sync", "3", marks=[compiles, pytest.mark.slow])])
+    pytest.param("sync", "3", marks=[compiles_whole, pytest.mark.slow])])
 def test_parallel_gives_the_sequential_bits_in_every_tier(mode, whole_at, dtype,
                                                            monkeypatch):
     monkeypatch.setenv(WHOLE_GRAPH_ENV, whole_at)
@@ -163,6 +167,37 @@ def test_wait_compiled_builds_the_halves_of_a_jitted_functions_gradient():
 def test_a_bad_compile_mode_names_the_modes():
     with pytest.raises(fgrad.errors.InvalidInputError, match="'background', 'sync', 'never'"):
         fgrad.jit(np.sin, compile="later")
+
+
+@compiles
+def test_without_numba_every_tier_but_the_whole_graph_runs():
+    # numba cannot be imported (the jit extra no longer brings it): the
+    # whole-graph tier is not built, even when asked for, and the kernels,
+    # the random draws' and the LU solves' compiled loops all run on LLVM
+    done = _python("""
+        import sys
+        sys.modules["numba"] = None
+        import numpy as np, fgrad, fgrad.numpy as fnp
+        from fgrad import random
+        from fgrad.compiler import whole_graph
+        from fgrad.primitives import linalg
+
+        def loss(a, key):
+            noise = random.normal(key, (3, 2)) * random.uniform(key, (3, 2))
+            return fnp.sum(fnp.tanh(fnp.linalg.solve(a, noise)) ** 2)
+        step = fgrad.jit(fgrad.value_and_grad(loss))
+        a, key = np.eye(3) * 2.0 + 0.1, random.key(0)
+        for _ in range(12):
+            got = step(a, key)
+        assert step.wait_compiled() and step.compile_info()[0].tier == "kernels"
+        want = fgrad.value_and_grad(loss)(a, key)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+        assert not whole_graph.available() and step.lower(a, key).whole_graph is None
+        assert linalg.lu_kept(a)        # solve's factors kept: the LU loops are there
+        print("ok")
+    """, FGRAD_JIT_WHOLE_GRAPH="1", FGRAD_JIT_COMPILE="background")
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
 
 
 def test_compile_never_and_import_leave_numba_unloaded():
@@ -262,7 +297,7 @@ def _warm_child(cache, *args):
     return done.stdout.split()
 
 
-@compiles
+@compiles_whole
 @pytest.mark.slow            # fresh processes: numba's start-up, and the compile once
 def test_a_second_process_asks_for_the_whole_graph_on_disk_at_its_call_count(tmp_path):
     # an empty cache: the calls must first take the compile's estimate

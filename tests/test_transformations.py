@@ -1,5 +1,6 @@
 """grad, vjp, jvp, linearize, Jacobians and their compositions, on pytrees."""
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -238,3 +239,26 @@ def test_at_updates_are_functional_and_differentiable():
     g = fgrad.grad(lambda x, v: fnp.sum(fgrad.at(x)[1].set(v) ** 2), argnums=(0, 1))(x, 4.0)
     np.testing.assert_allclose(g[0], [2.0, 0.0, 6.0])
     np.testing.assert_allclose(g[1], 8.0)
+
+
+def test_custom_vjp_jvp_of_fun_differentiates_the_function_in_forward_mode():
+    # reverse mode reads the rule (a gradient scaled by 10, to tell it apart);
+    # forward mode goes through the function's own operations, staged or not
+    @functools.partial(fgrad.custom_vjp, jvp_of_fun=True)
+    def f(x):
+        return fnp.sin(x) * x
+
+    f.defvjp(lambda x: (f(x), x), lambda x, ct: (10.0 * ct * (fnp.cos(x) * x + fnp.sin(x)),))
+    x, exact = 0.7, np.cos(0.7) * 0.7 + np.sin(0.7)
+    for jvp in (lambda x: fgrad.jvp(f, (x,), (1.0,))[1],
+                lambda x: fgrad.jvp(fgrad.jit(f), (x,), (1.0,))[1],
+                fgrad.jit(lambda x: fgrad.jvp(f, (x,), (1.0,))[1]),
+                fgrad.jacfwd(f)):
+        np.testing.assert_allclose(jvp(x), exact, rtol=1e-12)
+    np.testing.assert_allclose(fgrad.vmap(fgrad.jacfwd(f))(np.array([x, x])), [exact] * 2,
+                               rtol=1e-12)
+    np.testing.assert_allclose(fgrad.grad(f)(x), 10 * exact, rtol=1e-12)
+    np.testing.assert_allclose(fgrad.grad(fgrad.jit(f))(x), 10 * exact, rtol=1e-12)
+    # forward over reverse: the rule, differentiated through its operations
+    np.testing.assert_allclose(fgrad.hessian(f)(x),
+                               10 * (2 * np.cos(x) - x * np.sin(x)), rtol=1e-12)

@@ -475,3 +475,23 @@ def test_out_axes_none_on_a_batched_output_and_missing_axis_size():
     with pytest.raises(BatchAxisError, match="chunk_size must be a positive int"):
         fgrad.vmap(lambda a: a, chunk_size=0)
 
+
+
+@pytest.mark.parametrize("jitted", [False, True])
+def test_a_batched_gather_along_one_axis_is_contiguous_and_numpys(jitted):
+    # vmap of x[idx] gathers along axis 1 of the batched x: NumPy's x[:, idx]
+    # would lay the result out with the indexed axes first (a transposed
+    # view); the gather is take's, C-contiguous, with NumPy's values
+    x = RNG.standard_normal((4, 7, 3))
+    idx = np.array([[0, 6, -1], [2, 2, 5]])
+    f = fgrad.vmap(lambda v: v[idx] * 1.0)
+    f = fgrad.jit(f) if jitted else f
+    out = f(x)
+    np.testing.assert_array_equal(out, x[:, idx])
+    assert out.flags.c_contiguous
+    g = fgrad.grad(lambda x: fnp.sum(fgrad.vmap(lambda v: v[idx] ** 2)(x)))(x)
+    want = np.zeros_like(x)
+    np.add.at(want, (slice(None), idx), 2 * x[:, idx])
+    np.testing.assert_allclose(g, want)
+    with pytest.raises(IndexError, match="out of bounds"):
+        fgrad.vmap(lambda v: v[np.array([7])] * 1.0)(x)

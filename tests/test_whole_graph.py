@@ -20,7 +20,7 @@ from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
 from fgrad.transforms.jit import compiled_for
 
-pytestmark = pytest.mark.skipif(not cpu_fusion.enabled(),
+pytestmark = pytest.mark.skipif(not (whole_graph.available() and cpu_fusion.enabled()),
                                 reason="numba missing or FGRAD_JIT_FUSE=0")
 
 

@@ -4,15 +4,19 @@
   zeros and ones, common subexpressions, dead code).
 - `codegen`: Python source for a graph, with buffer reuse; `compile_graph`.
 - `fusion`: elementwise groups and the backend kernels they become.
-- `cpu_fusion`: the same groups on NumPy as numba kernels (under jit).
+- `cpu_fusion`: the same groups on NumPy as LLVM kernels (under jit).
 - `kernel_ir`: those kernels' loops, written as LLVM IR.
 - `kernel_cache`: compiling those kernels, and the private disk cache.
+- `random_ir`: the random draws' loops (Threefry-2x32 words made into bits,
+  uniforms, normals and keys), written as LLVM IR, for `random_kernels` and
+  `program`.
 - `random_kernels`: the random draws of `fgrad.primitives.random` on NumPy,
   one pass each.
 - `lu_kernels`: LU factors kept for `fgrad.primitives.linalg`'s solves on
   NumPy, so a gradient factors each matrix once.
 - `lu_ir`: the LLVM IR that factors several small matrices at once, one per
-  SIMD lane, for `lu_kernels`.
+  SIMD lane, calls ``getrf`` on each of a stack, and solves with the
+  factors, for `lu_kernels`.
 - `conv_kernels`: `fgrad.primitives.nn`'s im2col and col2im as compiled
   loops on NumPy.
 - `pool_kernels`: `fgrad.primitives.nn`'s max pooling and its gradient as
@@ -21,7 +25,8 @@
   function, so no Python runs between its equations.
 - `buffer_plan`: every intermediate of a program at an offset in one arena,
   dead buffers reused.
-- `blas`: the addresses of SciPy's BLAS and LAPACK routines that programs call.
+- `blas`: the addresses of SciPy's BLAS and LAPACK routines that compiled
+  code calls.
 - `program`: a whole graph as one LLVM function (straight-line code lowered,
   everything else called back into NumPy); the opt-in ``program`` tier.
 - `native_steps`: the steps of a program that the modules below lower.

@@ -1,4 +1,4 @@
-"""The BLAS and LAPACK routines compiled programs call: SciPy's, found at run time.
+"""The BLAS and LAPACK routines compiled code calls: SciPy's, found at run time.
 
 SciPy exports its BLAS and LAPACK to Cython as function pointers
 (``scipy.linalg.cython_blas.__pyx_capi__`` and ``cython_lapack``'s: one
@@ -11,10 +11,13 @@ the next, so a program never holds them in its code (its machine code is
 cached on disk): it reads them from the table `gemm_table` returns, an
 argument of every call, at the position `routine_index` gives. Without
 SciPy (or without its Cython BLAS and LAPACK) there is no table, and
-products and factorizations stay NumPy calls.
+products and factorizations stay NumPy calls. `lapack_address` gives one
+LAPACK routine's address, which the LU kernels of `fgrad.compiler.lu_kernels`
+pass to their loops as an argument.
 """
 import ctypes
 import functools
+import importlib
 
 import numpy as np
 
@@ -52,13 +55,33 @@ def gemm_table():
     ...                   and all(table))
     True
     """
-    try:
-        from scipy.linalg import cython_blas, cython_lapack
-    except ImportError:
+    addresses = [_cython_address(f"cython_{module}", name) for module, name in ROUTINES]
+    if None in addresses:
         return None
-    capsules = {"blas": getattr(cython_blas, "__pyx_capi__", {}),
-                "lapack": getattr(cython_lapack, "__pyx_capi__", {})}
-    if not all(name in capsules[module] for module, name in ROUTINES):
+    table = np.array(addresses, np.uint64)
+    table.flags.writeable = False
+    return table
+
+
+@functools.cache
+def lapack_address(name):
+    """The address of SciPy's LAPACK routine ``name`` (``"dgetrf"``: Fortran's
+    conventions), or None without SciPy's Cython LAPACK.
+
+    >>> lapack_address("dgetrf") is None or lapack_address("dgetrf") > 0
+    True
+    """
+    return _cython_address("cython_lapack", name)
+
+
+def _cython_address(module, name):
+    """The function pointer ``scipy.linalg.<module>`` exports to Cython for
+    ``name`` (one capsule a routine), or None."""
+    try:
+        exported = importlib.import_module(f"scipy.linalg.{module}").__pyx_capi__
+    except (ImportError, AttributeError):
+        return None
+    if name not in exported:
         return None
     # prototypes of our own: setting ``ctypes.pythonapi``'s would change
     # them for every other user of it
@@ -66,7 +89,4 @@ def gemm_table():
         ("PyCapsule_GetName", ctypes.pythonapi))
     get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
         ("PyCapsule_GetPointer", ctypes.pythonapi))
-    table = np.array([get_pointer(capsules[m][n], get_name(capsules[m][n]))
-                      for m, n in ROUTINES], np.uint64)
-    table.flags.writeable = False
-    return table
+    return get_pointer(exported[name], get_name(exported[name]))

@@ -181,9 +181,17 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True, donated=()):
         except TypeError:
             return id(params)
 
+    # a 0-d input may arrive as a Python number (jit's `_scalar_arguments`
+    # keeps weakly typed ones so; a loop's or branch's body graph gets them
+    # from its caller, its own avals not weak), which has none of the array
+    # methods a lowering may call (``x.reshape``): its readers run their impls
+    maybe_python = {v for v in graph.invars if v.aval.shape == ()}
+
     def callee(eqn):
         ufunc = getattr(eqn.prim, "ufunc_name", None)
         lowering = eqn.prim.lowering
+        if maybe_python.intersection(v for v in eqn.invars if type(v) is Var):
+            lowering = None
         lowered = lowering(xp, **eqn.params) if lowering is not None and not ufunc \
             else None
         if ufunc:

@@ -30,9 +30,9 @@ shape and dtype before the loop runs, so an array it was not built for raises
 their loop's description, in memory (`KERNEL_CACHE_SIZE`) and on disk
 (`fgrad.compiler.kernel_cache`).
 
-Fusion is off when llvmlite (installed with numba, the ``jit`` extra) is not
-installed, when the environment variable ``FGRAD_JIT_FUSE`` is ``0``, or for
-``jit(f, fuse=False)``; the code is then exactly the unfused code.
+Fusion is off when llvmlite (the ``jit`` extra) is not installed, when the
+environment variable ``FGRAD_JIT_FUSE`` is ``0``, or for ``jit(f,
+fuse=False)``; the code is then exactly the unfused code.
 """
 import collections
 import functools
@@ -73,6 +73,15 @@ MAX_KERNEL_OPS = 1024
 # call saved), so a group reading more stays NumPy calls. What a kernel
 # writes costs nothing of the kind: several outputs are the rows of one array
 MAX_KERNEL_INPUTS = 16
+# ... where numba may compile the kernel: a whole-graph function
+# (`fgrad.compiler.whole_graph`) takes only arrays of up to 8192 elements, so
+# a larger group's kernel is only ever compiled by LLVM alone
+# (`fgrad.compiler.native`), at no cost per argument worth the name, and it
+# may read up to `MAX_LARGE_KERNEL_INPUTS`: ba's Jacobian, 15 jvps of an
+# error elementwise over its observations, reads 17 arrays and was 80 NumPy
+# calls, each writing an array of 1.25 million elements
+WHOLE_GRAPH_MAX_ELEMENTS = 8192
+MAX_LARGE_KERNEL_INPUTS = 64
 # most arrays a kernel may write and still call the vector functions of
 # `fgrad.compiler.vector_math`: LLVM vectorises a loop only while it can check
 # the arrays apart (about 15 here), and in a scalar loop those branch-free
@@ -602,8 +611,13 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
     flat = []
     for j, (v, mode) in enumerate(zip(inputs, modes)):
         # each input with its length (fixed by its shape: a constant here)
-        flat.append(f"x{j}.ravel(), {math.prod(v.aval.shape)}" if mode != "copy" else
-                    f"np.ascontiguousarray(np.broadcast_to(x{j}, SHAPE)).ravel(), {size}")
+        n = math.prod(v.aval.shape)
+        if mode == "copy":
+            flat.append(f"np.ascontiguousarray(np.broadcast_to(x{j}, SHAPE)).ravel(), {size}")
+        elif mode == "at":          # read in place at offsets that assume C order
+            flat.append(f"np.ascontiguousarray(x{j}).ravel(), {n}")
+        else:
+            flat.append(f"x{j}.ravel(), {n}")
     namespace["SHAPE"] = shape
     if _packed(outputs):
         # each output a row of one allocation (a view: callers may keep it)
@@ -760,14 +774,73 @@ def plan_kernels(graph):
             spec, inputs, modes, outputs, reduced = kernel_source(graph, run, reds, readers)
             if not inputs:
                 continue                  # a constant: folding's business
-            if len(inputs) > MAX_KERNEL_INPUTS:
+            if len(inputs) > (MAX_KERNEL_INPUTS if math.prod(shape) <= WHOLE_GRAPH_MAX_ELEMENTS
+                              else MAX_LARGE_KERNEL_INPUTS):
                 continue                  # dearer to compile than it saves
             if not worth_fusing([graph.eqns[k] for k in run + reds], len(inputs),
                                 len(outputs), math.prod(shape)):
                 continue
+            spec, modes = _broadcast_in_place(spec, inputs, modes, shape)
             plans.append(KernelPlan(max(run + reds), sorted(run + reds), spec, inputs, modes,
                                     outputs, reduced, shape))
     return plans
+
+
+def _broadcast_in_place(spec, inputs, modes, shape):
+    """``(spec, modes)`` with each input `kernel_source` would broadcast out
+    to a full array first (mode "copy") read in place instead: mode "at",
+    at the offset `broadcast_offset` gives (its index in ``spec``).
+
+    A copy writes the group's size for an input that may be far smaller,
+    and writes are what large arrays cost most: the last kernel of ht's
+    Jacobian (hand8) broadcast six inputs of 6,400 to 179,200 elements out
+    to 537,600 each, 26 MB written for 3 ms of arithmetic.
+    """
+    if "copy" not in modes:
+        return spec, modes
+    spec_inputs, modes = list(spec.inputs), list(modes)
+    for j, mode in enumerate(modes):
+        if mode == "copy":
+            spec_inputs[j] = (spec_inputs[j][0], broadcast_offset(inputs[j].aval.shape, shape))
+            modes[j] = "at"
+    return KernelSpec(spec_inputs, spec.inner, spec.ops, spec.reductions, spec.outputs,
+                      spec.packed, spec.vectorised), modes
+
+
+def broadcast_offset(shape, group_shape):
+    """The index kind ``("at", terms)`` reading a C-contiguous array of
+    ``shape`` broadcast to ``group_shape`` at the group's flat element i:
+    the offset is the sum over ``terms`` ``(period, length, stride)`` of
+    ``(i // period % length) * stride`` (``length`` None: no modulo).
+    Axes the input is broadcast along drop out, and runs of axes it holds
+    whole merge into one term.
+
+    >>> broadcast_offset((6400, 1), (28, 6400, 3))       # a column in a stack
+    ('at', ((3, 6400, 1),))
+    >>> broadcast_offset((28, 1, 3), (28, 5, 3))
+    ('at', ((15, None, 3), (1, 3, 1)))
+    """
+    aligned = (1,) * (len(group_shape) - len(shape)) + tuple(shape)
+    strides, stride = [], 1
+    for n in reversed(aligned):
+        strides.append(0 if n == 1 else stride)
+        stride *= n
+    strides.reverse()
+    terms, period = [], 1
+    for axis in reversed(range(len(group_shape))):     # innermost first
+        length, stride = group_shape[axis], strides[axis]
+        if stride:
+            if terms and terms[-1][0] * terms[-1][1] == period \
+                    and terms[-1][2] * terms[-1][1] == stride:
+                p, n, s = terms[-1]
+                terms[-1] = (p, n * length, s)         # continues the run below it
+            else:
+                terms.append((period, length, stride))
+        period *= length
+    # the outermost term needs no modulo: i // period is below its length
+    if terms and terms[-1][0] * terms[-1][1] == period:
+        terms[-1] = (terms[-1][0], None, terms[-1][2])
+    return ("at", tuple(reversed(terms)))
 
 
 def compiled_kernel(plan):
@@ -792,7 +865,9 @@ def fuse_for_cpu(graph, plans=None):
     ['cpu_fused']
     """
     replace, skip = {}, set()
-    for plan in plan_kernels(graph) if plans is None else plans:
+    plans = plan_kernels(graph) if plans is None else plans
+    prologue, contiguous = _contiguous_inputs(graph, plans)
+    for plan in plans:
         outputs, reduced = plan.outputs, plan.reduced
         fn = native_kernel(plan.spec)
         kernel = CpuKernel(plan, f"fgrad_cpu_{fn.key[-12:]}",
@@ -802,13 +877,38 @@ def fuse_for_cpu(graph, plans=None):
                            [k for k in plan.replaced
                             if graph.eqns[k].outvars[0] in reduced],
                            _overwritable(plan))
-        replace[plan.last] = Equation(cpu_fused_p, list(plan.inputs), outputs + reduced,
-                                      {"kernel": kernel})
+        replace[plan.last] = Equation(cpu_fused_p, [contiguous.get(v, v) for v in plan.inputs],
+                                      outputs + reduced, {"kernel": kernel})
         skip.update(k for k in plan.replaced if k != plan.last)
     if not replace:
         return graph
-    eqns = [replace.get(k, e) for k, e in enumerate(graph.eqns) if k not in skip]
+    eqns = prologue + [replace.get(k, e) for k, e in enumerate(graph.eqns) if k not in skip]
     return Graph(graph.invars, eqns, graph.outvars)
+
+
+# A kernel reads flat arrays: a strided input is copied at each call of each
+# kernel that reads it (``x.ravel()``). The graph's own inputs may be strided
+# views (ba's cameras, one row of a transposed array per parameter, each
+# read by its 12 kernels), so one read by several kernels is made contiguous
+# once, at the start (a no-op for an input that is contiguous already).
+CONTIGUOUS_MIN_ELEMENTS = 1 << 14
+
+contiguous_p = Primitive("contiguous", np.ascontiguousarray, lambda aval: aval, register=False)
+contiguous_p.lowering = lambda xp: xp.ascontiguousarray
+
+
+def _contiguous_inputs(graph, plans):
+    """``(prologue, {input var: its contiguous var})`` for the graph inputs
+    that two or more of ``plans`` read element by element."""
+    readers = collections.Counter(
+        v for plan in plans for v, mode in set(zip(plan.inputs, plan.modes)) if mode != "one")
+    inputs = set(graph.invars)
+    prologue, contiguous = [], {}
+    for v, count in readers.items():
+        if count > 1 and v in inputs and v.aval.size >= CONTIGUOUS_MIN_ELEMENTS:
+            contiguous[v] = Var(v.aval)
+            prologue.append(Equation(contiguous_p, [v], [contiguous[v]], {}))
+    return prologue, contiguous
 
 
 def _overwritable(plan):

@@ -67,7 +67,10 @@ class KernelSpec:
 
     ``inputs`` are ``(dtype, index)`` pairs: index ``"i"`` (the element),
     ``"one"`` (element 0), ``"k"`` / ``"k%"`` (the inner loop's index, or it
-    modulo the input's length) or ``"r"`` (the outer loop's); ``inner`` is
+    modulo the input's length), ``"r"`` (the outer loop's) or ``("at",
+    terms)`` (the sum over ``(period, length, stride)`` terms of ``(i //
+    period % length) * stride``: an array broadcast along inner axes, read
+    in place; `fgrad.compiler.cpu_fusion.broadcast_offset`); ``inner`` is
     None for one loop, else ``("suffix", j)`` (the inner loop runs over input
     j's length) or ``("prefix", j)`` (over ``n`` divided by it). ``ops``
     are `Op` s; ``reductions`` ``(kind, arg, acc_dtype)`` triples (kind
@@ -391,7 +394,10 @@ def define_kernel(ir, module, spec, name, object_offset=None):
                 have, index = spec.inputs[what]
                 value = loaded.get(what)
                 if value is None:
-                    at = {"i": i, "k": k, "r": r}.get(index)
+                    if type(index) is tuple:
+                        at = _offset(ir, b, i, index[1])
+                    else:
+                        at = {"i": i, "k": k, "r": r}.get(index)
                     if index == "k%":
                         at = b.urem(k, in_lens[what])
                     value = loaded[what] = load(ir, b, in_ptrs[what], at, have, f"x{what}")
@@ -455,6 +461,22 @@ def define_kernel(ir, module, spec, name, object_offset=None):
         b.store(b.load(slot), ptr)
     b.ret_void()
     return fn
+
+
+def _offset(ir, b, i, terms):
+    """The element of an input read in place under broadcasting (index
+    ``("at", terms)``): the sum of ``(i // period % length) * stride``. The
+    numbers are constants, so LLVM divides by multiplying."""
+    i64 = ir.IntType(64)
+    at = None
+    for period, length, stride in terms:
+        x = i if period == 1 else b.udiv(i, ir.Constant(i64, period))
+        if length is not None:
+            x = b.urem(x, ir.Constant(i64, length))
+        if stride != 1:
+            x = b.mul(x, ir.Constant(i64, stride))
+        at = x if at is None else b.add(at, x)
+    return at if at is not None else ir.Constant(i64, 0)
 
 
 def vector_functions(module):

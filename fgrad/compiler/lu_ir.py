@@ -177,3 +177,191 @@ def factor_ir(dtype, object_offset, name="lu_factor"):
     counted(ir, b, b.udiv(b.add(count, const(width - 1)), const(width)), chunk, "chunk")
     b.ret_void()
     return str(module)
+
+
+# ---------------------------------------------------------------------------
+# getrf once a matrix, and the solves with the factors
+# ---------------------------------------------------------------------------
+
+# (scalar element, elements a value spans) of each dtype a loop below reads
+_PARTS = {np.dtype(np.float32): ("float", 1), np.dtype(np.float64): ("double", 1),
+          np.dtype(np.complex64): ("float", 2), np.dtype(np.complex128): ("double", 2)}
+
+
+def getrf_loop_ir(dtype, object_offset, name="lu_getrf"):
+    """IR text of ``void name(i64 count, i64 n, i64 getrf, lu, piv, info)``:
+    LAPACK's ``getrf`` (its address, Fortran's conventions) called on each of
+    the ``count`` C-ordered n x n matrices of ``lu`` (``dtype``), in place,
+    with ``piv[m]`` and ``info[m]`` (int32) its pivots and flag. The address
+    is an argument, never a constant: it changes from process to process,
+    and the machine code is kept on disk."""
+    from llvmlite import ir
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    i8p, i32p = i8.as_pointer(), i32.as_pointer()
+    module = ir.Module(name=name)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64] * 3 + [i8p] * 3), name)
+    count, n, address, *objects = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    offset = ir.Constant(i64, object_offset)
+    lu, piv, info = (b.load(b.bitcast(b.gep(obj, [offset]), i8p.as_pointer()))
+                     for obj in objects)
+    getrf = b.inttoptr(address, ir.FunctionType(ir.VoidType(), [i32p, i32p, i8p, i32p,
+                                                                i32p, i32p]).as_pointer())
+    size = b.alloca(i32)                # Fortran takes every argument by reference
+    b.store(b.trunc(n, i32), size)
+    matrix_bytes = b.mul(b.mul(n, n), ir.Constant(i64, np.dtype(dtype).itemsize))
+    pivots, flags = b.bitcast(piv, i32p), b.bitcast(info, i32p)
+
+    def call(m):
+        b.call(getrf, [size, size, b.gep(lu, [b.mul(m, matrix_bytes)]), size,
+                       b.gep(pivots, [b.mul(m, n)]), b.gep(flags, [m])])
+    counted(ir, b, count, call, "m")
+    b.ret_void()
+    return str(module)
+
+
+class _Scalars:
+    """Loads, stores and arithmetic of real or complex values at builder
+    ``b``; a complex value is a (real, imaginary) pair, computed as numba
+    computed it (the textbook product, CPython's quotient)."""
+
+    def __init__(self, ir, b, dtype):
+        self.ir, self.b = ir, b
+        scalar, self.parts = _PARTS[np.dtype(dtype)]
+        self.item = ir.DoubleType() if scalar == "double" else ir.FloatType()
+
+    def load(self, ptr, index):
+        b, i64 = self.b, self.ir.IntType(64)
+        if self.parts == 1:
+            return b.load(b.gep(ptr, [index]))
+        at = b.mul(index, i64(2))
+        return b.load(b.gep(ptr, [at])), b.load(b.gep(ptr, [b.add(at, i64(1))]))
+
+    def store(self, value, ptr, index):
+        b, i64 = self.b, self.ir.IntType(64)
+        if self.parts == 1:
+            b.store(value, b.gep(ptr, [index]))
+            return
+        at = b.mul(index, i64(2))
+        b.store(value[0], b.gep(ptr, [at]))
+        b.store(value[1], b.gep(ptr, [b.add(at, i64(1))]))
+
+    def multiply_subtract(self, w, v, x):
+        """``w - v * x``."""
+        b = self.b
+        if self.parts == 1:
+            return b.fsub(w, b.fmul(v, x))
+        (a, c), (e, d) = v, x
+        product = (b.fsub(b.fmul(a, e), b.fmul(c, d)), b.fadd(b.fmul(a, d), b.fmul(c, e)))
+        return b.fsub(w[0], product[0]), b.fsub(w[1], product[1])
+
+    def divide(self, x, d):
+        """``x / d``; a complex quotient by CPython's (Smith's) algorithm."""
+        b = self.b
+        if self.parts == 1:
+            return b.fdiv(x, d)
+        (xr, xi), (dr, di) = x, d
+        fabs = self.b.module.declare_intrinsic("llvm.fabs", [self.item])
+        by_real = b.fcmp_ordered(">=", b.call(fabs, [dr]), b.call(fabs, [di]))
+        # |dr| >= |di|: the ratio di / dr; else dr / di
+        ratio = b.select(by_real, b.fdiv(di, dr), b.fdiv(dr, di))
+        denom = b.select(by_real, b.fadd(dr, b.fmul(di, ratio)),
+                         b.fadd(b.fmul(dr, ratio), di))
+        real = b.select(by_real, b.fadd(xr, b.fmul(xi, ratio)),
+                        b.fadd(b.fmul(xr, ratio), xi))
+        imag = b.select(by_real, b.fsub(xi, b.fmul(xr, ratio)),
+                        b.fsub(b.fmul(xi, ratio), xr))
+        return b.fdiv(real, denom), b.fdiv(imag, denom)
+
+
+def solve_ir(dtype, transpose, object_offset, name="lu_solve"):
+    """IR text of ``void name(i64 count, i64 n, i64 k, i64 lu_step, i64
+    piv_step, i64 b_step, lu, piv, b, x)``: ``x[m] = a^-1 b[m]`` (``a^-T``
+    with ``transpose``) for the factors ``lu`` (C-ordered n x n matrices,
+    ``lu_step`` elements apart: 0 repeats one) and pivots ``piv``
+    (``piv_step`` apart) of each ``a^T`` as `fgrad.compiler.lu_kernels`
+    keeps them, ``b`` (n x k, ``b_step`` apart) and ``x`` (C order) of
+    ``dtype``.
+
+    The factors in ``lu[m]`` are ``F = L\\U`` of ``a^T = P L U`` stored
+    transposed, ``lu[m][i, j] = F[j, i]``, so ``a x = b`` is a forward
+    substitution with ``U^T`` (lu's lower triangle and diagonal), a back
+    substitution with ``L^T`` (its strict upper one, unit diagonal), then
+    P's row swaps in reverse order; ``a^T x = b`` is the swaps in order, then
+    ``L`` and ``U`` read by rows of lu. Each update runs along a row of
+    ``x`` (the right-hand sides), which LLVM vectorises; row by row, each
+    row would wait on its own last update (a third slower at 32x32). They
+    are substitutions written out, not LAPACK's ``getrs``: OpenBLAS runs
+    getrs's triangular solves on its thread pool once there are two
+    right-hand sides, and on a busy machine waking it took some 7 ms a call
+    against 40 us for a 20x20 system.
+    """
+    from llvmlite import ir
+    i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
+    module = ir.Module(name=name)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64] * 6 + [i8p] * 4), name)
+    count, n, k, lu_step, piv_step, b_step, *objects = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    s = _Scalars(ir, b, dtype)
+    offset = ir.Constant(i64, object_offset)
+    lu_all, piv_all, b_all, x_all = (
+        b.load(b.bitcast(b.gep(obj, [offset]), t.as_pointer().as_pointer()))
+        for obj, t in zip(objects, (s.item, i32, s.item, s.item)))
+    one = i64(1)
+    parts = i64(s.parts)
+
+    def reversed_range(count_, body, name_):
+        counted(ir, b, count_, lambda r: body(b.sub(b.sub(count_, one), r)), name_)
+
+    def per_matrix(m):
+        f = b.gep(lu_all, [b.mul(b.mul(m, lu_step), parts)])
+        p = b.gep(piv_all, [b.mul(m, piv_step)])
+        src = b.gep(b_all, [b.mul(b.mul(m, b_step), parts)])
+        w = b.gep(x_all, [b.mul(b.mul(m, b.mul(n, k)), parts)])
+        counted(ir, b, b.mul(b.mul(n, k), parts),
+                lambda i: b.store(b.load(b.gep(src, [i])), b.gep(w, [i])), "copy")
+
+        def at(i, c):
+            return b.add(b.mul(i, k), c)
+
+        def swap(r):
+            q = b.sub(b.sext(b.load(b.gep(p, [r])), i64), one)
+
+            def column(c):
+                x, y = s.load(w, at(r, c)), s.load(w, at(q, c))
+                s.store(y, w, at(r, c))
+                s.store(x, w, at(q, c))
+            counted(ir, b, k, column, "swap.c")
+
+        def update(i, j, v):                    # w[i, :] -= v * w[j, :]
+            counted(ir, b, k, lambda c: s.store(s.multiply_subtract(
+                s.load(w, at(i, c)), v, s.load(w, at(j, c))), w, at(i, c)), "update.c")
+
+        def scale(j, d):                        # w[j, :] /= d
+            counted(ir, b, k, lambda c: s.store(s.divide(s.load(w, at(j, c)), d),
+                                                w, at(j, c)), "scale.c")
+
+        def matrix(i, j):
+            return s.load(f, b.add(b.mul(i, n), j))
+        if transpose:
+            counted(ir, b, n, swap, "swap")
+            counted(ir, b, n, lambda j: counted(
+                ir, b, n, lambda i: update(i, j, matrix(j, i)), "l.i", start=b.add(j, one)),
+                "l.j")
+
+            def back(j):
+                scale(j, matrix(j, j))
+                counted(ir, b, j, lambda i: update(i, j, matrix(j, i)), "u.i")
+            reversed_range(n, back, "u.j")
+        else:
+            def forward(j):
+                scale(j, matrix(j, j))
+                counted(ir, b, n, lambda i: update(i, j, matrix(i, j)), "u.i",
+                        start=b.add(j, one))
+            counted(ir, b, n, forward, "u.j")
+            reversed_range(n, lambda j: counted(
+                ir, b, j, lambda i: update(i, j, matrix(i, j)), "l.i"), "l.j")
+            reversed_range(n, swap, "swap")
+    counted(ir, b, count, per_matrix, "m")
+    b.ret_void()
+    return str(module)

@@ -4,29 +4,30 @@
 gradient that solves with ``a`` forward and with ``a^T`` backward factors it
 twice. SciPy's ``lu_factor`` and ``lu_solve`` keep the factors but loop over a
 stack in Python, about 10 µs a matrix: the whole cost of a small system. Here
-LAPACK's ``getrf`` (SciPy's Cython LAPACK, the function SciPy itself calls)
-factors every matrix of the stack from one numba loop, and a second loop
-solves with the factors by substitution; both are compiled
-through `fgrad.compiler.kernel_cache` (so a second process loads it from
-disk). ``getrf`` reaches its loop as an argument, never as a constant: its
-address changes from process to process, the cached code does not.
+small real matrices are factored several at once (`fgrad.compiler.lu_ir`),
+and LAPACK's ``getrf`` (SciPy's Cython LAPACK, the function SciPy itself
+calls) factors the others from one compiled loop; a second loop solves with
+the factors by substitution. All are LLVM IR compiled by
+`fgrad.compiler.native` (llvmlite) and kept in its disk cache, so a second
+process loads them. ``getrf`` reaches its loop as an argument, never as a
+constant: its address changes from process to process, the cached code does
+not.
 
 A C-ordered matrix read in Fortran order is its transpose: the factors kept
 are those of ``a^T``, and no matrix is copied into Fortran order.
 
 Importing this module installs `factor` and `solve` in
-`fgrad.primitives.linalg` (``register_lu_kernels``) when numba and SciPy are
-installed (both optional); without them ``solve_factors`` keeps a copy of the
-matrix and each solve factors it again.
+`fgrad.primitives.linalg` (``register_lu_kernels``) when llvmlite and SciPy
+are installed (both optional); without them ``solve_factors`` keeps a copy of
+the matrix and each solve factors it again.
 """
-import ctypes
 import functools
-import importlib.util
+import math
 
 import numpy as np
 
 from fgrad.compiler import lu_ir, native
-from fgrad.compiler.kernel_cache import load_or_build
+from fgrad.compiler.blas import lapack_address
 from fgrad.primitives import linalg as _linalg
 
 # LAPACK's type prefix for each dtype factored here
@@ -39,108 +40,20 @@ PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
 #: caches)
 LANES_MAX_N = 48
 
-_FACTOR_SOURCE = """
-def kernel(getrf, lu, piv, info):
-    n = np.empty(1, np.int32)
-    n[0] = lu.shape[1]
-    for k in range(lu.shape[0]):
-        getrf(n.ctypes.data, n.ctypes.data, lu[k].ctypes.data, n.ctypes.data,
-              piv[k].ctypes.data, info[k:].ctypes.data)
-"""
 
-# The solves with the factors are substitutions written out here, not LAPACK's
-# getrs: OpenBLAS runs getrs's triangular solves on its thread pool once there
-# are two right-hand sides, and on a busy machine waking it took some 7 ms a
-# call against 40 µs for a 20x20 system. The factors in lu[m] (C order) are
-# F = L\U of a^T with a^T = P L U, so lu[m][i, j] = F[j, i]:
-# - a x = b, a = U^T L^T P^T: forward substitution with U^T (lu's lower
-#   triangle and diagonal), back substitution with L^T (its strict upper one,
-#   unit diagonal), then the row swaps of P in reverse order;
-# - a^T x = b: the swaps in order, then L and U, read by rows of lu.
-_SOLVE_SOURCE = """
-def kernel(transpose, lu, piv, b, x):
-    n, k = b.shape[1], b.shape[2]
-    for m in range(b.shape[0]):
-        f = lu[m]
-        w = x[m]
-        w[:, :] = b[m]
-        # phase 0 or 2: P's row swaps (first, in order, for a^T; last, in
-        # reverse order, for a); phase 1: the two substitutions
-        for phase in range(3):
-            if phase == (0 if transpose else 2):
-                for s in range(n):
-                    r = s if transpose else n - 1 - s
-                    q = piv[m, r] - 1
-                    if q != r:
-                        for c in range(k):
-                            t = w[r, c]
-                            w[r, c] = w[q, c]
-                            w[q, c] = t
-            elif phase == 1 and transpose:
-                for j in range(n):
-                    for i in range(j + 1, n):
-                        v = f[j, i]
-                        for c in range(k):
-                            w[i, c] -= v * w[j, c]
-                for j in range(n - 1, -1, -1):
-                    d = f[j, j]
-                    for c in range(k):
-                        w[j, c] /= d
-                    for i in range(j):
-                        v = f[j, i]
-                        for c in range(k):
-                            w[i, c] -= v * w[j, c]
-            elif phase == 1:
-                # by columns of lu, as above: row by row, each row would wait
-                # on its own last update (a third slower at 32x32)
-                for j in range(n):
-                    d = f[j, j]
-                    for c in range(k):
-                        w[j, c] /= d
-                    for i in range(j + 1, n):
-                        v = f[i, j]
-                        for c in range(k):
-                            w[i, c] -= v * w[j, c]
-                for j in range(n - 1, -1, -1):
-                    for i in range(j):
-                        v = f[i, j]
-                        for c in range(k):
-                            w[i, c] -= v * w[j, c]
-"""
+@functools.cache
+def _getrf_loop(dtype):
+    """``(loop, getrf's address)`` for ``dtype``: `fgrad.compiler.lu_ir`'s
+    loop of ``getrf`` calls, and the routine it calls (SciPy's Cython LAPACK)."""
+    loop = native.compile_ir(lu_ir.getrf_loop_ir(dtype, native.array_data_offset()),
+                             "lu_getrf", ["i64"] * 3 + ["array"] * 3)
+    return loop, lapack_address(PREFIX[dtype] + "getrf")
 
 
-@functools.lru_cache(maxsize=None)
-def _lapack(name):
-    # a ctypes function over SciPy's Cython LAPACK (Fortran: every argument by
-    # reference); the loops call it with the arrays' addresses
-    from numba.extending import get_cython_function_address
-    address = get_cython_function_address("scipy.linalg.cython_lapack", name)
-    return ctypes.CFUNCTYPE(None, *(ctypes.c_void_p,) * 6)(address)
-
-
-@functools.lru_cache(maxsize=None)
-def _factor_kernel(dtype):
-    """``(loop, getrf)`` for ``dtype``."""
-    import numba
-    getrf = _lapack(PREFIX[dtype] + "getrf")
-    item = numba.from_dtype(dtype)
-    signature = numba.void(numba.typeof(getrf), item[:, :, ::1], numba.int32[:, ::1],
-                           numba.int32[::1])
-    return load_or_build(_FACTOR_SOURCE, signature), getrf
-
-
-@functools.lru_cache(maxsize=None)
-def _solve_kernel(dtype, contiguous):
-    import numba
-    item = numba.from_dtype(dtype)
-    # lu, piv and b may repeat a matrix along a broadcast axis (stride 0);
-    # C-ordered ones (no broadcast: the usual case) get loops of their own,
-    # which LLVM vectorises knowing the strides (10-15% faster at 32x32)
-    layout = "C" if contiguous else "A"
-    stack = numba.types.Array(item, 3, layout, readonly=True)
-    pivots = numba.types.Array(numba.int32, 2, layout, readonly=True)
-    signature = numba.void(numba.boolean, stack, pivots, stack, item[:, :, ::1])
-    return load_or_build(_SOLVE_SOURCE, signature)
+@functools.cache
+def _solve_kernel(dtype, transpose):
+    return native.compile_ir(lu_ir.solve_ir(dtype, transpose, native.array_data_offset()),
+                             "lu_solve", ["i64"] * 6 + ["array"] * 4)
 
 
 _LANE_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -199,8 +112,8 @@ def factor_all(a):
     else:
         lu = np.array(a, order="C", copy=True)
         if lu.size:                      # LAPACK rejects a 0 x 0 matrix
-            loop, getrf = _factor_kernel(lu.dtype)
-            loop(getrf, lu.reshape(-1, n, n), piv, info)
+            loop, getrf = _getrf_loop(lu.dtype)
+            loop(count, n, getrf, lu, piv, info)
     return lu, piv.reshape(lu.shape[:-1]), info.reshape(lu.shape[:-2])
 
 
@@ -214,21 +127,28 @@ def solve(lu, piv, b, transpose):
            [0.83333333]])
     """
     n, k = b.shape[-2:]
-    same = lu.shape[:-2] == b.shape[:-2]
-    batch = lu.shape[:-2] if same else np.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    batch = np.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
     x = np.empty(batch + (n, k), lu.dtype)
     if x.size:
         count = x.size // (n * k)
-        if not same:
-            lu = np.broadcast_to(lu, batch + (n, n))
-            piv = np.broadcast_to(piv, batch + (n,))
-            b = np.broadcast_to(b, batch + (n, k))
-        lu, piv = lu.reshape(count, n, n), piv.reshape(count, n)
-        b = b.astype(lu.dtype, copy=False).reshape(count, n, k)
-        contiguous = lu.flags.c_contiguous and piv.flags.c_contiguous and b.flags.c_contiguous
-        _solve_kernel(lu.dtype, contiguous)(bool(transpose), lu, piv, b, x.reshape(count, n, k))
+        b = b.astype(lu.dtype, copy=False)
+        # each operand's matrices, the step between two (0: one repeated)
+        (lu, lu_step), (piv, piv_step), (b, b_step) = (
+            _stacked(v, inner, batch) for v, inner in ((lu, 2), (piv, 1), (b, 2)))
+        _solve_kernel(lu.dtype, bool(transpose))(count, n, k, lu_step, piv_step, b_step,
+                                                 lu, piv, b, x)
     return x
 
 
-if all(importlib.util.find_spec(m) is not None for m in ("numba", "scipy")):
+def _stacked(v, inner, batch):
+    """``(array, step)``: the matrices of ``v`` (its last ``inner`` axes)
+    broadcast to the stack ``batch``, C-ordered, ``step`` elements apart;
+    a single matrix is repeated by step 0, not copied."""
+    shape = v.shape[v.ndim - inner:]
+    if math.prod(v.shape[:v.ndim - inner]) == 1:
+        return np.ascontiguousarray(v), 0
+    return np.ascontiguousarray(np.broadcast_to(v, batch + shape)), math.prod(shape)
+
+
+if native.available() and lapack_address("dgetrf") is not None:
     _linalg.register_lu_kernels(factor, solve, tuple(PREFIX))

@@ -12,11 +12,12 @@ NumPy code back, which raises NumPy's error or computes NumPy's answer:
 
 
 class NativeStep:
-    """A step for equation ``eqn`` (number ``index`` of the graph), reading
+    """A step for equation ``eqn`` (``index``: its label, the equation's
+    number, after its loop's where it is in a loop's body), reading
     its inputs and writing its outputs, and ``scratch``: values of its own
     (`fgrad.core.graph.Var` s) that the buffer plan gives arena bytes while
     the step runs. ``fallback``: whether it may call its equation's NumPy
-    code back (`emit`'s ``call_out``)."""
+    code back (`emit`'s ``call_out``; the program numbers those ``id``)."""
 
     fallback = False
 
@@ -29,11 +30,12 @@ class NativeStep:
     def writes(self):
         return list(self.eqn.outvars) + self.scratch
 
-    def emit(self, ir, b, pointer, table, call_out):
+    def emit(self, ir, b, pointer, table, call_out, alloca):
         """Write the step's IR at builder ``b``: ``pointer(v)`` is value ``v``'s
         data, ``table`` the table of BLAS and LAPACK routines (i64*,
         `fgrad.compiler.blas`), ``call_out()`` writes a call of the
-        equation's NumPy code."""
+        equation's NumPy code, ``alloca(type)`` makes a stack slot (once,
+        in the function's entry block: the step may be in a loop's body)."""
         raise NotImplementedError
 
 
@@ -49,9 +51,10 @@ def constant_cell(ir, b, typ, value):
     return module.globals[name]
 
 
-def new_flag(ir, b):
-    """An i32 slot holding 0, for `raise_flag` and `call_out_if`."""
-    flag = b.alloca(ir.IntType(32))
+def new_flag(ir, b, alloca):
+    """An i32 slot (made by ``alloca``) holding 0, for `raise_flag` and
+    `call_out_if`."""
+    flag = alloca(ir.IntType(32))
     b.store(ir.Constant(ir.IntType(32), 0), flag)
     return flag
 

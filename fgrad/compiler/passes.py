@@ -10,8 +10,10 @@ simpler one computing the same outputs, in time linear in its equations.
 3. ``propagate_zeros``: a known-zero operand short-circuits the arithmetic that
    would consume it (``x + 0 -> x``, ``x * 0 -> 0``, ``sum(0) -> 0``), so no
    zero arrays are computed at run time;
-4. ``eliminate_common_subexpressions``: identical equations are computed once;
-5. ``eliminate_dead_code``: equations no output depends on are dropped.
+4. ``sink_negations``: ``x @ -y`` becomes ``-(x @ y)`` where the product is
+   the smaller array, so the negated operand need not be made;
+5. ``eliminate_common_subexpressions``: identical equations are computed once;
+6. ``eliminate_dead_code``: equations no output depends on are dropped.
 """
 import functools
 
@@ -286,7 +288,46 @@ def propagate_zeros(graph, xp=np):
 
 
 # ---------------------------------------------------------------------------
-# 4. Common subexpressions
+# 4. Negations moved past products
+# ---------------------------------------------------------------------------
+
+
+def sink_negations(graph):
+    """``x @ -y`` becomes ``-(x @ y)`` (and ``-x @ y`` too) where the product
+    is smaller than the negated operand.
+
+    A reverse sweep negates cotangents (the VJP of ``a - b``), and one that
+    reaches a matrix product as ``-ct`` is a whole array written to be read
+    once: kmeans' Newton direction wrote its n x k weights twice, once
+    negated for the product with the points. Negation commutes with the
+    product exactly (each term is negated, and rounding is symmetric), but
+    for the sign of a zero; the negated operand is then dead unless
+    something else reads it.
+    """
+    negated = {}                 # the output of each negation -> its operand
+    eqns = []
+    for eqn in graph.eqns:
+        if eqn.prim is ew.negative_p and type(eqn.invars[0]) is Var \
+                and np.dtype(eqn.invars[0].aval.dtype).kind in "fc":
+            negated[eqn.outvars[0]] = eqn.invars[0]
+        elif eqn.prim is products.matmul_p and any(v in negated for v in eqn.invars):
+            out = eqn.outvars[0]
+            flips = [v for v in eqn.invars if v in negated]
+            if all(out.aval.size < v.aval.size for v in flips):
+                invars = [negated.get(v, v) for v in eqn.invars]
+                if len(flips) == 2:          # -x @ -y == x @ y
+                    eqns.append(Equation(eqn.prim, invars, eqn.outvars, eqn.params))
+                    continue
+                product = Var(out.aval)
+                eqns.append(Equation(eqn.prim, invars, [product], eqn.params))
+                eqns.append(Equation(ew.negative_p, [product], [out], {}))
+                continue
+        eqns.append(eqn)
+    return Graph(graph.invars, eqns, graph.outvars)
+
+
+# ---------------------------------------------------------------------------
+# 5. Common subexpressions
 # ---------------------------------------------------------------------------
 
 
@@ -327,7 +368,7 @@ def eliminate_common_subexpressions(graph):
 
 
 # ---------------------------------------------------------------------------
-# 5. Dead code
+# 6. Dead code
 # ---------------------------------------------------------------------------
 
 
@@ -348,5 +389,6 @@ def optimize(graph, xp=np):
     graph = inline_calls(graph)
     graph = fold_constants(graph, xp)
     graph = propagate_zeros(graph, xp)
+    graph = sink_negations(graph)
     graph = eliminate_common_subexpressions(graph)
     return eliminate_dead_code(graph)

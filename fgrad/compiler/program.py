@@ -1,4 +1,4 @@
-"""One native function per jitted graph: a straight-line graph lowered to LLVM IR.
+"""One native function per jitted graph: a staged graph, loops included, lowered to LLVM IR.
 
 `compile_program` turns an optimised staged graph into one function compiled
 by LLVM (`fgrad.compiler.native`), so that no Python runs between its
@@ -10,10 +10,19 @@ operations. The pipeline:
    of one equation, since a call inside the program costs nothing;
    ``sum``, ``max`` and ``min`` over any axes are loops with the accumulator
    in a register; ``transpose``, ``broadcast_to`` and basic indexing are
-   strided copies; ``reshape`` of a value the program made is a view of its
-   buffer; a float ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
+   strided copies, as are ``concatenate`` and ``scatter_add`` at a basic
+   index (pieces copied into one buffer); ``reshape``, ``stop_gradient``
+   and custom_linear_solve's and custom_root's identities are views; ``any``/``all`` of bools
+   are reductions; ``scan``, ``while_loop`` and ``cond`` are lowered in
+   place, their bodies steps like these (`fgrad.compiler.program_loops`);
+   a float ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
    called once per matrix of a batch, reading an operand that only products
-   read through a transpose as its source, transposed (gemm's flag). Every
+   read through a transpose as its source, transposed (gemm's flag); a
+   random draw on uint32 keys is one loop (`fgrad.compiler.random_ir`); an
+   einsum of two float operands is a matmul; cholesky, LU factors and
+   solves, det and slogdet are LAPACK calls (`fgrad.compiler.program_linalg`);
+   a gather or scatter_add of one index array is a loop
+   (`fgrad.compiler.program_indexing`). Every
    other equation is a *callout*: the compiled function calls back into
    Python (a ctypes callback), which runs the primitive's NumPy code on views
    of the program's buffers and copies its results into them. Callouts are
@@ -36,7 +45,7 @@ float64, in order, where NumPy sums pairwise: equal to rounding; a product
 is SciPy's BLAS, where NumPy may run its own (another OpenBLAS, another
 kernel): equal to rounding, bitwise where the kernels are the same.
 
-It is opt-in while loops and random bits are still callouts:
+It is opt-in while some primitives are still callouts:
 ``FGRAD_JIT_PROGRAM=1`` makes `fgrad.jit` build a graph's program after its
 kernels where `pays` estimates it faster (`fgrad.compiler.tiers`); a compile
 that fails is logged and the graph runs on as before.
@@ -77,19 +86,38 @@ from fgrad.compiler.kernel_ir import (
     value_type,
 )
 from fgrad.compiler.native import array_data_offset, compile_ir
+from fgrad.compiler.native import available as native_available
 from fgrad.compiler.native_steps import NativeStep
+from fgrad.compiler.passes import optimize
 from fgrad.compiler.program_indexing import indexing_step
 from fgrad.compiler.program_linalg import einsums_as_products, linalg_step
-from fgrad.compiler.native import available as native_available
-from fgrad.core.graph import Literal, Var
-from fgrad.primitives.creation import stop_gradient_p
+from fgrad.compiler.program_loops import (
+    Loop,
+    Part,
+    Scratch,
+    loop_graphs,
+    loop_ir,
+    loop_kind,
+    loop_step,
+    trips,
+)
+from fgrad.compiler.random_ir import DrawStep, draw_mode
+from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.primitives.products import matmul_p
-from fgrad.primitives.indexing import build_index, getitem_p
-from fgrad.primitives.reductions import max_p, min_p, sum_p
-from fgrad.primitives.shape import broadcast_to_p, reshape_p, transpose_p
+from fgrad.primitives.creation import stop_gradient_p
+from fgrad.primitives.indexing import build_index, getitem_p, scatter_add_p
+from fgrad.primitives.reductions import all_p, any_p, max_p, min_p, sum_p
+from fgrad.primitives.shape import broadcast_to_p, concatenate_p, reshape_p, transpose_p
 
 PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
+# of bools (the predicate of a vmapped while loop): the max and the min
+_BOOL_REDUCTIONS = {any_p: "max", all_p: "min"}
+# custom_linear_solve's and custom_root's primitives (defined above the
+# compiler): the identity on their first ``n`` operands (the solution, the
+# root), which the graph computed before them; their rules are derivatives
+_IDENTITIES = {("linear_solve", "fgrad/transforms/linear_solve.py"),
+               ("implicit_root", "fgrad/transforms/roots.py")}
 # dtypes a copy moves as integers of their size
 _COPY_ITEMSIZES = (1, 2, 4, 8)
 # arenas at most this large are kept between calls (`_make_call`)
@@ -119,16 +147,18 @@ def enabled():
 # from machine code into Python and back (the ctypes callback, the views, the
 # NumPy call's own cost inside a callback, which measured some 2 us more than
 # outside one). Per-equation code pays `NUMPY_CALL_NS` a NumPy call and
-# `KERNEL_CALL_NS` a fused kernel's.
+# `KERNEL_CALL_NS` a fused kernel's, and each step of a loop `LOOP_STEP_NS`
+# beside its body's calls (the Python loop, the body's call, the slicing).
 PROGRAM_CALL_NS = 3000
 CALLOUT_NS = 4000
+LOOP_STEP_NS = 3000
 
 
 def pays(steps, code):
     """Whether a program of ``steps`` (`program_steps`) is estimated faster
-    than the per-equation code of graph ``code`` (the kernels tier's): while
-    loops are callouts, a graph of many loops is not, nor one of a few
-    NumPy calls.
+    than the per-equation code of graph ``code`` (the kernels tier's): a
+    graph of many callouts is not (a callout in a loop's body counts once an
+    iteration), nor one of a few NumPy calls; a loop of a few steps is.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x: fnp.exp(fnp.sin(x) * 2.0) + x * x)(np.ones(3))
@@ -140,11 +170,35 @@ def pays(steps, code):
     >>> g = fgrad.make_graph(lambda x: fnp.cumsum(fnp.cumsum(fnp.sin(x))))(np.ones(3))
     >>> pays(program_steps(g), g)                   # two callouts
     False
+    >>> from fgrad import lax
+    >>> g = fgrad.make_graph(lambda x: lax.fori_loop(0, 3, lambda i, y: y * 2.0, x))(1.0)
+    >>> pays(program_steps(g), g)                   # a loop of three steps
+    True
     """
-    callouts = sum(isinstance(s, _Callout) for s in steps)
-    calls_ns = sum(KERNEL_CALL_NS if e.prim is cpu_fused_p else NUMPY_CALL_NS
-                   for e in code.eqns)
-    return PROGRAM_CALL_NS + CALLOUT_NS * callouts < calls_ns
+    return PROGRAM_CALL_NS + _callouts_ns(steps) < _calls_ns(code)
+
+
+def _callouts_ns(steps, times=1):
+    total = 0
+    for s in steps:
+        if isinstance(s, _Callout):
+            total += CALLOUT_NS * times
+        elif isinstance(s, Loop):
+            total += sum(_callouts_ns(part.steps, times * s.trips()) for part in s.parts)
+    return total
+
+
+def _calls_ns(graph):
+    """What the per-equation code of ``graph`` costs a call beside the work."""
+    total = 0
+    for eqn in graph.eqns:
+        total += KERNEL_CALL_NS if eqn.prim is cpu_fused_p else NUMPY_CALL_NS
+        inner = loop_graphs(eqn)
+        if inner:
+            costs = [_calls_ns(g) for g in inner]
+            each = max(costs) if eqn.prim.name == "cond" else sum(costs)
+            total += trips(eqn) * (LOOP_STEP_NS + each)
+    return total
 
 
 # ---------------------------------------------------------------------------
@@ -229,11 +283,31 @@ class _Gemm:
         return [self.out]
 
 
+class _Pieces:
+    """``dst`` made of pieces: zeros first where ``zeros``, then each piece
+    ``(src, shape, src_strides, dst_strides, dst_start)`` copied, element
+    ``i`` (a multi-index of ``shape``) of it from ``src``'s element
+    ``i . src_strides`` to ``dst``'s ``dst_start + i . dst_strides`` (a
+    concatenate, a scatter_add at a basic index)."""
+
+    def __init__(self, dst, pieces, zeros=False):
+        self.dst, self.pieces, self.zeros = dst, pieces, zeros
+
+    def reads(self):
+        return [piece[0] for piece in self.pieces]
+
+    def writes(self):
+        return [self.dst]
+
+
 class _Callout:
-    """Equation ``eqn`` run by its NumPy code, called back from the program."""
+    """Equation ``eqn`` run by its NumPy code, called back from the program;
+    ``index`` names it (its place in the graph: ``"k"``, or ``"k.j"`` for
+    equation j of the body of loop k), ``id`` is its number in the program's
+    table of callouts (`compile_program`)."""
 
     def __init__(self, index, eqn):
-        self.index, self.eqn = index, eqn
+        self.index, self.eqn, self.id = index, eqn, None
 
     def reads(self):
         return self.eqn.invars
@@ -258,11 +332,22 @@ def _copyable(aval):
 def _lowering(eqn):
     """The step kind ``eqn`` lowers to (not counting elementwise groups), or
     None for a callout."""
+    if loop_kind(eqn) is not None:
+        return "loop"
     if eqn.prim is matmul_p:
         return "gemm" if _gemm_shapes(eqn) is not None else None
+    if draw_mode(eqn) is not None:
+        return "draw"
+    if (eqn.prim.name, eqn.prim.family) in _IDENTITIES:
+        n = eqn.params["n"]
+        return "views" if all(type(v) is Var for v in eqn.invars[:n]) else None
+    if eqn.prim in (concatenate_p, scatter_add_p):
+        return "pieces" if _pieces(eqn) is not None else None
     if len(eqn.outvars) != 1 or len(eqn.invars) != 1 or type(eqn.invars[0]) is not Var:
         return None
     x, out = eqn.invars[0].aval, eqn.outvars[0].aval
+    if eqn.prim in _BOOL_REDUCTIONS:
+        return "reduce" if np.dtype(x.dtype).kind == "b" else None
     if eqn.prim in _REDUCTIONS:
         if np.dtype(x.dtype) not in KERNEL_DTYPES or np.dtype(out.dtype) not in KERNEL_DTYPES:
             return None
@@ -271,7 +356,7 @@ def _lowering(eqn):
         return "reduce"
     if not _copyable(out) or x.dtype != out.dtype:
         return None
-    if eqn.prim in (reshape_p, stop_gradient_p):    # the same bytes, seen again
+    if eqn.prim in (reshape_p, stop_gradient_p):
         return "view"
     if eqn.prim in (transpose_p, broadcast_to_p):
         return "copy"
@@ -280,9 +365,10 @@ def _lowering(eqn):
     return None
 
 
-def program_steps(graph):
-    """The graph's steps (elementwise loops, reductions, copies, views and
-    callouts), in an order that respects every dependency."""
+def program_steps(graph, label=""):
+    """The graph's steps (elementwise loops, reductions, copies, views, loops
+    and callouts), in an order that respects every dependency; ``label``
+    prefixes each equation's index in the callouts' names."""
     graph = einsums_as_products(graph)     # products as matmuls (program_linalg)
     groups = attach_reductions(graph, plan_groups(graph, can_fuse=cpu_fusable, min_size=1))
     readers = reader_counts(graph)
@@ -299,7 +385,7 @@ def program_steps(graph):
         if k in in_group or eqn.prim is transpose_p and eqn.outvars[0] in folded:
             continue
         # LAPACK calls, gathers and scatters: steps of modules of their own
-        native = linalg_step(eqn, k) or indexing_step(eqn, k)
+        native = linalg_step(eqn, f"{label}{k}") or indexing_step(eqn, f"{label}{k}")
         if native is not None:
             steps.append(native)
             continue
@@ -311,17 +397,82 @@ def program_steps(graph):
             a, b = (folded[v] if type(v) is Var and v in folded else v for v in (a, b))
             steps.append(_Gemm(a, b, out, *_gemm_shapes(eqn), transposed))
             continue
+        if how == "loop":
+            steps.append(loop_step(eqn, f"{label}{k}", _lower))
+            continue
+        if how == "views":
+            steps += [_View(x, out) for x, out in zip(eqn.invars, eqn.outvars)]
+            continue
+        if how == "pieces":
+            steps.append(_Pieces(eqn.outvars[0], *_pieces(eqn)))
+            continue
+        if how == "draw":
+            steps.append(DrawStep(eqn))
+            continue
         (x,), (out,) = (eqn.invars, eqn.outvars) if how else ((None,), (None,))
         if how == "reduce":
-            axes = tuple(sorted(a % max(x.aval.ndim, 1) for a in eqn.params["axis"]))
-            steps.append(_Reduce(_REDUCTIONS[eqn.prim], x, out, axes))
+            axis = eqn.params["axis"]
+            axis = range(x.aval.ndim) if axis is None else (axis,) if type(axis) is int \
+                else axis
+            axes = tuple(sorted(a % max(x.aval.ndim, 1) for a in axis))
+            kind = _REDUCTIONS.get(eqn.prim) or _BOOL_REDUCTIONS[eqn.prim]
+            steps.append(_Reduce(kind, x, out, axes))
         elif how == "view":
             steps.append(_View(x, out))
         elif how == "copy":
             steps.append(_Copy(x, out, *_read_strides(eqn)))
         else:
-            steps.append(_Callout(k, eqn))
+            steps.append(_Callout(f"{label}{k}", eqn))
     return steps
+
+
+def _lower(parts, fresh):
+    """Graphs run in order inside a loop (``parts``: ``(graph, label)``
+    pairs), lowered: ``([Part], plan)``, the plan one for all of them
+    (their values do not outlive an iteration), the last ``fresh`` inputs
+    of the first written before its first step. Each graph's values are new ones
+    (a graph may be the body of two loops), and each output is made a value
+    the graph's steps write (an output that is an input, a constant, a view
+    or another output again is copied), so that the loop may copy results
+    over carries in any order."""
+    lowered, plan_steps, placed, first = [], [], set(), None
+    for graph, label in parts:
+        graph = _renamed(optimize(graph, np))
+        if first is None:
+            first = graph.invars[len(graph.invars) - fresh:]
+        steps = program_steps(graph, label)
+        made = {w for s in steps if not isinstance(s, _View) for w in s.writes()}
+        results = []
+        for v in graph.outvars:
+            if type(v) is not Var or v not in made or v in results:
+                copy = Var(v.aval)
+                steps.append(_Copy(v, copy, _contiguous_strides(v.aval.shape)))
+                v = copy
+            results.append(v)
+        placed.update(v for v in graph.invars if v not in first)
+        for s in steps:
+            placed.update(w for w in s.writes() if type(w) is Var and not _in_memory(w))
+            if isinstance(s, _View) and (type(s.src) is not Var or s.src in placed):
+                placed.add(s.dst)
+        plan_steps += [_plan_step(s) for s in steps] + [Step(results, [], {}, {})]
+        lowered.append(Part(graph, steps, results))
+    if first:
+        plan_steps.insert(0, Step([], first, {}, {}))
+    return lowered, plan_buffers(plan_steps, _nbytes, placed=placed)
+
+
+def _renamed(graph):
+    """``graph`` with new variables."""
+    renamed = {}
+
+    def new(v):
+        if type(v) is Var and v not in renamed:
+            renamed[v] = Var(v.aval)
+        return renamed.get(v, v) if type(v) is Var else v
+    invars = [new(v) for v in graph.invars]
+    eqns = [Equation(e.prim, [new(v) for v in e.invars], [new(v) for v in e.outvars],
+                     e.params) for e in graph.eqns]
+    return Graph(invars, eqns, [new(v) for v in graph.outvars])
 
 
 def _folded_transposes(graph):
@@ -379,15 +530,48 @@ def _read_strides(eqn):
     if eqn.prim is transpose_p:
         return tuple(strides[a] for a in eqn.params["axes"]), 0
     if eqn.prim is getitem_p:
-        # NumPy's own indexing of a stand-in of one-byte elements (zero-strided
-        # memory: nothing is read) gives the view's strides and offset
-        stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), x.shape, strides)
-        index = build_index(eqn.params["spec"], ())
-        # (an Ellipsis makes an index of integers only give a 0-d view, not a scalar)
-        view = stand_in[index if Ellipsis in index else index + (Ellipsis,)]
-        start = view.__array_interface__["data"][0] - stand_in.__array_interface__["data"][0]
-        return view.strides, start
+        return _view_of(x.shape, eqn.params["spec"])[:2]
     return _broadcast_strides(x.shape, out.shape), 0
+
+
+def _pieces(eqn):
+    """``(pieces, zeros)`` of a `_Pieces` step computing a concatenate or a
+    scatter_add at a basic index (integers, slices: no element twice), or
+    None: operands of the result's dtype, copyable."""
+    out = eqn.outvars[0].aval
+    if not _copyable(out) or any(np.dtype(v.aval.dtype) != np.dtype(out.dtype)
+                                 for v in eqn.invars):
+        return None
+    out_strides = _contiguous_strides(out.shape)
+    if eqn.prim is scatter_add_p:
+        if len(eqn.invars) != 1 or any(item[0] == "array" for item in eqn.params["spec"]):
+            return None
+        (ct,) = eqn.invars
+        strides, start, shape = _view_of(out.shape, eqn.params["spec"])
+        if len(ct.aval.shape) > len(shape) or any(
+                n not in (1, m) for n, m in zip(ct.aval.shape[::-1], shape[::-1])):
+            return None
+        return [(ct, shape, _broadcast_strides(ct.aval.shape, shape), strides, start)], True
+    axis, at, pieces = eqn.params["axis"] % max(len(out.shape), 1), 0, []
+    for x in eqn.invars:
+        shape = tuple(x.aval.shape)
+        pieces.append((x, shape, _contiguous_strides(shape), out_strides, at * out_strides[axis]))
+        at += shape[axis]
+    return pieces, False
+
+
+def _view_of(shape, spec):
+    """``(element strides, start element, shape)`` of basic index ``spec``
+    into a C-contiguous array of ``shape``."""
+    # NumPy's own indexing of a stand-in of one-byte elements (zero-strided
+    # memory: nothing is read) gives the view's strides and offset
+    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape,
+                                               _contiguous_strides(shape))
+    index = build_index(spec, ())
+    # (an Ellipsis makes an index of integers only give a 0-d view, not a scalar)
+    view = stand_in[index if Ellipsis in index else index + (Ellipsis,)]
+    start = view.__array_interface__["data"][0] - stand_in.__array_interface__["data"][0]
+    return view.strides, start, view.shape
 
 
 def _broadcast_strides(shape, out_shape):
@@ -435,7 +619,15 @@ def _in_place(step):
 
 
 def _nbytes(v):
+    if type(v) is Scratch:
+        return v.nbytes
     return math.prod(v.aval.shape) * np.dtype(v.aval.dtype).itemsize
+
+
+def _plan_step(s):
+    """Step ``s`` as the buffer plan sees it."""
+    return Step(list(s.reads()), list(s.writes()), _in_place(s),
+                {s.dst: s.src} if isinstance(s, _View) else {})
 
 
 class Program:
@@ -477,9 +669,9 @@ class _Locations:
                 raise NotImplementedError(
                     f"a program whose input or output is a {v.aval.dtype} value: only "
                     "arrays of numbers go in and out of compiled programs")
-        for s in steps:
+        for s in _every_step(steps):
             for v in s.writes():
-                if not _in_memory(v):
+                if type(v) is Var and not _in_memory(v):
                     self.where[v] = ("py", self.objects)
                     self.objects += 1
         for j, v in enumerate(graph.invars):
@@ -495,6 +687,7 @@ class _Locations:
             if isinstance(s, _View) and type(s.src) is Var and s.src in self.where \
                     and self.where[s.src][0] in ("in", "out") and s.dst not in self.where:
                 self.where[s.dst] = self.where[s.src]
+        for s in _every_step(steps):
             for v in s.reads():
                 if type(v) is Literal and id(v) not in self.where:
                     self.where[id(v)] = ("const", len(self.consts))
@@ -503,9 +696,36 @@ class _Locations:
     def of(self, v):
         return self.where[id(v) if type(v) is Literal else v]
 
+    def place_loops(self, steps):
+        """Where the values of the loops among ``steps`` live (their
+        scratch regions placed): a body's inputs where the outer values
+        they stand for are, its values in its loop's scratch region, a view
+        of a value with a place of its own where that value is."""
+        for s in steps:
+            if not isinstance(s, Loop):
+                continue
+            for inner, outer in s.aliases:
+                self.where[inner] = self.of(outer)
+            base = self.of(s.scratch)[1]
+            for v, offset in s.offsets.items():
+                self.where.setdefault(v, ("arena", base + offset))
+            for part in s.parts:
+                for step in part.steps:
+                    if isinstance(step, _View) and step.dst not in self.where:
+                        self.where[step.dst] = self.of(step.src)
+                self.place_loops(part.steps)
+
+
+def _every_step(steps):
+    """``steps`` and, recursively, the steps of their loops' bodies."""
+    for s in steps:
+        yield s
+        if isinstance(s, Loop):
+            yield from _every_step(s.inner_steps())
+
 
 def compile_program(graph, steps=None):
-    """``graph`` (optimised, straight-line: loops are callouts) as a `Program`
+    """``graph`` (optimised) as a `Program`
     (``steps``: its `program_steps`, if made already).
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
@@ -530,21 +750,22 @@ def compile_program(graph, steps=None):
         final.append(_Copy(v, copy_to, _contiguous_strides(v.aval.shape)))
     steps += final
     placed = set(places.where) - {v for v in places.where if type(v) is int}
-    plan = plan_buffers(
-        [Step(list(s.reads()), list(s.writes()), _in_place(s),
-              {s.dst: s.src} if isinstance(s, _View) else {}) for s in steps],
-        _nbytes, placed=placed)
+    plan = plan_buffers([_plan_step(s) for s in steps], _nbytes, placed=placed)
     for v, offset in plan.offsets.items():
         places.where[v] = ("arena", offset)
+    places.place_loops(steps)
     n_in, n_out, n_const = len(graph.invars), len(places.outputs), len(places.consts)
     if n_in + n_out + n_const + 3 > MAX_ARGUMENTS:
         raise NotImplementedError(
             f"a program of {n_in} inputs, {n_out} outputs and {n_const} constants: the "
             f"function would take more than the {MAX_ARGUMENTS} arguments ctypes passes")
-    callouts = [s for s in steps if isinstance(s, _Callout)]
+    callouts = [s for s in _every_step(steps) if isinstance(s, _Callout)]
     # a native step that meets a case it does not handle (a singular matrix,
     # an index out of bounds) runs its equation's NumPy code, which raises
-    called = callouts + [s for s in steps if isinstance(s, NativeStep) and s.fallback]
+    called = callouts + [s for s in _every_step(steps)
+                         if isinstance(s, NativeStep) and s.fallback]
+    for j, s in enumerate(called):
+        s.id = j
     ir_text = program_ir(steps, places, n_in, n_out, n_const)
     # no unrolling: most of a program's loops (copies, reductions) have
     # constant trip counts, which LLVM unrolled at great length (mlp8's
@@ -581,71 +802,126 @@ def program_ir(steps, places, n_in, n_out, n_const):
             for obj in fn.args[:n_arrays]]
     bases = {"in": data[:n_in], "out": data[n_in:n_in + n_out], "arena": data[n_in + n_out],
              "const": data[n_in + n_out + 1:-1]}
-    blas_table = b.bitcast(data[-1], i64.as_pointer())
-    callout_fn = b.inttoptr(fn.args[-1], ir.FunctionType(i32, [i64]).as_pointer())
-    exit_block = fn.append_basic_block("fail")
+    emitter = _Emitter(ir, b, fn, places, bases, b.bitcast(data[-1], i64.as_pointer()),
+                       b.inttoptr(fn.args[-1], ir.FunctionType(i32, [i64]).as_pointer()))
+    # the allocas (reductions' accumulators) go here, before any loop
+    body = fn.append_basic_block("steps")
+    b.branch(body)
+    b.position_at_end(body)
+    emitter.emit(steps)
+    b.ret_void()
+    b.position_at_end(emitter.exit_block)
+    b.ret_void()
+    return str(module)
 
-    def pointer(v, dtype=None):
-        kind, at = places.of(v)
-        base = bases["arena"] if kind == "arena" else bases[kind][at]
+
+class _Emitter:
+    """Writes steps into the program function: ``pointer(v)`` is where value
+    ``v`` lives, ``emit(steps)`` writes steps at the builder ``b`` (loops
+    inside them included: `fgrad.compiler.program_loops.loop_ir`)."""
+
+    def __init__(self, ir, b, fn, places, bases, blas_table, callout_fn):
+        self.ir, self.b, self.fn, self.places, self.bases = ir, b, fn, places, bases
+        self.blas_table, self.callout_fn = blas_table, callout_fn
+        self.exit_block = fn.append_basic_block("fail")
+        self.kernels = {}       # spec -> its function: an unrolled loop's steps share one
+
+    def pointer(self, v, dtype=None):
+        ir, b = self.ir, self.b
+        kind, at = self.places.of(v)
+        base = self.bases["arena"] if kind == "arena" else self.bases[kind][at]
         if kind == "arena":
-            base = b.gep(base, [ir.Constant(i64, at)])
+            base = b.gep(base, [ir.Constant(ir.IntType(64), at)])
         dtype = v.aval.dtype if dtype is None else dtype
         return b.bitcast(base, storage_type(ir, dtype).as_pointer())
 
-    def call_out(index, k):
-        status = b.call(callout_fn, [ir.Constant(i64, index)])
-        go_on = fn.append_basic_block(f"after{k}")
-        b.cbranch(b.icmp_signed("!=", status, ir.Constant(i32, 0)), exit_block, go_on)
+    def alloca(self, typ):
+        """A stack slot made once, in the entry block (one made inside a loop
+        would take more stack at every iteration)."""
+        with self.b.goto_block(self.fn.entry_basic_block):
+            return self.b.alloca(typ)
+
+    def pieces(self, step):
+        ir, b = self.ir, self.b
+        i64 = ir.IntType(64)
+        item = _copy_dtype(step.dst.aval.dtype)
+        dst = self.pointer(step.dst, item)
+        if step.zeros:
+            _nested(ir, b, (math.prod(step.dst.aval.shape),),
+                    lambda index: b.store(ir.Constant(storage_type(ir, item), 0),
+                                          b.gep(dst, index)))
+        for src, shape, src_strides, dst_strides, start in step.pieces:
+            src = self.pointer(src, item)
+            to = b.gep(dst, [ir.Constant(i64, start)]) if start else dst
+
+            def move(index, src=src, to=to, src_strides=src_strides, dst_strides=dst_strides):
+                b.store(b.load(b.gep(src, [_dot(ir, b, index, src_strides)])),
+                        b.gep(to, [_dot(ir, b, index, dst_strides)]))
+            _nested(ir, b, shape, move)
+
+    def emit(self, steps):
+        ir, b, pointer = self.ir, self.b, self.pointer
+        i64 = ir.IntType(64)
+        for step in steps:
+            if isinstance(step, _Kernel):
+                kernel = self.kernels.get(step.spec)
+                if kernel is None:
+                    kernel = self.kernels[step.spec] = define_kernel(
+                        ir, b.module, step.spec, f"kernel{len(self.kernels)}")
+                # kept a function of its own, called with its sizes: with the
+                # sizes propagated in as constants (inlined, or internal) LLVM
+                # vectorised jit-elem's loop worse, 25 ms against 12-15 ms
+                kernel.attributes.add("noinline")
+                args = [ir.Constant(i64, step.size)]
+                for v in step.inputs:
+                    args += [pointer(v), ir.Constant(i64, math.prod(v.aval.shape))]
+                args += [pointer(v) for v in step.outputs]
+                # each reduction's accumulator (float64 for a float) comes back
+                # in a slot, and goes to its value converted
+                slots = [self.alloca(value_type(ir, acc)) for _, _, acc in step.spec.reductions]
+                b.call(kernel, args + slots)
+                for slot, (_, _, acc), v in zip(slots, step.spec.reductions, step.reduced):
+                    store(ir, b, pointer(v), ir.Constant(i64, 0),
+                          convert(ir, b, b.load(slot), acc, v.aval.dtype), v.aval.dtype)
+            elif isinstance(step, _Copy):
+                item = _copy_dtype(step.dst.aval.dtype)
+                src, dst = pointer(step.src, item), pointer(step.dst, item)
+                src = b.gep(src, [ir.Constant(i64, step.start)]) if step.start else src
+                out_strides = _contiguous_strides(step.dst.aval.shape)
+
+                def move(index, src=src, dst=dst, strides=step.strides,
+                         out_strides=out_strides):
+                    b.store(b.load(b.gep(src, [_dot(ir, b, index, strides)])),
+                            b.gep(dst, [_dot(ir, b, index, out_strides)]))
+                _nested(ir, b, step.dst.aval.shape, move)
+            elif isinstance(step, _Pieces):
+                self.pieces(step)
+            elif isinstance(step, _Reduce):
+                _reduce_ir(ir, b, step, pointer(step.src), pointer(step.dst),
+                           self.alloca)
+            elif isinstance(step, _Gemm):
+                _gemm_ir(ir, b, step, self.blas_table, pointer(step.a), pointer(step.b),
+                         pointer(step.out))
+            elif isinstance(step, DrawStep):
+                step.emit(ir, b, pointer)
+            elif isinstance(step, NativeStep):
+                step.emit(ir, b, pointer, self.blas_table,
+                          functools.partial(self.call_out, step), self.alloca)
+            elif isinstance(step, Loop):
+                loop_ir(self, step)
+            elif isinstance(step, _Callout):
+                self.call_out(step)
+            # a view: nothing to do
+
+    def call_out(self, step):
+        """A call of ``step``'s equation's NumPy code (callout ``step.id``),
+        leaving the program where it raises."""
+        ir, b = self.ir, self.b
+        status = b.call(self.callout_fn, [ir.Constant(ir.IntType(64), step.id)])
+        go_on = self.fn.append_basic_block(f"after{step.index}")
+        b.cbranch(b.icmp_signed("!=", status, ir.Constant(ir.IntType(32), 0)),
+                  self.exit_block, go_on)
         b.position_at_end(go_on)
-
-    kernels = {}        # spec -> its function: an unrolled loop's steps share one
-    for k, step in enumerate(steps):
-        if isinstance(step, _Kernel):
-            kernel = kernels.get(step.spec)
-            if kernel is None:
-                kernel = kernels[step.spec] = define_kernel(ir, module, step.spec,
-                                                            f"kernel{len(kernels)}")
-            # kept a function of its own, called with its sizes: with the
-            # sizes propagated in as constants (inlined, or internal) LLVM
-            # vectorised jit-elem's loop worse, 25 ms against 12-15 ms
-            kernel.attributes.add("noinline")
-            args = [ir.Constant(i64, step.size)]
-            for v in step.inputs:
-                args += [pointer(v), ir.Constant(i64, math.prod(v.aval.shape))]
-            args += [pointer(v) for v in step.outputs]
-            # each reduction's accumulator (float64 for a float) comes back
-            # in a slot, and goes to its value converted
-            slots = [b.alloca(value_type(ir, acc)) for _, _, acc in step.spec.reductions]
-            b.call(kernel, args + slots)
-            for slot, (_, _, acc), v in zip(slots, step.spec.reductions, step.reduced):
-                store(ir, b, pointer(v), ir.Constant(i64, 0),
-                      convert(ir, b, b.load(slot), acc, v.aval.dtype), v.aval.dtype)
-        elif isinstance(step, _Copy):
-            item = _copy_dtype(step.dst.aval.dtype)
-            src, dst = pointer(step.src, item), pointer(step.dst, item)
-            src = b.gep(src, [ir.Constant(i64, step.start)]) if step.start else src
-            out_strides = _contiguous_strides(step.dst.aval.shape)
-
-            def move(index, src=src, dst=dst, strides=step.strides, out_strides=out_strides):
-                b.store(b.load(b.gep(src, [_dot(ir, b, index, strides)])),
-                        b.gep(dst, [_dot(ir, b, index, out_strides)]))
-            _nested(ir, b, step.dst.aval.shape, move)
-        elif isinstance(step, _Reduce):
-            _reduce_ir(ir, b, step, pointer(step.src), pointer(step.dst))
-        elif isinstance(step, _Gemm):
-            _gemm_ir(ir, b, step, blas_table, pointer(step.a), pointer(step.b),
-                     pointer(step.out))
-        elif isinstance(step, NativeStep):
-            step.emit(ir, b, pointer, blas_table,
-                      functools.partial(call_out, step.index, k))
-        elif isinstance(step, _Callout):
-            call_out(step.index, k)
-        # a view: nothing to do
-    b.ret_void()
-    b.position_at_end(exit_block)
-    b.ret_void()
-    return str(module)
 
 
 def _copy_dtype(dtype):
@@ -713,7 +989,7 @@ def _gemm_ir(ir, b, step, table, a, b_, c):
     _nested(ir, b, step.batch, call, "g")
 
 
-def _reduce_ir(ir, b, step, src, dst):
+def _reduce_ir(ir, b, step, src, dst, alloca):
     """Loops over the kept axes, and inside them over the reduced ones with the
     accumulator in a register: each output element sums its inputs in order."""
     shape = tuple(step.src.aval.shape)
@@ -723,7 +999,7 @@ def _reduce_ir(ir, b, step, src, dst):
     kept = [d for d in range(len(shape)) if d not in step.axes]
     strides = _contiguous_strides(shape)
     kept_strides = _contiguous_strides([shape[d] for d in kept])
-    acc = b.alloca(value_type(ir, acc_dtype))
+    acc = alloca(value_type(ir, acc_dtype))
 
     def outer(index):
         b.store(reduction_start(ir, step.kind, acc_dtype), acc)
@@ -760,7 +1036,7 @@ def _callback(callouts, places, arena_views):
     ``arena_views`` collects the ``(offset, shape, dtype)`` of each view of
     the arena a callout reads or writes (each arena comes with them made)."""
     frames = _Frames()
-    runs = {s.index: _callout_runner(s.eqn, places, arena_views) for s in callouts}
+    runs = {s.id: _callout_runner(s.eqn, places, arena_views) for s in callouts}
 
     def callout(index):
         try:

@@ -7,9 +7,6 @@ a loop of this module's own:
 
 - ``getitem`` gathers: for each element ``j`` of the index array, the block
   of ``x`` at ``idx[j]`` (everything after the axis) is copied, bit for bit;
-- ``scatter_add`` of a basic index (slices, integers: the gradient of
-  basic indexing) writes its values into zeros, through the strides NumPy's
-  own indexing gives;
 - ``scatter_add`` of an index array (the gradient of a gather, and
   ``fgrad.at(x)[idx].add``'s) starts from zeros and adds each block at
   ``idx[j]``, in the order ``numpy.add.at`` adds them, so repeated indices
@@ -18,7 +15,8 @@ a loop of this module's own:
 A negative index counts from the end, as in NumPy; an index out of bounds
 calls the equation's NumPy code back, which raises NumPy's ``IndexError``.
 Several index arrays, a slice beside the array, or booleans made into
-arrays at staging, stay callouts.
+arrays at staging, stay callouts; a ``scatter_add`` of a basic index is
+`fgrad.compiler.program`'s own (pieces copied into zeros).
 """
 import math
 
@@ -26,7 +24,7 @@ import numpy as np
 
 from fgrad.compiler.kernel_ir import counted, storage_type
 from fgrad.compiler.native_steps import NativeStep, call_out_if, new_flag, raise_flag
-from fgrad.primitives.indexing import build_index, getitem_p, scatter_add_p
+from fgrad.primitives.indexing import getitem_p, scatter_add_p
 
 _WHOLE = ("slice", None, None, None)
 # dtypes a scatter adds (a bool's add.at is a logical or: left to NumPy)
@@ -37,15 +35,13 @@ _ADDABLE = frozenset(np.dtype(k) for k in (
 
 def indexing_step(eqn, index):
     """The `fgrad.compiler.native_steps.NativeStep` that gathers or scatters
-    for equation ``eqn`` (number ``index``), or None.
+    for equation ``eqn`` (labelled ``index``), or None.
 
     >>> import numpy as np, fgrad
     >>> g = fgrad.make_graph(lambda x: x[:, np.array([2, 0])])(np.ones((2, 3)))
     >>> type(indexing_step(g.eqns[0], 0)).__name__
     'Gather'
     """
-    if eqn.prim is scatter_add_p and len(eqn.invars) == 1:
-        return _basic_scatter(eqn, index)
     if eqn.prim not in (getitem_p, scatter_add_p) or len(eqn.invars) != 2 \
             or len(eqn.outvars) != 1:
         return None
@@ -62,25 +58,6 @@ def indexing_step(eqn, index):
     if dtype not in _ADDABLE or np.dtype(source.aval.dtype) != dtype:
         return None
     return ScatterAdd(index, eqn, axis, tuple(full))
-
-
-def _basic_scatter(eqn, index):
-    (ct,), (out,) = eqn.invars, eqn.outvars
-    dtype = np.dtype(out.aval.dtype)
-    if dtype.itemsize not in (1, 2, 4, 8) or dtype.kind not in "biuf" \
-            or np.dtype(ct.aval.dtype) != dtype or math.prod(out.aval.shape) == 0:
-        return None
-    # NumPy's indexing of a stand-in of one-byte elements (zero-strided
-    # memory: nothing is read) gives the view's strides and first element
-    strides = tuple(int(np.prod(out.aval.shape[k + 1:])) for k in range(out.aval.ndim))
-    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), out.aval.shape, strides)
-    # (an Ellipsis makes an index of integers only give a 0-d view, not a scalar)
-    index = build_index(eqn.params["spec"], ())
-    view = stand_in[index if Ellipsis in index else index + (Ellipsis,)]
-    if view.shape != tuple(ct.aval.shape):
-        return None             # broadcast values: left to NumPy
-    start = view.__array_interface__["data"][0] - stand_in.__array_interface__["data"][0]
-    return BasicScatter(index, eqn, view.strides, start)
 
 
 def _indexed_axis(spec, ndim):
@@ -105,7 +82,7 @@ class _Indexed(NativeStep):
         super().__init__(index, eqn)
         self.axis, self.full = axis, full
 
-    def _loops(self, ir, b, idx, body, call_out):
+    def _loops(self, ir, b, idx, body, call_out, alloca):
         """``body(block at idx[j] in full, block j in the compact side)`` for
         each index element, as element offsets (i64 values)."""
         i64 = ir.IntType(64)
@@ -113,7 +90,7 @@ class _Indexed(NativeStep):
         n, inner = self.full[self.axis], math.prod(self.full[self.axis + 1:])
         m = math.prod(self.eqn.invars[1].aval.shape)
         idx_dtype = np.dtype(self.eqn.invars[1].aval.dtype)
-        flag = new_flag(ir, b)
+        flag = new_flag(ir, b, alloca)
         c_n, c_m, c_inner = (ir.Constant(i64, v) for v in (n, m, inner))
 
         def each(o):
@@ -136,7 +113,7 @@ class _Indexed(NativeStep):
 class Gather(_Indexed):
     """``getitem`` of one index array: blocks copied as unsigned integers."""
 
-    def emit(self, ir, b, pointer, table, call_out):
+    def emit(self, ir, b, pointer, table, call_out, alloca):
         (x, idx), (out,) = self.eqn.invars, self.eqn.outvars
         bits = np.dtype(f"u{np.dtype(out.aval.dtype).itemsize}")
         src, dst = pointer(x, bits), pointer(out, bits)
@@ -147,13 +124,13 @@ class Gather(_Indexed):
             counted(ir, b, ir.Constant(i64, inner), lambda t: b.store(
                 b.load(b.gep(src, [b.add(at_full, t)])), b.gep(dst, [b.add(at_compact, t)])),
                 "ix.t")
-        self._loops(ir, b, pointer(idx), copy, call_out)
+        self._loops(ir, b, pointer(idx), copy, call_out, alloca)
 
 
 class ScatterAdd(_Indexed):
     """``scatter_add`` of one index array: zeros, then each block added."""
 
-    def emit(self, ir, b, pointer, table, call_out):
+    def emit(self, ir, b, pointer, table, call_out, alloca):
         (ct, idx), (out,) = self.eqn.invars, self.eqn.outvars
         dtype = np.dtype(out.aval.dtype)
         typ = storage_type(ir, dtype)
@@ -171,32 +148,4 @@ class ScatterAdd(_Indexed):
                 b.store(add(b.load(target), b.load(b.gep(src, [b.add(at_compact, t)]))),
                         target)
             counted(ir, b, ir.Constant(i64, inner), one, "ix.t")
-        self._loops(ir, b, pointer(idx), accumulate, call_out)
-
-
-class BasicScatter(NativeStep):
-    """``scatter_add`` of a basic index: zeros, and the values written at
-    element ``start`` + index . ``strides`` (each element once)."""
-
-    def __init__(self, index, eqn, strides, start):
-        super().__init__(index, eqn)
-        self.strides, self.start = strides, start
-
-    def emit(self, ir, b, pointer, table, call_out):
-        (ct,), (out,) = self.eqn.invars, self.eqn.outvars
-        bits = np.dtype(f"u{np.dtype(out.aval.dtype).itemsize}")
-        src, dst = pointer(ct, bits), pointer(out, bits)
-        i64 = ir.IntType(64)
-        counted(ir, b, ir.Constant(i64, math.prod(out.aval.shape)),
-                lambda i: b.store(ir.Constant(storage_type(ir, bits), 0), b.gep(dst, [i])),
-                "bs.zero")
-        shape = tuple(ct.aval.shape)
-
-        def level(d, flat, at):
-            if d == len(shape):
-                b.store(b.load(b.gep(src, [flat])), b.gep(dst, [at]))
-                return
-            counted(ir, b, ir.Constant(i64, shape[d]), lambda i: level(
-                d + 1, b.add(b.mul(flat, ir.Constant(i64, shape[d])), i),
-                b.add(at, b.mul(i, ir.Constant(i64, self.strides[d])))), f"bs.{d}")
-        level(0, ir.Constant(i64, 0), ir.Constant(i64, self.start))
+        self._loops(ir, b, pointer(idx), accumulate, call_out, alloca)

@@ -156,7 +156,7 @@ def _einsum_product(eqn):
 
 def linalg_step(eqn, index):
     """The `fgrad.compiler.native_steps.NativeStep` of LAPACK calls that
-    equation ``eqn`` (number ``index``) lowers to, or None.
+    equation ``eqn`` (labelled ``index``) lowers to, or None.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(fnp.linalg.cholesky)(np.eye(3))
@@ -207,7 +207,7 @@ class LUFactor(NativeStep):
 
     fallback = True
 
-    def emit(self, ir, b, pointer, table, call_out):
+    def emit(self, ir, b, pointer, table, call_out, alloca):
         (a,), (lu, piv) = self.eqn.invars, self.eqn.outvars
         dtype, n = np.dtype(a.aval.dtype), a.aval.shape[-1]
         count = math.prod(a.aval.shape[:-2])
@@ -218,7 +218,7 @@ class LUFactor(NativeStep):
                 lambda i: b.store(b.load(_at(ir, b, src, i)), _at(ir, b, dst, i)), "lu.copy")
         iptr = i32.as_pointer()
         getrf = _routine(ir, b, table, "getrf", dtype, [iptr, iptr, item, iptr, iptr, iptr])
-        info, flag = b.alloca(i32), new_flag(ir, b)
+        info, flag = alloca(i32), new_flag(ir, b, alloca)
         size = constant_cell(ir, b, i32, n)
 
         def factor(m):
@@ -233,7 +233,7 @@ class LUSolve(NativeStep):
     """``factored_solve`` of one right-hand side: ``getrs`` with the factors,
     on a copy of it."""
 
-    def emit(self, ir, b, pointer, table, call_out):
+    def emit(self, ir, b, pointer, table, call_out, alloca):
         _, lu, piv, rhs = self.eqn.invars
         (x,) = self.eqn.outvars
         dtype, n = np.dtype(x.aval.dtype), x.aval.shape[-2]
@@ -246,7 +246,7 @@ class LUSolve(NativeStep):
         # the factors are those of a^T: "T" solves with a, "N" with a^T
         trans = constant_cell(ir, b, i8, ord("N" if self.eqn.params["transpose"] else "T"))
         size, one = constant_cell(ir, b, i32, n), constant_cell(ir, b, i32, 1)
-        info = b.alloca(i32)
+        info = alloca(i32)
         factors, pivots, src, dst = pointer(lu), pointer(piv), pointer(rhs), pointer(x)
         counted(ir, b, ir.Constant(i64, count * n),
                 lambda i: b.store(b.load(_at(ir, b, src, i)), _at(ir, b, dst, i)), "rs.copy")
@@ -264,7 +264,7 @@ class Cholesky(NativeStep):
 
     fallback = True
 
-    def emit(self, ir, b, pointer, table, call_out):
+    def emit(self, ir, b, pointer, table, call_out, alloca):
         (a,), (out,) = self.eqn.invars, self.eqn.outvars
         dtype, n = np.dtype(a.aval.dtype), a.aval.shape[-1]
         count = math.prod(a.aval.shape[:-2])
@@ -274,7 +274,7 @@ class Cholesky(NativeStep):
         potrf = _routine(ir, b, table, "potrf", dtype,
                          [i8.as_pointer(), iptr, typ.as_pointer(), iptr, iptr])
         lower, size = constant_cell(ir, b, i8, ord("L")), constant_cell(ir, b, i32, n)
-        info, flag = b.alloca(i32), new_flag(ir, b)
+        info, flag = alloca(i32), new_flag(ir, b, alloca)
         src, dst, c_n = pointer(a), pointer(out), ir.Constant(i64, n)
 
         def matrix(m):
@@ -310,7 +310,7 @@ class Determinant(NativeStep):
     diagonal in order, and ``det = sign * exp(logdet)``; a singular matrix
     has sign 0 and log -inf (det 0), as in NumPy."""
 
-    def emit(self, ir, b, pointer, table, call_out):
+    def emit(self, ir, b, pointer, table, call_out, alloca):
         (a,), outs = self.eqn.invars, self.eqn.outvars
         work, piv = self.scratch
         dtype, n = np.dtype(np.float64), a.aval.shape[-1]
@@ -320,9 +320,9 @@ class Determinant(NativeStep):
         iptr = i32.as_pointer()
         getrf = _routine(ir, b, table, "getrf", dtype,
                          [iptr, iptr, typ.as_pointer(), iptr, iptr, iptr])
-        size, info = constant_cell(ir, b, i32, n), b.alloca(i32)
+        size, info = constant_cell(ir, b, i32, n), alloca(i32)
         src, cols, pivots = pointer(a), pointer(work), pointer(piv)
-        sign, logdet = b.alloca(typ), b.alloca(typ)
+        sign, logdet = alloca(typ), alloca(typ)
         c_n, zero, one = ir.Constant(i64, n), ir.Constant(typ, 0.0), ir.Constant(typ, 1.0)
         log, exp = (_libm(ir, b, name, typ) for name in ("log", "exp"))
 

@@ -1,215 +1,63 @@
-"""The NumPy backend's random draws as numba kernels.
+"""The NumPy backend's random draws as compiled loops.
 
 `fgrad.primitives.random` defines every draw with array code, which runs on
 any backend; on NumPy that code makes some seventy passes over the data (the
-cipher's rounds), several times slower than NumPy's own generator. The
-kernels here compute the same words one block of 256 counters at a time, the
-cipher's 20 rounds written out so that LLVM vectorises them, and turn them
-into bits, uniforms or normals before the block leaves the cache: one pass.
+cipher's rounds), several times slower than NumPy's own generator. The loops
+of `fgrad.compiler.random_ir` compute the same words and turn them into bits,
+uniforms, normals or new keys in one pass, bit for bit as the array code;
+tests check it.
 
-Two kernels, compiled on first use through `fgrad.compiler.kernel_cache` (so
-a second process loads them from disk): ``words32`` fills uint32 words (bits,
-float32 uniforms, new keys), ``words64`` uint64 words (bits, float64
-uniforms, float64 normals). Each repeats the array code's arithmetic
-operation for operation, so both give the same bits; tests check it. Without
-numba nothing is registered to run, and the array code draws.
-
-Importing this module installs the kernels in `fgrad.primitives.random`
-(`register_cpu_kernels`): the compiler layer owns numba code, and the
-primitives below it receive it.
+Each (mode, dtype) loop is compiled by `fgrad.compiler.native` (llvmlite) on
+first use and kept in its disk cache, so a second process loads it in about a
+millisecond. Importing this module installs them in `fgrad.primitives.random`
+(`register_cpu_kernels`); where llvmlite cannot compile them here, nothing
+runs and the array code draws.
 """
 import functools
-import importlib.util
 
 import numpy as np
 
-from fgrad.compiler.kernel_cache import load_or_build
+from fgrad.compiler import native
+from fgrad.compiler.random_ir import define_draw
 from fgrad.primitives import random as _random
 
-BLOCK = 256
+# the dtype each kernel's output words are written as, per mode and width
+_DTYPES = {(_random.UNIFORM, 32): np.float32, (_random.UNIFORM, 64): np.float64,
+           (_random.NORMAL, 64): np.float64}
 
 
-def _cipher_lines(indent):
-    """The 20 rounds of Threefry-2x32 on ``x0, x1`` under ``k0, k1, k2``
-    (uint32 scalars), written out as `fgrad.primitives.random.threefry2x32`
-    loops over them."""
-    pad = " " * indent
-    keys = ("k0", "k1", "k2")
-    lines = [f"{pad}x0 = np.uint32(x0 + k0)", f"{pad}x1 = np.uint32(x1 + k1)"]
-    for group in range(5):
-        for r in _random.ROTATIONS[group % 2]:
-            lines += [f"{pad}x0 = np.uint32(x0 + x1)",
-                      f"{pad}x1 = np.uint32(np.uint32(x1 << np.uint32({r})) "
-                      f"| np.uint32(x1 >> np.uint32({32 - r})))",
-                      f"{pad}x1 = np.uint32(x1 ^ x0)"]
-        lines += [f"{pad}x0 = np.uint32(x0 + {keys[(group + 1) % 3]})",
-                  f"{pad}x1 = np.uint32(x1 + np.uint32({keys[(group + 2) % 3]} "
-                  f"+ np.uint32({group + 1})))"]
-    return lines
+def draw_ir(mode, dtype, object_offset, name="random_draw"):
+    """IR text of ``void name(i64 count, i64 n, keys, data, out)``: the loop
+    of `fgrad.compiler.random_ir.define_draw`, its arrays NumPy array objects
+    whose data pointer is read at byte ``object_offset`` (`fgrad.compiler.native`).
+    """
+    from llvmlite import ir
+    i8p, i32p, i64 = ir.IntType(8).as_pointer(), ir.IntType(32).as_pointer(), ir.IntType(64)
+    module = ir.Module(name=name)
+    body = define_draw(ir, module, mode, dtype, name + "_loop")
+    body.linkage = "internal"
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64, i64] + [i8p] * 3), name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    offset = ir.Constant(i64, object_offset)
+    data = [b.load(b.bitcast(b.gep(obj, [offset]), i8p.as_pointer())) for obj in fn.args[2:]]
+    b.call(body, list(fn.args[:2]) + [b.bitcast(data[0], i32p), b.bitcast(data[1], i32p),
+                                       data[2]])
+    b.ret_void()
+    return str(module)
 
 
-def _block_lines(indent):
-    """Words of counters ``start + t`` for ``t < BLOCK`` into ``y0``, ``y1``."""
-    pad = " " * indent
-    return [f"{pad}for t in range({BLOCK}):",
-            f"{pad}    c = start + t",
-            f"{pad}    x0 = np.uint32(c >> 32)",
-            f"{pad}    x1 = np.uint32(c & 0xFFFFFFFF)",
-            *_cipher_lines(indent + 4),
-            f"{pad}    y0[t] = x0",
-            f"{pad}    y1[t] = x1"]
-
-
-def _key_lines():
-    return ["        k0 = keys[kk, 0]",
-            "        k1 = keys[kk, 1]",
-            f"        k2 = np.uint32(k0 ^ k1 ^ np.uint32({_random.KEY_PARITY}))"]
-
-
-def _source32():
-    mode = {name: getattr(_random, name) for name in ("BITS", "UNIFORM", "SPLIT", "FOLD_IN")}
-    return "\n".join([
-        "def kernel(keys, data, out, mode):",
-        f"    y0 = np.empty({BLOCK}, np.uint32)",
-        f"    y1 = np.empty({BLOCK}, np.uint32)",
-        "    floats = out.view(np.float32)",
-        "    for kk in range(keys.shape[0]):",
-        *_key_lines(),
-        f"        if mode == {mode['FOLD_IN']}:",
-        "            x0 = np.uint32(0)",
-        "            x1 = data[kk]",
-        *_cipher_lines(12),
-        "            out[kk, 0] = x0",
-        "            out[kk, 1] = x1",
-        "            continue",
-        f"        n = out.shape[1] // 2 if mode == {mode['SPLIT']} else out.shape[1]",
-        f"        for start in range(0, n, {BLOCK}):",
-        *_block_lines(12),
-        f"            m = min({BLOCK}, n - start)",
-        f"            if mode == {mode['SPLIT']}:",
-        "                for t in range(m):",
-        "                    out[kk, 2 * (start + t)] = y0[t]",
-        "                    out[kk, 2 * (start + t) + 1] = y1[t]",
-        f"            elif mode == {mode['BITS']}:",
-        "                for t in range(m):",
-        "                    out[kk, start + t] = y0[t] ^ y1[t]",
-        "            else:",
-        "                for t in range(m):",
-        "                    floats[kk, start + t] = np.uint32(np.uint32(np.uint32(y0[t] ^ "
-        "y1[t]) >> np.uint32(9)) | np.uint32(0x3F800000)).view(np.float32) - np.float32(1.0)",
-        ""])
-
-
-def _source64():
-    r = _random
-    lg1, lg2, lg3, lg4, lg5, lg6, lg7 = map(repr, r.LOG_COEFFICIENTS)
-    s1, s2, s3, s4, s5, s6 = map(repr, r.SIN_COEFFICIENTS)
-    c1, c2, c3, c4, c5, c6 = map(repr, r.COS_COEFFICIENTS)
-    one = f"np.uint64({r.ONE_BITS})"
-    unit = f"np.uint64(np.uint64(y0[t]) << np.uint64(20)) | np.uint64(y1[t] >> " \
-           f"np.uint32(12)) | {one}"
-    return "\n".join([
-        "def kernel(keys, data, out, mode):",
-        f"    y0 = np.empty({BLOCK}, np.uint32)",
-        f"    y1 = np.empty({BLOCK}, np.uint32)",
-        f"    u = np.empty({BLOCK}, np.uint64)",
-        f"    v = np.empty({BLOCK}, np.uint64)",
-        f"    e = np.empty({BLOCK}, np.uint64)",
-        f"    radius = np.empty({BLOCK})",
-        "    uf = u.view(np.float64)",
-        "    vf = v.view(np.float64)",
-        "    ef = e.view(np.float64)",
-        "    floats = out.view(np.float64)",
-        "    for kk in range(keys.shape[0]):",
-        *_key_lines(),
-        "        n = out.shape[1]",
-        f"        if mode != {r.NORMAL}:",
-        f"            for start in range(0, n, {BLOCK}):",
-        *_block_lines(16),
-        f"                m = min({BLOCK}, n - start)",
-        f"                if mode == {r.BITS}:",
-        "                    for t in range(m):",
-        "                        out[kk, start + t] = np.uint64(np.uint64(y0[t]) << "
-        "np.uint64(32)) | np.uint64(y1[t])",
-        "                else:",
-        "                    for t in range(m):",
-        f"                        floats[kk, start + t] = np.uint64({unit}).view(np.float64) - 1.0",
-        "            continue",
-        # Box-Muller: pair j from counters j (radius) and pairs + j (angle)
-        "        pairs = (n + 1) // 2",
-        f"        for first in range(0, pairs, {BLOCK}):",
-        "            start = first",
-        *_block_lines(12),
-        f"            for t in range({BLOCK}):",
-        f"                u[t] = {unit}",
-        "            start = pairs + first",
-        *_block_lines(12),
-        f"            for t in range({BLOCK}):",
-        f"                v[t] = {unit}",
-        # log(y), y = 2 - u in (0, 1]: exponent and mantissa from its bits
-        f"            for t in range({BLOCK}):",
-        "                uf[t] = 2.0 - uf[t]",
-        f"            for t in range({BLOCK}):",
-        "                bits = u[t]",
-        f"                e[t] = (bits >> np.uint64(52)) | np.uint64({r.EXPONENT_MAGIC})",
-        f"                u[t] = (bits & np.uint64({r.MANTISSA_MASK})) | {one}",
-        f"            for t in range({BLOCK}):",
-        "                m_ = uf[t]",
-        "                ex = ef[t] - (4503599627370496.0 + 1023.0)",
-        f"                big = m_ > {r.SQRT_TWO!r}",
-        "                m_ = m_ * 0.5 if big else m_",
-        "                ex = ex + 1.0 if big else ex",
-        "                f = m_ - 1.0",
-        "                s = f / (2.0 + f)",
-        "                z = s * s",
-        "                w = z * z",
-        f"                rr = z * ({lg1} + w * ({lg3} + w * ({lg5} + w * {lg7}))) "
-        f"+ w * ({lg2} + w * ({lg4} + w * {lg6}))",
-        "                hfsq = 0.5 * f * f",
-        f"                lg = ex * {r.LN2_HI!r} - ((hfsq - (s * (hfsq + rr) + ex * "
-        f"{r.LN2_LO!r})) - f)",
-        f"                radius[t] = np.sqrt(-2.0 * lg) * {r.SQRT_HALF!r}",
-        f"            m = min({BLOCK}, pairs - first)",
-        "            m2 = min(m, n - pairs - first)",
-        f"            for t in range({BLOCK}):",
-        "                turn = (vf[t] - 1.0) * 4.0",
-        "                quarter = np.floor(turn)",
-        f"                a = (turn - quarter - 0.5) * {np.pi / 2!r}",
-        "                z = a * a",
-        f"                sin_a = a + a * z * ({s1} + z * ({s2} + z * ({s3} + z * ({s4} "
-        f"+ z * ({s5} + z * {s6})))))",
-        f"                cos_a = 1.0 - 0.5 * z + z * z * ({c1} + z * ({c2} + z * ({c3} "
-        f"+ z * ({c4} + z * ({c5} + z * {c6})))))",
-        "                sy = 1.0 if quarter < 2.0 else -1.0",
-        "                sx = 1.0 if abs(quarter - 1.5) > 1.0 else -1.0",
-        "                uf[t] = radius[t] * (sx * cos_a - sy * sin_a)",
-        "                ef[t] = radius[t] * (sy * cos_a + sx * sin_a)",
-        "            for t in range(m):",
-        "                floats[kk, first + t] = uf[t]",
-        "            for t in range(m2):",
-        "                floats[kk, pairs + first + t] = ef[t]",
-        ""])
-
-
-@functools.lru_cache(maxsize=None)
-def _kernel(width):
-    """The compiled kernel for words of ``width`` bits, or None without numba."""
-    if importlib.util.find_spec("numba") is None:
-        return None
-    import numba
-    readonly = numba.types.Array(numba.uint32, 2, "C", readonly=True)
-    data = numba.types.Array(numba.uint32, 1, "C", readonly=True)
-    words = numba.uint32 if width == 32 else numba.uint64
-    signature = numba.void(readonly, data, words[:, ::1], numba.int64)
-    return load_or_build(_source32() if width == 32 else _source64(), signature)
+@functools.cache
+def _kernel(mode, width):
+    """The compiled loop drawing ``mode`` into words of ``width`` bits."""
+    dtype = np.dtype(_DTYPES.get((mode, width), f"u{width // 8}"))
+    return native.compile_ir(draw_ir(mode, dtype, native.array_data_offset()),
+                             "random_draw", ["i64", "i64", "array", "array", "array"])
 
 
 def _runner(width):
     def run(keys, data, out, mode):
-        kernel = _kernel(width)
-        if kernel is None:
-            return False
-        kernel(keys, data, out, mode)
+        n = out.shape[1] // 2 if mode == _random.SPLIT else out.shape[1]
+        _kernel(mode, width)(keys.shape[0], n, keys, data, out)
         return True
     run.__name__ = f"words{width}"
     return run
@@ -217,4 +65,5 @@ def _runner(width):
 
 words32 = _runner(32)
 words64 = _runner(64)
-_random.register_cpu_kernels(words32, words64)
+if native.available():
+    _random.register_cpu_kernels(words32, words64)

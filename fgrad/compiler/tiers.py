@@ -10,14 +10,14 @@ faster than the one before and dearer to build:
   kernel (`fgrad.compiler.cpu_fusion`), compiled by LLVM without numba
   (`fgrad.compiler.native`); built from the second call (the first,
   which staged the graph, returns before any compile starts);
-- ``"program"``: with ``FGRAD_JIT_PROGRAM=1`` (opt-in while stage 1 of the
-  whole-program compiler lowers straight-line code only), the whole graph as
+- ``"program"``: with ``FGRAD_JIT_PROGRAM=1`` (opt-in while the
+  whole-program compiler still calls some primitives out), the whole graph as
   one LLVM function (`fgrad.compiler.program`), built right after the
   kernels where `fgrad.compiler.program.pays` estimates it faster than the
-  kernels' code; the numba tier, where it is reached, still replaces it
-  (until the program lowers loops and BLAS calls, numba's function is the
-  faster). ``FGRAD_JIT_PROGRAM=all`` builds it wherever it compiles, and
-  no numba tier;
+  kernels' code. A program that compiled is final: the numba tier is not
+  tried after it (the program lowers loops, products and callouts in
+  place, which numba's function does not all do). ``FGRAD_JIT_PROGRAM=all``
+  builds it wherever it compiles, and no numba tier;
 - ``"whole"``: the graph as one numba function (`fgrad.compiler.whole_graph`),
   where every equation is in its table and that pays; built once the graph
   has been called `compile_after()` times and, in the background, once those
@@ -298,8 +298,8 @@ class Tiers:
         def run(*args):
             self._calls += 1
             # >=: two threads may count past it together
-            budget = self._budget
-            if self._calls >= self._after and budget is not None \
+            budget, after = self._budget, self._after
+            if after is not None and self._calls >= after and budget is not None \
                     and self._spent >= budget and not self._whole_asked:
                 self._whole_asked = True
                 self._ask("whole")
@@ -376,7 +376,7 @@ class Tiers:
                     _log.info("fgrad.jit: %s: program tier not built: its callouts cost "
                               "more than the %d calls it would replace", self.name,
                               len(kernels.eqns))
-            else:
+            elif self.program is None:      # (a program built is final)
                 whole_plan = self.plan = self.plan or plan(self.graph)
                 if whole_plan.supported:
                     self._start("numba", start_numba, thread)
@@ -444,6 +444,9 @@ class Tiers:
                     self.whole = fn
                 self.tier = tier
                 self._current = fn
+                if tier == "program":       # final: no numba tier after it
+                    self._after = None
+                    self._done.add("whole")
             # no tier left to count calls for: run the best one directly
             if "whole" in self._done or self._last() != "whole":
                 self.fn = self._current

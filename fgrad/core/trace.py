@@ -528,6 +528,10 @@ class Tracer:
     # the tracer's reflected operator (`A_scipy @ tracer` reaches
     # `Tracer.__rmatmul__`). `fgrad.sparse` names scipy.sparse's when imported.
     deferring_callers = frozenset()
+    # ``where_called()``: the line of code outside fgrad behind the current call
+    # (a library's line when a library converts a tracer), for error messages;
+    # set by `fgrad.interpreters.sources` when it is imported
+    where_called = staticmethod(lambda: "")
 
     @property
     def aval(self):
@@ -652,9 +656,9 @@ class Tracer:
                 "fnp.asarray(x)[i] fails the same way); otherwise use fgrad.numpy "
                 "functions on it (import fgrad.numpy as fnp).")
         raise NumpyFunctionError(
-            f"a traced array ({self.aval}) cannot be converted to a NumPy array: "
-            "that would drop its derivative silently. Use fgrad.numpy functions "
-            "on it (import fgrad.numpy as fnp), or fgrad.stop_gradient(x) and "
+            f"a traced array ({self.aval}) cannot be converted to a NumPy array"
+            f"{Tracer.where_called()}: that would drop its derivative silently. Use "
+            "fgrad.numpy functions on it (import fgrad.numpy as fnp), or fgrad.stop_gradient(x) and "
             "then convert if you mean to treat it as a constant. Writing it into a "
             "NumPy array (out[i] = x) converts it too: make out with "
             "fnp.zeros_like(x), a traced array that takes the update, or write "
@@ -751,9 +755,9 @@ class EagerTracer(Tracer):
     def value_for(self, how):
         if self.dtype.kind in "fc":
             raise DerivativeConversionError(
-                f"{how} of an array that is being differentiated ({self.aval}) "
-                "would return a plain Python number and drop its derivative "
-                "silently. Keep it an array (write fnp.sum(x), not "
+                f"{how} of an array that is being differentiated ({self.aval})"
+                f"{Tracer.where_called()} would return a plain Python number and drop "
+                "its derivative silently. Keep it an array (write fnp.sum(x), not "
                 "float(fnp.sum(x))), or call fgrad.stop_gradient(x) first if it "
                 "is meant to be a constant.")
         return self.concrete()

@@ -254,6 +254,7 @@ def _batched_custom_vjp(fun, fwd, bwd, dims, size):
     name = f"vmap({fun.__name__})"
     b_fun = _named(lambda *xs: b_fwd(*xs)[0], name, b_body)
     b_fun.reverse_only = getattr(fun, "reverse_only", None)
+    b_fun.jvp_of_fun = getattr(fun, "jvp_of_fun", False)
     return b_fun, b_fwd, b_bwd
 
 

@@ -74,6 +74,8 @@ class JVPTrace(Trace):
         return JVPTracer(self, primal, tangent)
 
     def process_custom_vjp(self, fun, fwd, bwd, args):
+        if getattr(fun, "jvp_of_fun", False):      # differentiated through its operations
+            return tuple(fun.body(*args))
         reason = getattr(fun, "reverse_only", None)
         if reason:                  # a library's function: advice for its caller
             raise MissingRuleError(

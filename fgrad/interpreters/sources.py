@@ -9,6 +9,8 @@ import linecache
 import os
 import sys
 
+from fgrad.core.trace import Tracer
+
 FGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRIMITIVES_DIR = os.path.join(os.path.dirname(FGRAD_DIR), "primitives")
 
@@ -41,3 +43,11 @@ def describe_source(source):
     filename, lineno = source
     code = linecache.getline(filename, lineno).strip()
     return f"{filename}:{lineno}" + (f": `{code}`" if code else "")
+
+
+def _where_called():
+    source = user_source()
+    return "" if source is None else f" at {describe_source(source)}"
+
+
+Tracer.where_called = staticmethod(_where_called)

@@ -155,8 +155,10 @@ class StagingTrace(Trace):
     def process_custom_vjp(self, fun, fwd, bwd, args):
         # a reverse-only library function's reason (`custom_vjp`) goes with it
         reason = getattr(fun, "reverse_only", None)
-        return _stage_custom(self, custom_vjp_call_p, fun, args, fwd=fwd, bwd=bwd,
-                             **({"reverse_only": reason} if reason else {}))
+        flags = {"reverse_only": reason} if reason else {}
+        if getattr(fun, "jvp_of_fun", False):
+            flags["jvp_of_fun"] = True
+        return _stage_custom(self, custom_vjp_call_p, fun, args, fwd=fwd, bwd=bwd, **flags)
 
     def process_custom_jvp(self, fun, rule, args):
         return _stage_custom(self, custom_jvp_call_p, fun, args, rule=rule)
@@ -338,6 +340,7 @@ class CustomCallPrimitive(Primitive):
         fun.__name__ = name
         fun.body = lambda *xs: tuple(eval_graph(body, xs))
         fun.reverse_only = rules.get("reverse_only")
+        fun.jvp_of_fun = rules.get("jvp_of_fun", False)
         if self.kind == "jvp":
             return trace.process_custom_jvp(fun, rules["rule"], args)
         return trace.process_custom_vjp(fun, rules["fwd"], rules["bwd"], args)

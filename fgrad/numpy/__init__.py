@@ -13,6 +13,8 @@ from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.numpy import _methods  # installs the array protocol on tracers
 from fgrad.numpy._array_likes import wrap_namespace as _wrap_namespace
+from fgrad.numpy._devices import on_device as _on_device
+from fgrad.numpy._devices import place as _place
 from fgrad.numpy._arrays import writable_like as _writable_like
 from fgrad.numpy._manipulation import join as _join
 from fgrad.primitives import creation as _creation
@@ -131,11 +133,16 @@ amax, amin = max, min
 # -- shapes ---------------------------------------------------------------------
 
 
-def reshape(a, newshape, order="C"):
-    """``a`` with a new shape (C order only)."""
+def reshape(a, /, shape=None, order="C", *, newshape=None, copy=None):
+    """``a`` with a new shape (C order only); NumPy 2's signature, whose
+    ``shape`` keyword the Array API standard calls, and ``copy=True`` for a
+    new array rather than a view."""
     if order != "C":
         raise NotImplementedError("fgrad.numpy.reshape supports order='C' only")
-    return _shape.reshape(a, newshape)
+    out = _shape.reshape(a, newshape if shape is None else shape)
+    if copy:
+        return out.clone() if isinstance(out, _Tracer) else out.copy()
+    return out
 
 
 def transpose(a, axes=None):
@@ -157,10 +164,12 @@ def stack(arrays, axis=0):
     return _shape.stack(arrays, axis)
 
 
-def astype(x, dtype):
-    """``x`` converted to ``dtype``: a new array, as NumPy's (``copy=True``)."""
-    out = _ew.convert_element_type(x, dtype)
-    if out is x and hasattr(x, "copy"):
+def astype(x, dtype, /, *, copy=True, device=None):
+    """``x`` converted to ``dtype``: a new array, as NumPy's, unless ``copy=False``
+    and ``x`` has ``dtype`` already; ``device`` is where ``x`` is (the standard's
+    keyword: fgrad moves data only in `fgrad.device_put`)."""
+    out = _place(_ew.convert_element_type(x, dtype), device)
+    if out is x and copy and hasattr(x, "copy"):
         return x.clone() if isinstance(x, _Tracer) else x.copy()
     return out
 
@@ -453,9 +462,20 @@ _wrap_namespace(globals(), _SEQUENCE_FUNCTIONS)
 _wrap_namespace(linalg.__dict__, ("multi_dot",))
 _wrap_namespace(fft.__dict__, ())
 
+# the standard's ``device=``: Array API code makes its arrays on its input's device
+# (``xp.zeros(n, device=x.device)``), which for a traced x makes constants of its
+# transformation (fgrad.numpy._devices)
+_CREATION_FUNCTIONS = ("zeros", "ones", "empty", "eye", "full", "arange", "linspace",
+                       "zeros_like", "ones_like", "empty_like", "full_like")
+for _name in _CREATION_FUNCTIONS:
+    globals()[_name] = _on_device(globals()[_name])
+
 # The Array API standard's version this namespace answers for (NumPy's), and the
 # namespace tracers name in ``__array_namespace__``
 __array_api_version__ = _methods.API_VERSIONS[-1]
+from fgrad.numpy._namespace_info import (  # noqa: E402,F401
+    ArrayNamespaceInfo as __array_namespace_info__,
+)
 
 # Tracers route NumPy's own functions (``np.sin(tracer)``) to this namespace.
 _Tracer.numpy_namespace = _sys.modules[__name__]

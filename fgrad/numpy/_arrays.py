@@ -14,6 +14,7 @@ from fgrad.core.backend import asarray_on, module_of_leaves
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.core.trace import plain_array as _plain_array
+from fgrad.numpy._devices import place as _place
 from fgrad.primitives import creation as _creation
 from fgrad.primitives import shape as _shape
 from fgrad.primitives.array_likes import contains_tracer, lift, stack_nested
@@ -111,23 +112,39 @@ def array(obj, dtype=None, copy=True):
     return _np.array(obj, dtype=dtype, copy=copy)
 
 
-def asarray(obj, dtype=None, *, like=None):
+def asarray(obj, dtype=None, *, device=None, copy=None, like=None):
     """``numpy.asarray``; traced values pass through unchanged.
 
     ``like=x`` puts host data on ``x``'s backend (the GPU for a CuPy ``x``),
     as NumPy's ``like=`` does: the way to build a constant next to device data.
+    ``device`` and ``copy`` are the Array API standard's: ``device`` may name
+    where the data already is (``"cpu"`` for NumPy data; `fgrad.device_put`
+    moves it), or a traced value's device, which makes host data a constant of
+    its transformation (fgrad.numpy._devices); ``copy=True`` always gives a new
+    array (a new tracer of a traced value) and ``copy=False`` refuses a
+    conversion that needs a copy.
 
     >>> import numpy as np
     >>> asarray([1.0, 2.0], like=np.zeros(1))
     array([1., 2.])
+    >>> asarray([1.0, 2.0], device="cpu", copy=True)
+    array([1., 2.])
     """
     if contains_tracer(obj):                # traced, or device data (lists included)
-        return array(obj, dtype, copy=False)
-    if like is not None:
+        out = array(obj, dtype, copy=False)
+    elif like is not None:
         out = asarray_on(module_of_leaves([like]), obj)
-        return out if dtype is None else out.astype(dtype)
-    return _np.asarray(obj, dtype=dtype)
-
+        out = out if dtype is None else out.astype(dtype)
+    elif copy is None and device is None:   # NumPy's own call, for host data
+        return _np.asarray(obj, dtype=dtype)
+    else:                                   # (NumPy 1's asarray has no copy=)
+        out = _np.asarray(obj, dtype=dtype)
+    if copy is False and out is not obj:
+        raise ValueError(f"asarray(copy=False) cannot convert {type(obj).__name__} "
+                         "without a copy; pass copy=None to allow one")
+    if copy and out is obj:
+        out = out.clone() if isinstance(out, _Tracer) else out.copy()
+    return out if device is None else _place(out, device)
 
 
 def _with_dtype(result, dtype):

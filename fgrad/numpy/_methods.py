@@ -14,6 +14,7 @@ import numpy as np
 from fgrad.core.errors import DeviceError, ImmutableArrayError, MemoryLayoutError
 from fgrad.core.trace import Tracer
 from fgrad.numpy import _updates
+from fgrad.numpy._devices import traced_device
 from fgrad.numpy._products import matmul
 from fgrad.numpy._temporaries import reusing_operator
 from fgrad.primitives import elementwise as ew
@@ -97,13 +98,23 @@ def _to_device(self, device, /, *, stream=None):
 
 Tracer.__array_namespace__ = _array_namespace
 Tracer.to_device = _to_device
+# equal to the data's device, and naming the transformation that arrays made
+# with ``device=x.device`` join (fgrad.numpy._devices)
+Tracer.device = property(traced_device)
 
 
 # -- what a traced value cannot answer: its memory -------------------------------
 
-def _no_memory(what):
+class _NoMemoryAttribute(MemoryLayoutError, AttributeError):
+    """A memory attribute's refusal is also an AttributeError, so that a library
+    probing for it (``getattr(x, "flags", None)``, ``hasattr(x, "strides")``, as
+    scikit-learn's check_array does) treats a traced value as an array without
+    NumPy's memory, as it treats a PyTorch tensor."""
+
+
+def _no_memory(what, error=MemoryLayoutError):
     def refuse(self, *args, **kwargs):
-        raise MemoryLayoutError(
+        raise error(
             f"{what} of a traced array ({self.aval}): a traced value has a shape, a "
             "dtype and (outside jit and vmap) a value, but no memory of its own to "
             "describe or reinterpret. Work on the value (x.astype, x.reshape, "
@@ -112,7 +123,7 @@ def _no_memory(what):
 
 
 for _name in ("strides", "ctypes", "data", "flags"):
-    setattr(Tracer, _name, property(_no_memory(f"x.{_name}")))
+    setattr(Tracer, _name, property(_no_memory(f"x.{_name}", _NoMemoryAttribute)))
 for _name in ("byteswap", "getfield", "setfield", "setflags"):
     setattr(Tracer, _name, _no_memory(f"x.{_name}()"))
 

@@ -37,12 +37,16 @@ def _count(x, axis):
     return _math.prod(shape[a] for a in _normalize_axis(axis, len(shape)))
 
 
-def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
-    """Variance over ``axis`` with ``ddof`` delta degrees of freedom.
+def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, correction=None):
+    """Variance over ``axis`` with ``ddof`` delta degrees of freedom
+    (``correction``, the Array API standard's name for it, as in NumPy 2).
 
     >>> var(_np.array([1.0, 2.0, 3.0, 4.0]), ddof=1)
     np.float64(1.6666666666666667)
+    >>> var(_np.array([1.0, 2.0, 3.0, 4.0]), correction=1)
+    np.float64(1.6666666666666667)
     """
+    ddof = ddof if correction is None else correction
     if not isinstance(a, _Tracer):
         return _xp(a).var(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     if _get_aval(a).dtype.kind not in "fc":
@@ -67,8 +71,8 @@ def safe_sqrt(sq):
     return _ew.where(zero, 0.0, _ew.sqrt(_ew.where(zero, 1.0, sq)))
 
 
-def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
-    """Standard deviation, ``sqrt(var)``.
+def std(a, axis=None, dtype=None, ddof=0, keepdims=False, *, correction=None):
+    """Standard deviation, ``sqrt(var)`` (``correction`` as in `var`).
 
     Where the variance is 0 (a constant slice, a single element) the derivative
     is 0, autograd's finite choice, rather than ``inf * 0 = nan``.
@@ -77,6 +81,7 @@ def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
     >>> fgrad.grad(std)(_np.ones(3))
     array([0., 0., 0.])
     """
+    ddof = ddof if correction is None else correction
     if not isinstance(a, _Tracer):
         return _xp(a).std(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     return safe_sqrt(var(a, axis, dtype, ddof, keepdims))

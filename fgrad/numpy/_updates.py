@@ -20,7 +20,7 @@ import sys as _sys
 import numpy as _np
 
 from fgrad.core.errors import ImmutableArrayError
-from fgrad.core.trace import Tracer, get_aval
+from fgrad.core.trace import Tracer, get_aval, known_value
 from fgrad.primitives import elementwise as _ew
 from fgrad.primitives import indexing as _indexing
 from fgrad.primitives import shape as _shape
@@ -121,10 +121,10 @@ def _mask_update(x, index, value):
     """``where(mask, value, x)`` for ``x[mask] = value`` when ``value`` is one
     value per trailing position: the same result as NumPy's without the
     mask's count of True entries, so it also works under jit and vmap."""
-    if isinstance(index, (Tracer, _np.ndarray)):
+    if isinstance(index, (Tracer, _np.ndarray, _np.bool_)):
         mask = get_aval(index)
         x_aval, v_aval = get_aval(x), get_aval(value)
-        if mask.dtype == _np.bool_ and 0 < mask.ndim <= x_aval.ndim \
+        if mask.dtype == _np.bool_ and mask.ndim <= x_aval.ndim \
                 and mask.shape == x_aval.shape[:mask.ndim] \
                 and v_aval.ndim <= x_aval.ndim - mask.ndim:
             mask = _shape.reshape(index, mask.shape + (1,) * (x_aval.ndim - mask.ndim))
@@ -132,10 +132,28 @@ def _mask_update(x, index, value):
     return None
 
 
+def _whole_mask_update(x, index, value):
+    """``value`` in ``x``'s shape for ``x[mask] = value`` where ``mask`` is known
+    (a NumPy array, or a value of eager ``grad``) to select every position: the
+    result does not read ``x``, so no cotangent flows back to it. Code that
+    computes a value it cannot use (scikit-learn's variance update divides 0 by
+    0 on a first batch) and replaces it whole this way keeps the NaN out of the
+    derivative, as it keeps it out of the value."""
+    mask = known_value(index) if isinstance(index, Tracer) else index
+    if not (isinstance(mask, _np.ndarray) and mask.dtype == _np.bool_ and mask.ndim > 0
+            and mask.shape == get_aval(x).shape[:mask.ndim] and mask.all()):
+        return None
+    aval = get_aval(x)
+    value = _shape.broadcast_to(value, (mask.size,) + aval.shape[mask.ndim:])
+    return _shape.reshape(_cast_for_update(value, aval.dtype), aval.shape)
+
+
 def setitem(x, index, value):
     """``x[index] = value`` on a tracer: ``x`` (and what shares its memory in
     NumPy) takes the updated value."""
-    new = _mask_update(x, index, value)
+    new = _whole_mask_update(x, index, value)
+    if new is None:
+        new = _mask_update(x, index, value)
     if new is None:
         new = _indexing.set_at(x, index, _cast_for_update(value, get_aval(x).dtype))
     update(x, new)

@@ -7,12 +7,12 @@ An ESDIRK method's first stage is explicit and every later stage solves
 
 with the same ``gamma``, so one matrix ``I - dt gamma J`` (``J = df/dy`` at
 the step's start, by `fgrad.jacfwd`) serves every stage and every Newton
-iteration (the chord method). The iterations are a fixed number of
-`fgrad.lax.scan` steps, so the step differentiates in every mode (reverse
-mode under `jit` included); a stage whose last Newton correction is not small
-against ``root_atol + root_rtol * |z|`` makes the step's error infinite, and
-the controller retries shorter. The last stage is the solution (stiffly
-accurate), so it is L-stable.
+iteration (the chord method). The iterations stop once converged, and are
+never differentiated: each stage's derivative is implicit, from its equation
+at the root, so the step differentiates in every mode (reverse mode under
+`jit` included). A stage whose iterations do not converge, or diverge, makes
+the step's error infinite, and the controller retries shorter. The last
+stage is the solution (stiffly accurate), so it is L-stable.
 
 >>> import numpy as np, fgrad.ode
 >>> def robertson(t, y, args):
@@ -29,9 +29,10 @@ accurate), so it is L-stable.
 import numpy as np
 
 from fgrad import numpy as fnp
-from fgrad.lax import scan
+from fgrad.lax import stop_gradient, while_loop
 from fgrad.ode.solvers import AbstractRungeKutta, combine, tableau_rows, weighted_sum
-from fgrad.transforms.differentiation import jacfwd
+from fgrad.transforms.custom import custom_jvp
+from fgrad.transforms.differentiation import jacfwd, jvp
 from fgrad.tree import tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["AbstractESDIRK", "Kvaerno3", "Kvaerno5"]
@@ -53,14 +54,66 @@ def _unflattener(like):
     return unflat
 
 
+def _scaled_size(delta, z, rtol, atol):
+    return fnp.sqrt(fnp.mean((delta / (atol + rtol * fnp.abs(z))) ** 2))
+
+
+def stage_solver(fun, unflat, gamma, max_iters, rtol, atol):
+    """``solve(z0, base, h, t, args, matrix) -> (z, size)``: the root of
+    ``z - base - h gamma f(t, z, args)`` by chord iterations from ``z0`` with
+    ``matrix = I - h gamma J`` (diffrax's very-chord method): it stops once
+    the correction, scaled by ``atol + rtol |z|``, is at most 1 in root mean
+    square (``size``, the last one), or at ``max_iters``, or when the
+    corrections grow (the rate ``|delta_k| / |delta_(k-1)|`` over 2: the
+    iteration diverges, ``size`` is inf). The iterations are a `while_loop`
+    that is never differentiated: the derivative is implicit, from the
+    stage equation at the root, in every mode and order (`custom_jvp`)."""
+    def field(t, v, args):
+        return _flat(fun(t, unflat(v), args))
+
+    @custom_jvp
+    def solve(z0, base, h, t, args, matrix):
+        def iterate(c):
+            k, z, size, _ = c
+            residual = z - base - (h * gamma) * field(t, z, args)
+            delta = fnp.linalg.solve(matrix, -residual)
+            new_size = _scaled_size(delta, z + delta, rtol, atol)
+            diverged = fnp.logical_or(fnp.logical_and(k > 0, new_size > 2.0 * size),
+                                      fnp.logical_not(fnp.isfinite(new_size)))
+            return k + 1, z + delta, fnp.where(diverged, fnp.inf, new_size), diverged
+
+        def more(c):
+            k, _, size, diverged = c
+            return fnp.logical_and(fnp.logical_and(k < max_iters, size > 1.0),
+                                   fnp.logical_not(diverged))
+        _, z, size, _ = while_loop(more, iterate, (0, z0, fnp.asarray(np.inf), False))
+        return z, size
+
+    @solve.defjvp
+    def solve_jvp(primals, tangents):
+        z0, base, h, t, args, matrix = primals
+        _, base_dot, h_dot, t_dot, args_dot, _ = tangents
+        z, size = solve(*primals)
+        # at the root, (I - h gamma df/dz) z_dot = base_dot + d(h gamma f) in (h, t, args)
+        _, pushed = jvp(lambda h, t, args: (h * gamma) * field(t, z, args), (h, t, args),
+                        (h_dot, t_dot, args_dot))
+        jac = jacfwd(lambda v: field(t, v, args))(z)
+        at_root = fnp.eye(fnp.shape(z)[0]) - (h * gamma) * jac
+        return (z, size), (fnp.linalg.solve(at_root, base_dot + pushed), fnp.zeros_like(size))
+    return solve
+
+
 class AbstractESDIRK(AbstractRungeKutta):
     """An ESDIRK method: ``a`` holds each implicit stage's row of the
     strictly lower part, ``gamma`` the diagonal; ``b`` is the last row with
-    ``gamma`` (stiffly accurate). ``newton_steps`` chord iterations a stage;
-    ``root_rtol``/``root_atol`` judge the last correction."""
+    ``gamma`` (stiffly accurate). Each stage is solved by at most
+    ``newton_steps`` chord iterations, stopping once the correction is small
+    against ``root_atol + root_rtol * |z|``; a stage whose iterations do not
+    converge (or diverge) rejects the step, and the controller retries it
+    shorter (`stage_solver`)."""
     gamma = 0.0
 
-    def __init__(self, newton_steps=6, root_rtol=1e-7, root_atol=1e-10):
+    def __init__(self, newton_steps=10, root_rtol=1e-7, root_atol=1e-10):
         self.newton_steps = int(newton_steps)
         self.root_rtol, self.root_atol = float(root_rtol), float(root_atol)
 
@@ -72,21 +125,15 @@ class AbstractESDIRK(AbstractRungeKutta):
         h = fnp.where(dt > 0, dt, 1.0)
         jac = jacfwd(lambda v: _flat(fun(t, unflat(v), args)))(y_flat)
         matrix = fnp.eye(n) - (h * self.gamma) * jac
-        ks, converged, z = [f], fnp.asarray(True), y_flat
+        solve = stage_solver(fun, unflat, self.gamma, self.newton_steps, self.root_rtol,
+                             self.root_atol)
+        ks, converged = [f], fnp.asarray(True)
         for row, c in zip(self.a, self.c[1:]):
-            t_i = t + c * h
             base = _flat(combine(y, h, row, ks))
-
-            def newton(z, _):
-                residual = z - base - (h * self.gamma) * _flat(fun(t_i, unflat(z), args))
-                delta = fnp.linalg.solve(matrix, -residual)
-                return z + delta, delta
             # the first guess: the explicit part plus the last stage's slope
-            z, deltas = scan(newton, base + (h * self.gamma) * _flat(ks[-1]), None,
-                             length=self.newton_steps)
-            scale = self.root_atol + self.root_rtol * fnp.abs(z)
-            small = fnp.max(fnp.abs(deltas[-1]) / scale) <= 1.0
-            converged = fnp.logical_and(converged, small)
+            z, size = solve(base + (h * self.gamma) * _flat(ks[-1]), base, h, t + c * h, args,
+                            matrix)
+            converged = fnp.logical_and(converged, stop_gradient(size) <= 1.0)
             ks.append(unflat((z - base) / (h * self.gamma)))
         y1, f1 = unflat(z), ks[-1]
         err = tree_map(lambda *k: fnp.where(converged, h * weighted_sum(self.b_error, k),

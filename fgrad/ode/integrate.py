@@ -118,14 +118,15 @@ def dense(problem, step, time):
 
 
 def integrate(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
-              interval_steps=None, checkpoint_every=None):
+              interval_steps=None, keep_steps=False):
     """Solve ``dy/dt = fun(t, y, args)`` from ``(t0, y0)`` to ``t1 >= t0``.
 
-    Returns ``(ys, y1, stats, status, t_reached, checkpoints)``: the solution
-    at the sorted times ``ts`` (a leading axis on every leaf of ``y0``), at
+    Returns ``(ys, y1, stats, status, t_reached, steps)``: the solution at
+    the sorted times ``ts`` (a leading axis on every leaf of ``y0``), at
     ``t1``, the step counts, a `RESULTS` code, the time the loop stopped at,
-    and, with ``checkpoint_every=k``, the loop's state and output count before
-    steps ``0, k, 2k, ...`` (``max_steps // k + 1`` slots; else None).
+    and with ``keep_steps=True`` every kept step's `Attempt` (its fields with
+    a leading axis of ``max_steps``, in order; None otherwise), which is what
+    the dense output reads.
     ``max_steps`` bounds the steps (kept and rejected) in all;
     ``interval_steps`` (odeint's ``mxstep``), those between output times.
     """
@@ -137,22 +138,26 @@ def integrate(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
     ys, idx = _buffers(y0, ts, t0)
     status = fnp.where(_all_finite(state[2]), RESULTS.SUCCESSFUL, RESULTS.NONFINITE)
     zero = fnp.asarray(0)
-    slots = None
-    if checkpoint_every is not None:
-        count = max_steps // checkpoint_every + 1
-        slots = tree_map(lambda x: fnp.zeros((count,) + fnp.shape(x), fnp.asarray(x).dtype),
-                         (state, idx))
-    carry = (state, idx, ys, zero, zero, zero, status, slots)
+    steps = None
+    if keep_steps:
+        def rows(like):
+            return tree_map(lambda v: fnp.zeros((max_steps,) + fnp.shape(v),
+                                                fnp.asarray(v).dtype), like)
+        no, time, f = fnp.asarray(False), fnp.zeros(()), state[2]
+        # an unused step starts at +inf, so the steps stay sorted by start time
+        steps = Attempt(*rows((no, no)), rows(time) + fnp.inf, *rows((time, time, y0, y0, f, f)),
+                        rows([f] * (len(solver.a) + 1)))
+    carry = (state, idx, ys, zero, zero, zero, status, steps)
 
     def keep_going(c):
         t, status = c[0][0], c[6]
         return fnp.logical_and(t < t1, status == RESULTS.SUCCESSFUL)
 
     def one_step(c):
-        state, idx, ys, n, n_kept, n_since, status, slots = c
-        if slots is not None:
-            slots = _checkpoint(slots, (state, idx), n, checkpoint_every)
+        state, idx, ys, n, n_kept, n_since, status, steps = c
         state, step = attempt(problem, state)
+        if steps is not None:
+            steps = _record(steps, step, n_kept)
         idx_next = saved_through(problem, step, idx)
 
         def save(s):
@@ -160,29 +165,37 @@ def integrate(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_steps,
             y_i = dense(problem, step, dynamic_index_in_dim(ts, i, keepdims=False))
             ys = tree_map(lambda buf, v: dynamic_update_index_in_dim(buf, v, i, 0), ys, y_i)
             return i + 1, ys
-        _, ys = while_loop(lambda s: s[0] < idx_next, save, (idx, ys))
+        if fnp.shape(ts)[0]:            # else dense output only: nothing to save
+            _, ys = while_loop(lambda s: s[0] < idx_next, save, (idx, ys))
         n = n + 1
         n_kept = n_kept + step.keep.astype(int)
         n_since = fnp.where(idx_next > idx, 0, n_since + 1)
         status = _status(problem, step, state, n, n_since, max_steps, interval_steps)
-        return state, idx_next, ys, n, n_kept, n_since, status, slots
+        return state, idx_next, ys, n, n_kept, n_since, status, steps
 
-    state, _, ys, n, n_kept, _, status, slots = while_loop(keep_going, one_step, carry)
+    state, _, ys, n, n_kept, _, status, steps = while_loop(keep_going, one_step, carry)
     stats = {"num_steps": n, "num_accepted_steps": n_kept, "num_rejected_steps": n - n_kept,
              "max_steps": max_steps}
-    return ys, state[1], stats, status, state[0], slots
+    return ys, state[1], stats, status, state[0], steps
 
 
-def _checkpoint(slots, value, n, every):
-    """``value`` written into slot ``n // every`` when ``n`` is a multiple of
-    ``every``; the slots as they were otherwise."""
-    due = (n % every) == 0
-    k = n // every
-
+def _record(steps, step, k):
+    """``step`` written at row ``k`` of ``steps`` if it was kept."""
     def write(buf, v):
         old = dynamic_index_in_dim(buf, k, keepdims=False)
-        return dynamic_update_index_in_dim(buf, fnp.where(due, v, old), k, 0)
-    return tree_map(write, slots, value)
+        return dynamic_update_index_in_dim(buf, fnp.where(step.keep, v, old), k, 0)
+    return tree_map(write, steps, step)
+
+
+def evaluate_steps(solver, steps, count, time):
+    """The solution at ``time`` from the kept steps ``steps`` (``count`` of
+    them, as `integrate` records them): the interpolant of the step that
+    contains it (the first or last step's, outside them)."""
+    i = fnp.sum((steps.t <= time).astype(int)) - 1
+    i = fnp.clip(i, 0, fnp.maximum(count - 1, 0))
+    step = tree_map(lambda buf: dynamic_index_in_dim(buf, i, keepdims=False), steps)
+    theta = (time - step.t) / fnp.where(step.h > 0, step.h, 1.0)
+    return solver.interpolate(theta, step.h, step.y, step.y1, step.f, step.f1, step.ks)
 
 
 def _status(problem, step, state, n, n_since, max_steps, interval_steps):

@@ -82,10 +82,31 @@ class AbstractRungeKutta:
             tree_map(lambda *k: dt * weighted_sum(self.b_error, k), *ks)
         return y1, f1, err, ks
 
+    # the dense output's weights b_i(theta) as polynomials (a row of
+    # coefficients per stage, highest power first), for a method that has one
+    dense = None
+
     def interpolate(self, theta, dt, y0, y1, f0, f1, ks):
-        """The solution at ``t + theta * dt``, ``0 <= theta <= 1``: cubic Hermite
-        through the ends and their derivatives (fourth-order accurate), unless
-        the method has its own interpolant."""
+        """The solution at ``t + theta * dt``, ``0 <= theta <= 1``: the
+        method's own interpolant ``y0 + dt * sum_i b_i(theta) k_i`` if it has
+        one (``dense``), else cubic Hermite through the ends and their
+        derivatives (fourth-order accurate)."""
+        if self.dense is not None:
+            # Horner's rule per stage; the stages with no weight are skipped
+            used = [i for i, poly in enumerate(self.dense) if np.any(poly)]
+            weights = []
+            for i in used:
+                w = float(self.dense[i][0])
+                for c in self.dense[i][1:]:
+                    w = w * theta + float(c)
+                weights.append(w)
+
+            def leaf(y, *k):
+                acc = weights[0] * k[used[0]]
+                for w, i in zip(weights[1:], used[1:]):
+                    acc = acc + w * k[i]
+                return y + dt * acc
+            return tree_map(leaf, y0, *ks)
         h00 = (1.0 + 2.0 * theta) * (1.0 - theta) ** 2
         h10 = theta * (1.0 - theta) ** 2
         h01 = theta ** 2 * (3.0 - 2.0 * theta)
@@ -255,25 +276,14 @@ class Tsit5(AbstractRungeKutta):
         (2.5, [0.0, 0.0, 1.0, 0.6], []),
     ])
 
-    def interpolate(self, theta, dt, y0, y1, f0, f1, ks):
-        weights = [(((p[0] * theta + p[1]) * theta + p[2]) * theta + p[3]) * theta + p[4]
-                   for p in self.dense]
-
-        def leaf(y, *k):
-            acc = weights[0] * k[0]
-            for w, k_i in zip(weights[1:], k[1:]):
-                acc = acc + w * k_i
-            return y + dt * acc
-        return tree_map(leaf, y0, *ks)
-
 
 class Dopri8(AbstractRungeKutta):
     """Prince and Dormand's 8(7) pair (1981, RK8(7)13M): eighth order, an
     embedded seventh-order estimate, thirteen stages and one more for the
     derivative at the end (FSAL). For smooth problems at tight tolerances,
-    where it takes the fewest steps. Its saved values between steps come from
-    the cubic Hermite interpolant (fourth order): with many save times at
-    tight tolerances, Tsit5's own interpolant is more accurate.
+    where it takes the fewest steps. Its dense output is a seventh-degree
+    polynomial in the step's fourteen stages (diffrax's), at no extra
+    evaluations.
 
     >>> import numpy as np, fgrad.ode
     >>> sol = fgrad.ode.solve(lambda t, y, a: -y, fgrad.ode.Dopri8(), 0.0, 1.0, None,
@@ -318,3 +328,28 @@ class Dopri8(AbstractRungeKutta):
                             -3867574721 / 1518517206, 465885868 / 322736535,
                             53011238 / 667516719, 2 / 45, 0, 0])
     order = 8
+    # the dense output's weights, b_i(theta) = theta * p_i(theta) with p_i of
+    # degree 5 (the interpolant diffrax uses for its Dopri8); every row sums
+    # to b_i at theta = 1, and p_0(0) = 1 so the slope at the start is f0
+    dense = np.hstack([np.array([
+        [-6.3448349392860401388, 22.1396504998094068976, -30.0610568289666450593,
+         19.9990069333683970610, -6.6910181737837595697, 1.0],
+        [0.0] * 6, [0.0] * 6, [0.0] * 6, [0.0] * 6,
+        [-39.6107919852202505218, 116.4422149550342161651, -121.4999627731334642623,
+         52.2273532792945524050, -7.6142658045872677172, 0.0],
+        [20.3761213808791436958, -67.1451318825957197185, 83.1721004639847717481,
+         -46.8919164181093621583, 10.7281392630428866124, 0.0],
+        [7.3347098826795362023, -16.5672243527496524646, 9.5724507555993664382,
+         -0.1890893225010595467, 0.5526637063753648783, 0.0],
+        [32.8801774352459155182, -89.9916014847245016028, 87.8406057677205645007,
+         -35.7075975946222072821, 4.2186562625665153803, 0.0],
+        [-10.1588990526426760954, 22.6237489648532849093, -17.4152107770762969005,
+         6.2736448083240352160, -0.6627209125361597559, 0.0],
+        [-12.5401268098782561200, 32.2362340167355370113, -28.5903289514790976966,
+         10.3160881272450748458, -1.2636789001135462218, 0.0],
+        [29.5553001484516038033, -82.1020315488359848644, 81.6630950584341412934,
+         -34.7650769866611817349, 5.4106037898590422230, 0.0],
+        [-41.7923486424390588923, 116.2662185791119533462, -114.9375291377009418170,
+         47.7457971078225540396, -7.0321379067945741781, 0.0],
+        [20.3006925822100825485, -53.9020777466385396792, 50.2558364226176017553,
+         -19.0082099341608028453, 2.3537586759714983486, 0.0]]), np.zeros((14, 1))])

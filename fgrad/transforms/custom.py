@@ -65,14 +65,28 @@ class custom_vjp:
     fgrad.errors.MissingRuleError: forward mode (jvp, jacfwd, hessian) reached 'solve', \
 which is differentiated in reverse mode only: its rule is an adjoint solve. Use \
 fgrad.jacrev for its Jacobian, or fgrad.grad or fgrad.vjp, instead.
+
+    With ``jvp_of_fun=True`` forward mode differentiates the function itself,
+    through its own operations, and only reverse mode uses the rules: for a
+    function whose operations forward mode handles but whose reverse mode
+    needs a rule of its own (a staged `fgrad.lax.while_loop`, a solve that
+    replays from checkpoints, as `fgrad.ode.solve` does):
+
+    >>> @partial(fgrad.custom_vjp, jvp_of_fun=True)
+    ... def cube(x):
+    ...     return x ** 3
+    >>> cube.defvjp(lambda x: (x ** 3, x), lambda x, ct: (3 * x ** 2 * ct,))
+    >>> float(fgrad.jacfwd(cube)(2.0)), float(fgrad.grad(cube)(2.0))
+    (12.0, 12.0)
     """
 
-    def __init__(self, fun, *, reverse_only=None):
+    def __init__(self, fun, *, reverse_only=None, jvp_of_fun=False):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.fwd = None
         self.bwd = None
         self.reverse_only = reverse_only
+        self.jvp_of_fun = bool(jvp_of_fun)
 
     def defvjp(self, fwd, bwd):
         """Register ``fwd(*args) -> (out, residuals)`` and ``bwd(residuals, ct)``."""
@@ -105,6 +119,7 @@ fgrad.jacrev for its Jacobian, or fgrad.grad or fgrad.vjp, instead.
                                  needed, name)
         flat_fun.__name__ = name
         flat_fun.reverse_only = self.reverse_only
+        flat_fun.jvp_of_fun = self.jvp_of_fun
         outs = trace.process_custom_vjp(flat_fun, flat_fwd, flat_bwd, leaves)
         return tree_unflatten(flat.out_tree, list(outs))
 

@@ -81,8 +81,8 @@ _log = logging.getLogger("fgrad.jit")
 
 def fuses(graph):
     """Whether jit compiles ``graph`` with fused CPU kernels: unless the jitted
-    function said ``fuse=False`` (a mark on its graphs), when llvmlite (with
-    numba, the ``jit`` extra) is installed and ``FGRAD_JIT_FUSE`` is not ``0``."""
+    function said ``fuse=False`` (a mark on its graphs), when llvmlite (the
+    ``jit`` extra) is installed and ``FGRAD_JIT_FUSE`` is not ``0``."""
     return graph.compiled.get(_FUSE, True) and cpu_fusion_enabled()
 
 
@@ -968,8 +968,8 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     It applies to calls with arrays; a parallel jitted function called under
     another transformation runs its graph sequentially.
 
-    With numba (and llvmlite) installed, groups of elementwise operations
-    (and a ``sum``, ``max`` or ``min`` of them over all axes) on NumPy arrays
+    With llvmlite installed (the ``jit`` extra), groups of elementwise
+    operations (and a ``sum``, ``max`` or ``min`` of them over all axes) on NumPy arrays
     run as fused, compiled CPU kernels (`fgrad.compiler.cpu_fusion`; docs/jit.md).
     ``fuse=False``, or the environment variable ``FGRAD_JIT_FUSE=0``, turns
     that off: the code is then NumPy calls, one per equation.

@@ -16,36 +16,42 @@ from fgrad import lax
 from benchmarks.gradbench.tool import timed
 
 
-def sigmoid(x):
-    return 1 / (1 + fnp.exp(-x))
+def make_loss(xp, lax):
+    """The loss written against NumPy-like namespace ``xp`` and ``lax`` (fgrad's,
+    or JAX's: benchmarks/bench_loops.py times both)."""
+    def sigmoid(x):
+        return 1 / (1 + xp.exp(-x))
+
+    def loss(main_params, extra_params, state, sequence):
+        layers, b = state.shape[0] // 2, state.shape[1]
+        gates = main_params.reshape(layers, 2, 4, b)        # layer, weight/bias, gate, unit
+        weight, bias = gates[:, 0], gates[:, 1]
+        in_weight, out_weight, out_bias = extra_params[0], extra_params[1], extra_params[2]
+
+        def step(state, pair):
+            x, target = pair
+            value = x * in_weight
+            rows = []
+            for i in range(layers):
+                hidden, cell = state[2 * i], state[2 * i + 1]
+                forget = sigmoid(value * weight[i, 0] + bias[i, 0])
+                ingate = sigmoid(hidden * weight[i, 1] + bias[i, 1])
+                outgate = sigmoid(value * weight[i, 2] + bias[i, 2])
+                change = xp.tanh(hidden * weight[i, 3] + bias[i, 3])
+                cell = cell * forget + ingate * change
+                hidden = outgate * xp.tanh(cell)
+                rows += [hidden, cell]
+                value = hidden
+            prediction = value * out_weight + out_bias
+            normalized = prediction - xp.log(xp.sum(xp.exp(prediction)) + 2)
+            return xp.stack(rows), xp.sum(target * normalized)
+
+        _, totals = lax.scan(step, state, (sequence[:-1], sequence[1:]))
+        return -xp.sum(totals) / ((sequence.shape[0] - 1) * b)
+    return loss
 
 
-def loss(main_params, extra_params, state, sequence):
-    layers, b = state.shape[0] // 2, state.shape[1]
-    gates = main_params.reshape(layers, 2, 4, b)        # layer, weight/bias, gate, unit
-    weight, bias = gates[:, 0], gates[:, 1]
-    in_weight, out_weight, out_bias = extra_params[0], extra_params[1], extra_params[2]
-
-    def step(state, pair):
-        x, target = pair
-        value = x * in_weight
-        rows = []
-        for i in range(layers):
-            hidden, cell = state[2 * i], state[2 * i + 1]
-            forget = sigmoid(value * weight[i, 0] + bias[i, 0])
-            ingate = sigmoid(hidden * weight[i, 1] + bias[i, 1])
-            outgate = sigmoid(value * weight[i, 2] + bias[i, 2])
-            change = fnp.tanh(hidden * weight[i, 3] + bias[i, 3])
-            cell = cell * forget + ingate * change
-            hidden = outgate * fnp.tanh(cell)
-            rows += [hidden, cell]
-            value = hidden
-        prediction = value * out_weight + out_bias
-        normalized = prediction - fnp.log(fnp.sum(fnp.exp(prediction)) + 2)
-        return fnp.stack(rows), fnp.sum(target * normalized)
-
-    _, totals = lax.scan(step, state, (sequence[:-1], sequence[1:]))
-    return -fnp.sum(totals) / ((sequence.shape[0] - 1) * b)
+loss = make_loss(fnp, lax)
 
 
 def _prepare(raw):

@@ -1,0 +1,113 @@
+"""The Array API standard's devices and keywords that scikit-learn and SciPy call on
+fgrad.numpy (docs/array-api.md): a traced value's device makes constants of its
+transformation, ``__array_namespace_info__``, and ``asarray``'s, ``astype``'s,
+``reshape``'s and ``std``'s standard keywords."""
+import numpy as np
+import pytest
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.core.trace import Tracer
+from fgrad.errors import DerivativeConversionError, DeviceError, MemoryLayoutError
+from fgrad.testing import check_grads
+
+X = np.array([[0.5, -1.5, 2.0], [1.0, 0.25, -0.75]])
+TRANSFORMS = {
+    "grad": lambda f, x: fgrad.grad(lambda x: fnp.sum(f(x)))(x),
+    "jvp": lambda f, x: fgrad.jvp(f, (x,), (np.ones_like(x),))[1],
+    "jit": lambda f, x: fgrad.jit(f)(x),
+    "vmap": lambda f, x: fgrad.vmap(f)(np.stack([x, x]))[0],
+}
+
+
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+def test_data_made_on_a_traced_value_s_device_joins_its_transformation(transform):
+    seen = []
+
+    def f(x):
+        y = fnp.asarray(np.arange(3.0), device=x.device)
+        z = fnp.zeros(x.shape, dtype=x.dtype, device=x.device)
+        z[0] = y                                # a tracer takes the update
+        seen.append((type(y).__name__, isinstance(y, Tracer), y.device == "cpu",
+                     y.__array_namespace__() is fnp, z.__array_namespace__() is fnp))
+        return x * y + z
+    TRANSFORMS[transform](f, X)
+    assert seen[0][1:] == (True, True, True, True), seen
+
+
+def test_a_constant_made_on_the_device_has_no_derivative():
+    def f(x):
+        w = fnp.asarray([1.0, 2.0, 3.0], device=x.device)
+        return fnp.sum(w * x)
+    np.testing.assert_array_equal(fgrad.grad(f)(X), np.broadcast_to([1.0, 2.0, 3.0], X.shape))
+    check_grads(f, (X,), order=2)
+
+
+def test_devices_compare_as_the_data_s_device():
+    def f(x):
+        assert x.device == "cpu" and hash(x.device) == hash("cpu") and str(x.device) == "cpu"
+        assert x.to_device(x.device) is x and x.to_device("cpu") is x
+        return fnp.sum(x)
+    fgrad.grad(f)(X)
+
+
+def test_another_device_is_refused_with_the_fix():
+    with pytest.raises(DeviceError, match="device_put"):
+        fnp.asarray(X, device="gpu")
+    with pytest.raises(DeviceError, match="device_put"):
+        fgrad.grad(lambda x: fnp.sum(fnp.zeros(2, device="gpu") + x))(1.0)
+
+
+def test_asarray_copy_keyword():
+    a = fnp.asarray(X, copy=True)
+    assert a is not X and np.array_equal(a, X)
+    assert fnp.asarray(X, copy=False) is X
+    with pytest.raises(ValueError, match="copy"):
+        fnp.asarray([1.0, 2.0], copy=False)
+
+    def f(x):
+        assert fnp.asarray(x, copy=True) is not x and fnp.asarray(x) is x
+        with pytest.raises(ValueError, match="copy=False"):
+            fnp.asarray(x, dtype=np.float32, copy=False)
+        return fnp.sum(x)
+    fgrad.grad(f)(X)
+
+
+def test_astype_copy_and_reshape_shape_keywords():
+    def f(x):
+        assert fnp.astype(x, x.dtype, copy=False) is x
+        assert fnp.astype(x, x.dtype) is not x
+        assert fnp.reshape(x, shape=(3, 2), copy=True).shape == (3, 2)
+        return fnp.sum(fnp.reshape(x, shape=(-1,)) ** 2)
+    np.testing.assert_allclose(fgrad.grad(f)(X), 2 * X)
+    assert fnp.reshape(X, shape=(3, 2)).base is not None
+    assert fnp.reshape(X, shape=(3, 2), copy=True).base is None
+
+
+def test_std_and_var_take_the_standard_s_correction():
+    np.testing.assert_allclose(fnp.std(X, axis=0, correction=1), np.std(X, axis=0, ddof=1))
+    check_grads(lambda x: fnp.var(x, axis=1, correction=1), (X,), order=2)
+
+
+def test_namespace_info_reports_no_data_dependent_shapes():
+    info = fnp.__array_namespace_info__()
+    assert info.capabilities()["data-dependent shapes"] is False
+    assert info.default_dtypes()["real floating"] == np.float64
+    assert info.devices() == ["cpu"] and info.default_device() == "cpu"
+
+
+def test_memory_attributes_are_absent_to_getattr_with_a_default():
+    def f(x):
+        assert getattr(x, "flags", None) is None and not hasattr(x, "strides")
+        with pytest.raises(MemoryLayoutError, match="no memory of its own"):
+            x.flags
+        return fnp.sum(x)
+    fgrad.grad(f)(X)
+
+
+def test_a_conversion_error_names_the_line_that_converted():
+    def f(x):
+        return float(fnp.sum(x))                # the line the message names
+    with pytest.raises(DerivativeConversionError,
+                       match=r"test_array_api_devices\.py:\d+: `return float\(fnp\.sum"):
+        fgrad.grad(f)(X)
