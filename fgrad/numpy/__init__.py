@@ -54,15 +54,19 @@ conjugate = conj
 stop_gradient = _creation.stop_gradient
 
 
-def zeros_like(a, dtype=None):
+def zeros_like(a, dtype=None, *, device=None):
     """An array of zeros shaped like ``a`` (on its backend); of a traced ``a``, a
-    tracer of its transformation, so that ``out[i] = v`` can update it."""
-    return _writable_like(a, _creation.zeros_like(a, dtype))
+    tracer of its transformation, so that ``out[i] = v`` can update it.
+    ``device``, as in the Array API, must be ``a``'s own (``"cpu"`` for NumPy
+    data)."""
+    out = _writable_like(a, _creation.zeros_like(a, dtype))
+    return out if device is None else out.to_device(device)
 
 
-def ones_like(a, dtype=None):
+def ones_like(a, dtype=None, *, device=None):
     """An array of ones shaped like ``a`` (on its backend), traced as `zeros_like`."""
-    return _writable_like(a, _creation.ones_like(a, dtype))
+    out = _writable_like(a, _creation.ones_like(a, dtype))
+    return out if device is None else out.to_device(device)
 
 
 # -- reductions ---------------------------------------------------------------
@@ -131,11 +135,15 @@ amax, amin = max, min
 # -- shapes ---------------------------------------------------------------------
 
 
-def reshape(a, newshape, order="C"):
-    """``a`` with a new shape (C order only)."""
+def reshape(a, /, shape, order="C", *, copy=None):
+    """``a`` with a new shape (C order only); ``copy=True`` gives a new array
+    (of a tracer, a new name that an in-place update of either leaves apart)."""
     if order != "C":
         raise NotImplementedError("fgrad.numpy.reshape supports order='C' only")
-    return _shape.reshape(a, newshape)
+    out = _shape.reshape(a, shape)
+    if copy:
+        out = out.clone() if isinstance(out, _Tracer) else _np.array(out, copy=True)
+    return out
 
 
 def transpose(a, axes=None):
@@ -148,7 +156,10 @@ expand_dims, squeeze = _shape.expand_dims, _shape.squeeze
 
 
 def concatenate(arrays, axis=0):
-    """Join arrays along an existing axis (a new array, also of one array)."""
+    """Join arrays along an existing axis (a new array, also of one array);
+    ``axis=None`` joins them flattened, zero-dimensional ones too."""
+    if axis is None:
+        arrays, axis = [_shape.reshape(a, (-1,)) for a in arrays], 0
     return _join(arrays, axis)
 
 
@@ -157,12 +168,14 @@ def stack(arrays, axis=0):
     return _shape.stack(arrays, axis)
 
 
-def astype(x, dtype):
-    """``x`` converted to ``dtype``: a new array, as NumPy's (``copy=True``)."""
+def astype(x, dtype, /, *, copy=True, device=None):
+    """``x`` converted to ``dtype``: a new array, as NumPy's; with ``copy=False``,
+    ``x`` itself where it has that dtype already. ``device`` must be ``x``'s own
+    (`asarray`)."""
     out = _ew.convert_element_type(x, dtype)
-    if out is x and hasattr(x, "copy"):
-        return x.clone() if isinstance(x, _Tracer) else x.copy()
-    return out
+    if out is x and copy and hasattr(x, "copy"):
+        out = x.clone() if isinstance(x, _Tracer) else x.copy()
+    return out if device is None else out.to_device(device)
 
 
 # -- products ---------------------------------------------------------------------
@@ -429,10 +442,10 @@ _SEQUENCE_FUNCTIONS = ("concatenate", "concat", "stack", "hstack", "vstack", "ds
                        "column_stack", "row_stack", "select", "choose")
 
 
-def empty_like(prototype, dtype=None):
+def empty_like(prototype, dtype=None, *, device=None):
     """Like ``numpy.empty_like``, but filled with zeros (there is no uninitialised
     memory in a functional program); traced as `zeros_like`."""
-    return zeros_like(prototype, dtype)
+    return zeros_like(prototype, dtype, device=device)
 
 
 
@@ -456,6 +469,9 @@ _wrap_namespace(fft.__dict__, ())
 # The Array API standard's version this namespace answers for (NumPy's), and the
 # namespace tracers name in ``__array_namespace__``
 __array_api_version__ = _methods.API_VERSIONS[-1]
+# the standard's inspection object (devices, default dtypes, capabilities): NumPy's,
+# since fgrad's arrays are NumPy's data types on NumPy's devices
+__array_namespace_info__ = _np.__array_namespace_info__
 
 # Tracers route NumPy's own functions (``np.sin(tracer)``) to this namespace.
 _Tracer.numpy_namespace = _sys.modules[__name__]

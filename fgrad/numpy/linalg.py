@@ -216,14 +216,34 @@ def svdvals(x):
     return svd(x, compute_uv=False)
 
 
-def pinv(a, rcond=None, hermitian=False):
+def pinv(a, rcond=None, hermitian=False, *, rtol=_np._NoValue):
     """Moore-Penrose pseudo-inverse; derivatives assume a locally constant rank.
+
+    Singular values below ``rcond`` (or ``rtol``, the Array API standard's
+    name) times the largest are taken as zero; ``rtol=None`` is the standard's
+    default, ``max(m, n) * eps``, NumPy's own default ``1e-15``.
 
     >>> import numpy as np
     >>> pinv(np.array([[2.0], [0.0]]))
     array([[0.5, 0. ]])
     """
-    return _la.pinv(_as_array(a), rcond, hermitian)
+    a = _as_array(a)
+    if rtol is not _np._NoValue:
+        if rcond is not None:
+            raise ValueError("pinv takes rcond or rtol, not both: rtol is the Array "
+                             "API standard's name for rcond")
+        aval = _get_aval(a)
+        rcond = (max(aval.shape[-2:]) * _np.finfo(aval.dtype).eps if rtol is None
+                 else _scalar_tolerance(rtol))
+    return _la.pinv(a, rcond, hermitian)
+
+
+def _scalar_tolerance(tol):
+    if _np.ndim(tol) != 0:
+        raise NotImplementedError(
+            "fgrad.numpy.linalg.pinv takes one tolerance for every matrix, got an "
+            f"array of shape {_np.shape(tol)}: call it per matrix with a Python float")
+    return float(tol)
 
 
 def matrix_power(a, n):

@@ -1,0 +1,202 @@
+"""fgrad.numpy as an Array API namespace: what the standard asks beyond NumPy's
+main namespace (inspection, ``asarray``'s ``copy=``/``device=``, ``astype``'s,
+``concat(axis=None)``, ``from_dlpack``), the namespaces of
+`fgrad.testing.array_api` that run each call under jit, vmap or grad, and,
+where ``ARRAY_API_TESTS_PATH`` names a checkout of data-apis/array-api-tests,
+a part of that suite run against each of them.
+"""
+import inspect
+import os
+
+import numpy as np
+import pytest
+
+import fgrad
+import fgrad.numpy as fnp
+from fgrad.errors import DeviceError
+from fgrad.testing import check_grads
+from fgrad.testing.array_api import (
+    NAMESPACES,
+    TRANSFORMS,
+    TransformMismatch,
+    namespace,
+    run_suite,
+    summarize,
+    wrap,
+)
+
+X = np.array([[0.3, -1.2, 2.5], [1.9, -0.4, 0.1]])
+
+
+# -- the standard's names in fgrad.numpy ------------------------------------------
+
+
+def test_inspection_namespace_describes_numpy_s_devices_and_dtypes():
+    info = fnp.__array_namespace_info__()
+    assert info.devices() == ["cpu"] and info.default_device() == "cpu"
+    assert info.default_dtypes()["real floating"] == np.float64
+    assert set(info.capabilities()) >= {"boolean indexing", "data-dependent shapes"}
+    assert fnp.__array_api_version__ == "2024.12"
+
+
+def test_concat_with_axis_none_joins_flattened_arrays_and_differentiates():
+    out = fnp.concat([np.array([1, 2]), np.array(3)], axis=None)
+    assert out.tolist() == [1, 2, 3]
+    check_grads(lambda x: fnp.concat([x, x[0, 0], x.T], axis=None) ** 2, (X,))
+    assert fgrad.jit(lambda x: fnp.concat([x, x[0]], axis=None))(X).shape == (9,)
+
+
+@pytest.mark.parametrize("transform", ["vjp", "jit", "vmap"])
+def test_asarray_copy_gives_a_new_name_and_device_must_be_the_data_s(transform):
+    def f(x):
+        same = fnp.asarray(x, copy=False, device="cpu")
+        copied = fnp.asarray(x, copy=True)
+        copied[0] = 0.0                 # leaves x (and same) as they were
+        return same + copied
+    want = X + np.where(np.arange(2)[:, None] == 0, 0.0, X)
+    run = {"vjp": lambda g, x: fgrad.vjp(g, x)[0], "jit": lambda g, x: fgrad.jit(g)(x),
+           "vmap": lambda g, x: fgrad.vmap(g)(np.stack([x, x]))[0]}[transform]
+    assert np.allclose(run(f, X), want)
+    assert fnp.asarray(X, copy=False) is X and fnp.asarray(X, copy=True) is not X
+
+
+def test_asarray_refuses_a_copy_it_cannot_avoid_and_a_move_under_a_transformation():
+    with pytest.raises(ValueError, match="dtype changes to float32. Pass copy=None"):
+        fgrad.grad(lambda x: fnp.sum(fnp.asarray(x, dtype=np.float32, copy=False)))(X)
+    with pytest.raises(DeviceError, match="fgrad.device_put"):
+        fgrad.grad(lambda x: fnp.sum(fnp.asarray(x, device="gpu")))(X)
+
+
+def test_astype_copy_false_keeps_the_array_and_differentiates():
+    assert fnp.astype(X, np.float64, copy=False) is X
+    assert fnp.astype(X, np.float64) is not X
+    check_grads(lambda x: fnp.astype(x, np.float64, copy=False, device="cpu") ** 2, (X,))
+    assert fnp.astype(X, np.float32, copy=False).dtype == np.float32
+    with pytest.raises(DeviceError, match="to_device"):
+        fgrad.jit(lambda x: fnp.astype(x, np.float32, device="gpu"))(X)
+
+
+def test_std_and_var_take_correction_as_ddof():
+    assert np.allclose(fnp.std(X, axis=0, correction=1), np.std(X, axis=0, ddof=1))
+    check_grads(lambda x: fnp.var(x, axis=1, correction=1.5), (X,))
+    with pytest.raises(ValueError, match="ddof or correction, not both"):
+        fnp.var(X, ddof=1, correction=1)
+
+
+def test_diff_joins_prepend_and_append_and_differentiates_in_each():
+    got = fnp.diff(X, axis=0, prepend=0.0, append=X[:1])
+    assert np.allclose(got, np.diff(X, axis=0, prepend=0.0, append=X[:1]))
+    check_grads(lambda x, p, a: fnp.diff(x, n=2, prepend=p, append=a),
+                (X, np.array(0.5), X[:, :1]))
+    got = fgrad.vmap(lambda x: fnp.diff(x, prepend=x[0]))(X)
+    assert np.allclose(got, [np.diff(x, prepend=x[0]) for x in X])
+
+
+def test_pinv_takes_the_standard_s_rtol():
+    a = X.T @ np.diag([1.0, 1e-9]) @ X[:, :2]
+    assert np.allclose(fnp.linalg.pinv(a, rtol=None), np.linalg.pinv(a, rtol=None))
+    assert np.allclose(fnp.linalg.pinv(a, rtol=1e-3), np.linalg.pinv(a, rtol=1e-3))
+    check_grads(lambda m: fnp.linalg.pinv(m, rtol=None), (X,))
+    with pytest.raises(ValueError, match="rcond or rtol, not both"):
+        fnp.linalg.pinv(a, 1e-3, rtol=1e-3)
+    with pytest.raises(NotImplementedError, match="one tolerance for every matrix"):
+        fnp.linalg.pinv(a, rtol=np.array([1e-3, 1e-2]))
+
+
+def test_creation_functions_take_device_and_reshape_takes_shape_and_copy():
+    for make in (lambda x, d: fnp.zeros_like(x, device=d), lambda x, d: fnp.ones_like(x, device=d),
+                 lambda x, d: fnp.empty_like(x, device=d),
+                 lambda x, d: fnp.full_like(x, x[0, 0], device=d),
+                 lambda x, d: fnp.full((2,), x[0, 0], device=d),
+                 lambda x, d: fnp.linspace(x[0, 0], x[1, 0], 3, device=d)):
+        assert make(X, "cpu").dtype == np.float64
+        assert fgrad.jit(lambda x: make(x, "cpu"))(X).dtype == np.float64
+        with pytest.raises(DeviceError, match="fgrad.device_put"):
+            fgrad.jit(lambda x: make(x, "gpu"))(X)
+    assert fnp.reshape(X, shape=(3, 2), copy=True).base is None
+    assert fnp.reshape(X, (6,)).base is X
+
+    def write_into_a_copy(x):
+        y = fnp.reshape(x, (6,), copy=True)
+        y[0] = 0.0                      # a copy: x keeps its first entry
+        return fnp.sum(x) + fnp.sum(y)
+    assert np.allclose(fgrad.grad(write_into_a_copy)(X).ravel(), [1] + [2] * 5)
+
+
+def test_where_shows_the_standard_s_signature():
+    assert list(inspect.signature(fnp.where).parameters) == ["condition", "x1", "x2"]
+
+
+def test_from_dlpack_is_numpy_s():
+    assert fnp.from_dlpack is np.from_dlpack
+    assert np.array_equal(fnp.from_dlpack(X), X)
+
+
+# -- the transformed namespaces ----------------------------------------------------
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_transformed_namespace_gives_numpy_s_results(transform):
+    xp = namespace(transform)
+    assert np.allclose(xp.sum(X, axis=1, keepdims=True), X.sum(axis=1, keepdims=True))
+    assert np.allclose(xp.concat([X, X], axis=None), np.concatenate([X.ravel()] * 2))
+    assert np.allclose(xp.add(X, 2), X + 2)
+    assert np.allclose(xp.clip(X, min=-1.0, max=np.full(3, 1.0)), np.clip(X, -1.0, 1.0))
+    q, r = xp.linalg.qr(X.T)
+    assert np.allclose(q @ r, X.T)
+    assert np.allclose(xp.fft.fft(X).real, np.fft.fft(X).real)
+    assert xp.argmax(X, axis=0).tolist() == [1, 1, 0]
+    assert xp.float32 is np.float32 and xp.result_type(X, np.float32) == np.float64
+    assert xp.zeros(3).tolist() == [0.0] * 3        # no array argument: called as is
+
+
+def test_transformed_namespaces_refuse_what_the_transformation_cannot_trace():
+    with pytest.raises(fgrad.errors.ConcretizationError):
+        namespace("jit").unique_values(np.array([1, 1, 2]))
+    with pytest.raises(fgrad.errors.BatchedConversionError):
+        namespace("vmap").nonzero(np.array([1, 0, 2]))
+    assert namespace("grad").unique_values(np.array([2.0, 1.0, 2.0])).tolist() == [1, 2]
+    with pytest.raises(ValueError, match="one of jit, vmap, grad, got 'pmap'"):
+        namespace("pmap")
+
+
+@fgrad.primitive
+def _total(x):
+    return np.sum(x)
+
+
+# a wrong batching rule: the second example's total comes out doubled
+fgrad.defbatch(_total, lambda args, dims: (
+    fnp.sum(args[0], axis=(1, 2)) * np.array([1.0, 2.0]), 0))
+
+
+def test_a_batching_rule_that_mixes_examples_raises_transform_mismatch():
+    with pytest.raises(TransformMismatch, match="different results for two equal examples"):
+        wrap(_total, "vmap")(X)
+    assert wrap(_total, "jit").__wrapped__ is _total
+
+
+# -- the runner, and the external suite where a checkout is named -------------------
+
+
+def test_summarize_reads_pytest_s_counts_and_failures():
+    out = ("FAILED t.py::a[x] - AssertionError: out=1\nERROR t.py::b\n"
+           "= 2 failed, 10 passed, 3 skipped, 1 error in 4.0s =")
+    counts, failures = summarize(out)
+    assert counts == {"failed": 2, "passed": 10, "skipped": 3, "error": 1}
+    assert failures == {"t.py::a[x]": "AssertionError: out=1", "t.py::b": ""}
+
+
+SUITE = os.environ.get("ARRAY_API_TESTS_PATH")
+
+
+@pytest.mark.skipif(not SUITE, reason="set ARRAY_API_TESTS_PATH to a checkout of "
+                                      "data-apis/array-api-tests to run it")
+@pytest.mark.parametrize("name", list(NAMESPACES))
+def test_array_api_tests_pass_as_for_numpy(name):
+    # one file's worth of the suite: elementwise functions whose results every
+    # namespace gives as NumPy does (the whole run: benchmarks/array_api_conformance)
+    select = "test_add or test_sin or test_sum or test_matmul or test_concat"
+    counts, failures, _ = run_suite(SUITE, NAMESPACES[name], max_examples=5,
+                                    select=select)
+    assert counts.get("passed", 0) >= 5 and not failures, failures
