@@ -99,8 +99,22 @@ def test_pinv_takes_the_standard_s_rtol():
     check_grads(lambda m: fnp.linalg.pinv(m, rtol=None), (X,))
     with pytest.raises(ValueError, match="rcond or rtol, not both"):
         fnp.linalg.pinv(a, 1e-3, rtol=1e-3)
-    with pytest.raises(NotImplementedError, match="one tolerance for every matrix"):
-        fnp.linalg.pinv(a, rtol=np.array([1e-3, 1e-2]))
+    stack, tols = np.stack([a, a * 1e-6]), np.array([1e-3, 0.5])    # one tol per matrix
+    assert np.allclose(fnp.linalg.pinv(stack, rtol=tols), np.linalg.pinv(stack, rtol=tols))
+    check_grads(lambda m: fnp.linalg.pinv(m, rtol=np.array([1e-9, 1e-8])),
+                (np.stack([X, 2 * X]),))
+    tol = np.array(1e-3)                # an array tolerance: read, not differentiated
+    _, pullback = fgrad.vjp(lambda m, t: fnp.linalg.pinv(m, rtol=t), a, tol)
+    assert pullback(np.ones(a.T.shape))[1] == 0.0
+    with pytest.raises(fgrad.errors.ConcretizationError, match="pass it as a Python float"):
+        fgrad.jit(lambda m, t: fnp.linalg.pinv(m, rtol=t))(a, tol)
+
+
+def test_solve_and_det_of_empty_matrices_differentiate():
+    empty = np.zeros((0, 0))
+    _, pullback = fgrad.vjp(fnp.linalg.solve, empty, np.zeros(0))
+    assert [c.shape for c in pullback(np.zeros(0))] == [(0, 0), (0,)]
+    assert fgrad.vjp(fnp.linalg.det, np.zeros((2, 0, 0)))[1](np.ones(2))[0].shape == (2, 0, 0)
 
 
 def test_creation_functions_take_device_and_reshape_takes_shape_and_copy():
