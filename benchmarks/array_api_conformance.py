@@ -13,6 +13,12 @@ test with the first line of its error. The namespaces:
 - ``jit``, ``vmap``, ``grad``: `fgrad.testing.array_api.namespace`, every
   call with arrays run under that transformation.
 
+The jit namespace stages and caches every call, and by default replays the
+staged graphs as NumPy calls (``--jit-compile never``): the suite makes
+thousands of small one-call programs, and compiling each (``--jit-compile
+background``) makes the run many times longer without exercising more of the
+namespace.
+
 Every figure depends on the suite's commit (printed first), on NumPy's version
 and on hypothesis's draws: compare namespaces run on the same machine.
 
@@ -36,7 +42,9 @@ def _suite_commit(suite):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description="Run array-api-tests against NumPy, fgrad.numpy and fgrad under "
+                    "jit, vmap and grad.")
     parser.add_argument("--suite", required=True,
                         help="a checkout of data-apis/array-api-tests")
     parser.add_argument("--only", default=",".join(NAMESPACES),
@@ -46,6 +54,9 @@ def main(argv=None):
     parser.add_argument("--failures", action="store_true",
                         help="list every failing test")
     parser.add_argument("--json", default=None, help="write the results to this file")
+    parser.add_argument("--jit-compile", default="never",
+                        help="FGRAD_JIT_COMPILE for the jit namespace: never (the default: "
+                             "staged graphs replayed as NumPy calls), background or sync")
     parser.add_argument("--pytest-args", default="",
                         help="more pytest options, e.g. '--timeout=120 -x'")
     args = parser.parse_args(argv)
@@ -63,7 +74,8 @@ def main(argv=None):
     for name in names:
         counts, failures, seconds = run_suite(args.suite, NAMESPACES[name],
                                               args.max_examples, args.select,
-                                              args.pytest_args.split())
+                                              args.pytest_args.split(),
+                                              {"FGRAD_JIT_COMPILE": args.jit_compile})
         total = sum(counts.values())
         print(f"{name:12} {counts.get('passed', 0):5} of {total:5} passed   "
               f"failed {counts.get('failed', 0):4}  errors {counts.get('error', 0):3}  "

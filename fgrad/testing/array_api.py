@@ -28,9 +28,9 @@ array([ 3., 12.])
 >>> xp.__array_api_version__
 '2024.12'
 
-Point array-api-tests at one with
-``ARRAY_API_TESTS_MODULE="exec('import fgrad.testing.array_api as m; xp = m.namespace(\\"jit\\")')"``
-(``python -m benchmarks.array_api_conformance`` does that for each transformation).
+Point array-api-tests at one with ``ARRAY_API_TESTS_MODULE`` set to
+``NAMESPACES["jit"]`` (an ``exec(...)`` line that builds it); `run_suite`
+and ``python -m benchmarks.array_api_conformance`` do that for each.
 """
 import functools
 import os
@@ -252,13 +252,14 @@ def summarize(output):
     return counts, failures
 
 
-def run_suite(suite, module, max_examples=10, select=None, pytest_args=()):
+def run_suite(suite, module, max_examples=10, select=None, pytest_args=(), env=None):
     """Run the array-api-tests checkout at ``suite`` against ``module`` (an
     ``ARRAY_API_TESTS_MODULE`` value, such as ``NAMESPACES["jit"]``) in a new
-    process; ``select`` is pytest's ``-k``. Returns ``(counts, failures,
+    process; ``select`` is pytest's ``-k``, ``env`` more environment variables
+    (``{"FGRAD_JIT_COMPILE": "never"}``). Returns ``(counts, failures,
     seconds)``, counts and failures as `summarize` reads them."""
     # a wide terminal, so that each FAILED line keeps its error message whole
-    env = dict(os.environ, ARRAY_API_TESTS_MODULE=module, COLUMNS="1000")
+    env = dict(os.environ, **(env or {}), ARRAY_API_TESTS_MODULE=module, COLUMNS="1000")
     cmd = [sys.executable, "-m", "pytest", "array_api_tests", "-q", "-rfE",
            "-p", "no:cacheprovider", "-o", "addopts=",
            f"--hypothesis-max-examples={max_examples}", *pytest_args]
