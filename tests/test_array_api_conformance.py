@@ -137,6 +137,27 @@ def test_creation_functions_take_device_and_reshape_takes_shape_and_copy():
     assert np.allclose(fgrad.grad(write_into_a_copy)(X).ravel(), [1] + [2] * 5)
 
 
+@pytest.mark.parametrize("transform", ["jit", "vmap", "grad"])
+def test_count_nonzero_of_traced_values_stages_and_batches(transform):
+    xp = namespace(transform)
+    for kwargs in ({}, {"axis": 1}, {"axis": (0, 1), "keepdims": True}):
+        got, want = xp.count_nonzero(X * (X > 0), **kwargs), np.count_nonzero(X > 0, **kwargs)
+        assert np.array_equal(got, want) and np.asarray(got).dtype == np.intp
+
+
+@pytest.mark.parametrize("transform", ["jit", "vmap"])
+def test_vecdot_of_traced_values_keeps_the_dtype_and_checks_the_lengths(transform):
+    xp = namespace(transform)
+    for x1, x2 in [(np.array([], np.uint8), np.array([], np.uint8)),
+                   (np.array([[1, 2]], np.int8), np.array([3, 4], np.int8)),
+                   (np.array([True, False]), np.array([True, True]))]:
+        got, want = xp.vecdot(x1, x2), np.vecdot(x1, x2)
+        assert np.array_equal(got, want) and got.dtype == want.dtype
+    with pytest.raises(ValueError, match="same length along axis -1"):
+        xp.vecdot(np.zeros(0), np.zeros(1))
+    check_grads(lambda a, b: fnp.vecdot(a, b), (X, X[0] + 1j))
+
+
 def test_where_shows_the_standard_s_signature():
     assert list(inspect.signature(fnp.where).parameters) == ["condition", "x1", "x2"]
 

@@ -483,9 +483,12 @@ def argsort(a, axis=-1, kind=None, stable=None):
 
 
 def count_nonzero(a, axis=None, keepdims=False):
-    """How many elements are nonzero (no derivative)."""
-    a = _concrete(a)
-    return _xp(a).count_nonzero(_plain_array(a), axis=axis, keepdims=keepdims)
+    """How many elements are nonzero (no derivative); of a traced ``a``, a sum of
+    ``a != 0``, so that it stages under jit and batches under vmap."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).count_nonzero(a, axis=axis, keepdims=keepdims)
+    nonzero = _ew.convert_element_type(_ew.not_equal(a, 0), _np.intp)
+    return _red.sum_(nonzero, axis, keepdims)
 
 
 def _concrete(x):
