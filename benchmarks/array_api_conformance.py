@@ -24,7 +24,9 @@ and on hypothesis's draws: compare namespaces run on the same machine.
 
 Options: ``--only jit,grad`` picks namespaces, ``--max-examples N`` sets
 hypothesis's examples per test (10, the figure docs/array-api.md reports),
-``-k EXPR`` selects tests as pytest's ``-k``, ``--json FILE`` writes the
+``-k EXPR`` selects tests as pytest's ``-k``, ``--no-shrink`` reports each
+failure's first example without shrinking it (hypothesis's shrinking of a
+failure through fgrad's tracebacks can take minutes per test), ``--json FILE`` writes the
 counts and failing test ids, ``--pytest-args`` passes more options.
 """
 import argparse
@@ -32,7 +34,7 @@ import json
 import os
 import subprocess
 
-from fgrad.testing.array_api import NAMESPACES, run_suite
+from fgrad.testing.array_api import NAMESPACES, run_suite, suite_module
 
 
 def _suite_commit(suite):
@@ -54,6 +56,9 @@ def main(argv=None):
     parser.add_argument("--failures", action="store_true",
                         help="list every failing test")
     parser.add_argument("--json", default=None, help="write the results to this file")
+    parser.add_argument("--no-shrink", action="store_true",
+                        help="report each failure's first example, unshrunk (much faster "
+                             "where tests fail)")
     parser.add_argument("--jit-compile", default="never",
                         help="FGRAD_JIT_COMPILE for the jit namespace: never (the default: "
                              "staged graphs replayed as NumPy calls), background or sync")
@@ -72,7 +77,8 @@ def main(argv=None):
           f"--hypothesis-max-examples={args.max_examples}")
     results = {}
     for name in names:
-        counts, failures, seconds = run_suite(args.suite, NAMESPACES[name],
+        counts, failures, seconds = run_suite(args.suite,
+                                              suite_module(name, not args.no_shrink),
                                               args.max_examples, args.select,
                                               args.pytest_args.split(),
                                               {"FGRAD_JIT_COMPILE": args.jit_compile})

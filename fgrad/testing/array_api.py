@@ -214,14 +214,33 @@ _WRAPPERS = {"jit": _under_jit, "vmap": _under_vmap, "grad": _under_grad}
 
 # -- running the array-api-tests suite ---------------------------------------------
 
-_WRAPPED = ("exec('import fgrad.testing.array_api as m; "
-            "xp = m.namespace(\"{}\")')")
-# name -> the ARRAY_API_TESTS_MODULE value that points the suite at it
-NAMESPACES = {
-    "numpy": "numpy",
-    "fgrad.numpy": "fgrad.numpy",
-    **{transform: _WRAPPED.format(transform) for transform in TRANSFORMS},
+# name -> the Python that binds the suite's ``xp`` to it
+_NAMESPACE_CODE = {
+    "numpy": "import numpy as xp",
+    "fgrad.numpy": "import fgrad.numpy as xp",
+    **{transform: f"import fgrad.testing.array_api as m; xp = m.namespace('{transform}')"
+       for transform in TRANSFORMS},
 }
+# hypothesis's profile without shrinking: a failing test reports its first failing
+# example at once (shrinking one through fgrad's deep tracebacks takes minutes)
+_NO_SHRINK = ("from hypothesis import Phase, settings; settings.load_profile("
+              "settings.register_profile('fgrad-no-shrink', phases=[Phase.explicit, "
+              "Phase.reuse, Phase.generate]) or 'fgrad-no-shrink'); ")
+
+
+def suite_module(name, shrink=True):
+    """The ``ARRAY_API_TESTS_MODULE`` value that points array-api-tests at the
+    namespace ``name`` (``"numpy"``, ``"fgrad.numpy"`` or one of `TRANSFORMS`);
+    ``shrink=False`` also turns off hypothesis's shrinking of failures.
+
+    >>> suite_module("jit")
+    "exec('import fgrad.testing.array_api as m; xp = m.namespace('jit')')"
+    """
+    return f"exec('{'' if shrink else _NO_SHRINK}{_NAMESPACE_CODE[name]}')"
+
+
+# name -> the ARRAY_API_TESTS_MODULE value that points the suite at it
+NAMESPACES = {name: suite_module(name) for name in _NAMESPACE_CODE}
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)\b")
 # a test id may hold spaces (the suite's special cases: "test_binary[x1_i is -0 and
 # ...]"): a parametrized id runs to its closing bracket, any other to a space
