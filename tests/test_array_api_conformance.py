@@ -16,11 +16,11 @@ import fgrad.numpy as fnp
 from fgrad.errors import DeviceError
 from fgrad.testing import check_grads
 from fgrad.testing.array_api import (
-    NAMESPACES,
     TRANSFORMS,
     TransformMismatch,
     namespace,
     run_suite,
+    suite_module,
     summarize,
     wrap,
 )
@@ -183,6 +183,7 @@ def test_transformed_namespace_gives_numpy_s_results(transform):
     assert xp.argmax(X, axis=0).tolist() == [1, 1, 0]
     assert xp.float32 is np.float32 and xp.result_type(X, np.float32) == np.float64
     assert xp.zeros(3).tolist() == [0.0] * 3        # no array argument: called as is
+    assert isinstance(xp.asarray(np.array(True), copy=True), np.ndarray)   # 0-d stays so
 
 
 def test_transformed_namespaces_refuse_what_the_transformation_cannot_trace():
@@ -223,15 +224,45 @@ def test_summarize_reads_pytest_s_counts_and_failures():
 
 
 SUITE = os.environ.get("ARRAY_API_TESTS_PATH")
+needs_suite = pytest.mark.skipif(not SUITE, reason="set ARRAY_API_TESTS_PATH to a checkout "
+                                                    "of data-apis/array-api-tests to run it")
+
+# the tests each transformation fails for a reason of its own, on top of NumPy's
+# failures (docs/array-api.md, Conformance, says why)
+INHERENT = {
+    "fgrad.numpy": set(),
+    # a result's shape that depends on values; a copy=False result that shares the
+    # input's memory; pinv's rtol read as a number
+    "jit": {"test_repeat", "test_nonzero", "test_unique_all", "test_unique_counts",
+            "test_unique_inverse", "test_unique_values", "test_asarray_arrays",
+            "test_pinv"},
+    "vmap": {"test_repeat", "test_nonzero", "test_unique_all", "test_unique_counts",
+             "test_unique_inverse", "test_unique_values", "test_asarray_arrays",
+             "test_pinv"},
+    # the pullbacks of det, slogdet and qr solve with the matrix: singular ones raise
+    "grad": {"test_det", "test_slogdet", "test_qr"},
+}
 
 
-@pytest.mark.skipif(not SUITE, reason="set ARRAY_API_TESTS_PATH to a checkout of "
-                                      "data-apis/array-api-tests to run it")
-@pytest.mark.parametrize("name", list(NAMESPACES))
-def test_array_api_tests_pass_as_for_numpy(name):
-    # one file's worth of the suite: elementwise functions whose results every
-    # namespace gives as NumPy does (the whole run: benchmarks/array_api_conformance)
-    select = "test_add or test_sin or test_sum or test_matmul or test_concat"
-    counts, failures, _ = run_suite(SUITE, NAMESPACES[name], max_examples=5,
-                                    select=select)
-    assert counts.get("passed", 0) >= 5 and not failures, failures
+def _run(name):
+    # jit's staged graphs replayed as NumPy calls, as benchmarks/array_api_conformance
+    # runs them (compiled kernels may give a special case's zero another sign)
+    return run_suite(SUITE, suite_module(name, shrink=False), max_examples=10,
+                     pytest_args=["--hypothesis-derandomize"],
+                     env={"FGRAD_JIT_COMPILE": "never"})
+
+
+@pytest.fixture(scope="module")
+def numpy_failures():
+    return set(_run("numpy")[1])
+
+
+@needs_suite
+@pytest.mark.parametrize("name", sorted(INHERENT))
+def test_array_api_tests_fail_only_where_numpy_does_or_the_transformation_must(
+        name, numpy_failures):
+    counts, failures, _ = _run(name)
+    unexpected = {test: why for test, why in failures.items()
+                  if test not in numpy_failures
+                  and test.split("::")[-1].split("[")[0] not in INHERENT[name]}
+    assert counts.get("passed", 0) > 1000 and not unexpected, unexpected

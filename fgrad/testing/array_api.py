@@ -176,7 +176,8 @@ def _under_vmap(fn):
                 raise TransformMismatch(
                     f"vmap({fn.__name__}) gave different results for two equal "
                     f"examples in output leaf {i}: {leaf[0]!r} and {leaf[1]!r}")
-        return tree_unflatten(tree, [leaf[0] for leaf in leaves])
+        # leaf[0, ...]: the first example as an array, also where it is 0-d
+        return tree_unflatten(tree, [leaf[0, ...] for leaf in leaves])
     return call
 
 
