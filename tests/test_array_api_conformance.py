@@ -244,9 +244,16 @@ INHERENT = {
 }
 
 
+# complex special cases NumPy fails for some values only (tanh(inf + 2j) is 1 - 0j,
+# expm1(-0 + 0j) is -0 + 0j): whether a run meets one depends on hypothesis's draws,
+# which differ between namespaces even derandomized
+NUMPY_SIGN_OF_ZERO = ("test_unary[expm1(real(x_i)", "test_unary[expm1((real(x_i)",
+                      "test_unary[tanh(real(x_i)")
+
+
 def _run(name):
     # jit's staged graphs replayed as NumPy calls, as benchmarks/array_api_conformance
-    # runs them (compiled kernels may give a special case's zero another sign)
+    # runs them (compiling each of the suite's small programs takes many times longer)
     return run_suite(SUITE, suite_module(name, shrink=False), max_examples=10,
                      pytest_args=["--hypothesis-derandomize"],
                      env={"FGRAD_JIT_COMPILE": "never"})
@@ -264,5 +271,6 @@ def test_array_api_tests_fail_only_where_numpy_does_or_the_transformation_must(
     counts, failures, _ = _run(name)
     unexpected = {test: why for test, why in failures.items()
                   if test not in numpy_failures
-                  and test.split("::")[-1].split("[")[0] not in INHERENT[name]}
+                  and test.split("::")[-1].split("[")[0] not in INHERENT[name]
+                  and not test.split("::")[-1].startswith(NUMPY_SIGN_OF_ZERO)}
     assert counts.get("passed", 0) > 1000 and not unexpected, unexpected
