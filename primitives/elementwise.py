@@ -6,6 +6,7 @@ and dtype (`unbroadcast`), and broadcasts a tangent up to the output's
 (`rebroadcast`). Complex derivatives follow JAX and autograd: the VJP is the
 transpose of the JVP, with no conjugation.
 """
+import inspect
 import math
 
 import numpy as np
@@ -382,6 +383,14 @@ sign, equal, not_equal, less, less_equal, greater, greater_equal = map(
     _binder, (sign_p, equal_p, not_equal_p, less_p, less_equal_p, greater_p,
               greater_equal_p))
 where, real, conj = map(_binder, (where_p, real_p, conj_p))
+
+
+def _where_signature(condition, x1, x2, /):
+    """The arguments of `where` as introspection shows them (its binder takes
+    ``*args``, which ``inspect.signature`` would show instead)."""
+
+
+where.__signature__ = inspect.signature(_where_signature)
 
 
 def convert_element_type(x, dtype):

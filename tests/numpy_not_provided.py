@@ -17,7 +17,7 @@ REASONS = {
     "File, buffer and foreign-memory I/O: bytes in or out, no array math "
     "(load with NumPy, then pass the arrays in)":
         "load loadtxt save savetxt savez savez_compressed genfromtxt fromfile "
-        "frombuffer fromregex fromstring fromiter memmap from_dlpack",
+        "frombuffer fromregex fromstring fromiter memmap",
     "Strings and text formatting of arrays and numbers":
         "array2string array_repr array_str base_repr binary_repr "
         "format_float_positional format_float_scientific",

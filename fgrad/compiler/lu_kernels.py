@@ -102,7 +102,7 @@ def factor_all(a):
     array([2, 0], dtype=int32)
     """
     n = a.shape[-1]
-    count = a.size // (n * n) if n else 0
+    count = math.prod(a.shape[:-2])         # (of 0 x 0 matrices too: not a.size // n**2)
     piv = np.empty((count, n), np.int32)
     info = np.zeros(count, np.int32)
     if 0 < n <= LANES_MAX_N and a.dtype in _LANE_DTYPES and native.available():

@@ -56,15 +56,19 @@ conjugate = conj
 stop_gradient = _creation.stop_gradient
 
 
-def zeros_like(a, dtype=None):
+def zeros_like(a, dtype=None, *, device=None):
     """An array of zeros shaped like ``a`` (on its backend); of a traced ``a``, a
-    tracer of its transformation, so that ``out[i] = v`` can update it."""
-    return _writable_like(a, _creation.zeros_like(a, dtype))
+    tracer of its transformation, so that ``out[i] = v`` can update it.
+    ``device``, as in the Array API, must be ``a``'s own (``"cpu"`` for NumPy
+    data)."""
+    out = _writable_like(a, _creation.zeros_like(a, dtype))
+    return out if device is None else out.to_device(device)
 
 
-def ones_like(a, dtype=None):
+def ones_like(a, dtype=None, *, device=None):
     """An array of ones shaped like ``a`` (on its backend), traced as `zeros_like`."""
-    return _writable_like(a, _creation.ones_like(a, dtype))
+    out = _writable_like(a, _creation.ones_like(a, dtype))
+    return out if device is None else out.to_device(device)
 
 
 # -- reductions ---------------------------------------------------------------
@@ -155,7 +159,10 @@ expand_dims, squeeze = _shape.expand_dims, _shape.squeeze
 
 
 def concatenate(arrays, axis=0):
-    """Join arrays along an existing axis (a new array, also of one array)."""
+    """Join arrays along an existing axis (a new array, also of one array);
+    ``axis=None`` joins them flattened, zero-dimensional ones too."""
+    if axis is None:
+        arrays, axis = [_shape.reshape(a, (-1,)) for a in arrays], 0
     return _join(arrays, axis)
 
 
@@ -438,10 +445,10 @@ _SEQUENCE_FUNCTIONS = ("concatenate", "concat", "stack", "hstack", "vstack", "ds
                        "column_stack", "row_stack", "select", "choose")
 
 
-def empty_like(prototype, dtype=None):
+def empty_like(prototype, dtype=None, *, device=None):
     """Like ``numpy.empty_like``, but filled with zeros (there is no uninitialised
     memory in a functional program); traced as `zeros_like`."""
-    return zeros_like(prototype, dtype)
+    return zeros_like(prototype, dtype, device=device)
 
 
 

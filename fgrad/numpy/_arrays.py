@@ -112,9 +112,14 @@ def array(obj, dtype=None, copy=True):
     return _np.array(obj, dtype=dtype, copy=copy)
 
 
-def asarray(obj, dtype=None, *, device=None, copy=None, like=None):
+def asarray(obj, dtype=None, order=None, *, device=None, copy=None, like=None):
     """``numpy.asarray``; traced values pass through unchanged.
 
+    ``copy=True`` gives a new array (of a tracer, a new name that an in-place
+    update of either leaves apart); ``copy=False`` refuses, as NumPy does,
+    where a copy cannot be avoided (a dtype to change).
+    ``device`` must be the data's own (``"cpu"`` for NumPy data): a traced
+    value is not moved inside a transformation (`fgrad.errors.DeviceError`).
     ``like=x`` puts host data on ``x``'s backend (the GPU for a CuPy ``x``),
     as NumPy's ``like=`` does: the way to build a constant next to device data.
     ``device`` and ``copy`` are the Array API standard's: ``device`` may name
@@ -136,9 +141,9 @@ def asarray(obj, dtype=None, *, device=None, copy=None, like=None):
         out = asarray_on(module_of_leaves([like]), obj)
         out = out if dtype is None else out.astype(dtype)
     elif copy is None and device is None:   # NumPy's own call, for host data
-        return _np.asarray(obj, dtype=dtype)
+        return _np.asarray(obj, dtype=dtype, order=order)
     else:                                   # (NumPy 1's asarray has no copy=)
-        out = _np.asarray(obj, dtype=dtype)
+        out = _np.asarray(obj, dtype=dtype, order=order)
     if copy is False and out is not obj:
         raise ValueError(f"asarray(copy=False) cannot convert {type(obj).__name__} "
                          "without a copy; pass copy=None to allow one")
@@ -186,7 +191,7 @@ class ndarray(metaclass=_ArrayType):
 
 # -- creation from traced values -----------------------------------------------------
 
-def full(shape, fill_value, dtype=None, order="C"):
+def full(shape, fill_value, dtype=None, order="C", *, device=None):
     """An array of ``shape`` filled with ``fill_value``, which may be traced.
 
     A traced fill value is broadcast, so derivatives flow back to it (to any
@@ -197,10 +202,15 @@ def full(shape, fill_value, dtype=None, order="C"):
     6.0
     """
     if not contains_tracer(fill_value):
-        return _np.full(shape, fill_value, dtype=dtype, order=order)
+        return _np.full(shape, fill_value, dtype=dtype, order=order, device=device)
     fill_value = _with_dtype(lift(fill_value), dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return _shape.broadcast_to(fill_value, shape)
+    return _on_device(_shape.broadcast_to(fill_value, shape), device)
+
+
+def _on_device(x, device):
+    # the Array API's device=: the data's own device, or a refusal to move it
+    return x if device is None else x.to_device(device)
 
 
 def writable_like(a, value):
@@ -216,7 +226,7 @@ def writable_like(a, value):
     return value
 
 
-def full_like(a, fill_value, dtype=None):
+def full_like(a, fill_value, dtype=None, *, device=None):
     """An array shaped like ``a`` filled with ``fill_value`` (which may be traced:
     its derivative flows, while ``a`` contributes only its shape and dtype).
 
@@ -224,16 +234,17 @@ def full_like(a, fill_value, dtype=None):
     array([3., 3.])
     """
     if not contains_tracer(fill_value):
-        return writable_like(a, _creation.full_like(a, fill_value, dtype))
+        return _on_device(writable_like(a, _creation.full_like(a, fill_value, dtype)), device)
     aval = _get_aval(a)
     fill_value = _convert_element_type(lift(fill_value), aval.dtype if dtype is None
                                        else dtype)
     out = _shape.broadcast_to(fill_value, aval.shape)
     # a new array, not a view of fill_value that an update would have to refuse
-    return out.clone() if isinstance(out, _Tracer) else out
+    return _on_device(out.clone() if isinstance(out, _Tracer) else out, device)
 
 
-def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,
+             device=None):
     """``num`` evenly spaced values from ``start`` to ``stop``, NumPy's
     ``linspace``; traced (array) endpoints are differentiable.
 
@@ -242,7 +253,7 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     2.5
     """
     if not (contains_tracer(start) or contains_tracer(stop)):
-        return _np.linspace(start, stop, num, endpoint, retstep, dtype, axis)
+        return _np.linspace(start, stop, num, endpoint, retstep, dtype, axis, device=device)
     num = _operator.index(num)
     if num < 0:
         raise ValueError(f"Number of samples, {num}, must be non-negative.")
@@ -268,6 +279,6 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
         order = list(range(1, len(bshape) + 1))
         order.insert(axis % (len(bshape) + 1), 0)
         y = _shape.transpose(y, tuple(order))
-    y = _with_dtype(y, dtype)
+    y = _on_device(_with_dtype(y, dtype), device)
     return (y, step) if retstep else y
 

@@ -220,9 +220,15 @@ def vecdot(x1, x2, /, *, axis=-1):
     """
     if not _traced(x1, x2) and hasattr(_xp(x1, x2), "vecdot"):
         return _xp(x1, x2).vecdot(x1, x2, axis=axis)
-    if _get_aval(x1).dtype.kind == "c":
+    a1, a2 = _get_aval(x1), _get_aval(x2)
+    if min(a1.ndim, a2.ndim) == 0 or a1.shape[axis] != a2.shape[axis]:
+        raise ValueError(f"vecdot: x1 of shape {a1.shape} and x2 of shape {a2.shape} "
+                         f"must have the same length along axis {axis}")
+    if a1.dtype.kind == "c":
         x1 = _ew.conj(x1)
-    return _red.sum_(_ew.multiply(x1, x2), axis, False)
+    out = _red.sum_(_ew.multiply(x1, x2), axis, False)
+    # the arguments' dtype, where sum would widen small integers (and count booleans)
+    return _ew.convert_element_type(out, _np.result_type(a1.dtype, a2.dtype))
 
 
 def trapezoid(y, x=None, dx=1.0, axis=-1):

@@ -37,16 +37,25 @@ def _count(x, axis):
     return _math.prod(shape[a] for a in _normalize_axis(axis, len(shape)))
 
 
+def _ddof(ddof, correction):
+    if correction is None:
+        return ddof
+    if ddof != 0:
+        raise ValueError("pass ddof or correction, not both: correction is the Array "
+                         "API standard's name for NumPy's ddof")
+    return correction
+
+
 def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, correction=None):
     """Variance over ``axis`` with ``ddof`` delta degrees of freedom
-    (``correction``, the Array API standard's name for it, as in NumPy 2).
+    (``correction``, the Array API standard's name for it).
 
     >>> var(_np.array([1.0, 2.0, 3.0, 4.0]), ddof=1)
     np.float64(1.6666666666666667)
     >>> var(_np.array([1.0, 2.0, 3.0, 4.0]), correction=1)
     np.float64(1.6666666666666667)
     """
-    ddof = ddof if correction is None else correction
+    ddof = _ddof(ddof, correction)
     if not isinstance(a, _Tracer):
         return _xp(a).var(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     if _get_aval(a).dtype.kind not in "fc":
@@ -72,7 +81,7 @@ def safe_sqrt(sq):
 
 
 def std(a, axis=None, dtype=None, ddof=0, keepdims=False, *, correction=None):
-    """Standard deviation, ``sqrt(var)`` (``correction`` as in `var`).
+    """Standard deviation, ``sqrt(var)`` (``correction`` as `var`'s).
 
     Where the variance is 0 (a constant slice, a single element) the derivative
     is 0, autograd's finite choice, rather than ``inf * 0 = nan``.
@@ -81,7 +90,7 @@ def std(a, axis=None, dtype=None, ddof=0, keepdims=False, *, correction=None):
     >>> fgrad.grad(std)(_np.ones(3))
     array([0., 0., 0.])
     """
-    ddof = ddof if correction is None else correction
+    ddof = _ddof(ddof, correction)
     if not isinstance(a, _Tracer):
         return _xp(a).std(_plain_array(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     return safe_sqrt(var(a, axis, dtype, ddof, keepdims))
@@ -476,9 +485,12 @@ def argsort(a, axis=-1, kind=None, stable=None):
 
 
 def count_nonzero(a, axis=None, keepdims=False):
-    """How many elements are nonzero (no derivative)."""
-    a = _concrete(a)
-    return _xp(a).count_nonzero(_plain_array(a), axis=axis, keepdims=keepdims)
+    """How many elements are nonzero (no derivative); of a traced ``a``, a sum of
+    ``a != 0``, so that it stages under jit and batches under vmap."""
+    if not isinstance(a, _Tracer):
+        return _xp(a).count_nonzero(a, axis=axis, keepdims=keepdims)
+    nonzero = _ew.convert_element_type(_ew.not_equal(a, 0), _np.intp)
+    return _red.sum_(nonzero, axis, keepdims)
 
 
 def _concrete(x):
@@ -612,18 +624,40 @@ def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
     return safe_sqrt(nanvar(a, axis, dtype, ddof, keepdims))
 
 
-def diff(a, n=1, axis=-1):
-    """The ``n``-th discrete difference along ``axis``."""
+def diff(a, n=1, axis=-1, prepend=None, append=None):
+    """The ``n``-th discrete difference along ``axis``, of ``a`` with
+    ``prepend`` and ``append`` joined before and after it along that axis
+    (scalars are broadcast to one slice), differentiable in all three.
+
+    >>> diff(_np.array([1.0, 4.0, 9.0]), prepend=0.0)
+    array([1., 3., 5.])
+    """
     if not isinstance(a, _Tracer) and not hasattr(a, "dtype"):
         a = _asarray(a)                         # a list
     ndim = _get_aval(a).ndim
     ax = _normalize_axis(axis, ndim)[0]
+    if prepend is not None or append is not None:
+        a = _with_ends(a, ax, prepend, append)
     # NumPy's diff of booleans is "changed" (not_equal): booleans do not subtract
     step = _ew.not_equal if _get_aval(a).dtype == _np.bool_ else _ew.subtract
     for _ in range(n):
         length = _get_aval(a).shape[ax]
         a = step(slice_axis(a, ax, 1, length), slice_axis(a, ax, 0, _builtins_max(length - 1, 0)))
     return a
+
+
+def _with_ends(a, axis, prepend, append):
+    shape = list(_get_aval(a).shape)
+    parts = []
+    for end in (prepend, a, append):
+        if end is None:
+            continue
+        if not isinstance(end, _Tracer) and not hasattr(end, "dtype"):
+            end = _asarray(end)
+        if _get_aval(end).ndim == 0:        # a scalar: one slice of it
+            end = _shape.broadcast_to(end, tuple(shape[:axis] + [1] + shape[axis + 1:]))
+        parts.append(end)
+    return _shape.concatenate(parts, axis)
 
 
 def _builtins_max(a, b):

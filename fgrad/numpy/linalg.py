@@ -33,6 +33,7 @@ from collections import namedtuple as _namedtuple
 import numpy as _np
 
 from fgrad.core.backend import array_module as _xp
+from fgrad.core.errors import ConcretizationError as _ConcretizationError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.core.trace import known_value as _known_value
@@ -216,14 +217,46 @@ def svdvals(x):
     return svd(x, compute_uv=False)
 
 
-def pinv(a, rcond=None, hermitian=False):
+def pinv(a, rcond=None, hermitian=False, *, rtol=_np._NoValue):
     """Moore-Penrose pseudo-inverse; derivatives assume a locally constant rank.
+
+    Singular values below ``rcond`` (or ``rtol``, the Array API standard's
+    name) times the largest are taken as zero; ``rtol=None`` is the standard's
+    default, ``max(m, n) * eps``, NumPy's own default ``1e-15``.
 
     >>> import numpy as np
     >>> pinv(np.array([[2.0], [0.0]]))
     array([[0.5, 0. ]])
     """
-    return _la.pinv(_as_array(a), rcond, hermitian)
+    a = _as_array(a)
+    if rtol is _np._NoValue:
+        return _la.pinv(a, rcond, hermitian)
+    if rcond is not None:
+        raise ValueError("pinv takes rcond or rtol, not both: rtol is the Array "
+                         "API standard's name for rcond")
+    aval = _get_aval(a)
+    if rtol is None:
+        return _la.pinv(a, max(aval.shape[-2:]) * _np.finfo(aval.dtype).eps, hermitian)
+    # one tolerance per matrix (an array broadcast against the leading axes)
+    tols = _np.broadcast_to(_tolerance_value(rtol), aval.shape[:-2]).ravel()
+    if tols.size == 0 or (tols == tols[0]).all():
+        return _la.pinv(a, float(tols[0]) if tols.size else None, hermitian)
+    flat = _shape.reshape(a, (-1,) + aval.shape[-2:])
+    each = [_la.pinv(_slice_axis(flat, 0, i, i + 1), float(t), hermitian)
+            for i, t in enumerate(tols)]
+    return _shape.reshape(_shape.concatenate(each, 0),
+                          aval.shape[:-2] + (aval.shape[-1], aval.shape[-2]))
+
+
+def _tolerance_value(tol):
+    # a cut-off, not differentiated (the result is piecewise constant in it); an
+    # array is read for its value where the transformation has one
+    value = _known_value(tol) if isinstance(tol, _Tracer) else tol
+    if value is None:
+        raise _ConcretizationError(
+            "fgrad.numpy.linalg.pinv needs the value of rtol, which is traced here "
+            "(under jit or vmap): pass it as a Python float, or a static argument")
+    return _np.asarray(value)
 
 
 def matrix_power(a, n):
