@@ -145,8 +145,10 @@ def asarray(obj, dtype=None, order=None, *, device=None, copy=None, like=None):
     else:                                   # (NumPy 1's asarray has no copy=)
         out = _np.asarray(obj, dtype=dtype, order=order)
     if copy is False and out is not obj:
-        raise ValueError(f"asarray(copy=False) cannot convert {type(obj).__name__} "
-                         "without a copy; pass copy=None to allow one")
+        why = f"the dtype changes to {_np.dtype(dtype)}" if dtype is not None \
+            else f"a {type(obj).__name__} becomes an array"
+        raise ValueError(f"asarray(copy=False) cannot avoid a copy: {why}. Pass "
+                         "copy=None to copy only where needed.")
     if copy and out is obj:
         out = out.clone() if isinstance(out, _Tracer) else out.copy()
     return out if device is None else _place(out, device)
