@@ -14,9 +14,9 @@ the whole program would make a row take minutes: HMC_STEPS = 200 (not 2,000),
 LSTM_CHARS = 100 (ADBench's is 1,024). The floors are NumPy written by hand (the
 lstm row's the objective alone, a forward pass). hmc and rwm-vmap8 draw from each
 library's own generator and lstm's floor returns the value alone, so these rows'
-results are not compared with their floors (the table says "unchecked" and why). Each fgrad row is timed as jit runs
-it: with ``FGRAD_JIT_PROGRAM=1`` in the environment, its loops are lowered into the
-program (docs/jit.md).
+results are not compared with their floors (the table says "unchecked" and why).
+Each fgrad row is timed as jit runs it: its loops lowered into the compiled
+program by default (docs/jit.md; ``FGRAD_JIT_PROGRAM=0`` turns that off).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.compiler import cpu_fusion, parallel, whole_graph
+from fgrad.compiler.program import PROGRAM_ENV
 from fgrad.compiler.tiers import COMPILE_SWITCH_INTERVAL, CompileQueue
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 
@@ -60,12 +61,14 @@ def test_calls_run_numpy_while_the_kernels_compile_on_the_compile_thread(caplog)
 
 @compiles
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("tier", ["kernels", pytest.param("whole", marks=[compiles_whole,
-                                                                         pytest.mark.slow])])
+@pytest.mark.parametrize("tier", ["kernels", "program",
+                                  pytest.param("whole", marks=[compiles_whole,
+                                                               pytest.mark.slow])])
 def test_each_tier_gives_numpys_bits_where_the_operations_are_the_same(
         tier, dtype, monkeypatch):
     # (numba compiles a whole graph in tens of seconds: that one is slow)
     monkeypatch.setenv(WHOLE_GRAPH_ENV, "1" if tier == "whole" else "0")
+    monkeypatch.setenv(PROGRAM_ENV, "all" if tier == "program" else "0")
     monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)     # fuse even tiny groups
     rng = np.random.default_rng(3)
     x, y = (rng.standard_normal((4, 8)).astype(dtype) for _ in range(2))
@@ -100,11 +103,16 @@ def _bits(tree):
 @pytest.mark.parametrize("mode, whole_at", [
     ("never", "0"), pytest.param("sync", "0", marks=compiles),
     pytest.param("background", "0", marks=compiles),
+    pytest.param("sync", "program", marks=compiles),
     # (numba compiles the whole graph in seconds)
     pytest.param("sync", "3", marks=[compiles_whole, pytest.mark.slow])])
 def test_parallel_gives_the_sequential_bits_in_every_tier(mode, whole_at, dtype,
                                                            monkeypatch):
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, whole_at)
+    # whole_at: the call numba's whole graph takes over at, or "program" for
+    # the program tier (each test else runs without it)
+    program = whole_at == "program"
+    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0" if program else whole_at)
+    monkeypatch.setenv(PROGRAM_ENV, "all" if program else "0")
     monkeypatch.setattr(parallel, "PARALLEL_MIN_SIZE", 0)    # every equation on the pool
     rng = np.random.default_rng(5)
     w, x = rng.standard_normal((6, 6)).astype(dtype), rng.standard_normal((3, 6)).astype(dtype)
@@ -122,7 +130,8 @@ def test_parallel_gives_the_sequential_bits_in_every_tier(mode, whole_at, dtype,
         assert sequential.lower(w, x).tier == tiers[-1]
     if mode == "never":         # the NumPy tier is the eager sweep, equation for equation
         assert all(np.array_equal(a, b) for a, b in zip(_bits(grad(w, x)), want))
-    assert tiers[-1] == {"never": "numpy", "0": "kernels", "3": "whole"}[
+    assert tiers[-1] == {"never": "numpy", "0": "kernels", "3": "whole",
+                         "program": "program"}[
         "never" if mode == "never" else whole_at]
 
 

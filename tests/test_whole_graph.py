@@ -16,6 +16,7 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad import lax
 from fgrad.compiler import cpu_fusion, whole_graph
+from fgrad.compiler.program import PROGRAM_ENV
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
 from fgrad.transforms.jit import compiled_for
@@ -26,8 +27,10 @@ pytestmark = pytest.mark.skipif(not (whole_graph.available() and cpu_fusion.enab
 
 @pytest.fixture(autouse=True)
 def compile_at_once(monkeypatch):
-    """Compile whole at the first call (jit waits for the tenth otherwise)."""
+    """Compile whole at the first call (jit waits for the tenth otherwise),
+    without the program tier (which would be final before numba's)."""
     monkeypatch.setenv(WHOLE_GRAPH_ENV, "1")
+    monkeypatch.setenv(PROGRAM_ENV, "0")
 
 
 def _agree(f, *args, rtol=1e-12):

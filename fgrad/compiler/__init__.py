@@ -28,7 +28,7 @@
 - `blas`: the addresses of SciPy's BLAS and LAPACK routines that compiled
   code calls.
 - `program`: a whole graph as one LLVM function (straight-line code lowered,
-  everything else called back into NumPy); the opt-in ``program`` tier.
+  everything else called back into NumPy); jit's ``program`` tier.
 - `native_steps`: the steps of a program that the modules below lower.
 - `program_linalg`: a program's einsums as products, and its factorizations
   and solves as LAPACK calls.

@@ -45,10 +45,10 @@ float64, in order, where NumPy sums pairwise: equal to rounding; a product
 is SciPy's BLAS, where NumPy may run its own (another OpenBLAS, another
 kernel): equal to rounding, bitwise where the kernels are the same.
 
-It is opt-in while some primitives are still callouts:
-``FGRAD_JIT_PROGRAM=1`` makes `fgrad.jit` build a graph's program after its
-kernels where `pays` estimates it faster (`fgrad.compiler.tiers`); a compile
-that fails is logged and the graph runs on as before.
+`fgrad.jit` builds a graph's program after its kernels where `pays`
+estimates it faster (`fgrad.compiler.tiers`; ``FGRAD_JIT_PROGRAM=0`` turns
+this off, ``=all`` builds one for every graph); a compile that fails is
+logged and the graph runs on as before.
 """
 import ctypes
 import functools
@@ -127,19 +127,19 @@ MAX_ARGUMENTS = 1024
 
 
 def enabled():
-    """Which graphs jit builds whole programs for: None (``FGRAD_JIT_PROGRAM``
-    unset or ``0``, or LLVM not available: `fgrad.compiler.native`),
-    ``"paying"`` (``1``: those `pays` estimates faster than their
-    per-equation code) or ``"all"`` (``all``: every one, and no numba
-    tier: `fgrad.compiler.tiers`).
+    """Which graphs jit builds whole programs for: ``"paying"`` (the default,
+    ``FGRAD_JIT_PROGRAM`` unset or ``1``: those `pays` estimates faster than
+    their per-equation code), ``"all"`` (``all``: every one, and no numba
+    tier: `fgrad.compiler.tiers`) or None (``0``, or LLVM not available:
+    `fgrad.compiler.native`).
 
     >>> enabled() in (None, "paying", "all")
     True
     """
     value = os.environ.get(PROGRAM_ENV, "").strip().lower()
-    how = "all" if value == "all" else "paying" if value in ("1", "true", "on", "yes") \
-        else None
-    return how if how and native_available() else None
+    how = "all" if value == "all" else None if value in ("0", "false", "off", "no") \
+        else "paying"
+    return how if native_available() else None
 
 
 # What a program's call costs beside the work, roughly (on one x86-64 core):

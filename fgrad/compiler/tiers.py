@@ -10,8 +10,7 @@ faster than the one before and dearer to build:
   kernel (`fgrad.compiler.cpu_fusion`), compiled by LLVM without numba
   (`fgrad.compiler.native`); built from the second call (the first,
   which staged the graph, returns before any compile starts);
-- ``"program"``: with ``FGRAD_JIT_PROGRAM=1`` (opt-in while the
-  whole-program compiler still calls some primitives out), the whole graph as
+- ``"program"``: unless ``FGRAD_JIT_PROGRAM=0``, the whole graph as
   one LLVM function (`fgrad.compiler.program`), built right after the
   kernels where `fgrad.compiler.program.pays` estimates it faster than the
   kernels' code. A program that compiled is final: the numba tier is not
@@ -234,7 +233,7 @@ class Tiers:
     of the NumPy tier), ``plan`` the whole-graph `fgrad.compiler.whole_graph.Plan`
     (None until asked for, or where whole-graph compilation is off) and
     ``whole`` its callable once built; ``program`` is the
-    `fgrad.compiler.program.Program` once built (``FGRAD_JIT_PROGRAM=1``).
+    `fgrad.compiler.program.Program` once built (unless ``FGRAD_JIT_PROGRAM=0``).
     ``fuse`` (numba installed, not turned off) allows the kernels tier,
     ``whole`` the whole-graph tier; ``mode`` is one of `MODES`. With
     ``parallel`` each per-equation tier runs on the thread pool of
@@ -252,8 +251,8 @@ class Tiers:
         self.plan, self.whole, self.program, self.error = None, None, None, None
         self.tier = "numpy"
         self._fuse = fuse and mode != "never"
-        # one native program (opt-in): None, or which graphs get one
-        # ("paying": the numba tier may still replace it later; or "all",
+        # one native program: None (off), or which graphs get one ("paying",
+        # the default, with the numba tier where none compiled; or "all",
         # without numba)
         self._program = program_enabled() if whole and self._fuse else None
         self._after = compile_after() if whole and self._fuse and whole_graph_available() \

@@ -238,7 +238,8 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=_np._NoValue):
     if rtol is None:
         return _la.pinv(a, max(aval.shape[-2:]) * _np.finfo(aval.dtype).eps, hermitian)
     # one tolerance per matrix (an array broadcast against the leading axes)
-    tols = _np.broadcast_to(_tolerance_value(rtol), aval.shape[:-2]).ravel()
+    tol = _tolerance_value(rtol)
+    tols = _xp(tol).broadcast_to(tol, aval.shape[:-2]).ravel()
     if tols.size == 0 or (tols == tols[0]).all():
         return _la.pinv(a, float(tols[0]) if tols.size else None, hermitian)
     flat = _shape.reshape(a, (-1,) + aval.shape[-2:])
@@ -256,7 +257,7 @@ def _tolerance_value(tol):
         raise _ConcretizationError(
             "fgrad.numpy.linalg.pinv needs the value of rtol, which is traced here "
             "(under jit or vmap): pass it as a Python float, or a static argument")
-    return _np.asarray(value)
+    return _xp(value).asarray(value)
 
 
 def matrix_power(a, n):

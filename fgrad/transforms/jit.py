@@ -491,7 +491,7 @@ class Lowered:
     off; ``whole_graph_compiled`` says whether the numba function is built,
     and ``tier`` which tier calls run now (`fgrad.compiler.tiers`);
     ``program`` is the whole program (`fgrad.compiler.program.Program`) once
-    built (``FGRAD_JIT_PROGRAM``), else None. Lowering waits for the kernels
+    built (unless ``FGRAD_JIT_PROGRAM=0``), else None. Lowering waits for the kernels
     (built now if not yet), not for the whole graph or program.
     """
 
@@ -815,7 +815,7 @@ class JitFunction:
         took (its loop bodies' and its gradient's halves' included; and
         LLVM's or numba's start-up, if they paid it), in time and in the compiling
         thread's CPU time; and, where the whole program is compiled
-        (``FGRAD_JIT_PROGRAM=1``), the equations it calls back into NumPy for
+        (jit's ``program`` tier), the equations it calls back into NumPy for
         (``callouts``: ``"index: primitive"``, `fgrad.compiler.program`)."""
         infos = []
         for entry in list(self._cache.values()):
