@@ -163,6 +163,8 @@ def ode_lv_jit_workload() -> Workload:
                         atol=JIT_TOL)
             return peer.np.sum((ys.T - data) ** 2)
         step = peer.module.jit(peer.module.value_and_grad(loss, argnums=(0, 1)))
+        step(LV_Y0, LV_P)
+        step.wait_compiled()       # timed compiled, as jax.jit's calls are
         return lambda: step(LV_Y0, LV_P)[1]
 
     def jax_(peer):
@@ -232,6 +234,8 @@ def ode_robertson_workload() -> Workload:
         run = peer.module.jit(lambda y0, k: ode.solve(
             field, ode.Kvaerno5(), 0.0, 10.0, 1e-6, y0, k, saveat=ode.SaveAt(ts=ts),
             stepsize_controller=ode.PIDController(1e-8, 1e-12, pcoeff=0.3, icoeff=0.4)).ys)
+        run(y0, k)
+        run.wait_compiled()
         return lambda: run(y0, k)
 
     def diffrax_(peer):
@@ -277,6 +281,8 @@ def ode_node_batch_workload() -> Workload:
         def loss(layers):
             return fnp.sum(odeint(field, y0, ts, layers, rtol=1e-6, atol=1e-6)[1:] ** 2)
         step = peer.module.jit(peer.module.value_and_grad(loss))
+        step(layers)
+        step.wait_compiled()
         return lambda: step(layers)[0]
 
     def jax_(peer):
@@ -332,6 +338,8 @@ def ode_lv_vmap_workload() -> Workload:
                         atol=JIT_TOL)
             return peer.np.sum((ys.T - data) ** 2)
         step = peer.module.jit(peer.module.vmap(peer.module.value_and_grad(loss)))
+        step(ps)
+        step.wait_compiled()
         return lambda: step(ps)[0]
 
     def jax_(peer):

@@ -1,6 +1,7 @@
 """Tiered compilation (issue 35): calls run NumPy calls while the kernels and the
 whole graph compile on a background thread, switch to them once built, agree
 with them, and never wait for numba."""
+import gc
 import logging
 import os
 import subprocess
@@ -15,7 +16,7 @@ import fgrad
 import fgrad.numpy as fnp
 from fgrad.compiler import cpu_fusion, parallel, whole_graph
 from fgrad.compiler.program import PROGRAM_ENV
-from fgrad.compiler.tiers import COMPILE_SWITCH_INTERVAL, CompileQueue
+from fgrad.compiler.tiers import COMPILE_SWITCH_INTERVAL, CompileQueue, in_background, wait_all
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,6 +59,24 @@ def test_calls_run_numpy_while_the_kernels_compile_on_the_compile_thread(caplog)
     assert info.signature == "float64[300]" and f.lower(x).tier == "kernels"
     np.testing.assert_allclose(f(x), first, rtol=1e-13, atol=1e-15)
 
+
+
+@compiles
+def test_a_function_dropped_before_its_compile_runs_compiles_nothing(caplog):
+    gate = threading.Event()
+    assert in_background(gate.wait)          # hold the compile thread
+    x = np.linspace(-1.0, 1.0, 200)
+
+    def dropped_function(x):
+        return fnp.sum(fnp.cos(x) * x + 1.0)
+    f = fgrad.jit(dropped_function, compile="background")
+    f(x), f(x)                               # the second call asks for its tiers
+    del f
+    gc.collect()
+    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
+        gate.set()
+        assert wait_all(timeout=60)
+    assert not [r for r in caplog.records if "dropped_function" in r.getMessage()]
 
 @compiles
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

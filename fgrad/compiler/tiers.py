@@ -52,6 +52,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu, plan_kernels
@@ -342,8 +343,22 @@ class Tiers:
             self._queued.add(tier)
         if self.mode == "sync":
             self._build(tier)
-        elif not _QUEUE.submit(lambda: self._build(tier),
-                               lambda: self._promote(tier, None, None, None)):
+            return
+        # the queued job holds the tiers weakly: a jitted function dropped
+        # before its turn (made and called once, in a loop) compiles nothing,
+        # and the compiles of the functions still in use do not wait behind it
+        tiers = weakref.ref(self)
+
+        def build():
+            alive = tiers()
+            if alive is not None:
+                alive._build(tier)
+
+        def cancel():
+            alive = tiers()
+            if alive is not None:
+                alive._promote(tier, None, None, None)
+        if not _QUEUE.submit(build, cancel):
             self._promote(tier, None, None, None)     # exiting: not compiled
 
     def _build(self, tier):
