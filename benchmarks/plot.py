@@ -26,6 +26,7 @@ GROUPS = [
      ["chain-grad", "sin-eager", "elementwise", "mlp-grad"]),
     ("Compiled: jit(grad)", ["jit-chain", "jit-mlp8", "jit-rnn", "jit-scan", "jit-elem",
                              "jit-sin", "jit-compile"]),
+    ("Loops under jit (scan, while_loop)", ["hmc", "rwm-vmap8", "cg-while", "rnn-scan", "lstm"]),
     ("Models and linear algebra", ["lenet-grad", "einsum-grad", "solve-grad"]),
     ("Per-example gradients (vmap)", ["pex-grad", "pex-jit", "pex-loop"]),
     ("Second order and Jacobians", ["hvp", "hvp-600", "jacrev", "jacrev-vjp"]),
