@@ -65,8 +65,8 @@ def _flat_gradient(main_params, extra_params, state, sequence):
     return fnp.concatenate([d_main.ravel(), d_extra.ravel()])
 
 
-_objective = fgrad.jit(loss)
-_jacobian = fgrad.jit(_flat_gradient)
+_objective = fgrad.jit(loss, compile="sync")
+_jacobian = fgrad.jit(_flat_gradient, compile="sync")
 
 objective = timed(prepare=_prepare, output=float)(lambda args: _objective(*args))
 jacobian = timed(prepare=_prepare, output=lambda g: g.tolist())(lambda args: _jacobian(*args))

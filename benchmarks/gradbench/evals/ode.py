@@ -38,8 +38,8 @@ def _prepare(raw):
     return np.asarray(raw["x"], dtype=np.float64), raw["s"]
 
 
-_primal = fgrad.jit(solve, static_argnums=1)
-_gradient = fgrad.jit(fgrad.grad(last), static_argnums=1)
+_primal = fgrad.jit(solve, static_argnums=1, compile="sync")
+_gradient = fgrad.jit(fgrad.grad(last), static_argnums=1, compile="sync")
 
 primal = timed(prepare=_prepare, output=lambda y: y.tolist())(lambda args: _primal(*args))
 gradient = timed(prepare=_prepare, output=lambda g: g.tolist())(lambda args: _gradient(*args))
