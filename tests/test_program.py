@@ -24,6 +24,7 @@ from sweeps import examples, sweep
 
 import fgrad
 import fgrad.numpy as fnp
+from fgrad import lax
 from fgrad.compiler import native, program
 from fgrad.compiler.blas import gemm_table
 from fgrad.compiler.buffer_plan import Step, plan_buffers
@@ -31,7 +32,7 @@ from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu
 from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.passes import optimize
-from fgrad.compiler.program import PROGRAM_ENV, compile_program
+from fgrad.compiler.program import PROGRAM_ENV, compile_program, pays, program_steps
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
 from fgrad.primitives.linalg import solve_factors_p
@@ -675,3 +676,18 @@ def test_without_scipys_blas_products_are_callouts():
     run = subprocess.run([sys.executable, "-c", _WITHOUT_SCIPY], capture_output=True,
                          text=True, check=True)
     assert json.loads(run.stdout) == [True, ["0: matmul", "3: matmul"], True]
+
+
+def test_a_program_calling_blas_and_calling_out_is_not_built_where_it_must_pay():
+    # SciPy's BLAS in the program and NumPy's in a callout keep two thread pools
+    # spinning (docs/jit.md): such a graph stays in the kernels tier by default
+    w = np.eye(3) * 0.5
+
+    def looped(product):
+        def f(x):
+            y = lax.fori_loop(0, 100, lambda i, y: fnp.sin(product(y)), x)
+            return fnp.cumsum(y)                # one callout
+        return fgrad.make_graph(f)(np.ones((3, 3)))
+    with_gemm, without = looped(lambda y: y @ w), looped(lambda y: y * 0.5)
+    assert not pays(program_steps(with_gemm), with_gemm)
+    assert pays(program_steps(without), without)

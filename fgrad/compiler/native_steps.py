@@ -17,9 +17,11 @@ class NativeStep:
     its inputs and writing its outputs, and ``scratch``: values of its own
     (`fgrad.core.graph.Var` s) that the buffer plan gives arena bytes while
     the step runs. ``fallback``: whether it may call its equation's NumPy
-    code back (`emit`'s ``call_out``; the program numbers those ``id``)."""
+    code back (`emit`'s ``call_out``; the program numbers those ``id``).
+    ``calls_blas``: whether it calls SciPy's BLAS or LAPACK (`fgrad.compiler.program.pays`)."""
 
     fallback = False
+    calls_blas = False
 
     def __init__(self, index, eqn, scratch=()):
         self.index, self.eqn, self.scratch = index, eqn, list(scratch)

@@ -205,6 +205,8 @@ def _note_failure(ir, b, info, flag):
 class LUFactor(NativeStep):
     """``solve_factors``: ``getrf`` on a copy of each matrix."""
 
+    calls_blas = True
+
     fallback = True
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
@@ -232,6 +234,8 @@ class LUFactor(NativeStep):
 class LUSolve(NativeStep):
     """``factored_solve`` of one right-hand side: ``getrs`` with the factors,
     on a copy of it."""
+
+    calls_blas = True
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
         _, lu, piv, rhs = self.eqn.invars
@@ -261,6 +265,8 @@ class LUSolve(NativeStep):
 class Cholesky(NativeStep):
     """``cholesky``: each matrix copied into column-major order, ``potrf``
     (lower), and the upper triangle of the result zeroed, in place."""
+
+    calls_blas = True
 
     fallback = True
 
@@ -309,6 +315,8 @@ class Determinant(NativeStep):
     and the diagonal, the log of the determinant's size summed along the
     diagonal in order, and ``det = sign * exp(logdet)``; a singular matrix
     has sign 0 and log -inf (det 0), as in NumPy."""
+
+    calls_blas = True
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
         (a,), outs = self.eqn.invars, self.eqn.outvars
