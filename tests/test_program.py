@@ -681,13 +681,15 @@ def test_without_scipys_blas_products_are_callouts():
 def test_a_program_calling_blas_and_calling_out_is_not_built_where_it_must_pay():
     # SciPy's BLAS in the program and NumPy's in a callout keep two thread pools
     # spinning (docs/jit.md): such a graph stays in the kernels tier by default
-    w = np.eye(3) * 0.5
-
-    def looped(product):
+    def looped(product, n):
         def f(x):
             y = lax.fori_loop(0, 100, lambda i, y: fnp.sin(product(y)), x)
             return fnp.cumsum(y)                # one callout
-        return fgrad.make_graph(f)(np.ones((3, 3)))
-    with_gemm, without = looped(lambda y: y @ w), looped(lambda y: y * 0.5)
+        return fgrad.make_graph(f)(np.ones((n, n)))
+    w = np.eye(48) * 0.5                        # 48**3 multiply-adds: OpenBLAS's threads
+    with_gemm, without = looped(lambda y: y @ w, 48), looped(lambda y: y * 0.5, 48)
     assert not pays(program_steps(with_gemm), with_gemm)
     assert pays(program_steps(without), without)
+    small = np.eye(3) * 0.5                     # a product too small to wake them
+    with_small_gemm = looped(lambda y: y @ small, 3)
+    assert pays(program_steps(with_small_gemm), with_small_gemm)

@@ -175,7 +175,8 @@ def pays(steps, code):
     >>> pays(program_steps(g), g)                   # a loop of three steps
     True
 
-    Nor does a program that calls SciPy's BLAS or LAPACK and also calls out:
+    Nor does a program that calls SciPy's BLAS or LAPACK on large matrices
+    and also calls out:
     SciPy's OpenBLAS and NumPy's keep thread pools of their own, and a
     program switching between them (its gemm, then a callout's NumPy
     product) kept both spinning: LeNet's jitted gradient took 152 ms a call
@@ -187,10 +188,26 @@ def pays(steps, code):
     return PROGRAM_CALL_NS + _callouts_ns(steps) < _calls_ns(code)
 
 
+# OpenBLAS runs a call on its threads only above about this many
+# multiply-adds (m * n * k); below it neither pool wakes
+BLAS_THREADED_WORK = 1 << 16
+
+
 def _calls_blas(steps):
-    return any(isinstance(s, _Gemm) or getattr(s, "calls_blas", False)
-               or (isinstance(s, Loop) and any(_calls_blas(part.steps) for part in s.parts))
-               for s in steps)
+    """Whether ``steps`` call SciPy's BLAS or LAPACK on matrices large enough
+    for OpenBLAS to run them on its threads."""
+    for s in steps:
+        if isinstance(s, _Gemm):
+            work = s.m * s.n * s.k
+        elif getattr(s, "calls_blas", False):
+            work = s.eqn.invars[0].aval.shape[-1] ** 3
+        elif isinstance(s, Loop):
+            work = BLAS_THREADED_WORK if any(_calls_blas(p.steps) for p in s.parts) else 0
+        else:
+            continue
+        if work >= BLAS_THREADED_WORK:
+            return True
+    return False
 
 
 def _callouts_ns(steps, times=1):
