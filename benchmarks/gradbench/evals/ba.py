@@ -86,9 +86,9 @@ def jacobian_blocks(parameters, features):
     return fnp.transpose(fnp.stack(columns), (2, 1, 0))
 
 
-_objective = fgrad.jit(objective_errors, compile="sync")
-_blocks = fgrad.jit(jacobian_blocks, compile="sync")
-_weight_derivatives = fgrad.jit(fgrad.vmap(fgrad.grad(weight_error)), compile="sync")
+_objective = fgrad.jit(objective_errors)
+_blocks = fgrad.jit(jacobian_blocks)
+_weight_derivatives = fgrad.jit(fgrad.vmap(fgrad.grad(weight_error)))
 
 
 def objective_of(problem):

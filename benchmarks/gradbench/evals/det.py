@@ -50,8 +50,8 @@ def _prepare(raw):
     return np.asarray(raw["A"], dtype=np.float64).reshape(ell, ell)
 
 
-_primal = fgrad.jit(det_by_minors, compile="sync")
-_gradient = fgrad.jit(fgrad.grad(det_by_minors), compile="sync")
+_primal = fgrad.jit(det_by_minors)
+_gradient = fgrad.jit(fgrad.grad(det_by_minors))
 
 primal = timed(prepare=_prepare, output=float)(_primal)
 gradient = timed(prepare=_prepare, output=lambda g: g.ravel().tolist())(_gradient)

@@ -63,8 +63,8 @@ def _prepare(raw):
     return params, np.asarray(raw["x"], dtype=np.float64), float(raw["gamma"]), int(raw["m"])
 
 
-_objective = fgrad.jit(log_posterior, static_argnums=(2, 3), compile="sync")
-_jacobian = fgrad.jit(fgrad.grad(log_posterior), static_argnums=(2, 3), compile="sync")
+_objective = fgrad.jit(log_posterior, static_argnums=(2, 3))
+_jacobian = fgrad.jit(fgrad.grad(log_posterior), static_argnums=(2, 3))
 
 objective = timed(prepare=_prepare, output=float)(lambda args: _objective(*args))
 jacobian = timed(prepare=_prepare, output=lambda g: {name: g[name].tolist() for name in g})(

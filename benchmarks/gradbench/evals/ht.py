@@ -134,8 +134,8 @@ def _prepare(raw):
     data = {"points": np.asarray(raw["data"]["points"], dtype=np.float64),
             "correspondences": correspondences, "triangles": triangles}
     theta = np.asarray(raw["theta"], dtype=np.float64)
-    run_objective = fgrad.jit(lambda t, u: residuals(t, u, model, data).ravel(), compile="sync")
-    run_jacobian = fgrad.jit(lambda t, u: jacobian_columns(t, u, model, data), compile="sync")
+    run_objective = fgrad.jit(lambda t, u: residuals(t, u, model, data).ravel())
+    run_jacobian = fgrad.jit(lambda t, u: jacobian_columns(t, u, model, data))
     return theta, us, run_objective, run_jacobian
 
 

@@ -23,8 +23,8 @@ def _prepare(raw):
     return np.asarray(raw["x"], dtype=np.float64), raw["n"]
 
 
-_primal = fgrad.jit(llsq, static_argnums=1, compile="sync")
-_gradient = fgrad.jit(fgrad.grad(llsq), static_argnums=1, compile="sync")
+_primal = fgrad.jit(llsq, static_argnums=1)
+_gradient = fgrad.jit(fgrad.grad(llsq), static_argnums=1)
 
 primal = timed(prepare=_prepare, output=float)(lambda args: _primal(*args))
 gradient = timed(prepare=_prepare, output=lambda g: g.tolist())(lambda args: _gradient(*args))

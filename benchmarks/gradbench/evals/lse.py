@@ -17,8 +17,8 @@ def _x(raw):
     return np.asarray(raw["x"], dtype=np.float64)
 
 
-_primal = fgrad.jit(logsumexp, compile="sync")
-_gradient = fgrad.jit(fgrad.grad(logsumexp), compile="sync")
+_primal = fgrad.jit(logsumexp)
+_gradient = fgrad.jit(fgrad.grad(logsumexp))
 
 primal = timed(prepare=_x, output=float)(_primal)
 gradient = timed(prepare=_x, output=lambda g: g.tolist())(_gradient)
