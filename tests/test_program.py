@@ -29,6 +29,7 @@ from fgrad.compiler.blas import gemm_table
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu
+from fgrad.compiler.lu_ir import lanes
 from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program import PROGRAM_ENV, compile_program
@@ -536,13 +537,18 @@ def test_solves_and_cholesky_are_lapack_calls(n, dtype):
     a, b = _spd(rng, (2, n, n), dtype), rng.standard_normal((2, n, 3)).astype(dtype)
     v = rng.standard_normal(n).astype(dtype)
     solve, cholesky = fnp.linalg.solve, fnp.linalg.cholesky
-    large = n > LANES_MAX_N
-    # (fun, args, LAPACK's steps): small matrices and several right-hand
-    # sides stay callouts of the LU kernels, which were measured faster
-    cases = [(lambda a, b: solve(a, b), (a, b), {"LUFactor"} if large else set()),
-             (lambda a, v: solve(a[1], v), (a, v), {"LUFactor", "LUSolve"} if large else set()),
+    # (fun, args, LAPACK's steps): a stack of as many small matrices as the
+    # LU kernels factor at once, and several right-hand sides, stay callouts
+    # of those kernels, which were measured faster; fewer matrices (two) are
+    # LAPACK calls, as large ones are
+    many = _spd(rng, (lanes(dtype), n, n), dtype)
+    vs = rng.standard_normal((lanes(dtype), n, 1)).astype(dtype)
+    cases = [(lambda a, b: solve(a, b), (a, b), {"LUFactor"}),
+             (lambda a, v: solve(a[1], v), (a, v), {"LUFactor", "LUSolve"}),
              (fgrad.grad(lambda a, v: fnp.sum(solve(a, v) ** 2), (0, 1)), (a[0], v),
-              {"LUFactor", "LUSolve"} if large else set()),
+              {"LUFactor", "LUSolve"}),
+             (lambda m, vs: solve(m, vs), (many, vs),
+              {"LUFactor", "LUSolve"} if n > LANES_MAX_N else set()),
              (cholesky, (a,), {"Cholesky"}), (lambda a: cholesky(a[0]), (a,), {"Cholesky"})]
     for fun, args, lapack in cases:
         compiled, got, want = _both(fun, *args)
@@ -572,6 +578,18 @@ def test_det_and_slogdet_are_getrf_and_numpys_sums(n, dtype):
 
 
 @needs_blas
+@needs_blas
+@pytest.mark.parametrize("n", [1, 3, 7])
+def test_lu_pivots_of_one_small_matrix_are_the_interpreted_tiers(n):
+    # getrf here, the LU kernels' own partial pivoting there:
+    # the same pivots, factors to rounding
+    a = np.random.default_rng(n).standard_normal((n, n))
+    compiled, (lu, piv), (lu_want, piv_want) = _both(lambda a: solve_factors_p.bind(a), a)
+    assert compiled.callouts == []
+    np.testing.assert_array_equal(piv, piv_want)
+    np.testing.assert_allclose(lu, lu_want, rtol=1e-12, atol=1e-14)
+
+
 def test_lu_factors_of_large_matrices_are_the_interpreted_tiers_bitwise():
     # beyond LANES_MAX_N both tiers factor by the same getrf
     a = _spd(np.random.default_rng(2), (LANES_MAX_N + 5,) * 2, "float64")
