@@ -35,6 +35,7 @@ from fgrad.compiler.passes import optimize
 from fgrad.compiler.program import PROGRAM_ENV, compile_program
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
+from fgrad.primitives.indexing import getitem_p, set_p
 from fgrad.primitives.linalg import solve_factors_p
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
@@ -640,6 +641,25 @@ def test_gathers_and_scatters_of_one_index_array_are_loops(dtype):
         compiled, got, want = _both(fun, x)
         assert compiled.callouts == []
         assert {type(s).__name__ for s in compiled.steps} & {"Gather", "ScatterAdd"}
+        _agree(got, want, exact=True)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "uint8", "bool"])
+def test_sets_of_one_index_array_are_loops(dtype):
+    x = (np.arange(20) % 7).reshape(4, 5).astype(dtype)
+    v = (np.arange(20) % 5).reshape(4, 5).astype(dtype)
+    whole = ("slice", 0, 4, None)           # 0:4 of a 4-row axis, as a traced index spells it
+    cases = [(lambda x, v: fgrad.at(x)[_ROWS].set(v), (x, v)),
+             (lambda x, v: fgrad.at(x)[:, _ROWS].set(v[:, :4]), (x, v)),  # the last of 2, 2 wins
+             (lambda x, v: fgrad.at(x)[:, _ROWS].set(v[0, 0]), (x, v)),          # one value
+             (lambda x, k: set_p.bind(x, x[:, :2], k, spec=(whole, ("array", 0))),
+              (x, np.array([4, -1]))),                                # a traced index
+             (lambda x, k: getitem_p.bind(x, k, spec=(whole, ("array", 0))),
+              (x, np.array([4, -1])))]
+    for fun, args in cases:
+        compiled, got, want = _both(fun, *args)
+        assert compiled.callouts == []
+        assert {type(s).__name__ for s in compiled.steps} & {"Gather", "Set"}
         _agree(got, want, exact=True)
 
 

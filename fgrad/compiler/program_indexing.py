@@ -10,7 +10,14 @@ a loop of this module's own:
 - ``scatter_add`` of an index array (the gradient of a gather, and
   ``fgrad.at(x)[idx].add``'s) starts from zeros and adds each block at
   ``idx[j]``, in the order ``numpy.add.at`` adds them, so repeated indices
-  sum in NumPy's order: bitwise its result.
+  sum in NumPy's order: bitwise its result;
+- ``set`` of an index array (``fgrad.at(x)[idx].set(v)``, an ODE solver's
+  write of one saved state into its stack) copies ``x``, then each block of
+  ``v`` (or its one value) over the block at ``idx[j]``, in order, so the
+  last of repeated indices wins, as NumPy's assignment.
+
+A slice that takes a whole axis (``0:n``, as a traced index writes it)
+counts as whole.
 
 A negative index counts from the end, as in NumPy; an index out of bounds
 calls the equation's NumPy code back, which raises NumPy's ``IndexError``.
@@ -24,7 +31,7 @@ import numpy as np
 
 from fgrad.compiler.kernel_ir import counted, storage_type
 from fgrad.compiler.native_steps import NativeStep, call_out_if, new_flag, raise_flag
-from fgrad.primitives.indexing import getitem_p, scatter_add_p
+from fgrad.primitives.indexing import getitem_p, scatter_add_p, set_p
 
 _WHOLE = ("slice", None, None, None)
 # dtypes a scatter adds (a bool's add.at is a logical or: left to NumPy)
@@ -42,12 +49,12 @@ def indexing_step(eqn, index):
     >>> type(indexing_step(g.eqns[0], 0)).__name__
     'Gather'
     """
-    if eqn.prim not in (getitem_p, scatter_add_p) or len(eqn.invars) != 2 \
-            or len(eqn.outvars) != 1:
+    if eqn.prim not in (getitem_p, scatter_add_p, set_p) or len(eqn.outvars) != 1 \
+            or len(eqn.invars) != (3 if eqn.prim is set_p else 2):
         return None
-    source, idx = eqn.invars
+    source, idx = eqn.invars[0], eqn.invars[-1]
     full = eqn.params["shape"] if eqn.prim is scatter_add_p else source.aval.shape
-    axis = _indexed_axis(eqn.params["spec"], len(full))
+    axis = _indexed_axis(eqn.params["spec"], full)
     dtype = np.dtype(eqn.outvars[0].aval.dtype)
     if axis is None or np.dtype(idx.aval.dtype).kind not in "iu" \
             or dtype.itemsize not in (1, 2, 4, 8) or dtype.kind not in "biuf" \
@@ -55,22 +62,39 @@ def indexing_step(eqn, index):
         return None
     if eqn.prim is getitem_p:
         return Gather(index, eqn, axis, tuple(full))
+    if eqn.prim is set_p:
+        values = eqn.invars[1]
+        block = tuple(full[:axis]) + tuple(idx.aval.shape) + tuple(full[axis + 1:])
+        if any(np.dtype(v.aval.dtype) != dtype for v in (source, values)) \
+                or (tuple(values.aval.shape) != block and math.prod(values.aval.shape) != 1):
+            return None
+        return Set(index, eqn, axis, tuple(full))
     if dtype not in _ADDABLE or np.dtype(source.aval.dtype) != dtype:
         return None
     return ScatterAdd(index, eqn, axis, tuple(full))
 
 
-def _indexed_axis(spec, ndim):
-    """The axis of an index that is one array, every other axis whole; else None."""
+def _indexed_axis(spec, shape):
+    """The axis of an index that is one array, every other axis of ``shape``
+    whole; else None."""
+    ndim = len(shape)
     if any(item[0] == "ellipsis" for item in spec[1:]):
         return None
     if spec and spec[0] == ("ellipsis",):
         spec = (_WHOLE,) * (ndim - len(spec) + 1) + tuple(spec[1:])
     arrays = [k for k, item in enumerate(spec) if item[0] == "array"]
-    if len(arrays) != 1 or any(item != _WHOLE for k, item in enumerate(spec)
-                               if k != arrays[0]) or len(spec) > ndim:
+    if len(arrays) != 1 or len(spec) > ndim or not all(
+            _whole(item, shape[k]) for k, item in enumerate(spec) if k != arrays[0]):
         return None
     return arrays[0]
+
+
+def _whole(item, size):
+    """Whether index ``item`` takes all ``size`` elements of its axis in order."""
+    if item[0] != "slice":
+        return False
+    _, start, stop, step = item
+    return start in (None, 0) and (stop is None or stop >= size) and step in (None, 1)
 
 
 class _Indexed(NativeStep):
@@ -88,8 +112,8 @@ class _Indexed(NativeStep):
         i64 = ir.IntType(64)
         outer = math.prod(self.full[:self.axis])
         n, inner = self.full[self.axis], math.prod(self.full[self.axis + 1:])
-        m = math.prod(self.eqn.invars[1].aval.shape)
-        idx_dtype = np.dtype(self.eqn.invars[1].aval.dtype)
+        m = math.prod(self.eqn.invars[-1].aval.shape)           # the index array
+        idx_dtype = np.dtype(self.eqn.invars[-1].aval.dtype)
         flag = new_flag(ir, b, alloca)
         c_n, c_m, c_inner = (ir.Constant(i64, v) for v in (n, m, inner))
 
@@ -149,3 +173,24 @@ class ScatterAdd(_Indexed):
                         target)
             counted(ir, b, ir.Constant(i64, inner), one, "ix.t")
         self._loops(ir, b, pointer(idx), accumulate, call_out, alloca)
+
+
+class Set(_Indexed):
+    """``set`` of one index array: ``x`` copied, then each block of the
+    values (or their one value) written at ``idx[j]``, in order."""
+
+    def emit(self, ir, b, pointer, table, call_out, alloca):
+        (x, values, idx), (out,) = self.eqn.invars, self.eqn.outvars
+        bits = np.dtype(f"u{np.dtype(out.aval.dtype).itemsize}")
+        src, new, dst = pointer(x, bits), pointer(values, bits), pointer(out, bits)
+        i64 = ir.IntType(64)
+        counted(ir, b, ir.Constant(i64, math.prod(self.full)),
+                lambda i: b.store(b.load(b.gep(src, [i])), b.gep(dst, [i])), "ix.copy")
+        inner = math.prod(self.full[self.axis + 1:])
+        one = math.prod(values.aval.shape) == 1
+
+        def write(at_full, at_compact):
+            counted(ir, b, ir.Constant(i64, inner), lambda t: b.store(
+                b.load(b.gep(new, [ir.Constant(i64, 0) if one else b.add(at_compact, t)])),
+                b.gep(dst, [b.add(at_full, t)])), "ix.t")
+        self._loops(ir, b, pointer(idx), write, call_out, alloca)
