@@ -663,6 +663,26 @@ def test_sets_of_one_index_array_are_loops(dtype):
         _agree(got, want, exact=True)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "int32", "bool"])
+def test_indices_of_several_arrays_on_adjacent_axes_are_loops(dtype):
+    # as vmap writes a traced index: one array per axis, all of one shape
+    x = (np.arange(60) % 7).reshape(3, 4, 5).astype(dtype)
+    rows, cols = np.array([[2, 0], [2, -1]]), np.array([[1, 3], [1, 0]], np.uint8)
+    v = (np.arange(20) % 3).reshape(2, 2, 5).astype(dtype)
+    cases = [lambda x: x[rows, cols], lambda x: x[:, rows[0], cols[0]],
+             lambda x: fgrad.at(x)[rows, cols].set(v),      # (2, 1) twice: the last wins
+             lambda x: getitem_p.bind(x, cols, rows, spec=(("array", 1), ("array", 0)))]
+    if dtype != "bool":
+        cases.append(lambda x: fgrad.at(fnp.zeros_like(x))[rows, cols].add(x[0, :2, :2, None]))
+    if dtype == "float64":
+        cases.append(fgrad.grad(lambda x: fnp.sum(x[rows, cols] ** 2)))
+    for fun in cases:
+        compiled, got, want = _both(fun, x)
+        assert compiled.callouts == []
+        assert {type(s).__name__ for s in compiled.steps} & {"Gather", "Set", "ScatterAdd"}
+        _agree(got, want, exact=True)
+
+
 def test_gradients_of_basic_indexing_write_into_zeros_as_pieces():
     x = np.arange(120.0).reshape(4, 5, 6)
 
@@ -688,7 +708,9 @@ def test_an_index_out_of_bounds_raises_numpys_index_error():
 
 def test_other_indices_stay_callouts():
     x = np.arange(20.0).reshape(4, 5)
-    for fun in [lambda x: x[_ROWS, 1:3], lambda x: x[_ROWS, _ROWS[:1] + 1]]:
+    # a slice beside the array, arrays of two shapes, arrays on axes apart
+    for fun in [lambda x: x[_ROWS, 1:3], lambda x: x[_ROWS, _ROWS[:1] + 1],
+                lambda x: x.reshape(2, 2, 5)[np.array([1, 0]), :, np.array([4, 1])]]:
         compiled, got, want = _both(fun, x)
         assert [c.split(": ")[1] for c in compiled.callouts] == ["getitem"]
         _agree(got, want, exact=True)

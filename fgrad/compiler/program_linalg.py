@@ -29,11 +29,11 @@ Measured against the interpreted tier's LU kernels (64 solves of 32x32 and
 16 of 49x49 matrices, one core): ``getrf`` of smaller matrices took twice as
 long as their several-at-once factoring (fewer matrices than that kernel's
 lanes gain nothing from it, and a callout costs about 4 us: those are
-``getrf`` here), and ``getrs`` of several right-hand sides lost to their substitution loops called one column at a time (0.37 ms
-against 0.28 for 16 49x49 systems of 8), and all at once woke OpenBLAS's
-thread pool (125 ms against 0.25 for 4 64x64 systems of 64); a vector
-right-hand side gained (0.19 ms against 0.26 for 16 of 49). Those stay
-callouts of the kernels.
+``getrf`` here), and ``getrs`` of several right-hand sides lost to their
+substitution loops called one column at a time (0.37 ms against 0.28 for 16
+49x49 systems of 8), and all at once woke OpenBLAS's thread pool (125 ms
+against 0.25 for 4 64x64 systems of 64); a vector right-hand side gained
+(0.19 ms against 0.26 for 16 of 49). Those stay callouts of the kernels.
 
 A factorization that LAPACK reports singular (``info`` not 0) runs its
 equation again by the primitive's NumPy code (a callout), which raises
