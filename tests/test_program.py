@@ -706,6 +706,17 @@ def test_an_index_out_of_bounds_raises_numpys_index_error():
                                   x[:, [0, 4, 0, 0]])
 
 
+def test_an_index_out_of_bounds_of_several_arrays_raises_numpys_index_error():
+    x = np.arange(20.0).reshape(4, 5)
+    graph = optimize(fgrad.make_graph(lambda x, i, k: x[i, k])(x, _ROWS, _ROWS), np)
+    compiled = compile_program(graph)
+    assert compiled.callouts == []
+    for run in (compiled.call, generate(graph, np).fn):
+        with pytest.raises(IndexError, match="index 7 is out of bounds for axis 1 with size 5"):
+            run(x, np.array([0, 1, 2, 3]), np.array([1, 7, 0, 0]))
+    np.testing.assert_array_equal(compiled.call(x, _ROWS, _ROWS)[0], x[_ROWS, _ROWS])
+
+
 def test_other_indices_stay_callouts():
     x = np.arange(20.0).reshape(4, 5)
     # a slice beside the array, arrays of two shapes, arrays on axes apart
