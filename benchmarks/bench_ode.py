@@ -27,8 +27,10 @@ Workloads:
   ode-node-batch  value and gradient of a neural ODE's loss (8-32-8 tanh
                 network, a batch of 64 states solved as one, 10 output times,
                 rtol 1e-6): fgrad.ode.odeint under fgrad.jit, jax.jit of JAX's
-                odeint and of diffrax (Dopri5); the rows return the value,
-                the floor is SciPy's forward solve
+                odeint (both solve an adjoint ODE backwards) and of diffrax
+                (Dopri5, differentiated through its steps), and fgrad-solve:
+                fgrad.ode.solve as diffrax's row calls diffeqsolve; the rows
+                return the value, the floor is SciPy's forward solve
   ode-lv-vmap   the LV fit's value and gradient vmapped over 32 parameter
                 sets, under jit, each library's; floor: 32 SciPy forward solves
   ode-node      gradient of a neural ODE (8 states, an 8-32-8 tanh network:
@@ -285,6 +287,21 @@ def ode_node_batch_workload() -> Workload:
         step.wait_compiled()
         return lambda: step(layers)[0]
 
+    def fgrad_solve(peer):
+        from fgrad import ode
+        field, fnp = field_of(peer.np), peer.np
+        term = ode.ODETerm(lambda t, y, layers: field(y, t, layers))
+
+        def loss(layers):
+            sol = ode.solve(term, ode.Dopri5(), 0.0, 1.0, None, y0, layers,
+                            saveat=ode.SaveAt(ts=NODE_T),
+                            stepsize_controller=ode.PIDController(rtol=1e-6, atol=1e-6))
+            return fnp.sum(sol.ys ** 2)
+        step = peer.module.jit(peer.module.value_and_grad(loss))
+        step(layers)
+        step.wait_compiled()
+        return lambda: step(layers)[0]
+
     def jax_(peer):
         from jax.experimental.ode import odeint
         jax, jnp = peer.module, peer.np
@@ -316,7 +333,8 @@ def ode_node_batch_workload() -> Workload:
     return Workload("ode-node-batch", "value and gradient of a neural ODE (8-32-8 tanh, a batch "
                     "of 64 states, 10 output times, rtol 1e-6), under jit; rows return the "
                     "value; floor: SciPy's forward solve", floor,
-                    {"fgrad": fgrad_, "jax": jax_, "jax-diffrax": diffrax_})
+                    {"fgrad": fgrad_, "fgrad-solve": fgrad_solve, "jax": jax_,
+                     "jax-diffrax": diffrax_})
 
 
 def ode_lv_vmap_workload() -> Workload:

@@ -30,11 +30,13 @@ from fgrad.compiler.blas import gemm_table
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu
+from fgrad.compiler.lu_ir import lanes
 from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program import PROGRAM_ENV, compile_program, pays, program_steps
 from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
+from fgrad.primitives.indexing import getitem_p, set_p
 from fgrad.primitives.linalg import solve_factors_p
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
@@ -537,13 +539,18 @@ def test_solves_and_cholesky_are_lapack_calls(n, dtype):
     a, b = _spd(rng, (2, n, n), dtype), rng.standard_normal((2, n, 3)).astype(dtype)
     v = rng.standard_normal(n).astype(dtype)
     solve, cholesky = fnp.linalg.solve, fnp.linalg.cholesky
-    large = n > LANES_MAX_N
-    # (fun, args, LAPACK's steps): small matrices and several right-hand
-    # sides stay callouts of the LU kernels, which were measured faster
-    cases = [(lambda a, b: solve(a, b), (a, b), {"LUFactor"} if large else set()),
-             (lambda a, v: solve(a[1], v), (a, v), {"LUFactor", "LUSolve"} if large else set()),
+    # (fun, args, LAPACK's steps): a stack of as many small matrices as the
+    # LU kernels factor at once, and several right-hand sides, stay callouts
+    # of those kernels, which were measured faster; fewer matrices (two) are
+    # LAPACK calls, as large ones are
+    many = _spd(rng, (lanes(dtype), n, n), dtype)
+    vs = rng.standard_normal((lanes(dtype), n, 1)).astype(dtype)
+    cases = [(lambda a, b: solve(a, b), (a, b), {"LUFactor"}),
+             (lambda a, v: solve(a[1], v), (a, v), {"LUFactor", "LUSolve"}),
              (fgrad.grad(lambda a, v: fnp.sum(solve(a, v) ** 2), (0, 1)), (a[0], v),
-              {"LUFactor", "LUSolve"} if large else set()),
+              {"LUFactor", "LUSolve"}),
+             (lambda m, vs: solve(m, vs), (many, vs),
+              {"LUFactor", "LUSolve"} if n > LANES_MAX_N else set()),
              (cholesky, (a,), {"Cholesky"}), (lambda a: cholesky(a[0]), (a,), {"Cholesky"})]
     for fun, args, lapack in cases:
         compiled, got, want = _both(fun, *args)
@@ -573,6 +580,18 @@ def test_det_and_slogdet_are_getrf_and_numpys_sums(n, dtype):
 
 
 @needs_blas
+@needs_blas
+@pytest.mark.parametrize("n", [1, 3, 7])
+def test_lu_pivots_of_one_small_matrix_are_the_interpreted_tiers(n):
+    # getrf here, the LU kernels' own partial pivoting there:
+    # the same pivots, factors to rounding
+    a = np.random.default_rng(n).standard_normal((n, n))
+    compiled, (lu, piv), (lu_want, piv_want) = _both(lambda a: solve_factors_p.bind(a), a)
+    assert compiled.callouts == []
+    np.testing.assert_array_equal(piv, piv_want)
+    np.testing.assert_allclose(lu, lu_want, rtol=1e-12, atol=1e-14)
+
+
 def test_lu_factors_of_large_matrices_are_the_interpreted_tiers_bitwise():
     # beyond LANES_MAX_N both tiers factor by the same getrf
     a = _spd(np.random.default_rng(2), (LANES_MAX_N + 5,) * 2, "float64")
@@ -626,6 +645,45 @@ def test_gathers_and_scatters_of_one_index_array_are_loops(dtype):
         _agree(got, want, exact=True)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "uint8", "bool"])
+def test_sets_of_one_index_array_are_loops(dtype):
+    x = (np.arange(20) % 7).reshape(4, 5).astype(dtype)
+    v = (np.arange(20) % 5).reshape(4, 5).astype(dtype)
+    whole = ("slice", 0, 4, None)           # 0:4 of a 4-row axis, as a traced index spells it
+    cases = [(lambda x, v: fgrad.at(x)[_ROWS].set(v), (x, v)),
+             (lambda x, v: fgrad.at(x)[:, _ROWS].set(v[:, :4]), (x, v)),  # the last of 2, 2 wins
+             (lambda x, v: fgrad.at(x)[:, _ROWS].set(v[0, 0]), (x, v)),          # one value
+             (lambda x, k: set_p.bind(x, x[:, :2], k, spec=(whole, ("array", 0))),
+              (x, np.array([4, -1]))),                                # a traced index
+             (lambda x, k: getitem_p.bind(x, k, spec=(whole, ("array", 0))),
+              (x, np.array([4, -1])))]
+    for fun, args in cases:
+        compiled, got, want = _both(fun, *args)
+        assert compiled.callouts == []
+        assert {type(s).__name__ for s in compiled.steps} & {"Gather", "Set"}
+        _agree(got, want, exact=True)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "bool"])
+def test_indices_of_several_arrays_on_adjacent_axes_are_loops(dtype):
+    # as vmap writes a traced index: one array per axis, all of one shape
+    x = (np.arange(60) % 7).reshape(3, 4, 5).astype(dtype)
+    rows, cols = np.array([[2, 0], [2, -1]]), np.array([[1, 3], [1, 0]], np.uint8)
+    v = (np.arange(20) % 3).reshape(2, 2, 5).astype(dtype)
+    cases = [lambda x: x[rows, cols], lambda x: x[:, rows[0], cols[0]],
+             lambda x: fgrad.at(x)[rows, cols].set(v),      # (2, 1) twice: the last wins
+             lambda x: getitem_p.bind(x, cols, rows, spec=(("array", 1), ("array", 0)))]
+    if dtype != "bool":
+        cases.append(lambda x: fgrad.at(fnp.zeros_like(x))[rows, cols].add(x[0, :2, :2, None]))
+    if dtype == "float64":
+        cases.append(fgrad.grad(lambda x: fnp.sum(x[rows, cols] ** 2)))
+    for fun in cases:
+        compiled, got, want = _both(fun, x)
+        assert compiled.callouts == []
+        assert {type(s).__name__ for s in compiled.steps} & {"Gather", "Set", "ScatterAdd"}
+        _agree(got, want, exact=True)
+
+
 def test_gradients_of_basic_indexing_write_into_zeros_as_pieces():
     x = np.arange(120.0).reshape(4, 5, 6)
 
@@ -649,9 +707,22 @@ def test_an_index_out_of_bounds_raises_numpys_index_error():
                                   x[:, [0, 4, 0, 0]])
 
 
+def test_an_index_out_of_bounds_of_several_arrays_raises_numpys_index_error():
+    x = np.arange(20.0).reshape(4, 5)
+    graph = optimize(fgrad.make_graph(lambda x, i, k: x[i, k])(x, _ROWS, _ROWS), np)
+    compiled = compile_program(graph)
+    assert compiled.callouts == []
+    for run in (compiled.call, generate(graph, np).fn):
+        with pytest.raises(IndexError, match="index 7 is out of bounds for axis 1 with size 5"):
+            run(x, np.array([0, 1, 2, 3]), np.array([1, 7, 0, 0]))
+    np.testing.assert_array_equal(compiled.call(x, _ROWS, _ROWS)[0], x[_ROWS, _ROWS])
+
+
 def test_other_indices_stay_callouts():
     x = np.arange(20.0).reshape(4, 5)
-    for fun in [lambda x: x[_ROWS, 1:3], lambda x: x[_ROWS, _ROWS[:1] + 1]]:
+    # a slice beside the array, arrays of two shapes, arrays on axes apart
+    for fun in [lambda x: x[_ROWS, 1:3], lambda x: x[_ROWS, _ROWS[:1] + 1],
+                lambda x: x.reshape(2, 2, 5)[np.array([1, 0]), :, np.array([4, 1])]]:
         compiled, got, want = _both(fun, x)
         assert [c.split(": ")[1] for c in compiled.callouts] == ["getitem"]
         _agree(got, want, exact=True)

@@ -2,21 +2,31 @@
 
 `fgrad.compiler.program` asks `indexing_step` for each equation it lowers.
 An index of one integer array along one axis, every other axis whole
-(``x[idx]``, ``x[:, idx]``, ``x[..., idx]``, ``fnp.take(x, idx, axis)``) is
-a loop of this module's own:
+(``x[idx]``, ``x[:, idx]``, ``x[..., idx]``, ``fnp.take(x, idx, axis)``), or
+of several arrays of one shape on adjacent axes (``x[rows, cols]``, as
+`fgrad.vmap` writes a traced index: ``idx[j]`` below is then element ``j``
+of each), is a loop of this module's own:
 
 - ``getitem`` gathers: for each element ``j`` of the index array, the block
   of ``x`` at ``idx[j]`` (everything after the axis) is copied, bit for bit;
 - ``scatter_add`` of an index array (the gradient of a gather, and
   ``fgrad.at(x)[idx].add``'s) starts from zeros and adds each block at
   ``idx[j]``, in the order ``numpy.add.at`` adds them, so repeated indices
-  sum in NumPy's order: bitwise its result.
+  sum in NumPy's order: bitwise its result;
+- ``set`` of an index array (``fgrad.at(x)[idx].set(v)``, an ODE solver's
+  write of one saved state into its stack) copies ``x``, then each block of
+  ``v`` (or its one value) over the block at ``idx[j]``, in order, so the
+  last of repeated indices wins, as NumPy's assignment.
+
+A slice that takes a whole axis (``0:n``, as a traced index writes it)
+counts as whole.
 
 A negative index counts from the end, as in NumPy; an index out of bounds
 calls the equation's NumPy code back, which raises NumPy's ``IndexError``.
-Several index arrays, a slice beside the array, or booleans made into
-arrays at staging, stay callouts; a ``scatter_add`` of a basic index is
-`fgrad.compiler.program`'s own (pieces copied into zeros).
+Index arrays of different shapes (broadcast) or on axes apart, a slice
+beside the arrays, or booleans made into arrays at staging, stay callouts;
+a ``scatter_add`` of a basic index is `fgrad.compiler.program`'s own
+(pieces copied into zeros).
 """
 import math
 
@@ -24,7 +34,7 @@ import numpy as np
 
 from fgrad.compiler.kernel_ir import counted, storage_type
 from fgrad.compiler.native_steps import NativeStep, call_out_if, new_flag, raise_flag
-from fgrad.primitives.indexing import getitem_p, scatter_add_p
+from fgrad.primitives.indexing import getitem_p, scatter_add_p, set_p
 
 _WHOLE = ("slice", None, None, None)
 # dtypes a scatter adds (a bool's add.at is a logical or: left to NumPy)
@@ -42,96 +52,131 @@ def indexing_step(eqn, index):
     >>> type(indexing_step(g.eqns[0], 0)).__name__
     'Gather'
     """
-    if eqn.prim not in (getitem_p, scatter_add_p) or len(eqn.invars) != 2 \
-            or len(eqn.outvars) != 1:
+    if eqn.prim not in (getitem_p, scatter_add_p, set_p) or len(eqn.outvars) != 1 \
+            or len(eqn.invars) < (3 if eqn.prim is set_p else 2):
         return None
-    source, idx = eqn.invars
+    source = eqn.invars[0]
+    indices = eqn.invars[2 if eqn.prim is set_p else 1:]
     full = eqn.params["shape"] if eqn.prim is scatter_add_p else source.aval.shape
-    axis = _indexed_axis(eqn.params["spec"], len(full))
+    where = _indexed_axes(eqn.params["spec"], full)
     dtype = np.dtype(eqn.outvars[0].aval.dtype)
-    if axis is None or np.dtype(idx.aval.dtype).kind not in "iu" \
+    if where is None or any(np.dtype(i.aval.dtype).kind not in "iu" for i in indices) \
+            or len({tuple(i.aval.shape) for i in indices}) != 1 \
             or dtype.itemsize not in (1, 2, 4, 8) or dtype.kind not in "biuf" \
-            or math.prod(eqn.outvars[0].aval.shape) == 0 or full[axis] == 0:
+            or math.prod(eqn.outvars[0].aval.shape) == 0 \
+            or 0 in full[where[0]:where[0] + len(where[1])]:
         return None
     if eqn.prim is getitem_p:
-        return Gather(index, eqn, axis, tuple(full))
+        return Gather(index, eqn, where, tuple(full))
+    if eqn.prim is set_p:
+        values, (axis, order) = eqn.invars[1], where
+        block = (tuple(full[:axis]) + tuple(indices[0].aval.shape)
+                 + tuple(full[axis + len(order):]))
+        if any(np.dtype(v.aval.dtype) != dtype for v in (source, values)) \
+                or (tuple(values.aval.shape) != block and math.prod(values.aval.shape) != 1):
+            return None
+        return Set(index, eqn, where, tuple(full))
     if dtype not in _ADDABLE or np.dtype(source.aval.dtype) != dtype:
         return None
-    return ScatterAdd(index, eqn, axis, tuple(full))
+    return ScatterAdd(index, eqn, where, tuple(full))
 
 
-def _indexed_axis(spec, ndim):
-    """The axis of an index that is one array, every other axis whole; else None."""
+def _indexed_axes(spec, shape):
+    """``(axis, order)`` of an index whose arrays (all of one shape) take
+    consecutive axes from ``axis`` on, ``order[k]`` the array of axis
+    ``axis + k``, every other axis of ``shape`` whole; else None."""
+    ndim = len(shape)
     if any(item[0] == "ellipsis" for item in spec[1:]):
         return None
     if spec and spec[0] == ("ellipsis",):
         spec = (_WHOLE,) * (ndim - len(spec) + 1) + tuple(spec[1:])
     arrays = [k for k, item in enumerate(spec) if item[0] == "array"]
-    if len(arrays) != 1 or any(item != _WHOLE for k, item in enumerate(spec)
-                               if k != arrays[0]) or len(spec) > ndim:
+    if not arrays or arrays != list(range(arrays[0], arrays[0] + len(arrays))) \
+            or len(spec) > ndim or not all(
+            _whole(item, shape[k]) for k, item in enumerate(spec) if k not in arrays):
         return None
-    return arrays[0]
+    return arrays[0], tuple(spec[k][1] for k in arrays)
+
+
+def _whole(item, size):
+    """Whether index ``item`` takes all ``size`` elements of its axis in order."""
+    if item[0] != "slice":
+        return False
+    _, start, stop, step = item
+    return start in (None, 0) and (stop is None or stop >= size) and step in (None, 1)
 
 
 class _Indexed(NativeStep):
-    """A gather or scatter along ``axis`` of an array of shape ``full``."""
+    """A gather or scatter of an array of shape ``full`` by index arrays on
+    its axes ``where[0]`` on (``where[1][k]``: the array of axis
+    ``where[0] + k``)."""
 
     fallback = True         # an index out of bounds: NumPy's IndexError
 
-    def __init__(self, index, eqn, axis, full):
+    def __init__(self, index, eqn, where, full):
         super().__init__(index, eqn)
-        self.axis, self.full = axis, full
+        (self.axis, self.order), self.full = where, full
+        self.inner = math.prod(full[self.axis + len(self.order):])
 
-    def _loops(self, ir, b, idx, body, call_out, alloca):
-        """``body(block at idx[j] in full, block j in the compact side)`` for
-        each index element, as element offsets (i64 values)."""
+    def _loops(self, ir, b, pointer, body, call_out, alloca):
+        """``body(block at the indices' element j in full, block j in the
+        compact side)`` for each index element, as element offsets (i64)."""
         i64 = ir.IntType(64)
+        indices = self.eqn.invars[len(self.eqn.invars) - len(self.order):]
+        starts = [pointer(idx) for idx in indices]
         outer = math.prod(self.full[:self.axis])
-        n, inner = self.full[self.axis], math.prod(self.full[self.axis + 1:])
-        m = math.prod(self.eqn.invars[1].aval.shape)
-        idx_dtype = np.dtype(self.eqn.invars[1].aval.dtype)
+        sizes = self.full[self.axis:self.axis + len(self.order)]
+        m = math.prod(indices[0].aval.shape)
         flag = new_flag(ir, b, alloca)
-        c_n, c_m, c_inner = (ir.Constant(i64, v) for v in (n, m, inner))
+        c_m, c_inner = ir.Constant(i64, m), ir.Constant(i64, self.inner)
+        c_span = ir.Constant(i64, math.prod(sizes))
+
+        def position(j, k):
+            """Element j of axis ``axis + k``'s index array, checked, from 0."""
+            idx = indices[self.order[k]]
+            raw = b.load(b.gep(starts[self.order[k]], [j]))
+            at = raw if raw.type.width == 64 else (
+                b.sext(raw, i64) if np.dtype(idx.aval.dtype).kind == "i" else b.zext(raw, i64))
+            c_n = ir.Constant(i64, sizes[k])
+            at = b.select(b.icmp_signed("<", at, ir.Constant(i64, 0)), b.add(at, c_n), at)
+            outside = b.icmp_unsigned(">=", at, c_n)
+            raise_flag(ir, b, flag, outside)
+            return b.select(outside, ir.Constant(i64, 0), at)
 
         def each(o):
             def element(j):
-                raw = b.load(b.gep(idx, [j]))
-                at = raw if raw.type.width == 64 else (
-                    b.sext(raw, i64) if idx_dtype.kind == "i" else b.zext(raw, i64))
-                at = b.select(b.icmp_signed("<", at, ir.Constant(i64, 0)), b.add(at, c_n), at)
-                outside = b.icmp_unsigned(">=", at, c_n)
-                raise_flag(ir, b, flag, outside)
-                at = b.select(outside, ir.Constant(i64, 0), at)
-                body(b.mul(b.add(b.mul(o, c_n), at), c_inner),
+                at = position(j, 0)
+                for k in range(1, len(sizes)):
+                    at = b.add(b.mul(at, ir.Constant(i64, sizes[k])), position(j, k))
+                body(b.mul(b.add(b.mul(o, c_span), at), c_inner),
                      b.mul(b.add(b.mul(o, c_m), j), c_inner))
             counted(ir, b, c_m, element, "ix.j")
         counted(ir, b, ir.Constant(i64, outer), each, "ix.o")
         call_out_if(ir, b, flag, call_out)
-        return c_inner
 
 
 class Gather(_Indexed):
     """``getitem`` of one index array: blocks copied as unsigned integers."""
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
-        (x, idx), (out,) = self.eqn.invars, self.eqn.outvars
+        x, (out,) = self.eqn.invars[0], self.eqn.outvars
         bits = np.dtype(f"u{np.dtype(out.aval.dtype).itemsize}")
         src, dst = pointer(x, bits), pointer(out, bits)
-        inner = math.prod(self.full[self.axis + 1:])
+        inner = self.inner
         i64 = ir.IntType(64)
 
         def copy(at_full, at_compact):
             counted(ir, b, ir.Constant(i64, inner), lambda t: b.store(
                 b.load(b.gep(src, [b.add(at_full, t)])), b.gep(dst, [b.add(at_compact, t)])),
                 "ix.t")
-        self._loops(ir, b, pointer(idx), copy, call_out, alloca)
+        self._loops(ir, b, pointer, copy, call_out, alloca)
 
 
 class ScatterAdd(_Indexed):
     """``scatter_add`` of one index array: zeros, then each block added."""
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
-        (ct, idx), (out,) = self.eqn.invars, self.eqn.outvars
+        ct, (out,) = self.eqn.invars[0], self.eqn.outvars
         dtype = np.dtype(out.aval.dtype)
         typ = storage_type(ir, dtype)
         src, dst = pointer(ct), pointer(out)
@@ -139,7 +184,7 @@ class ScatterAdd(_Indexed):
         zero = ir.Constant(typ, 0.0 if dtype.kind == "f" else 0)
         counted(ir, b, ir.Constant(i64, math.prod(self.full)),
                 lambda i: b.store(zero, b.gep(dst, [i])), "ix.zero")
-        inner = math.prod(self.full[self.axis + 1:])
+        inner = self.inner
         add = b.fadd if dtype.kind == "f" else b.add
 
         def accumulate(at_full, at_compact):
@@ -148,4 +193,25 @@ class ScatterAdd(_Indexed):
                 b.store(add(b.load(target), b.load(b.gep(src, [b.add(at_compact, t)]))),
                         target)
             counted(ir, b, ir.Constant(i64, inner), one, "ix.t")
-        self._loops(ir, b, pointer(idx), accumulate, call_out, alloca)
+        self._loops(ir, b, pointer, accumulate, call_out, alloca)
+
+
+class Set(_Indexed):
+    """``set`` of one index array: ``x`` copied, then each block of the
+    values (or their one value) written at ``idx[j]``, in order."""
+
+    def emit(self, ir, b, pointer, table, call_out, alloca):
+        (x, values), (out,) = self.eqn.invars[:2], self.eqn.outvars
+        bits = np.dtype(f"u{np.dtype(out.aval.dtype).itemsize}")
+        src, new, dst = pointer(x, bits), pointer(values, bits), pointer(out, bits)
+        i64 = ir.IntType(64)
+        counted(ir, b, ir.Constant(i64, math.prod(self.full)),
+                lambda i: b.store(b.load(b.gep(src, [i])), b.gep(dst, [i])), "ix.copy")
+        inner = self.inner
+        one = math.prod(values.aval.shape) == 1
+
+        def write(at_full, at_compact):
+            counted(ir, b, ir.Constant(i64, inner), lambda t: b.store(
+                b.load(b.gep(new, [ir.Constant(i64, 0) if one else b.add(at_compact, t)])),
+                b.gep(dst, [b.add(at_full, t)])), "ix.t")
+        self._loops(ir, b, pointer, write, call_out, alloca)

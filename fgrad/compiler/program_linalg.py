@@ -13,8 +13,9 @@ equation this module knows becomes a step that calls SciPy's LAPACK through
 the program's table of routine addresses (`fgrad.compiler.blas`):
 
 - ``solve_factors`` (the LU factors `fgrad.numpy.linalg.solve` keeps for its
-  derivative) of matrices larger than `fgrad.compiler.lu_kernels.LANES_MAX_N`
-  is ``getrf`` on a copy of each: a C-ordered matrix read column-major is
+  derivative) of matrices larger than `fgrad.compiler.lu_kernels.LANES_MAX_N`,
+  or of fewer matrices than `fgrad.compiler.lu_ir.lanes` (one 3x3 system), is
+  ``getrf`` on a copy of each: a C-ordered matrix read column-major is
   its transpose, so the factors are those of ``a^T``, as
   `fgrad.compiler.lu_kernels` keeps them, with the same int32 pivots;
 - ``factored_solve`` of one right-hand side with such factors is ``getrs``
@@ -26,12 +27,13 @@ the program's table of routine addresses (`fgrad.compiler.blas`):
 
 Measured against the interpreted tier's LU kernels (64 solves of 32x32 and
 16 of 49x49 matrices, one core): ``getrf`` of smaller matrices took twice as
-long as their several-at-once factoring, and ``getrs`` of several right-hand
-sides lost to their substitution loops called one column at a time (0.37 ms
-against 0.28 for 16 49x49 systems of 8), and all at once woke OpenBLAS's
-thread pool (125 ms against 0.25 for 4 64x64 systems of 64); a vector
-right-hand side gained (0.19 ms against 0.26 for 16 of 49). Those stay
-callouts of the kernels.
+long as their several-at-once factoring (fewer matrices than that kernel's
+lanes gain nothing from it, and a callout costs about 4 us: those are
+``getrf`` here), and ``getrs`` of several right-hand sides lost to their
+substitution loops called one column at a time (0.37 ms against 0.28 for 16
+49x49 systems of 8), and all at once woke OpenBLAS's thread pool (125 ms
+against 0.25 for 4 64x64 systems of 64); a vector right-hand side gained
+(0.19 ms against 0.26 for 16 of 49). Those stay callouts of the kernels.
 
 A factorization that LAPACK reports singular (``info`` not 0) runs its
 equation again by the primitive's NumPy code (a callout), which raises
@@ -47,6 +49,7 @@ import numpy as np
 
 from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, PREFIXES, gemm_table, routine_index
 from fgrad.compiler.kernel_ir import convert, counted, storage_type
+from fgrad.compiler.lu_ir import lanes
 from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.native_steps import (
     NativeStep,
@@ -381,10 +384,20 @@ def _determinant(eqn, index):
     return Determinant(index, eqn, [work, piv])
 
 
+def _lapack_sized(aval):
+    """Whether the stack of matrices ``aval`` is factored (solved) here by
+    LAPACK rather than left to the LU kernels' callouts: matrices larger than
+    `LANES_MAX_N`, or fewer of them than the kernels factor at once (a 3x3
+    Newton system of an implicit ODE step, say), which gain nothing from
+    those lanes and would pay a callout (about 4 us) per solve."""
+    count = math.prod(aval.shape[:-2])
+    return aval.shape[-1] > LANES_MAX_N or count < lanes(aval.dtype)
+
+
 def _lu_factor(eqn, index):
     (a,) = eqn.invars
     if not _float_matrix(a.aval) or not lu_kept(np.empty((1, 1), a.aval.dtype)) \
-            or a.aval.shape[-1] <= LANES_MAX_N:
+            or not _lapack_sized(a.aval):
         return None
     return LUFactor(index, eqn)
 
@@ -396,7 +409,7 @@ def _lu_solve(eqn, index):
             or any(v.aval.dtype != x.aval.dtype for v in (lu, rhs)) \
             or not tuple(lu.aval.shape[:-2]) == tuple(rhs.aval.shape[:-2]) \
             == tuple(x.aval.shape[:-2]) or tuple(piv.aval.shape) != tuple(lu.aval.shape[:-1]) \
-            or x.aval.shape[-1] != 1 or x.aval.shape[-2] <= LANES_MAX_N:
+            or x.aval.shape[-1] != 1 or not _lapack_sized(lu.aval):
         return None
     return LUSolve(index, eqn)
 
