@@ -320,7 +320,8 @@ def _warm_child(cache, *args):
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(_WARM_CHILD), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": ROOT, "FGRAD_KERNEL_CACHE": cache,
-                               "FGRAD_JIT_COMPILE": "background"})
+                               "FGRAD_JIT_COMPILE": "background",
+                               PROGRAM_ENV: "0"})     # numba's tier, not the program's
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
