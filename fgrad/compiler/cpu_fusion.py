@@ -18,9 +18,10 @@ Semantics are NumPy's, decided from the dtypes the staged graph carries:
 - division by zero gives inf or NaN, never an exception; no fast-math, so NaN
   and inf propagate as in NumPy;
 - operations whose NumPy behaviour a scalar loop would not reproduce (integer
-  division and powers, float-to-int casts, float16, complex) stay NumPy calls;
-- a float sum accumulates in float64 in order (NumPy sums pairwise): equal to
-  NumPy's result to rounding.
+  powers, float-to-int casts, float16, complex powers) stay NumPy calls;
+  complex values are NumPy's algorithms (`fgrad.compiler.complex_ir`);
+- a float sum accumulates in float64 in order (NumPy sums pairwise), a
+  complex one in complex128: equal to NumPy's result to rounding.
 
 Kernels release the GIL (they are called through ctypes), so
 `jit(parallel=True)` and user threads overlap. Each kernel is compiled for
@@ -48,6 +49,8 @@ from fgrad.compiler.fusion import (
     plan_groups,
     reader_counts,
 )
+from fgrad.compiler.complex_ir import COMPLEX_DTYPES, TO_REAL, accumulator_dtype
+from fgrad.compiler.complex_ir import OPERATIONS as COMPLEX_OPERATIONS
 from fgrad.compiler.kernel_cache import load_or_build
 from fgrad.compiler.kernel_ir import KernelSpec, Op, function_name, kernel_ir, writer_digest
 from fgrad.compiler.native import array_data_offset, compile_ir
@@ -98,10 +101,12 @@ MIN_VECTOR_ELEMENTS = 256
 # The per-operation table: what a kernel computes
 # ---------------------------------------------------------------------------
 
-# dtypes a kernel computes in (float16 and complex are left to NumPy)
+# real dtypes a kernel computes in (float16 is left to NumPy), and with
+# complex64 and complex128 (`fgrad.compiler.complex_ir`), every dtype
 KERNEL_DTYPES = frozenset(np.dtype(k) for k in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float32", "float64"))
+ALL_KERNEL_DTYPES = KERNEL_DTYPES | COMPLEX_DTYPES
 
 # operation -> (written for floating compute dtypes, for integer and bool
 # ones): False where a scalar loop would not match NumPy (integer powers,
@@ -120,7 +125,12 @@ _LOGICAL = ("logical_and", "logical_or", "logical_xor", "logical_not",
             "invert", "left_shift", "right_shift")
 _OPERATIONS = {**{name: (True, True) for name in _FLOAT_AND_INT},
                **{name: (True, False) for name in _FLOAT_ONLY},
-               **{name: (False, True) for name in _LOGICAL}}
+               **{name: (False, True) for name in _LOGICAL},
+               # of complex operands only: the identity on real ones
+               **{name: (False, False) for name in ("real", "imag", "angle", "conjugate")}}
+# (complex compute dtypes: `fgrad.compiler.complex_ir.OPERATIONS`)
+# primitives that are not ufuncs, named as the operation kernels write
+_FUNCTIONS = ("real", "imag", "angle")
 
 # reductions that may end a group (kernel_ir writes their loops)
 _REDUCTIONS = ("sum", "max", "min")
@@ -128,6 +138,8 @@ _REDUCTIONS = ("sum", "max", "min")
 
 def _op_name(prim):
     name = elementwise_name(prim)
+    if name is None and prim.name in _FUNCTIONS and prim.family == "primitives/elementwise.py":
+        name = prim.name
     return name if name in _OPERATIONS else None
 
 
@@ -144,22 +156,44 @@ def _operand_dtypes(eqn):
         source = np.dtype(eqn.invars[0].aval.dtype)
         # float -> int and float -> narrower float of out-of-range values are
         # undefined in a C cast and saturate differently in NumPy: leave them
-        if source.kind == "f" and (out.kind != "f" or out.itemsize < source.itemsize):
+        # (complex values: their parts); complex -> real drops the imaginary
+        # part with NumPy's ComplexWarning: NumPy's
+        if source.kind in "fc" and (out.kind not in source.kind + "c"
+                                    or _part_size(out) < _part_size(source)):
             return None
     elif eqn.params:
         return None
-    if out not in KERNEL_DTYPES or any(np.dtype(v.aval.dtype) not in KERNEL_DTYPES
-                                        for v in eqn.invars):
+    if out not in ALL_KERNEL_DTYPES or any(np.dtype(v.aval.dtype) not in ALL_KERNEL_DTYPES
+                                            for v in eqn.invars):
         return None
-    try:
-        operand_dtypes, compute = compute_dtypes(operand_rule(name), eqn)
-    except (TypeError, ValueError):
+    complex_operand = any(np.dtype(v.aval.dtype).kind == "c" for v in eqn.invars)
+    if name in TO_REAL and complex_operand:
+        # computed on the complex operand, the result real
+        compute = eqn.invars[0].aval.dtype
+        operand_dtypes = [compute]
+    elif not _OPERATIONS[name][0] and not _OPERATIONS[name][1] and not complex_operand:
+        return None             # real, imag, angle, conj of a real operand: NumPy's
+    elif name == "conjugate":
+        operand_dtypes, compute = [out], out
+    else:
+        try:
+            operand_dtypes, compute = compute_dtypes(operand_rule(name), eqn)
+        except (TypeError, ValueError):
+            return None
+    compute = np.dtype(compute)
+    if compute not in ALL_KERNEL_DTYPES:
         return None
-    if np.dtype(compute) not in KERNEL_DTYPES:
-        return None
-    if not _OPERATIONS[name][0 if np.dtype(compute).kind == "f" else 1]:
+    if compute.kind == "c":
+        if name not in COMPLEX_OPERATIONS:
+            return None
+    elif not _OPERATIONS[name][0 if compute.kind == "f" else 1]:
         return None
     return [np.dtype(d) for d in operand_dtypes]
+
+
+def _part_size(dtype):
+    """The itemsize of a float, or of each part of a complex value."""
+    return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
 
 
 def cpu_fusable(eqn):
@@ -185,9 +219,10 @@ def _reduction_of(eqn, shape):
     x, out = eqn.invars[0].aval, eqn.outvars[0].aval
     if tuple(x.shape) != tuple(shape) or math.prod(shape) == 0:
         return None
-    if np.dtype(out.dtype) not in KERNEL_DTYPES or np.dtype(x.dtype) not in KERNEL_DTYPES:
+    if np.dtype(out.dtype) not in ALL_KERNEL_DTYPES \
+            or np.dtype(x.dtype) not in ALL_KERNEL_DTYPES:
         return None
-    if name != "sum" and out.dtype != x.dtype:
+    if name != "sum" and (out.dtype != x.dtype or np.dtype(x.dtype).kind == "c"):
         return None
     return name
 
@@ -467,9 +502,9 @@ def kernel_source(graph, members, reductions, readers):
     outputs = [e.outvars[0] for e in eqns if e.outvars[0] in needed_outside]
     folds = []
     for e in red_eqns:
-        out_dtype = np.dtype(e.outvars[0].aval.dtype)
-        # floats accumulate in float64, integers in their (NumPy-promoted) dtype
-        acc_dtype = np.dtype(np.float64) if out_dtype.kind == "f" else out_dtype
+        # floats accumulate in float64, complex values in complex128,
+        # integers in their (NumPy-promoted) dtype
+        acc_dtype = accumulator_dtype(e.outvars[0].aval.dtype)
         folds.append((e.prim.name, operand(e.invars[0]), acc_dtype))
     how, index = _loop(suffixes, prefixes, modes)
     vectorised = any(op.vector for op in ops) and len(outputs) <= MAX_VECTOR_OUTPUTS \
@@ -746,8 +781,7 @@ class KernelPlan:
 
 
 def _accumulator_dtype(var):
-    dtype = np.dtype(var.aval.dtype)
-    return "float64" if dtype.kind == "f" else dtype.name
+    return accumulator_dtype(var.aval.dtype).name
 
 
 def plan_kernels(graph):

@@ -25,7 +25,8 @@ import uuid
 
 import numpy as np
 
-from fgrad.compiler import vector_math
+from fgrad.compiler import complex_ir, vector_math
+from fgrad.compiler.complex_ir import complex_constant, complex_operation, complex_type
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS, define_ir
 
 # C library functions: operation -> name of the double version (float's adds "f")
@@ -115,6 +116,8 @@ def value_type(ir, dtype):
         return ir.IntType(1)
     if dtype.kind == "f":
         return ir.DoubleType() if dtype.itemsize == 8 else ir.FloatType()
+    if dtype.kind == "c":           # its two parts, as NumPy stores them
+        return complex_type(ir, dtype)
     return ir.IntType(8 * dtype.itemsize)
 
 
@@ -130,6 +133,8 @@ def constant(ir, value, dtype):
     if dtype.kind == "f":
         # rounded to the dtype here, as np.float32(value) would
         return ir.Constant(value_type(ir, dtype), float(dtype.type(value)))
+    if dtype.kind == "c":
+        return complex_constant(ir, value, dtype)
     bits = 8 * dtype.itemsize
     return ir.Constant(ir.IntType(bits), int(value) & ((1 << bits) - 1))
 
@@ -140,6 +145,10 @@ def convert(ir, b, value, source, target):
     source, target = np.dtype(source), np.dtype(target)
     if source == target:
         return value
+    if target.kind == "c":
+        return complex_ir.to_complex(ir, b, value, source, target, convert)
+    if source.kind == "c":
+        raise ValueError(f"a {source} value is not converted to {target} in kernels")
     to = value_type(ir, target)
     if target.kind == "b":
         if source.kind == "f":        # nan is true, as in NumPy
@@ -184,6 +193,8 @@ def _operation(ir, b, name, args, dtype):
         i64 = ir.IntType(64)
         args = [b.zext(a, i64) for a in args]
         dtype = np.dtype(np.int64)
+    if dtype.kind == "c":
+        return complex_operation(ir, b, name, args, dtype, _call)
     x = args[0]
     floating = dtype.kind == "f"
     if name in ("add", "subtract", "multiply", "divide"):
@@ -564,6 +575,8 @@ def reduction_start(ir, kind, dtype):
 def reduction_step(ir, b, kind, acc, x, dtype):
     dtype = np.dtype(dtype)
     if kind == "sum":
+        if dtype.kind == "c":
+            return complex_ir.add(ir, b, acc, x)
         return b.fadd(acc, x) if dtype.kind == "f" else b.add(acc, x)
     # max: take x unless acc >= x; a NaN is taken (the comparison fails), and
     # once acc is NaN (not equal to itself) it stays
@@ -629,8 +642,8 @@ def function_name(text):
 
 @functools.lru_cache(maxsize=1)
 def writer_digest():
-    """The SHA-256 of the code that writes kernels' IR: this module's and
-    `fgrad.compiler.vector_math`'s. With a `KernelSpec.key`, it determines a
+    """The SHA-256 of the code that writes kernels' IR: this module's,
+    `fgrad.compiler.vector_math`'s and `fgrad.compiler.complex_ir`'s. With a `KernelSpec.key`, it determines a
     kernel's IR, so a cache can keep compiled kernels under the two without
     writing the IR to look them up (`fgrad.compiler.native.compile_ir`).
 
@@ -638,7 +651,7 @@ def writer_digest():
     64
     """
     digest = hashlib.sha256()
-    for path in (__file__, vector_math.__file__):
+    for path in (__file__, vector_math.__file__, complex_ir.__file__):
         with open(path, "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()

@@ -61,9 +61,10 @@ import numpy as np
 
 from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, ROUTINES, gemm_table
 from fgrad.compiler.buffer_plan import Step, plan_buffers
+from fgrad.compiler.complex_ir import accumulator_dtype
 from fgrad.compiler.cpu_fusion import (
+    ALL_KERNEL_DTYPES,
     KERNEL_CALL_NS,
-    KERNEL_DTYPES,
     NUMPY_CALL_NS,
     attach_reductions,
     checked_call_header,
@@ -118,8 +119,8 @@ _BOOL_REDUCTIONS = {any_p: "max", all_p: "min"}
 # root), which the graph computed before them; their rules are derivatives
 _IDENTITIES = {("linear_solve", "fgrad/transforms/linear_solve.py"),
                ("implicit_root", "fgrad/transforms/roots.py")}
-# dtypes a copy moves as integers of their size
-_COPY_ITEMSIZES = (1, 2, 4, 8)
+# dtypes a copy moves as integers of their size (16 bytes: as two floats)
+_COPY_ITEMSIZES = (1, 2, 4, 8, 16)
 # arenas at most this large are kept between calls (`_make_call`)
 KEEP_ARENA_BYTES = 1 << 20
 # the most arguments ctypes passes to a function (CTYPES_MAX_ARGCOUNT)
@@ -381,9 +382,11 @@ def _lowering(eqn):
     if eqn.prim in _BOOL_REDUCTIONS:
         return "reduce" if np.dtype(x.dtype).kind == "b" else None
     if eqn.prim in _REDUCTIONS:
-        if np.dtype(x.dtype) not in KERNEL_DTYPES or np.dtype(out.dtype) not in KERNEL_DTYPES:
+        if np.dtype(x.dtype) not in ALL_KERNEL_DTYPES \
+                or np.dtype(out.dtype) not in ALL_KERNEL_DTYPES:
             return None
-        if _REDUCTIONS[eqn.prim] != "sum" and x.dtype != out.dtype:
+        if _REDUCTIONS[eqn.prim] != "sum" and (x.dtype != out.dtype
+                                               or np.dtype(x.dtype).kind == "c"):
             return None
         return "reduce"
     if not _copyable(out) or x.dtype != out.dtype:
@@ -880,7 +883,7 @@ class _Emitter:
         dst = self.pointer(step.dst, item)
         if step.zeros:
             _nested(ir, b, (math.prod(step.dst.aval.shape),),
-                    lambda index: b.store(ir.Constant(storage_type(ir, item), 0),
+                    lambda index: b.store(ir.Constant(storage_type(ir, item), None),
                                           b.gep(dst, index)))
         for src, shape, src_strides, dst_strides, start in step.pieces:
             src = self.pointer(src, item)
@@ -958,8 +961,11 @@ class _Emitter:
 
 def _copy_dtype(dtype):
     """The dtype a copy moves ``dtype``'s elements as: an unsigned integer
-    of their size (floats move bit for bit, NaN payloads included)."""
-    return np.dtype(f"u{np.dtype(dtype).itemsize}")
+    of their size (floats move bit for bit, NaN payloads included), or a
+    complex128 (two doubles, which loads and stores move bit for bit too)
+    for 16 bytes."""
+    size = np.dtype(dtype).itemsize
+    return np.dtype(np.complex128 if size == 16 else f"u{size}")
 
 
 def _dot(ir, b, index, strides):
@@ -1026,8 +1032,7 @@ def _reduce_ir(ir, b, step, src, dst, alloca):
     accumulator in a register: each output element sums its inputs in order."""
     shape = tuple(step.src.aval.shape)
     x_dtype, out_dtype = np.dtype(step.src.aval.dtype), np.dtype(step.dst.aval.dtype)
-    acc_dtype = np.dtype(np.float64) if step.kind == "sum" and out_dtype.kind == "f" \
-        else out_dtype
+    acc_dtype = accumulator_dtype(out_dtype) if step.kind == "sum" else out_dtype
     kept = [d for d in range(len(shape)) if d not in step.axes]
     strides = _contiguous_strides(shape)
     kept_strides = _contiguous_strides([shape[d] for d in kept])
