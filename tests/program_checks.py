@@ -26,5 +26,5 @@ def agree(got, want, exact=False):
         if exact or g.dtype.kind not in "fc":
             np.testing.assert_array_equal(g, w)
         else:
-            tol = 1e-5 if g.dtype == np.float32 else 1e-11
+            tol = 1e-5 if g.dtype in (np.float32, np.complex64) else 1e-11
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol, equal_nan=True)

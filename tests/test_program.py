@@ -153,7 +153,7 @@ def test_dtypes(dtype):
 # shifts by 0 and past the width; each operation is a loop of the program's
 # own or a callout, and either must be NumPy's result bit for bit
 SWEEP_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                "uint64", "float32", "float64"]
+                "uint64", "float32", "float64", "complex64", "complex128"]
 
 
 def _edge_values(dtype):
@@ -165,6 +165,11 @@ def _edge_values(dtype):
         info = np.finfo(dtype)
         x = np.array([-7.5, 7.0, -0.0, info.max, -info.max, np.inf, np.nan, 3.25], dtype)
         return x, np.array([2.0, -3.0, 0.0, 2.0, 0.5, -np.inf, 1.0, -0.0], dtype)
+    if dtype.kind == "c":           # the float values as parts, in two orders
+        x, y = _edge_values(f"f{dtype.itemsize // 2}")
+        z, w = np.empty(8, dtype), np.empty(8, dtype)
+        z.real, z.imag, w.real, w.imag = x, y[::-1], y, x[::-1]
+        return z, w
     info = np.iinfo(dtype)
     x = np.array([info.min, info.max, -7 if info.min else 7, 7, 0, 1, info.max - 1, 5],
                  dtype)
@@ -188,18 +193,26 @@ _FLOAT_OPERATIONS = {
     "divide": lambda x, y: x / y, "power": lambda x, y: x ** 2,
     "math": lambda x, y: (fnp.sqrt(fnp.abs(x)), fnp.exp(y), fnp.floor(x), fnp.isnan(x)),
 }
+_COMPLEX_OPERATIONS = {
+    "divide": lambda x, y: x / y, "power": lambda x, y: (x ** 2, x ** y),
+    "math": lambda x, y: (fnp.sqrt(x), fnp.exp(y), fnp.log(x), fnp.isnan(x), fnp.isinf(y)),
+    "parts": lambda x, y: (fnp.real(x), fnp.imag(y), fnp.conj(x), fnp.angle(y)),
+    "convert": lambda x, y: (x.astype(np.complex128), fnp.real(x).astype(x.dtype)),
+}
 
 
 def _dtype_cases():
     for dtype in SWEEP_DTYPES:
         kind = np.dtype(dtype).kind
-        operations = dict(_INTEGER_OPERATIONS, **(_FLOAT_OPERATIONS if kind == "f" else {}))
+        operations = dict(_INTEGER_OPERATIONS, **{"f": _FLOAT_OPERATIONS,
+                                                  "c": _COMPLEX_OPERATIONS}.get(kind, {}))
         for name, fun in operations.items():
             if kind == "b" and name in ("subtract", "negative", "floor_divide", "remainder",
                                         "shift", "absolute"):
                 continue            # NumPy refuses (or has no meaning for) these on bools
-            if kind == "f" and name in ("bitwise", "shift"):
-                continue
+            if kind in "fc" and name in ("bitwise", "shift") or kind == "c" and name in (
+                    "floor_divide", "remainder"):
+                continue            # NumPy refuses these on complex values
             yield pytest.param(dtype, fun, id=f"{dtype}-{name}")
 
 
@@ -208,7 +221,10 @@ def test_every_dtype_as_the_interpreted_tier(dtype, fun):
     x, y = _edge_values(dtype)
     with np.errstate(all="ignore"):
         _, got, want = _both(fun, x, y)
-    _agree(got, want, exact=np.dtype(dtype) != np.float32)
+    # float32 and complex64 sums, an angle: to rounding
+    _agree(got, want, exact=dtype not in ("float32", "complex64") and not (
+        dtype == "complex128" and fun in (_INTEGER_OPERATIONS["reduce"],
+                                          _COMPLEX_OPERATIONS["parts"])))
 
 
 @pytest.mark.parametrize("dtype", [d for d in SWEEP_DTYPES if d[0] in "iu"])

@@ -4,7 +4,8 @@ SciPy exports its BLAS and LAPACK to Cython as function pointers
 (``scipy.linalg.cython_blas.__pyx_capi__`` and ``cython_lapack``'s: one
 capsule a routine). A `fgrad.compiler.program` calls them through those
 pointers with Fortran's conventions (every argument by reference, 32-bit
-integers, column-major matrices): ``dgemm``/``sgemm`` for products, and
+integers, column-major matrices): ``dgemm``/``sgemm`` (``zgemm``/``cgemm``
+for complex values) for products, and
 ``getrf``, ``getrs`` and ``potrf`` for factorizations and solves
 (`fgrad.compiler.program_linalg`). The addresses change from one process to
 the next, so a program never holds them in its code (its machine code is
@@ -21,8 +22,10 @@ import importlib
 
 import numpy as np
 
-# the table's first entries, in order: float64's gemm, float32's
+# the dtypes gemm multiplies (`gemm_index`: its entry in the table)
 GEMM_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+COMPLEX_GEMMS = {np.dtype(np.complex128): "zgemm", np.dtype(np.complex64): "cgemm"}
+GEMM_DTYPES += tuple(COMPLEX_GEMMS)
 # the Fortran type prefix of each dtype the routines below take
 PREFIXES = {np.dtype(np.float64): "d", np.dtype(np.float32): "s"}
 # every routine in the table, in its order: (module, name)
@@ -30,6 +33,7 @@ ROUTINES = (("blas", "dgemm"), ("blas", "sgemm"),
             ("lapack", "dgetrf"), ("lapack", "sgetrf"),
             ("lapack", "dgetrs"), ("lapack", "sgetrs"),
             ("lapack", "dpotrf"), ("lapack", "spotrf"))
+ROUTINES += tuple(("blas", name) for name in COMPLEX_GEMMS.values())
 # the largest size Fortran's (32-bit) integers pass
 MAX_BLAS_INT = 2 ** 31 - 1
 
@@ -44,10 +48,21 @@ def routine_index(name, dtype):
     return [n for _, n in ROUTINES].index(PREFIXES[np.dtype(dtype)] + name)
 
 
+def gemm_index(dtype):
+    """The position in `gemm_table` of gemm for ``dtype`` (one of `GEMM_DTYPES`).
+
+    >>> gemm_index(np.float64), ROUTINES[gemm_index(np.complex64)]
+    (0, ('blas', 'cgemm'))
+    """
+    dtype = np.dtype(dtype)
+    name = COMPLEX_GEMMS[dtype] if dtype in COMPLEX_GEMMS else PREFIXES[dtype] + "gemm"
+    return [n for _, n in ROUTINES].index(name)
+
+
 @functools.lru_cache(maxsize=1)
 def gemm_table():
     """A read-only ``uint64`` array of the addresses of SciPy's `ROUTINES`
-    (gemm first, in `GEMM_DTYPES` order; `routine_index` finds the others),
+    (in order: `gemm_index` and `routine_index` find them),
     or None without SciPy's Cython BLAS and LAPACK.
 
     >>> table = gemm_table()

@@ -59,7 +59,7 @@ import time
 
 import numpy as np
 
-from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, ROUTINES, gemm_table
+from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, ROUTINES, gemm_index, gemm_table
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.complex_ir import accumulator_dtype
 from fgrad.compiler.cpu_fusion import (
@@ -998,20 +998,22 @@ def _gemm_ir(ir, b, step, table, a, b_, c):
     iptr, fptr, cptr = i32.as_pointer(), item.as_pointer(), i8.as_pointer()
     gemm_type = ir.FunctionType(ir.VoidType(), [cptr, cptr, iptr, iptr, iptr, fptr, fptr,
                                                 iptr, fptr, iptr, fptr, fptr, iptr])
-    address = b.load(b.gep(table, [ir.Constant(i64, GEMM_DTYPES.index(dtype))]))
+    address = b.load(b.gep(table, [ir.Constant(i64, gemm_index(dtype))]))
     gemm = b.inttoptr(address, gemm_type.as_pointer())
 
-    def cell(typ, value):
+    def cell(typ, value, of=None):
         # Fortran takes every argument by reference: a constant global each
-        name = f"blas_{typ}_{value}".replace(".", "_").replace("-", "m")
+        # (``of``: the dtype of a number, complex ones included)
+        name = f"blas_{of or typ}_{value}".replace(".", "_").replace("-", "m")
         if name not in b.module.globals:
             slot = ir.GlobalVariable(b.module, typ, name)
-            slot.initializer, slot.global_constant = ir.Constant(typ, value), True
-            slot.linkage = "internal"
+            slot.initializer = ir.Constant(typ, value) if of is None \
+                else constant(ir, value, of)
+            slot.global_constant, slot.linkage = True, "internal"
         return b.module.globals[name]
     no, yes = cell(i8, ord("N")), cell(i8, ord("T"))
     m, n, k = cell(i32, step.m), cell(i32, step.n), cell(i32, step.k)
-    one, zero = cell(item, 1.0), cell(item, 0.0)
+    one, zero = cell(item, 1.0, dtype), cell(item, 0.0, dtype)
     mn = step.m * step.n
     # a transposed operand's storage, read column-major, is the operand
     # itself: gemm transposes it back ("T"), its rows as long as before
