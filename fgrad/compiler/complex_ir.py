@@ -72,7 +72,8 @@ def numpy_fuses():
     >>> numpy_fuses() in (True, False)
     True
     """
-    a, b = 0.8840735011496481 + 0.4480918224776011j, 0.0009310966083348601 - 0.00016983450808899766j
+    a = 0.8840735011496481 + 0.4480918224776011j
+    b = 0.0009310966083348601 - 0.00016983450808899766j
     product = (np.full(16, a) * np.full(16, b))[0]
     return float(product.real) != a.real * b.real - a.imag * b.imag
 

@@ -643,8 +643,10 @@ def function_name(text):
 @functools.lru_cache(maxsize=1)
 def writer_digest():
     """The SHA-256 of the code that writes kernels' IR: this module's,
-    `fgrad.compiler.vector_math`'s and `fgrad.compiler.complex_ir`'s. With a `KernelSpec.key`, it determines a
-    kernel's IR, so a cache can keep compiled kernels under the two without
+    `fgrad.compiler.vector_math`'s and `fgrad.compiler.complex_ir`'s. With a
+    `KernelSpec.key`, it determines a kernel's IR (with
+    `fgrad.compiler.complex_ir.numpy_fuses`, which it digests too), so a
+    cache can keep compiled kernels under the two without
     writing the IR to look them up (`fgrad.compiler.native.compile_ir`).
 
     >>> len(writer_digest())
@@ -654,4 +656,5 @@ def writer_digest():
     for path in (__file__, vector_math.__file__, complex_ir.__file__):
         with open(path, "rb") as f:
             digest.update(f.read())
+    digest.update(b"fused" if complex_ir.numpy_fuses() else b"unfused")
     return digest.hexdigest()
