@@ -20,8 +20,9 @@ for bit (the tests compare them, NaN and inf parts included):
   says;
 - ``angle``: the C library's ``atan2(imag, real)``, where NumPy may run its
   own SIMD ``arctan2``: equal to rounding;
-- ``exp``, ``log`` and ``sqrt``: the C library's ``cexp``, ``clog`` and
-  ``csqrt``, which NumPy calls too, on x86-64 Linux (`LIBM_FUNCTIONS`:
+- ``exp``, ``log``, ``sqrt`` and the trigonometric and hyperbolic functions
+  and their inverses: the C library's (``cexp``, ``clog``, ``csqrt``,
+  ``csin``, ...), which NumPy calls too, on x86-64 Linux (`LIBM_FUNCTIONS`:
   elsewhere they stay NumPy's).
 """
 import functools
@@ -35,8 +36,12 @@ COMPLEX_DTYPES = frozenset(np.dtype(k) for k in ("complex64", "complex128"))
 # convention of C's complex values is known (x86-64's System V) and NumPy
 # calls the same functions (glibc's: NumPy's own stand-ins are for C
 # libraries without them)
-LIBM_FUNCTIONS = {"exp": "cexp", "log": "clog", "sqrt": "csqrt"} \
-    if sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64") else {}
+LIBM_FUNCTIONS = {
+    "exp": "cexp", "log": "clog", "sqrt": "csqrt", "sin": "csin", "cos": "ccos",
+    "tan": "ctan", "sinh": "csinh", "cosh": "ccosh", "tanh": "ctanh", "arcsin": "casin",
+    "arccos": "cacos", "arctan": "catan", "arcsinh": "casinh", "arccosh": "cacosh",
+    "arctanh": "catanh",
+} if sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64") else {}
 # operations written for complex operands (`complex_operation`)
 OPERATIONS = frozenset({
     "add", "subtract", "multiply", "divide", "negative", "square", "conjugate",

@@ -15,7 +15,7 @@ operations. The pipeline:
    and custom_linear_solve's and custom_root's identities are views; ``any``/``all`` of bools
    are reductions; ``scan``, ``while_loop`` and ``cond`` are lowered in
    place, their bodies steps like these (`fgrad.compiler.program_loops`);
-   a float ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
+   a float or complex ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
    called once per matrix of a batch, reading an operand that only products
    read through a transpose as its source, transposed (gemm's flag); a
    random draw on uint32 keys is one loop (`fgrad.compiler.random_ir`); an
@@ -40,8 +40,10 @@ operations. The pipeline:
    and the LLVM version, so a second process loads it in milliseconds.
 
 Results are the interpreted tier's, bitwise for the elementwise loops (the
-same IR the fused kernels run) and copies; a float ``sum`` accumulates in
-float64, in order, where NumPy sums pairwise: equal to rounding; a product
+same IR the fused kernels run; complex values by NumPy's algorithms,
+`fgrad.compiler.complex_ir`) and copies; a float ``sum`` accumulates in
+float64 (a complex one in complex128), in order, where NumPy sums pairwise:
+equal to rounding; a product
 is SciPy's BLAS, where NumPy may run its own (another OpenBLAS, another
 kernel): equal to rounding, bitwise where the kernels are the same.
 
