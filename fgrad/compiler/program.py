@@ -1006,7 +1006,7 @@ def _gemm_ir(ir, b, step, table, a, b_, c):
     def cell(typ, value, of=None):
         # Fortran takes every argument by reference: a constant global each
         # (``of``: the dtype of a number, complex ones included)
-        name = f"blas_{of or typ}_{value}".replace(".", "_").replace("-", "m")
+        name = f"blas_{typ}_{value}".replace(".", "_").replace("-", "m")
         if name not in b.module.globals:
             slot = ir.GlobalVariable(b.module, typ, name)
             slot.initializer = ir.Constant(typ, value) if of is None \
