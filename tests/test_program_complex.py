@@ -238,11 +238,13 @@ def test_fused_kernels_compute_complex_groups(dtype, monkeypatch):
     z, w = _grid(dtype)
 
     def f(z, w):
-        y = z * w - z / (w + 1.0) + fnp.conj(z)
+        # complex constants are the kernel's constants, as real ones are
+        y = z * w - z / (w + 1.0) + fnp.conj(z) * (0.5 - 2j)
         return y, fnp.abs(y) * fnp.real(w), fnp.sum(y * 2.0)
-    f_jit = fgrad.jit(f)
-    with np.errstate(all="ignore"):
-        got, want = f_jit(z, w), fgrad.jit(f, fuse=False)(z, w)
-    assert f_jit.lower(z, w).kernels
-    _bitwise(got[:2], want[:2])
-    agree(got[2:], want[2:])
+    for z, w in ((z, w), (z[3], w[3])):         # arrays, and 0-d ones
+        f_jit = fgrad.jit(f)
+        with np.errstate(all="ignore"):
+            got, want = f_jit(z, w), fgrad.jit(f, fuse=False)(z, w)
+        assert f_jit.lower(z, w).kernels
+        _bitwise(got[:2], want[:2])
+        agree(got[2:], want[2:])

@@ -350,13 +350,13 @@ def scalar_literal_value(lit):
     included), or None: then a kernel takes it as an input array."""
     value = lit.value
     if hasattr(value, "shape") and hasattr(value, "dtype"):
-        if value.size == 0 or np.dtype(value.dtype) not in KERNEL_DTYPES:
+        if value.size == 0 or np.dtype(value.dtype) not in ALL_KERNEL_DTYPES:
             return None
         flat = np.asarray(value).ravel()
         if not bool((flat == flat[0]).all()):    # not one repeated value: pass it in
             return None
         value = flat[0].item()
-    if isinstance(value, bool) or isinstance(value, float) or \
+    if isinstance(value, (bool, float, complex)) or \
             (isinstance(value, int) and -(1 << 63) <= value < (1 << 64)):
         return value
     return None
