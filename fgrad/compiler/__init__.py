@@ -6,6 +6,7 @@
 - `fusion`: elementwise groups and the backend kernels they become.
 - `cpu_fusion`: the same groups on NumPy as LLVM kernels (under jit).
 - `kernel_ir`: those kernels' loops, written as LLVM IR.
+- `complex_ir`: complex values in that IR, each operation NumPy's algorithm.
 - `kernel_cache`: compiling those kernels, and the private disk cache.
 - `random_ir`: the random draws' loops (Threefry-2x32 words made into bits,
   uniforms, normals and keys), written as LLVM IR, for `random_kernels` and
