@@ -23,7 +23,8 @@ for bit (the tests compare them, NaN and inf parts included):
 - ``exp``, ``log``, ``sqrt`` and the trigonometric and hyperbolic functions
   and their inverses: the C library's (``cexp``, ``clog``, ``csqrt``,
   ``csin``, ...), which NumPy calls too, on x86-64 Linux (`LIBM_FUNCTIONS`:
-  elsewhere they stay NumPy's).
+  elsewhere they stay NumPy's); ``log2``, ``log10``, ``exp2`` and ``expm1``
+  NumPy's formulas of those and of the C library's real functions.
 """
 import functools
 import platform
@@ -42,11 +43,19 @@ LIBM_FUNCTIONS = {
     "arccos": "cacos", "arctan": "catan", "arcsinh": "casinh", "arccosh": "cacosh",
     "arctanh": "catanh",
 } if sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64") else {}
+# NumPy's own functions of those (funcs.inc.src): ``log`` or ``exp`` with
+# each part scaled by a constant (NumPy's, written to more digits than a
+# double holds, rounded once to the part's dtype)
+_SCALED = {"log2": ("log", "after", "1.442695040888963407359924681001892137"),
+           "log10": ("log", "after", "0.434294481903251827651128918916605082"),
+           "exp2": ("exp", "before", "0.693147180559945309417232121458176568")} \
+    if LIBM_FUNCTIONS else {}
 # operations written for complex operands (`complex_operation`)
 OPERATIONS = frozenset({
     "add", "subtract", "multiply", "divide", "negative", "square", "conjugate",
     "absolute", "real", "imag", "angle", "equal", "not_equal", "isnan", "isinf",
-    "isfinite", "where", "convert_element_type"}) | frozenset(LIBM_FUNCTIONS)
+    "isfinite", "where", "convert_element_type"}) | frozenset(LIBM_FUNCTIONS) \
+    | frozenset(_SCALED) | (frozenset({"expm1"}) if LIBM_FUNCTIONS else frozenset())
 # operations of a complex operand whose result is real
 TO_REAL = frozenset({"absolute", "real", "imag", "angle"})
 
@@ -266,6 +275,24 @@ def complex_operation(ir, b, name, args, dtype, libm_call):
         return x, dtype
     if name in LIBM_FUNCTIONS:
         return _libm(ir, b, LIBM_FUNCTIONS[name], x, dtype), dtype
+    if name in _SCALED:
+        inner, when, digits = _SCALED[name]
+        scale = ir.Constant(parts(b, x)[0].type, float(part.type(digits)))
+        if when == "before":
+            x = make(ir, b, *(b.fmul(p, scale) for p in parts(b, x)))
+        x = _libm(ir, b, LIBM_FUNCTIONS[inner], x, dtype)
+        if when == "after":
+            x = make(ir, b, *(b.fmul(p, scale) for p in parts(b, x)))
+        return x, dtype
+    if name == "expm1":
+        # NumPy's: expm1(re) cos(im) - 2 sin(im / 2)**2 + i exp(re) sin(im)
+        re, im = parts(b, x)
+        two = ir.Constant(re.type, 2.0)
+        a = libm_call(ir, b, "sin", [b.fdiv(im, two)])
+        real = b.fsub(b.fmul(libm_call(ir, b, "expm1", [re]), libm_call(ir, b, "cos", [im])),
+                      b.fmul(b.fmul(two, a), a))
+        return make(ir, b, real, b.fmul(libm_call(ir, b, "exp", [re]),
+                                        libm_call(ir, b, "sin", [im]))), dtype
     raise ValueError(f"{name} of {dtype} is not written in kernels")
 
 
