@@ -42,6 +42,8 @@ import os
 
 import numpy as np
 
+from fgrad.compiler.complex_ir import COMPLEX_DTYPES, TO_REAL, accumulator_dtype
+from fgrad.compiler.complex_ir import OPERATIONS as COMPLEX_OPERATIONS
 from fgrad.compiler.fusion import (
     compute_dtypes,
     elementwise_name,
@@ -49,8 +51,6 @@ from fgrad.compiler.fusion import (
     plan_groups,
     reader_counts,
 )
-from fgrad.compiler.complex_ir import COMPLEX_DTYPES, TO_REAL, accumulator_dtype
-from fgrad.compiler.complex_ir import OPERATIONS as COMPLEX_OPERATIONS
 from fgrad.compiler.kernel_cache import load_or_build
 from fgrad.compiler.kernel_ir import KernelSpec, Op, function_name, kernel_ir, writer_digest
 from fgrad.compiler.native import array_data_offset, compile_ir
@@ -125,10 +125,12 @@ _LOGICAL = ("logical_and", "logical_or", "logical_xor", "logical_not",
             "invert", "left_shift", "right_shift")
 _OPERATIONS = {**{name: (True, True) for name in _FLOAT_AND_INT},
                **{name: (True, False) for name in _FLOAT_ONLY},
-               **{name: (False, True) for name in _LOGICAL},
-               # of complex operands only: the identity on real ones
-               **{name: (False, False) for name in ("real", "imag", "angle", "conjugate")}}
-# (complex compute dtypes: `fgrad.compiler.complex_ir.OPERATIONS`)
+               **{name: (False, True) for name in _LOGICAL}}
+# written for complex operands only (`fgrad.compiler.complex_ir.OPERATIONS`
+# lists what a complex compute dtype may do); of a real operand they are
+# NumPy's (an identity, a copy)
+_COMPLEX_ONLY = ("real", "imag", "angle", "conjugate")
+_OPERATIONS.update((name, (False, False)) for name in _COMPLEX_ONLY)
 # primitives that are not ufuncs, named as the operation kernels write
 _FUNCTIONS = ("real", "imag", "angle")
 
@@ -156,8 +158,8 @@ def _operand_dtypes(eqn):
         source = np.dtype(eqn.invars[0].aval.dtype)
         # float -> int and float -> narrower float of out-of-range values are
         # undefined in a C cast and saturate differently in NumPy: leave them
-        # (complex values: their parts); complex -> real drops the imaginary
-        # part with NumPy's ComplexWarning: NumPy's
+        # (of complex values: of their parts); a complex value to a real one
+        # stays NumPy's, which drops the imaginary part with a ComplexWarning
         if source.kind in "fc" and (out.kind not in source.kind + "c"
                                     or _part_size(out) < _part_size(source)):
             return None
@@ -171,8 +173,8 @@ def _operand_dtypes(eqn):
         # computed on the complex operand, the result real
         compute = eqn.invars[0].aval.dtype
         operand_dtypes = [compute]
-    elif not _OPERATIONS[name][0] and not _OPERATIONS[name][1] and not complex_operand:
-        return None             # real, imag, angle, conj of a real operand: NumPy's
+    elif name in _COMPLEX_ONLY and not complex_operand:
+        return None
     elif name == "conjugate":
         operand_dtypes, compute = [out], out
     else:
