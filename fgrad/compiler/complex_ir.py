@@ -24,7 +24,9 @@ for bit (the tests compare them, NaN and inf parts included):
   and their inverses: the C library's (``cexp``, ``clog``, ``csqrt``,
   ``csin``, ...), which NumPy calls too, on x86-64 Linux (`LIBM_FUNCTIONS`:
   elsewhere they stay NumPy's); ``log2``, ``log10``, ``exp2`` and ``expm1``
-  NumPy's formulas of those and of the C library's real functions.
+  NumPy's formulas of those and of the C library's real functions, and
+  ``power`` NumPy's ``npy_cpow`` (products for small integral exponents,
+  the C library's ``cpow`` otherwise).
 """
 import functools
 import platform
@@ -55,7 +57,7 @@ OPERATIONS = frozenset({
     "add", "subtract", "multiply", "divide", "negative", "square", "conjugate",
     "absolute", "real", "imag", "angle", "equal", "not_equal", "isnan", "isinf",
     "isfinite", "where", "convert_element_type"}) | frozenset(LIBM_FUNCTIONS) \
-    | frozenset(_SCALED) | (frozenset({"expm1"}) if LIBM_FUNCTIONS else frozenset())
+    | frozenset(_SCALED) | (frozenset({"expm1", "power"}) if LIBM_FUNCTIONS else frozenset())
 # operations of a complex operand whose result is real
 TO_REAL = frozenset({"absolute", "real", "imag", "angle"})
 
@@ -196,29 +198,86 @@ def _absolute(ir, b, x):
     return b.fmul(b.call(sqrt, [square]), larger)
 
 
-def _libm(ir, b, name, x, dtype):
-    """The C library's complex function ``name`` of ``x``, called with
-    x86-64's convention for C's complex values: a double complex as two
-    doubles (returned in two registers), a float complex as one vector of
-    two floats."""
+def _libm(ir, b, name, x, dtype, *more):
+    """The C library's complex function ``name`` of ``x`` (and ``more``
+    complex arguments), called with x86-64's convention for C's complex
+    values: a double complex as two doubles (returned in two registers), a
+    float complex as one vector of two floats."""
     double = part_dtype(dtype).itemsize == 8
     name = name if double else name + "f"
     fn = b.module.globals.get(name)
+    args = (x,) + more
     if double:
         if fn is None:
             typ = x.type.elements[0]
-            fn = ir.Function(b.module, ir.FunctionType(x.type, [typ, typ]), name)
-        return b.call(fn, list(parts(b, x)))
+            fn = ir.Function(b.module, ir.FunctionType(x.type, [typ] * 2 * len(args)), name)
+        return b.call(fn, [p for z in args for p in parts(b, z)])
     vector = ir.VectorType(ir.FloatType(), 2)
     if fn is None:
-        fn = ir.Function(b.module, ir.FunctionType(vector, [vector]), name)
+        fn = ir.Function(b.module, ir.FunctionType(vector, [vector] * len(args)), name)
     i32 = ir.IntType(32)
-    re, im = parts(b, x)
-    packed = b.insert_element(b.insert_element(ir.Constant(vector, ir.Undefined), re,
-                                               ir.Constant(i32, 0)), im, ir.Constant(i32, 1))
-    out = b.call(fn, [packed])
+    packed = []
+    for z in args:
+        re, im = parts(b, z)
+        packed.append(b.insert_element(b.insert_element(
+            ir.Constant(vector, ir.Undefined), re, ir.Constant(i32, 0)), im,
+            ir.Constant(i32, 1)))
+    out = b.call(fn, packed)
     return make(ir, b, b.extract_element(out, ir.Constant(i32, 0)),
                 b.extract_element(out, ir.Constant(i32, 1)))
+
+
+def _plain_multiply(ir, b, x, y):
+    """``x * y`` as NumPy's scalar helper (npymath's ``cmul``): two products
+    and a sum a part, never fused."""
+    (a, c), (d, e) = parts(b, x), parts(b, y)
+    return make(ir, b, b.fsub(b.fmul(a, d), b.fmul(c, e)), b.fadd(b.fmul(a, e), b.fmul(c, d)))
+
+
+def _power(ir, b, x, y, dtype):
+    """NumPy's ``npy_cpow``: 1 for a zero exponent; 0 (or NaN) for a zero
+    base; an integral real exponent under 100 in magnitude by products
+    (``a``, ``a * a``, ``a * (a * a)``, else binary powers, inverted by
+    Smith's division for a negative one); the C library's ``cpow``
+    otherwise (called only there)."""
+    (ar, ai), (br, bi) = parts(b, x), parts(b, y)
+    typ, i64 = ar.type, ir.IntType(64)
+    zero, one = ir.Constant(typ, 0.0), ir.Constant(typ, 1.0)
+    complex_one = make(ir, b, one, zero)
+    no_exponent = b.and_(b.fcmp_ordered("==", br, zero), b.fcmp_ordered("==", bi, zero))
+    no_base = b.and_(b.fcmp_ordered("==", ar, zero), b.fcmp_ordered("==", ai, zero))
+    small = b.and_(b.and_(b.fcmp_ordered("==", bi, zero),
+                          b.fcmp_ordered(">", br, ir.Constant(typ, -100.0))),
+                   b.fcmp_ordered("<", br, ir.Constant(typ, 100.0)))
+    n = b.fptosi(b.select(small, br, zero), i64)
+    integral = b.and_(small, b.fcmp_ordered("==", b.sitofp(n, typ), br))
+    # binary powers: a set bit of |n| multiplies in a squared as often
+    magnitude = b.select(b.icmp_signed("<", n, ir.Constant(i64, 0)), b.neg(n), n)
+    product, square = complex_one, x
+    for bit in range(7):                # |n| < 100 < 2**7
+        taken = b.icmp_unsigned("!=", b.and_(magnitude, ir.Constant(i64, 1 << bit)),
+                                ir.Constant(i64, 0))
+        product = b.select(taken, _plain_multiply(ir, b, product, square), product)
+        square = _plain_multiply(ir, b, square, square)
+    powered = b.select(b.fcmp_ordered("<", br, zero), _divide(ir, b, complex_one, product),
+                       product)
+    x2 = _plain_multiply(ir, b, x, x)
+    for k, value in ((3, _plain_multiply(ir, b, x, x2)), (2, x2), (1, x)):
+        powered = b.select(b.icmp_signed("==", n, ir.Constant(i64, k)), value, powered)
+    nan = ir.Constant(typ, float("nan"))
+    at_zero = b.select(b.fcmp_ordered(">", br, zero), make(ir, b, zero, zero),
+                       make(ir, b, nan, nan))
+    computed = b.select(no_exponent, complex_one, b.select(no_base, at_zero, powered))
+    # the C library's cpow where none of those applies (a call LLVM cannot drop)
+    calls = b.not_(b.or_(b.or_(no_exponent, no_base), integral))
+    before = b.block
+    with b.if_then(calls):
+        called = _libm(ir, b, "cpow", x, dtype, y)
+        called_in = b.block
+    result = b.phi(x.type)
+    result.add_incoming(called, called_in)
+    result.add_incoming(ir.Constant(x.type, ir.Undefined), before)
+    return b.select(calls, result, computed)
 
 
 def complex_operation(ir, b, name, args, dtype, libm_call):
@@ -239,6 +298,8 @@ def complex_operation(ir, b, name, args, dtype, libm_call):
         return _multiply(ir, b, x, x), dtype
     if name == "divide":
         return _divide(ir, b, x, args[1]), dtype
+    if name == "power" and LIBM_FUNCTIONS:
+        return _power(ir, b, x, args[1], dtype), dtype
     if name in ("negative", "conjugate"):
         re, im = parts(b, x)
         return make(ir, b, b.fneg(re) if name == "negative" else re, b.fneg(im)), dtype
