@@ -59,7 +59,13 @@ import time
 
 import numpy as np
 
-from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, ROUTINES, gemm_table
+from fgrad.compiler.blas import (
+    BLAS_THREADED_WORK,
+    GEMM_DTYPES,
+    MAX_BLAS_INT,
+    ROUTINES,
+    gemm_table,
+)
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.cpu_fusion import (
     KERNEL_CALL_NS,
@@ -186,11 +192,6 @@ def pays(steps, code):
     if _callouts_ns(steps) and _calls_blas(steps):
         return False
     return PROGRAM_CALL_NS + _callouts_ns(steps) < _calls_ns(code)
-
-
-# OpenBLAS runs a call on its threads only above about this many
-# multiply-adds (m * n * k); below it neither pool wakes
-BLAS_THREADED_WORK = 1 << 16
 
 
 def _calls_blas(steps):
