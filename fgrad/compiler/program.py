@@ -20,7 +20,8 @@ operations. The pipeline:
    read through a transpose as its source, transposed (gemm's flag); a
    random draw on uint32 keys is one loop (`fgrad.compiler.random_ir`); an
    einsum of two float operands is a matmul; cholesky, LU factors and
-   solves, det and slogdet are LAPACK calls (`fgrad.compiler.program_linalg`);
+   solves, det, slogdet, inv, eigh, qr and svd are LAPACK calls
+   (`fgrad.compiler.program_linalg`);
    a gather or scatter_add of one index array is a loop
    (`fgrad.compiler.program_indexing`). Every
    other equation is a *callout*: the compiled function calls back into

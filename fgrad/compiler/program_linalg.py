@@ -18,12 +18,18 @@ the program's table of routine addresses (`fgrad.compiler.blas`):
   ``getrf`` on a copy of each: a C-ordered matrix read column-major is
   its transpose, so the factors are those of ``a^T``, as
   `fgrad.compiler.lu_kernels` keeps them, with the same int32 pivots;
-- ``factored_solve`` of one right-hand side with such factors is ``getrs``
-  (``"T"`` solves with ``a``, ``"N"`` with ``a^T``);
+- ``factored_solve`` with such factors is ``getrs`` (``"T"`` solves with
+  ``a``, ``"N"`` with ``a^T``), several right-hand sides copied into
+  column-major order first, while fewer than OpenBLAS's threads need;
 - ``cholesky`` is ``potrf`` (``"L"``) on each matrix copied into column-major
   order, its upper triangle then zeroed: the calls NumPy's own cholesky makes.
 - ``det`` and ``slogdet`` are ``getrf`` of a column-major copy and NumPy's
-  own sums along the diagonal (`Determinant`).
+  own sums along the diagonal (`Determinant`);
+- ``inv``, ``eigh``, ``qr`` and ``svd`` are the LAPACK calls NumPy's linalg
+  makes (`Inverse`, `Eigh`, `QR`, `SVD`: ``gesv``, ``syevd``, ``geqrf`` and
+  ``orgqr``, ``gesdd``), on the same float64 column-major copies;
+- ``identity_like`` and ``tri_like``, the masks their derivatives use, are
+  loops (`Pattern`).
 
 Measured against the interpreted tier's LU kernels (64 solves of 32x32 and
 16 of 49x49 matrices, one core): ``getrf`` of smaller matrices took twice as
@@ -33,11 +39,14 @@ lanes gain nothing from it, and a callout costs about 4 us: those are
 substitution loops called one column at a time (0.37 ms against 0.28 for 16
 49x49 systems of 8), and all at once woke OpenBLAS's thread pool (125 ms
 against 0.25 for 4 64x64 systems of 64); a vector right-hand side gained
-(0.19 ms against 0.26 for 16 of 49). Those stay callouts of the kernels.
+(0.19 ms against 0.26 for 16 of 49). Those stay callouts of the kernels,
+except where fewer matrices than the kernels' lanes leave them nothing to
+gain (qr's derivative solves with one ``r``).
 
-A factorization that LAPACK reports singular (``info`` not 0) runs its
-equation again by the primitive's NumPy code (a callout), which raises
-NumPy's error, as the interpreted tier does. Results are to rounding those of
+A factorization that LAPACK reports singular, or a decomposition that did
+not converge (``info`` not 0), runs its equation again by the primitive's
+NumPy code (a callout), which raises NumPy's error, as the interpreted tier
+does. Results are to rounding those of
 the interpreted tier: bitwise where it runs the same LAPACK routine (``getrf``
 for matrices larger than `fgrad.compiler.lu_kernels.LANES_MAX_N`; ``potrf``
 where NumPy's LAPACK and SciPy's are the same build); its solves substitute
