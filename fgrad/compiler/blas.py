@@ -6,7 +6,8 @@ capsule a routine). A `fgrad.compiler.program` calls them through those
 pointers with Fortran's conventions (every argument by reference, 32-bit
 integers, column-major matrices): ``dgemm``/``sgemm`` for products, and
 ``getrf``, ``getrs``, ``potrf``, ``gesv``, ``syevd``, ``geqrf``, ``orgqr`` and
-``gesdd`` for factorizations and solves (`fgrad.compiler.program_linalg`). The addresses change from one process to
+``gesdd`` for factorizations, solves and decompositions
+(`fgrad.compiler.program_linalg`). The addresses change from one process to
 the next, so a program never holds them in its code (its machine code is
 cached on disk): it reads them from the table `gemm_table` returns, an
 argument of every call, at the position `routine_index` gives. Without
