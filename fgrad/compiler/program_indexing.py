@@ -3,7 +3,7 @@
 `fgrad.compiler.program` asks `indexing_step` for each equation it lowers.
 An index of one integer array along one axis, every other axis whole
 (``x[idx]``, ``x[:, idx]``, ``x[..., idx]``, ``fnp.take(x, idx, axis)``), or
-of several arrays of one shape on adjacent axes (``x[rows, cols]``, as
+of several arrays on adjacent axes (``x[rows, cols]``, as
 `fgrad.vmap` writes a traced index: ``idx[j]`` below is then element ``j``
 of each), is a loop of this module's own:
 
@@ -23,7 +23,8 @@ counts as whole.
 
 A negative index counts from the end, as in NumPy; an index out of bounds
 calls the equation's NumPy code back, which raises NumPy's ``IndexError``.
-Index arrays of different shapes (broadcast) or on axes apart, a slice
+Index arrays of different shapes on adjacent axes (``x[rows[:, None],
+cols]``) are read broadcast together. Index arrays on axes apart, a slice
 beside the arrays, or booleans made into arrays at staging, stay callouts;
 a ``scatter_add`` of a basic index is `fgrad.compiler.program`'s own
 (pieces copied into zeros).
@@ -60,8 +61,12 @@ def indexing_step(eqn, index):
     full = eqn.params["shape"] if eqn.prim is scatter_add_p else source.aval.shape
     where = _indexed_axes(eqn.params["spec"], full)
     dtype = np.dtype(eqn.outvars[0].aval.dtype)
+    try:
+        shape = np.broadcast_shapes(*[tuple(i.aval.shape) for i in indices])
+    except ValueError:
+        return None
     if where is None or any(np.dtype(i.aval.dtype).kind not in "iu" for i in indices) \
-            or len({tuple(i.aval.shape) for i in indices}) != 1 \
+            or math.prod(shape) == 0 \
             or dtype.itemsize not in (1, 2, 4, 8) or dtype.kind not in "biuf" \
             or math.prod(eqn.outvars[0].aval.shape) == 0 \
             or 0 in full[where[0]:where[0] + len(where[1])]:
@@ -70,8 +75,7 @@ def indexing_step(eqn, index):
         return Gather(index, eqn, where, tuple(full))
     if eqn.prim is set_p:
         values, (axis, order) = eqn.invars[1], where
-        block = (tuple(full[:axis]) + tuple(indices[0].aval.shape)
-                 + tuple(full[axis + len(order):]))
+        block = tuple(full[:axis]) + shape + tuple(full[axis + len(order):])
         if any(np.dtype(v.aval.dtype) != dtype for v in (source, values)) \
                 or (tuple(values.aval.shape) != block and math.prod(values.aval.shape) != 1):
             return None
@@ -120,13 +124,15 @@ class _Indexed(NativeStep):
 
     def _loops(self, ir, b, pointer, body, call_out, alloca):
         """``body(block at the indices' element j in full, block j in the
-        compact side)`` for each index element, as element offsets (i64)."""
+        compact side)`` for each element j of the index arrays broadcast
+        together, as element offsets (i64)."""
         i64 = ir.IntType(64)
         indices = self.eqn.invars[len(self.eqn.invars) - len(self.order):]
         starts = [pointer(idx) for idx in indices]
         outer = math.prod(self.full[:self.axis])
         sizes = self.full[self.axis:self.axis + len(self.order)]
-        m = math.prod(indices[0].aval.shape)
+        shape = np.broadcast_shapes(*[tuple(idx.aval.shape) for idx in indices])
+        m = math.prod(shape)
         flag = new_flag(ir, b, alloca)
         c_m, c_inner = ir.Constant(i64, m), ir.Constant(i64, self.inner)
         c_span = ir.Constant(i64, math.prod(sizes))
@@ -134,7 +140,8 @@ class _Indexed(NativeStep):
         def position(j, k):
             """Element j of axis ``axis + k``'s index array, checked, from 0."""
             idx = indices[self.order[k]]
-            raw = b.load(b.gep(starts[self.order[k]], [j]))
+            raw = b.load(b.gep(starts[self.order[k]], [_read_at(ir, b, j, idx.aval.shape,
+                                                                 shape)]))
             at = raw if raw.type.width == 64 else (
                 b.sext(raw, i64) if np.dtype(idx.aval.dtype).kind == "i" else b.zext(raw, i64))
             c_n = ir.Constant(i64, sizes[k])
@@ -153,6 +160,24 @@ class _Indexed(NativeStep):
             counted(ir, b, c_m, element, "ix.j")
         counted(ir, b, ir.Constant(i64, outer), each, "ix.o")
         call_out_if(ir, b, flag, call_out)
+
+
+def _read_at(ir, b, j, own, shape):
+    """Where element ``j`` (i64) of ``shape`` is in an index array of shape
+    ``own`` broadcast to it: ``j`` itself when the shapes are one, else the
+    sum over its axes of (the axis's index) * (its stride, 0 where
+    broadcast)."""
+    own = (1,) * (len(shape) - len(own)) + tuple(own)
+    if own == tuple(shape):
+        return j
+    i64 = ir.IntType(64)
+    at, period, stride = ir.Constant(i64, 0), 1, 1
+    for n, size in zip(reversed(own), reversed(shape)):
+        if n != 1:
+            axis_index = b.urem(b.udiv(j, ir.Constant(i64, period)), ir.Constant(i64, size))
+            at = b.add(at, b.mul(axis_index, ir.Constant(i64, stride)))
+        period, stride = period * size, stride * n
+    return at
 
 
 class Gather(_Indexed):
