@@ -742,11 +742,30 @@ def test_index_arrays_broadcast_together_are_loops(dtype):
             run(x, rows, np.array([0, 4, 1, 2]))
 
 
+@pytest.mark.parametrize("dtype", ["float64", "int32", "bool"])
+def test_index_arrays_on_axes_apart_are_loops(dtype):
+    # x[i, :, j]: the arrays' axes first in the result, as NumPy puts them
+    x = (np.arange(360) % 7).reshape(3, 4, 5, 6).astype(dtype)
+    i, j = np.array([[1], [0]]), np.array([3, -1])
+    cases = [lambda x: x[i, :, j], lambda x: x[i[:, 0], :, :, j],
+             lambda x: x[:, i, :, np.array([4, 1])], lambda x: x[i, :, j, :],
+             lambda x: fgrad.at(x)[i[:, 0], :, j].set(x[0, :2, :4, :]),
+             lambda x: fgrad.at(x)[i[:, 0], :, j].set(x[0, 0, 0, 0])]
+    if dtype != "bool":
+        cases.append(lambda x: fgrad.at(x)[np.array([1, 1]), :, np.array([3, 3])].add(
+            x[0, :2, :4, :]))
+    if dtype == "float64":
+        cases.append(fgrad.grad(lambda x: fnp.sum(x[np.array([1, 0, 1]), :, j[:, None]] ** 2)))
+    for fun in cases:
+        compiled, got, want = _both(fun, x)
+        assert compiled.callouts == []
+        _agree(got, want, exact=True)
+
+
 def test_other_indices_stay_callouts():
     x = np.arange(20.0).reshape(4, 5)
-    # a slice beside the array, arrays on axes apart
-    for fun in [lambda x: x[_ROWS, 1:3],
-                lambda x: x.reshape(2, 2, 5)[np.array([1, 0]), :, np.array([4, 1])]]:
+    # a slice beside the array that is not whole
+    for fun in [lambda x: x[_ROWS, 1:3], lambda x: x.reshape(2, 2, 5)[np.array([1, 0]), :1]]:
         compiled, got, want = _both(fun, x)
         assert [c.split(": ")[1] for c in compiled.callouts] == ["getitem"]
         _agree(got, want, exact=True)
