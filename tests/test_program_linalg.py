@@ -150,3 +150,30 @@ def test_several_right_hand_sides_of_few_small_systems_are_getrs():
         assert compiled.callouts == []
         assert "LUSolve" in {type(s).__name__ for s in compiled.steps}
         agree(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_stacks_of_small_systems_run_the_lu_kernels_loops_in_the_program(dtype):
+    # as many matrices as the LU kernels factor at once, or more: their own
+    # loops (fgrad.compiler.lu_ir), defined in the program, so the same bits
+    # as the interpreted tier's kernels
+    rng = np.random.default_rng(7)
+    for n in (1, 3, 20):
+        a = (rng.standard_normal((9, n, n)) + 3 * np.eye(n)).astype(dtype)
+        for k in (1, 3):
+            b = rng.standard_normal((9, n, k)).astype(dtype)
+            compiled, got, want = both(fnp.linalg.solve, a, b)
+            assert compiled.callouts == []
+            assert {"LanesFactor", "LanesSolve"} <= {type(s).__name__ for s in compiled.steps}
+            agree(got, want, exact=True)
+        grad = fgrad.grad(lambda a, b: fnp.sum(fnp.sin(fnp.linalg.solve(a, b))), (0, 1))
+        compiled, got, want = both(grad, a, b)
+        assert compiled.callouts == []
+        agree(got, want)
+    singular = np.stack([np.eye(4, dtype=dtype)] * 9)
+    singular[5, 2] = 0
+    graph = optimize(fgrad.make_graph(fnp.linalg.solve)(singular, singular), np)
+    compiled = compile_program(graph)
+    for run in (compiled.call, generate(graph, np).fn):
+        with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+            run(singular, singular)

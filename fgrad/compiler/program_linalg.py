@@ -39,9 +39,10 @@ lanes gain nothing from it, and a callout costs about 4 us: those are
 substitution loops called one column at a time (0.37 ms against 0.28 for 16
 49x49 systems of 8), and all at once woke OpenBLAS's thread pool (125 ms
 against 0.25 for 4 64x64 systems of 64); a vector right-hand side gained
-(0.19 ms against 0.26 for 16 of 49). Those stay callouts of the kernels,
-except where fewer matrices than the kernels' lanes leave them nothing to
-gain (qr's derivative solves with one ``r``).
+(0.19 ms against 0.26 for 16 of 49). Those run the kernels' own loops
+(`fgrad.compiler.lu_ir`), defined in the program (`LanesFactor`,
+`LanesSolve`), except where fewer matrices than the kernels' lanes leave
+them nothing to gain (qr's derivative solves with one ``r``).
 
 A factorization that LAPACK reports singular, or a decomposition that did
 not converge (``info`` not 0), runs its equation again by the primitive's
@@ -67,7 +68,7 @@ from fgrad.compiler.blas import (
     routine_index,
 )
 from fgrad.compiler.kernel_ir import convert, counted, storage_type
-from fgrad.compiler.lu_ir import lanes
+from fgrad.compiler.lu_ir import factor_ir, lanes, solve_ir
 from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.native_steps import (
     NativeStep,
@@ -311,6 +312,51 @@ class LUSolve(NativeStep):
         counted(ir, b, ir.Constant(i64, count), matrix, "rs.matrix")
 
 
+class LanesFactor(NativeStep):
+    """``solve_factors`` of a stack of small matrices: the LU kernels' own
+    loop (`fgrad.compiler.lu_ir.factor_ir`, several matrices at once),
+    defined in the program; a matrix it finds singular runs the equation by
+    NumPy's code, which raises."""
+
+    fallback = True
+
+    def emit(self, ir, b, pointer, table, call_out, alloca):
+        (a,), (lu, piv) = self.eqn.invars, self.eqn.outvars
+        work, info = self.scratch
+        dtype, n = np.dtype(a.aval.dtype), a.aval.shape[-1]
+        count = math.prod(a.aval.shape[:-2])
+        i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
+        name = f"lu_factor_{dtype.name}"
+        factor = b.module.globals.get(name) or factor_ir(dtype, None, name, b.module)
+        flags, flag = pointer(info), new_flag(ir, b, alloca)
+        counted(ir, b, ir.Constant(i64, count),
+                lambda m: b.store(ir.Constant(i32, 0), _at(ir, b, flags, m)), "lf.zero")
+        b.call(factor, [ir.Constant(i64, count), ir.Constant(i64, n)] + [
+            b.bitcast(pointer(v), i8p) for v in (a, lu, piv, info, work)])
+        counted(ir, b, ir.Constant(i64, count), lambda m: raise_flag(
+            ir, b, flag, b.icmp_signed("!=", b.load(_at(ir, b, flags, m)),
+                                       ir.Constant(i32, 0))), "lf.info")
+        call_out_if(ir, b, flag, call_out)
+
+
+class LanesSolve(NativeStep):
+    """``factored_solve`` by the LU kernels' substitution loops
+    (`fgrad.compiler.lu_ir.solve_ir`), defined in the program: a stack of
+    small systems, or right-hand sides enough to wake OpenBLAS's threads."""
+
+    def emit(self, ir, b, pointer, table, call_out, alloca):
+        _, lu, piv, rhs = self.eqn.invars
+        (x,) = self.eqn.outvars
+        dtype, (n, k) = np.dtype(x.aval.dtype), x.aval.shape[-2:]
+        count = math.prod(x.aval.shape[:-2])
+        i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
+        transpose = bool(self.eqn.params["transpose"])
+        name = f"lu_solve_{dtype.name}_{'t' if transpose else 'n'}"
+        solve = b.module.globals.get(name) or solve_ir(dtype, transpose, None, name, b.module)
+        b.call(solve, [ir.Constant(i64, v) for v in (count, n, k, n * n, n, n * k)] + [
+            b.bitcast(pointer(v), i8p) for v in (lu, piv, rhs, x)])
+
+
 class Cholesky(NativeStep):
     """``cholesky``: each matrix copied into column-major order, ``potrf``
     (lower), and the upper triangle of the result zeroed, in place."""
@@ -442,10 +488,14 @@ def _lapack_sized(aval):
 
 def _lu_factor(eqn, index):
     (a,) = eqn.invars
-    if not _float_matrix(a.aval) or not lu_kept(np.empty((1, 1), a.aval.dtype)) \
-            or not _lapack_sized(a.aval):
+    if not _float_matrix(a.aval) or not lu_kept(np.empty((1, 1), a.aval.dtype)):
         return None
-    return LUFactor(index, eqn)
+    if _lapack_sized(a.aval):
+        return LUFactor(index, eqn)
+    n, count = a.aval.shape[-1], math.prod(a.aval.shape[:-2])
+    return LanesFactor(index, eqn, [Var(type(a.aval)((n * n * lanes(a.aval.dtype),),
+                                                     a.aval.dtype)),
+                                    Var(type(a.aval)((count,), _I32))])
 
 
 def _lu_solve(eqn, index):
@@ -454,17 +504,18 @@ def _lu_solve(eqn, index):
     if not _float_matrix(x.aval) or not lu_kept(np.empty((1, 1), lu.aval.dtype)) \
             or any(v.aval.dtype != x.aval.dtype for v in (lu, rhs)) \
             or not tuple(lu.aval.shape[:-2]) == tuple(rhs.aval.shape[:-2]) \
-            == tuple(x.aval.shape[:-2]) or tuple(piv.aval.shape) != tuple(lu.aval.shape[:-1]) \
-            or not _lapack_sized(lu.aval):
+            == tuple(x.aval.shape[:-2]) or tuple(piv.aval.shape) != tuple(lu.aval.shape[:-1]):
         return None
     n, k = x.aval.shape[-2:]
+    if not _lapack_sized(lu.aval):
+        return LanesSolve(index, eqn)
     if k == 1:
         return LUSolve(index, eqn)
     # several right-hand sides of one small system (qr's derivative solves
     # with r), not enough work to wake OpenBLAS's threads: a copy in
-    # column-major order, ``getrs``, and back
+    # column-major order, ``getrs``, and back; more, the LU kernels' loops
     if math.prod(x.aval.shape[:-2]) * n * n * k >= BLAS_THREADED_WORK:
-        return None
+        return LanesSolve(index, eqn)
     return LUSolve(index, eqn, [Var(type(x.aval)((n, k), x.aval.dtype))])
 
 
