@@ -119,3 +119,14 @@ def test_gradients_under_jit_are_one_program(monkeypatch):
     (info,) = grad.compile_info()
     assert info.tier == "program" and info.callouts == ()
     np.testing.assert_array_equal(got, fgrad.grad(loss)(x))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int8", "int64", "uint8"])
+def test_sign_is_numpys(dtype):
+    # 1, -1, or 0 (+0.0 for both zeros), a NaN itself (its payload kept)
+    with np.errstate(all="ignore"):
+        x = np.array(_SPECIAL).astype(dtype)
+    compiled, got, want = both(lambda x: fnp.sign(x) * 1, x)
+    assert compiled.callouts == []
+    agree(got, want, exact=True)
+    np.testing.assert_array_equal(_bits(got[0]), _bits(np.sign(x)))

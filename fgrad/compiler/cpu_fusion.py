@@ -113,7 +113,7 @@ _X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 _FLOAT_AND_INT = ("add", "subtract", "multiply", "negative", "square", "maximum",
                   "minimum", "absolute", "equal", "not_equal", "less", "less_equal",
                   "greater", "greater_equal", "where", "convert_element_type",
-                  "floor", "ceil", "trunc", "floor_divide", "remainder", "power")
+                  "floor", "ceil", "trunc", "floor_divide", "remainder", "power", "sign")
 _FLOAT_ONLY = ("divide", "sqrt", "exp", "exp2", "expm1", "log", "log2", "log10",
                "log1p", "cbrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "arcsin",
                "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "rint", "isnan",
@@ -166,7 +166,8 @@ def _operand_dtypes(eqn):
         return None
     if name == "power" and np.dtype(compute).kind != "f" and not _nonnegative(eqn.invars[1]):
         return None             # NumPy raises for a negative one: its code runs
-    if name in ("floor_divide", "remainder", "power") and np.dtype(compute).kind == "b":
+    if name in ("floor_divide", "remainder", "power", "sign") and \
+            np.dtype(compute).kind == "b":
         return None
     return [np.dtype(d) for d in operand_dtypes]
 

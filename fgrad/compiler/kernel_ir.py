@@ -231,6 +231,14 @@ def _operation(ir, b, name, args, dtype):
             return b.not_(truth[0]), np.dtype(bool)
         emit = {"logical_and": b.and_, "logical_or": b.or_, "logical_xor": b.xor}[name]
         return emit(truth[0], truth[1]), np.dtype(bool)
+    if name == "sign":
+        # NumPy's: 1, -1, or 0 (+0.0 for either zero); a NaN itself
+        zero, one, minus = (constant(ir, v, dtype) for v in (0, 1, -1))
+        above = _compare(b, "greater", x, zero, dtype)
+        below = _compare(b, "less", x, zero, dtype) if dtype.kind != "u" else None
+        rest = b.select(_compare(b, "equal", x, zero, dtype), zero, x) if floating else zero
+        return b.select(above, one, rest if below is None else b.select(below, minus, rest)), \
+            dtype
     if floating and name in ("floor_divide", "remainder"):
         pair = _float_divide_and_remainder(ir, b, x, args[1])
         return pair[0 if name == "floor_divide" else 1], dtype
