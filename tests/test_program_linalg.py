@@ -177,3 +177,21 @@ def test_stacks_of_small_systems_run_the_lu_kernels_loops_in_the_program(dtype):
     for run in (compiled.call, generate(graph, np).fn):
         with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
             run(singular, singular)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_every_decomposition_over_many_shapes(dtype):
+    # square, tall and wide matrices of 1 to 70 rows, stacks of up to 3
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        m, n = (int(v) for v in rng.integers(1, 70, 2))
+        stack = tuple(int(v) for v in rng.integers(1, 4, rng.integers(0, 3)))
+        for name, fun in _DECOMPOSITIONS.items():
+            shape = stack + ((m, m) if name in _SQUARE_ONLY else (m, n))
+            a = _matrices(shape, dtype, seed=int(rng.integers(1 << 30)))
+            if name == "inv":
+                a = a + shape[-1] * np.eye(shape[-1], dtype=dtype)
+            compiled, got, want = both(fun, a)
+            assert compiled.callouts == [], (name, shape)
+            agree(got, want)
