@@ -555,25 +555,25 @@ def test_solves_and_cholesky_are_lapack_calls(n, dtype):
     a, b = _spd(rng, (2, n, n), dtype), rng.standard_normal((2, n, 3)).astype(dtype)
     v = rng.standard_normal(n).astype(dtype)
     solve, cholesky = fnp.linalg.solve, fnp.linalg.cholesky
-    # (fun, args, LAPACK's steps): a stack of as many small matrices as the
-    # LU kernels factor at once, and several right-hand sides, stay callouts
-    # of those kernels, which were measured faster; fewer matrices (two) are
-    # LAPACK calls, as large ones are
+    # (fun, args, steps): a stack of as many small matrices as the LU
+    # kernels factor at once runs those kernels' loops, defined in the
+    # program, which were measured faster; fewer matrices (two) are LAPACK
+    # calls, as large ones are, several right-hand sides too while too few to
+    # wake OpenBLAS's threads
     many = _spd(rng, (lanes(dtype), n, n), dtype)
     vs = rng.standard_normal((lanes(dtype), n, 1)).astype(dtype)
-    cases = [(lambda a, b: solve(a, b), (a, b), {"LUFactor"}),
+    cases = [(lambda a, b: solve(a, b), (a, b), {"LUFactor", "LUSolve"}),
              (lambda a, v: solve(a[1], v), (a, v), {"LUFactor", "LUSolve"}),
              (fgrad.grad(lambda a, v: fnp.sum(solve(a, v) ** 2), (0, 1)), (a[0], v),
               {"LUFactor", "LUSolve"}),
              (lambda m, vs: solve(m, vs), (many, vs),
-              {"LUFactor", "LUSolve"} if n > LANES_MAX_N else set()),
+              {"LUFactor", "LUSolve"} if n > LANES_MAX_N else {"LanesFactor", "LanesSolve"}),
              (cholesky, (a,), {"Cholesky"}), (lambda a: cholesky(a[0]), (a,), {"Cholesky"})]
     for fun, args, lapack in cases:
         compiled, got, want = _both(fun, *args)
         assert {type(s).__name__ for s in compiled.steps} >= lapack
         called = {c.split(": ")[1] for c in compiled.callouts}
-        assert called == ({"factored_solve"} if lapack == {"LUFactor"}
-                          else {"solve_factors", "factored_solve"} if not lapack else set())
+        assert called == set()
         # LAPACK's getrs here, substitution loops of fgrad's own there: to rounding
         for g, w in zip(got, want):
             tol = 1e-4 if dtype == "float32" else 1e-10
@@ -734,11 +734,55 @@ def test_an_index_out_of_bounds_of_several_arrays_raises_numpys_index_error():
     np.testing.assert_array_equal(compiled.call(x, _ROWS, _ROWS)[0], x[_ROWS, _ROWS])
 
 
+@pytest.mark.parametrize("dtype", ["float64", "int32", "bool"])
+def test_index_arrays_broadcast_together_are_loops(dtype):
+    # x[rows[:, None], cols]: each array read at its broadcast position
+    x = (np.arange(60) % 7).reshape(3, 4, 5).astype(dtype)
+    rows, cols = np.array([2, 0, -1]), np.array([[1], [3]], np.uint8)
+    v = (np.arange(30) % 5).reshape(3, 2, 5).astype(dtype)
+    cases = [lambda x: x[rows[:, None], cols.T], lambda x: x[:, rows[:, None], _ROWS],
+             lambda x: x[np.array(1), cols], lambda x: x[..., rows[:, None], np.array([4, 1])],
+             lambda x: fgrad.at(x)[rows[:, None], cols.T].set(v),
+             lambda x: fgrad.at(x)[rows[:, None], cols.T].set(x[0, 0, 0])]
+    if dtype != "bool":
+        cases.append(lambda x: fgrad.at(x)[rows[:, None], cols.T].add(x[0, :3, :2, None]))
+    if dtype == "float64":
+        cases.append(fgrad.grad(lambda x: fnp.sum(x[rows[:, None], cols.T] ** 2)))
+    for fun in cases:
+        compiled, got, want = _both(fun, x)
+        assert compiled.callouts == []
+        _agree(got, want, exact=True)
+    graph = optimize(fgrad.make_graph(lambda x, i, k: x[i[:, None], k])(x, rows, _ROWS), np)
+    compiled = compile_program(graph)
+    for run in (compiled.call, generate(graph, np).fn):
+        with pytest.raises(IndexError, match="index 4 is out of bounds for axis 1 with size 4"):
+            run(x, rows, np.array([0, 4, 1, 2]))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "bool"])
+def test_index_arrays_on_axes_apart_are_loops(dtype):
+    # x[i, :, j]: the arrays' axes first in the result, as NumPy puts them
+    x = (np.arange(360) % 7).reshape(3, 4, 5, 6).astype(dtype)
+    i, j = np.array([[1], [0]]), np.array([3, -1])
+    cases = [lambda x: x[i, :, j], lambda x: x[i[:, 0], :, :, j],
+             lambda x: x[:, i, :, np.array([4, 1])], lambda x: x[i, :, j, :],
+             lambda x: fgrad.at(x)[i[:, 0], :, j].set(x[0, :2, :4, :]),
+             lambda x: fgrad.at(x)[i[:, 0], :, j].set(x[0, 0, 0, 0])]
+    if dtype != "bool":
+        cases.append(lambda x: fgrad.at(x)[np.array([1, 1]), :, np.array([3, 3])].add(
+            x[0, :2, :4, :]))
+    if dtype == "float64":
+        cases.append(fgrad.grad(lambda x: fnp.sum(x[np.array([1, 0, 1]), :, j[:, None]] ** 2)))
+    for fun in cases:
+        compiled, got, want = _both(fun, x)
+        assert compiled.callouts == []
+        _agree(got, want, exact=True)
+
+
 def test_other_indices_stay_callouts():
     x = np.arange(20.0).reshape(4, 5)
-    # a slice beside the array, arrays of two shapes, arrays on axes apart
-    for fun in [lambda x: x[_ROWS, 1:3], lambda x: x[_ROWS, _ROWS[:1] + 1],
-                lambda x: x.reshape(2, 2, 5)[np.array([1, 0]), :, np.array([4, 1])]]:
+    # a slice beside the array that is not whole
+    for fun in [lambda x: x[_ROWS, 1:3], lambda x: x.reshape(2, 2, 5)[np.array([1, 0]), :1]]:
         compiled, got, want = _both(fun, x)
         assert [c.split(": ")[1] for c in compiled.callouts] == ["getitem"]
         _agree(got, want, exact=True)

@@ -217,7 +217,8 @@ def test_without_numba_every_tier_but_the_whole_graph_runs():
         a, key = np.eye(3) * 2.0 + 0.1, random.key(0)
         for _ in range(12):
             got = step(a, key)
-        assert step.wait_compiled() and step.compile_info()[0].tier == "kernels"
+        # (a program where it pays: the solves of two right-hand sides are getrs)
+        assert step.wait_compiled() and step.compile_info()[0].tier in ("kernels", "program")
         want = fgrad.value_and_grad(loss)(a, key)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)

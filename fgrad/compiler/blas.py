@@ -6,7 +6,8 @@ capsule a routine). A `fgrad.compiler.program` calls them through those
 pointers with Fortran's conventions (every argument by reference, 32-bit
 integers, column-major matrices): ``dgemm``/``sgemm`` (``zgemm``/``cgemm``
 for complex values) for products, and
-``getrf``, ``getrs`` and ``potrf`` for factorizations and solves
+``getrf``, ``getrs``, ``potrf``, ``gesv``, ``syevd``, ``geqrf``, ``orgqr`` and
+``gesdd`` for factorizations, solves and decompositions
 (`fgrad.compiler.program_linalg`). The addresses change from one process to
 the next, so a program never holds them in its code (its machine code is
 cached on disk): it reads them from the table `gemm_table` returns, an
@@ -14,7 +15,8 @@ argument of every call, at the position `routine_index` gives. Without
 SciPy (or without its Cython BLAS and LAPACK) there is no table, and
 products and factorizations stay NumPy calls. `lapack_address` gives one
 LAPACK routine's address, which the LU kernels of `fgrad.compiler.lu_kernels`
-pass to their loops as an argument.
+pass to their loops as an argument, and `call_lapack` calls one from Python
+(the workspace queries a program makes once, when it is compiled).
 """
 import ctypes
 import functools
@@ -32,10 +34,17 @@ PREFIXES = {np.dtype(np.float64): "d", np.dtype(np.float32): "s"}
 ROUTINES = (("blas", "dgemm"), ("blas", "sgemm"),
             ("lapack", "dgetrf"), ("lapack", "sgetrf"),
             ("lapack", "dgetrs"), ("lapack", "sgetrs"),
-            ("lapack", "dpotrf"), ("lapack", "spotrf"))
+            ("lapack", "dpotrf"), ("lapack", "spotrf"),
+            # float64 only: NumPy's linalg computes a float32 matrix's
+            # inverse, eigenvectors and factors in float64 too
+            ("lapack", "dgesv"), ("lapack", "dsyevd"), ("lapack", "dgeqrf"),
+            ("lapack", "dorgqr"), ("lapack", "dgesdd"))
 ROUTINES += tuple(("blas", name) for name in COMPLEX_GEMMS.values())
 # the largest size Fortran's (32-bit) integers pass
 MAX_BLAS_INT = 2 ** 31 - 1
+# OpenBLAS runs a call on its threads only above about this many
+# multiply-adds (m * n * k); below it neither pool wakes
+BLAS_THREADED_WORK = 1 << 16
 
 
 def routine_index(name, dtype):
@@ -105,3 +114,19 @@ def _cython_address(module, name):
     get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
         ("PyCapsule_GetPointer", ctypes.pythonapi))
     return get_pointer(exported[name], get_name(exported[name]))
+
+
+def call_lapack(name, arguments):
+    """Call SciPy's LAPACK routine ``name`` (``"dgeqrf"``) from Python with
+    ``arguments``, ctypes values each passed by reference, as Fortran takes
+    them (a workspace query: ``lwork`` -1, the size comes back in ``work``).
+
+    >>> import ctypes
+    >>> n, info = ctypes.c_int32(3), ctypes.c_int32(1)
+    >>> a, work, lwork = (ctypes.c_double * 9)(), (ctypes.c_double * 1)(), ctypes.c_int32(-1)
+    >>> if lapack_address("dgeqrf"):
+    ...     call_lapack("dgeqrf", [n, n, a, n, (ctypes.c_double * 3)(), work, lwork, info])
+    ...     assert info.value == 0 and work[0] >= 3
+    """
+    routine = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(arguments))(lapack_address(name))
+    routine(*[ctypes.addressof(x) for x in arguments])

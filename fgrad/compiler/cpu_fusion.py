@@ -39,6 +39,7 @@ import collections
 import functools
 import math
 import os
+import platform
 
 import numpy as np
 
@@ -108,21 +109,23 @@ KERNEL_DTYPES = frozenset(np.dtype(k) for k in (
     "float32", "float64"))
 ALL_KERNEL_DTYPES = KERNEL_DTYPES | COMPLEX_DTYPES
 
+# where NumPy's float -> int casts are x86's (`_operand_dtypes`)
+_X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+
 # operation -> (written for floating compute dtypes, for integer and bool
-# ones): False where a scalar loop would not match NumPy (integer powers,
-# float floor division); `fgrad.compiler.kernel_ir` writes each
+# ones): False where a scalar loop would not match NumPy; `fgrad.compiler.kernel_ir`
+# writes each (an integer power only of a constant exponent, `_operand_dtypes`)
 _FLOAT_AND_INT = ("add", "subtract", "multiply", "negative", "square", "maximum",
                   "minimum", "absolute", "equal", "not_equal", "less", "less_equal",
                   "greater", "greater_equal", "where", "convert_element_type",
-                  "floor", "ceil", "trunc")
-_FLOAT_ONLY = ("divide", "power", "sqrt", "exp", "exp2", "expm1", "log", "log2", "log10",
+                  "floor", "ceil", "trunc", "floor_divide", "remainder", "power", "sign")
+_FLOAT_ONLY = ("divide", "sqrt", "exp", "exp2", "expm1", "log", "log2", "log10",
                "log1p", "cbrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "arcsin",
                "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "rint", "isnan",
                "isinf", "isfinite", "signbit", "arctan2", "hypot", "fmod")
 _LOGICAL = ("logical_and", "logical_or", "logical_xor", "logical_not",
-            # integer division with NumPy's signs and zero divisors, and bits
-            "floor_divide", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor",
-            "invert", "left_shift", "right_shift")
+            "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift",
+            "right_shift")
 _OPERATIONS = {**{name: (True, True) for name in _FLOAT_AND_INT},
                **{name: (True, False) for name in _FLOAT_ONLY},
                **{name: (False, True) for name in _LOGICAL}}
@@ -156,12 +159,18 @@ def _operand_dtypes(eqn):
         if set(eqn.params) != {"dtype"}:
             return None
         source = np.dtype(eqn.invars[0].aval.dtype)
-        # float -> int and float -> narrower float of out-of-range values are
-        # undefined in a C cast and saturate differently in NumPy: leave them
-        # (of complex values: of their parts); a complex value to a real one
-        # stays NumPy's, which drops the imaginary part with a ComplexWarning
-        if source.kind in "fc" and (out.kind not in source.kind + "c"
-                                    or _part_size(out) < _part_size(source)):
+        # a complex value to a real one stays NumPy's, which drops the
+        # imaginary part with a ComplexWarning, and so does a narrowing of
+        # complex parts
+        if source.kind == "c" and (out.kind != "c" or _part_size(out) < _part_size(source)):
+            return None
+        if source.kind == "f" and out.kind == "c" and _part_size(out) < source.itemsize:
+            return None
+        # float -> int of a value out of range: the kernels give NumPy's
+        # answer on x86-64 (`fgrad.compiler.kernel_ir.convert`), where NumPy's
+        # vector and scalar loops agree: not to uint32 and uint64
+        if source.kind == "f" and out.kind in "iu" and (
+                out.kind == "u" and out.itemsize >= 4 or not _X86_64):
             return None
     elif eqn.params:
         return None
@@ -190,6 +199,10 @@ def _operand_dtypes(eqn):
             return None
     elif not _OPERATIONS[name][0 if compute.kind == "f" else 1]:
         return None
+    if name == "power" and compute.kind in "iu" and not _nonnegative(eqn.invars[1]):
+        return None             # NumPy raises for a negative one: its code runs
+    if name in ("floor_divide", "remainder", "power", "sign") and compute.kind == "b":
+        return None
     return [np.dtype(d) for d in operand_dtypes]
 
 
@@ -198,12 +211,18 @@ def _part_size(dtype):
     return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
 
 
+def _nonnegative(v):
+    """Whether ``v`` is unsigned, or a constant of no negative element."""
+    return np.dtype(v.aval.dtype).kind in "ub" or type(v) is Literal and bool(
+        np.all(np.asarray(v.value) >= 0))
+
+
 def cpu_fusable(eqn):
     """Whether ``eqn`` can be written into a fused CPU kernel.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
-    >>> g = fgrad.make_graph(lambda x: fnp.sin(x) // 2)(np.ones(3))
-    >>> [cpu_fusable(e) for e in g.eqns]            # floor_divide stays NumPy
+    >>> g = fgrad.make_graph(lambda x: fnp.sin(x).astype(np.uint32))(np.ones(3))
+    >>> [cpu_fusable(e) for e in g.eqns]            # a cast to uint32 stays NumPy
     [True, False]
     """
     return _operand_dtypes(eqn) is not None
@@ -277,6 +296,9 @@ ELEMENT_NS = {"exp": (0.6, 4.1), "exp2": (0.6, 4.1), "expm1": (0.9, 7.0),
                "arctanh": (1.3, 16.9), "power": (5.0, 8.0), "cbrt": (2.0, 8.0),
                "sqrt": (0.7, 0.7), "divide": (0.5, 0.5), "arctan2": (4.0, 8.0),
                "hypot": (1.0, 3.0), "fmod": (3.0, 6.0)}
+# float // and % (NumPy's npy_divmod: fmod, two divisions, a floor), whose
+# kernel, two in one, measured slower than NumPy's two loops
+FLOAT_DIVMOD_NS = (20.0, 30.0)
 _PLAIN_NS = 0.2
 
 
@@ -296,6 +318,9 @@ def worth_fusing(eqns, n_inputs, n_outputs, size):
     for e in eqns:
         name = _op_name(e.prim) or e.prim.name
         np_ns, kernel_ns = ELEMENT_NS.get(name, (_PLAIN_NS, _PLAIN_NS))
+        if name in ("floor_divide", "remainder") and \
+                np.dtype(e.outvars[0].aval.dtype).kind == "f":
+            np_ns, kernel_ns = FLOAT_DIVMOD_NS
         numpy_ns += NUMPY_CALL_NS + size * (np_ns + memory * (len(e.invars) + 1))
         fused_ns += size * kernel_ns
     fused_ns += KERNEL_CALL_NS + KERNEL_ARRAY_NS * (n_inputs + n_outputs) + \

@@ -102,10 +102,10 @@ _TEMPLATES = {
     "where": (_WHERE, "{0} ? {1} : {2}", "{0} ? {1} : {2}"),
     "convert_element_type": (_OUT, "{0}", "{0}"),
 }
-# integer division and bits: written for CPU kernels only (`fgrad.compiler.kernel_ir`,
+# integer division, bits and sign: written for CPU kernels only (`fgrad.compiler.kernel_ir`,
 # NumPy's signs and zero divisors), no C template for the GPU's
 for _name in ("floor_divide", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor",
-              "invert", "left_shift", "right_shift"):
+              "invert", "left_shift", "right_shift", "sign"):
     _TEMPLATES[_name] = (_OUT, None, None)
 for _name, _c in (("sqrt", "sqrt"), ("exp", "exp"), ("exp2", "exp2"),
                   ("expm1", "expm1"), ("log", "log"), ("log2", "log2"),

@@ -165,7 +165,26 @@ def convert(ir, b, value, source, target):
         return b.sitofp(value, to) if source.kind == "i" else b.uitofp(value, to)
     if target.kind == "f":
         return b.fpext(value, to) if target.itemsize > source.itemsize else b.fptrunc(value, to)
-    return b.fptosi(value, to) if target.kind == "i" else b.fptoui(value, to)
+    if target.kind == "u" and target.itemsize >= 4:
+        return b.fptoui(value, to)
+    return _truncated(ir, b, value, to)
+
+
+def _truncated(ir, b, value, to):
+    """A float ``value`` as the integer type ``to`` as NumPy's cast gives it
+    on x86-64 (``cvttsd2si``, and its vector forms): truncated toward zero
+    into 64 bits for an int64, else into 32 bits; NaN, and a value beyond
+    those bits, is the least integer of them (``INT_MIN``); a narrower type
+    (int8, int16, uint8, uint16) keeps the low bits (0 for INT_MIN). (To
+    uint32 and uint64 NumPy's vector and scalar loops disagree beyond the
+    range: `fgrad.compiler.cpu_fusion` leaves those casts to NumPy.)"""
+    wide = ir.IntType(64 if to.width == 64 else 32)
+    bound = float(2 ** (wide.width - 1))
+    inside = b.and_(b.fcmp_ordered(">=", value, ir.Constant(value.type, -bound)),
+                    b.fcmp_ordered("<", value, ir.Constant(value.type, bound)))
+    # (fptosi of a value outside is poison, which the select never picks)
+    whole = b.select(inside, b.fptosi(value, wide), ir.Constant(wide, -(1 << (wide.width - 1))))
+    return b.trunc(whole, to) if to.width < wide.width else whole
 
 
 def _compare(b, op, x, y, dtype):
@@ -223,6 +242,19 @@ def _operation(ir, b, name, args, dtype):
             return b.not_(truth[0]), np.dtype(bool)
         emit = {"logical_and": b.and_, "logical_or": b.or_, "logical_xor": b.xor}[name]
         return emit(truth[0], truth[1]), np.dtype(bool)
+    if name == "sign":
+        # NumPy's: 1, -1, or 0 (+0.0 for either zero); a NaN itself
+        zero, one, minus = (constant(ir, v, dtype) for v in (0, 1, -1))
+        above = _compare(b, "greater", x, zero, dtype)
+        below = _compare(b, "less", x, zero, dtype) if dtype.kind != "u" else None
+        rest = b.select(_compare(b, "equal", x, zero, dtype), zero, x) if floating else zero
+        return b.select(above, one, rest if below is None else b.select(below, minus, rest)), \
+            dtype
+    if floating and name in ("floor_divide", "remainder"):
+        pair = _float_divide_and_remainder(ir, b, x, args[1])
+        return pair[0 if name == "floor_divide" else 1], dtype
+    if not floating and name == "power":
+        return _integer_power(ir, b, x, args[1], dtype), dtype
     if not floating and name in _INTEGER_OPERATIONS:
         return _INTEGER_OPERATIONS[name](ir, b, args, dtype), dtype
     if not floating:
@@ -276,6 +308,49 @@ def _divide_and_remainder(ir, b, x, y, dtype):
     q = b.select(down, b.sub(q, one), q)
     r = b.select(down, b.add(r, y), r)
     return b.select(by_zero, zero, q), b.select(b.or_(by_zero, overflow), zero, r)
+
+
+def _float_divide_and_remainder(ir, b, x, y):
+    """NumPy's ``x // y`` and ``x % y`` of floats (``npy_divmod``): ``fmod``,
+    the remainder given the divisor's sign (a zero one ``copysign(0, y)``),
+    the quotient ``(x - mod) / y`` floored and snapped to the nearest
+    integer, a zero one ``copysign(0, x / y)``; a zero divisor gives
+    ``x / y`` and ``fmod(x, y)``. Comparisons with NaN are false, as C's
+    ``isless`` and ``isgreater``; a NaN is nonzero, as C's ``if (mod)``."""
+    zero, one, half = (ir.Constant(x.type, v) for v in (0.0, 1.0, 0.5))
+    copysign = b.module.declare_intrinsic("llvm.copysign", [x.type],
+                                          ir.FunctionType(x.type, [x.type, x.type]))
+    floor = b.module.declare_intrinsic("llvm.floor", [x.type])
+    mod, quotient = b.frem(x, y), b.fdiv(x, y)
+    div = b.fdiv(b.fsub(x, mod), y)
+    nonzero_mod = b.fcmp_unordered("!=", mod, zero)
+    flip = b.and_(nonzero_mod, b.xor(b.fcmp_ordered("<", y, zero),
+                                     b.fcmp_ordered("<", mod, zero)))
+    remainder = b.select(nonzero_mod, b.select(flip, b.fadd(mod, y), mod),
+                         b.call(copysign, [zero, y]))
+    div = b.select(flip, b.fsub(div, one), div)
+    floored = b.call(floor, [div])
+    floored = b.select(b.fcmp_ordered(">", b.fsub(div, floored), half),
+                       b.fadd(floored, one), floored)
+    floored = b.select(b.fcmp_unordered("!=", div, zero), floored,
+                       b.call(copysign, [zero, quotient]))
+    by_zero = b.fcmp_ordered("==", y, zero)
+    return b.select(by_zero, quotient, floored), b.select(by_zero, mod, remainder)
+
+
+def _integer_power(ir, b, x, y, dtype):
+    """NumPy's ``x ** y`` of integers, ``y`` not negative (`fgrad.compiler.cpu_fusion`
+    leaves a possibly negative one to NumPy, which raises): squaring and
+    multiplying, wrapping as NumPy's does, over every bit of ``y`` (LLVM
+    folds the bits of a constant exponent away)."""
+    one = ir.Constant(x.type, 1)
+    out, base = one, x
+    for bit in range(x.type.width - (1 if dtype.kind == "i" else 0)):
+        set_ = b.icmp_unsigned("!=", b.and_(y, ir.Constant(x.type, 1 << bit)),
+                               ir.Constant(x.type, 0))
+        out = b.select(set_, b.mul(out, base), out)
+        base = b.mul(base, base)
+    return out
 
 
 def _shift(ir, b, x, y, dtype, left):

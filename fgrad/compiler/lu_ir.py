@@ -37,7 +37,7 @@ def lanes(dtype):
     return REGISTER_BYTES // np.dtype(dtype).itemsize
 
 
-def factor_ir(dtype, object_offset, name="lu_factor"):
+def factor_ir(dtype, object_offset, name="lu_factor", module=None):
     """IR text of ``void name(i64 count, i64 n, a, lu, piv, info, work)``:
     the LU factors, as LAPACK's ``getrf`` gives them, of each ``a[m]^T``
     (``a``: ``count`` C-ordered n x n matrices of float ``dtype``), written
@@ -46,7 +46,9 @@ def factor_ir(dtype, object_offset, name="lu_factor"):
     (int32, zero on entry). ``work`` is scratch of ``n * n * lanes(dtype)``
     elements of ``dtype``. Each array argument is the NumPy array object,
     whose data pointer is read at byte ``object_offset``
-    (`fgrad.compiler.native`).
+    (`fgrad.compiler.native`). Given an llvmlite ``module`` (a compiled
+    program's), the function is defined in it and returned, its array
+    arguments data pointers (``object_offset`` None).
     """
     from llvmlite import ir
     width = lanes(dtype)
@@ -54,7 +56,8 @@ def factor_ir(dtype, object_offset, name="lu_factor"):
         np.dtype(dtype)]
     vector = ir.VectorType(item, width)
     i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
-    module = ir.Module(name=name)
+    own_module = module is None
+    module = ir.Module(name=name) if own_module else module
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64, i64] + [i8p] * 5), name)
     count, n, *objects = fn.args
     for arg, arg_name in zip(fn.args, ("count", "n", "a", "lu", "piv", "info", "work")):
@@ -65,14 +68,17 @@ def factor_ir(dtype, object_offset, name="lu_factor"):
         return ir.Constant(i64, value)
 
     def data(obj, element):
+        if object_offset is None:
+            return b.bitcast(obj, element.as_pointer())
         field = b.bitcast(b.gep(obj, [const(object_offset)]), element.as_pointer().as_pointer())
         return b.load(field)
 
     a, lu, piv, info, work = (data(obj, t) for obj, t in
                               zip(objects, (item, item, i32, i32, item)))
     # (llvmlite's declare_intrinsic names scalar overloads only)
-    fabs = ir.Function(module, ir.FunctionType(vector, [vector]),
-                       f"llvm.fabs.v{width}f{8 * np.dtype(dtype).itemsize}")
+    fabs_name = f"llvm.fabs.v{width}f{8 * np.dtype(dtype).itemsize}"
+    fabs = module.globals.get(fabs_name) or ir.Function(
+        module, ir.FunctionType(vector, [vector]), fabs_name)
     zero, one = ir.Constant(item, 0.0), ir.Constant(item, 1.0)
     ones = ir.Constant(vector, [1.0] * width)
 
@@ -176,7 +182,7 @@ def factor_ir(dtype, object_offset, name="lu_factor"):
 
     counted(ir, b, b.udiv(b.add(count, const(width - 1)), const(width)), chunk, "chunk")
     b.ret_void()
-    return str(module)
+    return str(module) if own_module else fn
 
 
 # ---------------------------------------------------------------------------
@@ -274,7 +280,7 @@ class _Scalars:
         return b.fdiv(real, denom), b.fdiv(imag, denom)
 
 
-def solve_ir(dtype, transpose, object_offset, name="lu_solve"):
+def solve_ir(dtype, transpose, object_offset, name="lu_solve", module=None):
     """IR text of ``void name(i64 count, i64 n, i64 k, i64 lu_step, i64
     piv_step, i64 b_step, lu, piv, b, x)``: ``x[m] = a^-1 b[m]`` (``a^-T``
     with ``transpose``) for the factors ``lu`` (C-ordered n x n matrices,
@@ -294,18 +300,20 @@ def solve_ir(dtype, transpose, object_offset, name="lu_solve"):
     are substitutions written out, not LAPACK's ``getrs``: OpenBLAS runs
     getrs's triangular solves on its thread pool once there are two
     right-hand sides, and on a busy machine waking it took some 7 ms a call
-    against 40 us for a 20x20 system.
+    against 40 us for a 20x20 system. ``module``: as `factor_ir`'s.
     """
     from llvmlite import ir
     i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
-    module = ir.Module(name=name)
+    own_module = module is None
+    module = ir.Module(name=name) if own_module else module
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64] * 6 + [i8p] * 4), name)
     count, n, k, lu_step, piv_step, b_step, *objects = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     s = _Scalars(ir, b, dtype)
-    offset = ir.Constant(i64, object_offset)
     lu_all, piv_all, b_all, x_all = (
-        b.load(b.bitcast(b.gep(obj, [offset]), t.as_pointer().as_pointer()))
+        b.bitcast(obj, t.as_pointer()) if object_offset is None else
+        b.load(b.bitcast(b.gep(obj, [ir.Constant(i64, object_offset)]),
+                         t.as_pointer().as_pointer()))
         for obj, t in zip(objects, (s.item, i32, s.item, s.item)))
     one = i64(1)
     parts = i64(s.parts)
@@ -364,4 +372,4 @@ def solve_ir(dtype, transpose, object_offset, name="lu_solve"):
             reversed_range(n, swap, "swap")
     counted(ir, b, count, per_matrix, "m")
     b.ret_void()
-    return str(module)
+    return str(module) if own_module else fn

@@ -20,7 +20,8 @@ operations. The pipeline:
    read through a transpose as its source, transposed (gemm's flag); a
    random draw on uint32 keys is one loop (`fgrad.compiler.random_ir`); an
    einsum of two float operands is a matmul; cholesky, LU factors and
-   solves, det and slogdet are LAPACK calls (`fgrad.compiler.program_linalg`);
+   solves, det, slogdet, inv, eigh, qr and svd are LAPACK calls
+   (`fgrad.compiler.program_linalg`);
    a gather or scatter_add of one index array is a loop
    (`fgrad.compiler.program_indexing`). Every
    other equation is a *callout*: the compiled function calls back into
@@ -61,7 +62,14 @@ import time
 
 import numpy as np
 
-from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, ROUTINES, gemm_index, gemm_table
+from fgrad.compiler.blas import (
+    BLAS_THREADED_WORK,
+    GEMM_DTYPES,
+    MAX_BLAS_INT,
+    ROUTINES,
+    gemm_index,
+    gemm_table,
+)
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.complex_ir import accumulator_dtype
 from fgrad.compiler.cpu_fusion import (
@@ -189,11 +197,6 @@ def pays(steps, code):
     if _callouts_ns(steps) and _calls_blas(steps):
         return False
     return PROGRAM_CALL_NS + _callouts_ns(steps) < _calls_ns(code)
-
-
-# OpenBLAS runs a call on its threads only above about this many
-# multiply-adds (m * n * k); below it neither pool wakes
-BLAS_THREADED_WORK = 1 << 16
 
 
 def _calls_blas(steps):

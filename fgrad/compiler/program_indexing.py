@@ -3,7 +3,7 @@
 `fgrad.compiler.program` asks `indexing_step` for each equation it lowers.
 An index of one integer array along one axis, every other axis whole
 (``x[idx]``, ``x[:, idx]``, ``x[..., idx]``, ``fnp.take(x, idx, axis)``), or
-of several arrays of one shape on adjacent axes (``x[rows, cols]``, as
+of several arrays (``x[rows, cols]``, as
 `fgrad.vmap` writes a traced index: ``idx[j]`` below is then element ``j``
 of each), is a loop of this module's own:
 
@@ -23,8 +23,10 @@ counts as whole.
 
 A negative index counts from the end, as in NumPy; an index out of bounds
 calls the equation's NumPy code back, which raises NumPy's ``IndexError``.
-Index arrays of different shapes (broadcast) or on axes apart, a slice
-beside the arrays, or booleans made into arrays at staging, stay callouts;
+Index arrays of different shapes (``x[rows[:, None], cols]``) are read
+broadcast together; arrays on axes apart (``x[i, :, j]``) put their axes
+first, as NumPy does. A slice beside the arrays that is not whole, or
+booleans made into arrays at staging, stay callouts;
 a ``scatter_add`` of a basic index is `fgrad.compiler.program`'s own
 (pieces copied into zeros).
 """
@@ -60,18 +62,21 @@ def indexing_step(eqn, index):
     full = eqn.params["shape"] if eqn.prim is scatter_add_p else source.aval.shape
     where = _indexed_axes(eqn.params["spec"], full)
     dtype = np.dtype(eqn.outvars[0].aval.dtype)
+    try:
+        shape = np.broadcast_shapes(*[tuple(i.aval.shape) for i in indices])
+    except ValueError:
+        return None
     if where is None or any(np.dtype(i.aval.dtype).kind not in "iu" for i in indices) \
-            or len({tuple(i.aval.shape) for i in indices}) != 1 \
+            or math.prod(shape) == 0 \
             or dtype.itemsize not in (1, 2, 4, 8) or dtype.kind not in "biuf" \
             or math.prod(eqn.outvars[0].aval.shape) == 0 \
-            or 0 in full[where[0]:where[0] + len(where[1])]:
+            or any(full[a] == 0 for a in where[0]):
         return None
     if eqn.prim is getitem_p:
         return Gather(index, eqn, where, tuple(full))
     if eqn.prim is set_p:
-        values, (axis, order) = eqn.invars[1], where
-        block = (tuple(full[:axis]) + tuple(indices[0].aval.shape)
-                 + tuple(full[axis + len(order):]))
+        values = eqn.invars[1]
+        block = _indexed_shape(full, where[0], shape)
         if any(np.dtype(v.aval.dtype) != dtype for v in (source, values)) \
                 or (tuple(values.aval.shape) != block and math.prod(values.aval.shape) != 1):
             return None
@@ -81,21 +86,30 @@ def indexing_step(eqn, index):
     return ScatterAdd(index, eqn, where, tuple(full))
 
 
+def _indexed_shape(full, axes, shape):
+    """NumPy's shape of an index of arrays (broadcast to ``shape``) on
+    ``axes`` of an array of shape ``full``, every other axis whole: the
+    arrays' shape in their axes' place where these are adjacent, else first."""
+    rest = [n for d, n in enumerate(full) if d not in axes]
+    if axes == tuple(range(axes[0], axes[0] + len(axes))):
+        return tuple(rest[:axes[0]]) + tuple(shape) + tuple(rest[axes[0]:])
+    return tuple(shape) + tuple(rest)
+
+
 def _indexed_axes(spec, shape):
-    """``(axis, order)`` of an index whose arrays (all of one shape) take
-    consecutive axes from ``axis`` on, ``order[k]`` the array of axis
-    ``axis + k``, every other axis of ``shape`` whole; else None."""
+    """``(axes, order)`` of an index whose arrays take ``axes``,
+    ``order[k]`` the array of axis ``axes[k]``, every other axis of
+    ``shape`` whole; else None."""
     ndim = len(shape)
     if any(item[0] == "ellipsis" for item in spec[1:]):
         return None
     if spec and spec[0] == ("ellipsis",):
         spec = (_WHOLE,) * (ndim - len(spec) + 1) + tuple(spec[1:])
     arrays = [k for k, item in enumerate(spec) if item[0] == "array"]
-    if not arrays or arrays != list(range(arrays[0], arrays[0] + len(arrays))) \
-            or len(spec) > ndim or not all(
+    if not arrays or len(spec) > ndim or not all(
             _whole(item, shape[k]) for k, item in enumerate(spec) if k not in arrays):
         return None
-    return arrays[0], tuple(spec[k][1] for k in arrays)
+    return tuple(arrays), tuple(spec[k][1] for k in arrays)
 
 
 def _whole(item, size):
@@ -108,51 +122,98 @@ def _whole(item, size):
 
 class _Indexed(NativeStep):
     """A gather or scatter of an array of shape ``full`` by index arrays on
-    its axes ``where[0]`` on (``where[1][k]``: the array of axis
-    ``where[0] + k``)."""
+    its axes ``where[0]`` (``where[1][k]``: the array of axis
+    ``where[0][k]``), the other axes whole: blocks of the axes after the
+    last indexed one, for each element of the arrays broadcast together
+    and each index of the whole axes before that one."""
 
     fallback = True         # an index out of bounds: NumPy's IndexError
 
     def __init__(self, index, eqn, where, full):
         super().__init__(index, eqn)
-        (self.axis, self.order), self.full = where, full
-        self.inner = math.prod(full[self.axis + len(self.order):])
+        (self.axes, self.order), self.full = where, full
+        self.inner = math.prod(full[self.axes[-1] + 1:])
 
     def _loops(self, ir, b, pointer, body, call_out, alloca):
         """``body(block at the indices' element j in full, block j in the
-        compact side)`` for each index element, as element offsets (i64)."""
+        compact side)`` for each element j of the index arrays broadcast
+        together (and each index of the whole axes before the last indexed
+        one), as element offsets (i64): the compact side in NumPy's order,
+        the arrays' axes in their place where adjacent, else first."""
         i64 = ir.IntType(64)
         indices = self.eqn.invars[len(self.eqn.invars) - len(self.order):]
         starts = [pointer(idx) for idx in indices]
-        outer = math.prod(self.full[:self.axis])
-        sizes = self.full[self.axis:self.axis + len(self.order)]
-        m = math.prod(indices[0].aval.shape)
+        shape = np.broadcast_shapes(*[tuple(idx.aval.shape) for idx in indices])
+        m, last = math.prod(shape), self.axes[-1]
+        whole = [d for d in range(last) if d not in self.axes]
+        adjacent = self.axes == tuple(range(self.axes[0], last + 1))
+        strides = [math.prod(self.full[d + 1:]) for d in range(len(self.full))]
         flag = new_flag(ir, b, alloca)
-        c_m, c_inner = ir.Constant(i64, m), ir.Constant(i64, self.inner)
-        c_span = ir.Constant(i64, math.prod(sizes))
+
+        def const(n):
+            return ir.Constant(i64, n)
 
         def position(j, k):
-            """Element j of axis ``axis + k``'s index array, checked, from 0."""
+            """Element j of axis ``axes[k]``'s index array, checked, from 0."""
             idx = indices[self.order[k]]
-            raw = b.load(b.gep(starts[self.order[k]], [j]))
+            raw = b.load(b.gep(starts[self.order[k]], [_read_at(ir, b, j, idx.aval.shape,
+                                                                 shape)]))
             at = raw if raw.type.width == 64 else (
                 b.sext(raw, i64) if np.dtype(idx.aval.dtype).kind == "i" else b.zext(raw, i64))
-            c_n = ir.Constant(i64, sizes[k])
-            at = b.select(b.icmp_signed("<", at, ir.Constant(i64, 0)), b.add(at, c_n), at)
+            c_n = const(self.full[self.axes[k]])
+            at = b.select(b.icmp_signed("<", at, const(0)), b.add(at, c_n), at)
             outside = b.icmp_unsigned(">=", at, c_n)
             raise_flag(ir, b, flag, outside)
-            return b.select(outside, ir.Constant(i64, 0), at)
+            return b.select(outside, const(0), at)
 
-        def each(o):
-            def element(j):
-                at = position(j, 0)
-                for k in range(1, len(sizes)):
-                    at = b.add(b.mul(at, ir.Constant(i64, sizes[k])), position(j, k))
-                body(b.mul(b.add(b.mul(o, c_span), at), c_inner),
-                     b.mul(b.add(b.mul(o, c_m), j), c_inner))
-            counted(ir, b, c_m, element, "ix.j")
-        counted(ir, b, ir.Constant(i64, outer), each, "ix.o")
+        def element(j, before, count_before, flat_before):
+            """Block j of the arrays, after the whole axes' offsets ``before``
+            (into full) and index ``flat_before`` among ``count_before``."""
+            at = before
+            for k, axis in enumerate(self.axes):
+                at = b.add(at, b.mul(position(j, k), const(strides[axis])))
+            # where adjacent, the whole axes come first on the compact side
+            compact = b.add(b.mul(flat_before, const(m)), j) if adjacent else \
+                b.add(b.mul(j, const(count_before)), flat_before)
+            body(at, b.mul(compact, const(self.inner)))
+
+        def wholes(level, before, flat, then):
+            if level == len(whole):
+                then(before, flat)
+                return
+            d = whole[level]
+
+            def each(i):
+                wholes(level + 1, b.add(before, b.mul(i, const(strides[d]))),
+                       b.add(b.mul(flat, const(self.full[d])), i), then)
+            counted(ir, b, const(self.full[d]), each, f"ix.w{level}")
+        count = math.prod(self.full[d] for d in whole)
+        if adjacent:
+            wholes(0, const(0), const(0), lambda before, flat: counted(
+                ir, b, const(m), lambda j: element(j, before, count, flat), "ix.j"))
+        else:
+            counted(ir, b, const(m), lambda j: wholes(
+                0, const(0), const(0), lambda before, flat: element(j, before, count, flat)),
+                "ix.j")
         call_out_if(ir, b, flag, call_out)
+
+
+def _read_at(ir, b, j, own, shape):
+    """Where element ``j`` (i64) of ``shape`` is in an index array of shape
+    ``own`` broadcast to it: ``j`` itself when the shapes are one, else the
+    sum over its axes of (the axis's index) * (its stride, 0 where
+    broadcast)."""
+    own = (1,) * (len(shape) - len(own)) + tuple(own)
+    if own == tuple(shape):
+        return j
+    i64 = ir.IntType(64)
+    at, period, stride = ir.Constant(i64, 0), 1, 1
+    for n, size in zip(reversed(own), reversed(shape)):
+        if n != 1:
+            axis_index = b.urem(b.udiv(j, ir.Constant(i64, period)), ir.Constant(i64, size))
+            at = b.add(at, b.mul(axis_index, ir.Constant(i64, stride)))
+        period, stride = period * size, stride * n
+    return at
 
 
 class Gather(_Indexed):

@@ -18,12 +18,18 @@ the program's table of routine addresses (`fgrad.compiler.blas`):
   ``getrf`` on a copy of each: a C-ordered matrix read column-major is
   its transpose, so the factors are those of ``a^T``, as
   `fgrad.compiler.lu_kernels` keeps them, with the same int32 pivots;
-- ``factored_solve`` of one right-hand side with such factors is ``getrs``
-  (``"T"`` solves with ``a``, ``"N"`` with ``a^T``);
+- ``factored_solve`` with such factors is ``getrs`` (``"T"`` solves with
+  ``a``, ``"N"`` with ``a^T``), several right-hand sides copied into
+  column-major order first, while fewer than OpenBLAS's threads need;
 - ``cholesky`` is ``potrf`` (``"L"``) on each matrix copied into column-major
   order, its upper triangle then zeroed: the calls NumPy's own cholesky makes.
 - ``det`` and ``slogdet`` are ``getrf`` of a column-major copy and NumPy's
-  own sums along the diagonal (`Determinant`).
+  own sums along the diagonal (`Determinant`);
+- ``inv``, ``eigh``, ``qr`` and ``svd`` are the LAPACK calls NumPy's linalg
+  makes (`Inverse`, `Eigh`, `QR`, `SVD`: ``gesv``, ``syevd``, ``geqrf`` and
+  ``orgqr``, ``gesdd``), on the same float64 column-major copies;
+- ``identity_like`` and ``tri_like``, the masks their derivatives use, are
+  loops (`Pattern`).
 
 Measured against the interpreted tier's LU kernels (64 solves of 32x32 and
 16 of 49x49 matrices, one core): ``getrf`` of smaller matrices took twice as
@@ -33,23 +39,36 @@ lanes gain nothing from it, and a callout costs about 4 us: those are
 substitution loops called one column at a time (0.37 ms against 0.28 for 16
 49x49 systems of 8), and all at once woke OpenBLAS's thread pool (125 ms
 against 0.25 for 4 64x64 systems of 64); a vector right-hand side gained
-(0.19 ms against 0.26 for 16 of 49). Those stay callouts of the kernels.
+(0.19 ms against 0.26 for 16 of 49). Those run the kernels' own loops
+(`fgrad.compiler.lu_ir`), defined in the program (`LanesFactor`,
+`LanesSolve`), except where fewer matrices than the kernels' lanes leave
+them nothing to gain (qr's derivative solves with one ``r``).
 
-A factorization that LAPACK reports singular (``info`` not 0) runs its
-equation again by the primitive's NumPy code (a callout), which raises
-NumPy's error, as the interpreted tier does. Results are to rounding those of
+A factorization that LAPACK reports singular, or a decomposition that did
+not converge (``info`` not 0), runs its equation again by the primitive's
+NumPy code (a callout), which raises NumPy's error, as the interpreted tier
+does. Results are to rounding those of
 the interpreted tier: bitwise where it runs the same LAPACK routine (``getrf``
 for matrices larger than `fgrad.compiler.lu_kernels.LANES_MAX_N`; ``potrf``
 where NumPy's LAPACK and SciPy's are the same build); its solves substitute
 in a loop of their own, where here ``getrs`` does.
 """
+import ctypes
 import math
 
 import numpy as np
 
-from fgrad.compiler.blas import GEMM_DTYPES, MAX_BLAS_INT, PREFIXES, gemm_table, routine_index
+from fgrad.compiler.blas import (
+    GEMM_DTYPES,
+    BLAS_THREADED_WORK,
+    MAX_BLAS_INT,
+    PREFIXES,
+    call_lapack,
+    gemm_table,
+    routine_index,
+)
 from fgrad.compiler.kernel_ir import convert, counted, storage_type
-from fgrad.compiler.lu_ir import lanes
+from fgrad.compiler.lu_ir import factor_ir, lanes, solve_ir
 from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.native_steps import (
     NativeStep,
@@ -59,14 +78,19 @@ from fgrad.compiler.native_steps import (
     raise_flag,
 )
 from fgrad.core.graph import Equation, Graph, Literal, Var
-from fgrad.primitives.einsum import einsum_p, split_subscripts
+from fgrad.primitives.einsum import einsum_p, identity_like_p, split_subscripts
 from fgrad.primitives.linalg import (
     cholesky_p,
     det_p,
+    eigh_p,
     factored_solve_p,
+    inv_p,
     lu_kept,
+    qr_p,
     slogdet_p,
     solve_factors_p,
+    svd_p,
+    tri_like_p,
 )
 from fgrad.primitives.products import matmul_p
 from fgrad.primitives.shape import reshape_p, transpose_p
@@ -235,15 +259,15 @@ class LUFactor(NativeStep):
 
 
 class LUSolve(NativeStep):
-    """``factored_solve`` of one right-hand side: ``getrs`` with the factors,
-    on a copy of it."""
+    """``factored_solve``: ``getrs`` with the factors, on a copy of the
+    right-hand sides (several of them in column-major order: scratch)."""
 
     calls_blas = True
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
         _, lu, piv, rhs = self.eqn.invars
         (x,) = self.eqn.outvars
-        dtype, n = np.dtype(x.aval.dtype), x.aval.shape[-2]
+        dtype, (n, k) = np.dtype(x.aval.dtype), x.aval.shape[-2:]
         count = math.prod(x.aval.shape[:-2])
         i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
         item = storage_type(ir, dtype).as_pointer()
@@ -252,17 +276,85 @@ class LUSolve(NativeStep):
                          [i8.as_pointer(), iptr, iptr, item, iptr, iptr, item, iptr, iptr])
         # the factors are those of a^T: "T" solves with a, "N" with a^T
         trans = constant_cell(ir, b, i8, ord("N" if self.eqn.params["transpose"] else "T"))
-        size, one = constant_cell(ir, b, i32, n), constant_cell(ir, b, i32, 1)
+        size, columns = constant_cell(ir, b, i32, n), constant_cell(ir, b, i32, k)
         info = alloca(i32)
         factors, pivots, src, dst = pointer(lu), pointer(piv), pointer(rhs), pointer(x)
-        counted(ir, b, ir.Constant(i64, count * n),
-                lambda i: b.store(b.load(_at(ir, b, src, i)), _at(ir, b, dst, i)), "rs.copy")
+        cols = pointer(self.scratch[0]) if self.scratch else dst
+        c_n, c_k = ir.Constant(i64, n), ir.Constant(i64, k)
+
+        def transposed(frm, to, base, back):
+            # element (i, j) of the C-ordered n x k block at ``base``, and
+            # of the column-major one in ``cols``
+            def row(i):
+                def col(j):
+                    c_order = _at(ir, b, frm if not back else to,
+                                  b.add(base, b.add(b.mul(i, c_k), j)))
+                    column = _at(ir, b, cols, b.add(b.mul(j, c_n), i))
+                    source, target = (column, c_order) if back else (c_order, column)
+                    b.store(b.load(source), target)
+                counted(ir, b, c_k, col, "rs.j")
+            counted(ir, b, c_n, row, "rs.i")
+
+        if not self.scratch:
+            counted(ir, b, ir.Constant(i64, count * n),
+                    lambda i: b.store(b.load(_at(ir, b, src, i)), _at(ir, b, dst, i)),
+                    "rs.copy")
 
         def matrix(m):
-            b.call(getrs, [trans, size, one, _at(ir, b, factors, _offset(ir, b, m, n * n)),
+            base = _offset(ir, b, m, n * k)
+            if self.scratch:
+                transposed(src, None, base, back=False)
+            b.call(getrs, [trans, size, columns, _at(ir, b, factors, _offset(ir, b, m, n * n)),
                            size, _at(ir, b, pivots, _offset(ir, b, m, n)),
-                           _at(ir, b, dst, _offset(ir, b, m, n)), size, info])
+                           cols if self.scratch else _at(ir, b, dst, base), size, info])
+            if self.scratch:
+                transposed(None, dst, base, back=True)
         counted(ir, b, ir.Constant(i64, count), matrix, "rs.matrix")
+
+
+class LanesFactor(NativeStep):
+    """``solve_factors`` of a stack of small matrices: the LU kernels' own
+    loop (`fgrad.compiler.lu_ir.factor_ir`, several matrices at once),
+    defined in the program; a matrix it finds singular runs the equation by
+    NumPy's code, which raises."""
+
+    fallback = True
+
+    def emit(self, ir, b, pointer, table, call_out, alloca):
+        (a,), (lu, piv) = self.eqn.invars, self.eqn.outvars
+        work, info = self.scratch
+        dtype, n = np.dtype(a.aval.dtype), a.aval.shape[-1]
+        count = math.prod(a.aval.shape[:-2])
+        i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
+        name = f"lu_factor_{dtype.name}"
+        factor = b.module.globals.get(name) or factor_ir(dtype, None, name, b.module)
+        flags, flag = pointer(info), new_flag(ir, b, alloca)
+        counted(ir, b, ir.Constant(i64, count),
+                lambda m: b.store(ir.Constant(i32, 0), _at(ir, b, flags, m)), "lf.zero")
+        b.call(factor, [ir.Constant(i64, count), ir.Constant(i64, n)] + [
+            b.bitcast(pointer(v), i8p) for v in (a, lu, piv, info, work)])
+        counted(ir, b, ir.Constant(i64, count), lambda m: raise_flag(
+            ir, b, flag, b.icmp_signed("!=", b.load(_at(ir, b, flags, m)),
+                                       ir.Constant(i32, 0))), "lf.info")
+        call_out_if(ir, b, flag, call_out)
+
+
+class LanesSolve(NativeStep):
+    """``factored_solve`` by the LU kernels' substitution loops
+    (`fgrad.compiler.lu_ir.solve_ir`), defined in the program: a stack of
+    small systems, or right-hand sides enough to wake OpenBLAS's threads."""
+
+    def emit(self, ir, b, pointer, table, call_out, alloca):
+        _, lu, piv, rhs = self.eqn.invars
+        (x,) = self.eqn.outvars
+        dtype, (n, k) = np.dtype(x.aval.dtype), x.aval.shape[-2:]
+        count = math.prod(x.aval.shape[:-2])
+        i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
+        transpose = bool(self.eqn.params["transpose"])
+        name = f"lu_solve_{dtype.name}_{'t' if transpose else 'n'}"
+        solve = b.module.globals.get(name) or solve_ir(dtype, transpose, None, name, b.module)
+        b.call(solve, [ir.Constant(i64, v) for v in (count, n, k, n * n, n, n * k)] + [
+            b.bitcast(pointer(v), i8p) for v in (lu, piv, rhs, x)])
 
 
 class Cholesky(NativeStep):
@@ -396,10 +488,14 @@ def _lapack_sized(aval):
 
 def _lu_factor(eqn, index):
     (a,) = eqn.invars
-    if not _float_matrix(a.aval) or not lu_kept(np.empty((1, 1), a.aval.dtype)) \
-            or not _lapack_sized(a.aval):
+    if not _float_matrix(a.aval) or not lu_kept(np.empty((1, 1), a.aval.dtype)):
         return None
-    return LUFactor(index, eqn)
+    if _lapack_sized(a.aval):
+        return LUFactor(index, eqn)
+    n, count = a.aval.shape[-1], math.prod(a.aval.shape[:-2])
+    return LanesFactor(index, eqn, [Var(type(a.aval)((n * n * lanes(a.aval.dtype),),
+                                                     a.aval.dtype)),
+                                    Var(type(a.aval)((count,), _I32))])
 
 
 def _lu_solve(eqn, index):
@@ -408,10 +504,19 @@ def _lu_solve(eqn, index):
     if not _float_matrix(x.aval) or not lu_kept(np.empty((1, 1), lu.aval.dtype)) \
             or any(v.aval.dtype != x.aval.dtype for v in (lu, rhs)) \
             or not tuple(lu.aval.shape[:-2]) == tuple(rhs.aval.shape[:-2]) \
-            == tuple(x.aval.shape[:-2]) or tuple(piv.aval.shape) != tuple(lu.aval.shape[:-1]) \
-            or x.aval.shape[-1] != 1 or not _lapack_sized(lu.aval):
+            == tuple(x.aval.shape[:-2]) or tuple(piv.aval.shape) != tuple(lu.aval.shape[:-1]):
         return None
-    return LUSolve(index, eqn)
+    n, k = x.aval.shape[-2:]
+    if not _lapack_sized(lu.aval):
+        return LanesSolve(index, eqn)
+    if k == 1:
+        return LUSolve(index, eqn)
+    # several right-hand sides of one small system (qr's derivative solves
+    # with r), not enough work to wake OpenBLAS's threads: a copy in
+    # column-major order, ``getrs``, and back; more, the LU kernels' loops
+    if math.prod(x.aval.shape[:-2]) * n * n * k >= BLAS_THREADED_WORK:
+        return LanesSolve(index, eqn)
+    return LUSolve(index, eqn, [Var(type(x.aval)((n, k), x.aval.dtype))])
 
 
 def _cholesky(eqn, index):
@@ -423,3 +528,323 @@ def _cholesky(eqn, index):
 
 _STEPS = {solve_factors_p: _lu_factor, factored_solve_p: _lu_solve, cholesky_p: _cholesky,
           det_p: _determinant, slogdet_p: _determinant}
+
+
+# ---------------------------------------------------------------------------
+# inv, eigh, qr, svd: NumPy's own LAPACK calls
+# ---------------------------------------------------------------------------
+#
+# NumPy's linalg copies each matrix into column-major order as float64 (a
+# float32 one too), calls LAPACK on the copy, and copies the results back,
+# rounded to the input's precision: ``gesv`` against the identity for inv,
+# ``syevd`` ("V", lower triangle) for eigh, ``geqrf`` then ``orgqr`` for qr
+# (mode "reduced"), ``gesdd`` ("S", or "A" with full_matrices) for svd. The
+# steps below make the same calls on the same copies, their workspaces the
+# sizes LAPACK asks for, queried once when the program is compiled; a
+# matrix LAPACK fails on (inv's singular one, a decomposition that did not
+# converge) runs the equation again by NumPy's code, which raises NumPy's
+# LinAlgError.
+
+_F64 = np.dtype(np.float64)
+_I32 = np.dtype(np.int32)
+
+
+def _columns_in(ir, b, src, base, shape, dst, dtype):
+    """The C-ordered ``shape`` matrix at element ``base`` of ``src`` (of
+    ``dtype``) into ``dst`` in column-major order, as float64."""
+    rows, cols = (ir.Constant(ir.IntType(64), n) for n in shape)
+
+    def row(i):
+        def col(j):
+            x = b.load(_at(ir, b, src, b.add(base, b.add(b.mul(i, cols), j))))
+            b.store(convert(ir, b, x, dtype, _F64), _at(ir, b, dst, b.add(b.mul(j, rows), i)))
+        counted(ir, b, cols, col, "cin.j")
+    counted(ir, b, rows, row, "cin.i")
+
+
+def _columns_out(ir, b, src, ld, dst, base, shape, dtype, upper=False):
+    """The column-major float64 matrix ``src`` (leading dimension ``ld``)
+    into the C-ordered ``shape`` matrix at element ``base`` of ``dst``,
+    rounded to ``dtype``; below the diagonal zeros where ``upper``."""
+    i64 = ir.IntType(64)
+    rows, cols = (ir.Constant(i64, n) for n in shape)
+    zero = ir.Constant(storage_type(ir, dtype), 0.0)
+
+    def row(i):
+        def col(j):
+            x = convert(ir, b, b.load(_at(ir, b, src, b.add(b.mul(j, ir.Constant(i64, ld)), i))),
+                        _F64, dtype)
+            if upper:
+                x = b.select(b.icmp_signed("<", j, i), zero, x)
+            b.store(x, _at(ir, b, dst, b.add(base, b.add(b.mul(i, cols), j))))
+        counted(ir, b, cols, col, "cout.j")
+    counted(ir, b, rows, row, "cout.i")
+
+
+def _scratch(like, shape, dtype=_F64):
+    return Var(type(like)(tuple(shape), np.dtype(dtype)))
+
+
+def _workspace(name, arguments, *sizes):
+    """The workspace sizes LAPACK's ``name`` asks for: ``arguments`` with
+    ``"work"`` and ``"iwork"`` (queried, their lengths -1) and ``"info"`` in
+    their places; None where the query fails. At least ``sizes`` (NumPy's
+    own minimum for some routines)."""
+    work, iwork, info = (ctypes.c_double * 1)(), (ctypes.c_int32 * 1)(), ctypes.c_int32(0)
+    cells = {"work": work, "iwork": iwork, "info": info,
+             "lwork": ctypes.c_int32(-1), "liwork": ctypes.c_int32(-1)}
+    call_lapack(name, [cells[x] if isinstance(x, str) else x for x in arguments])
+    if info.value != 0:
+        return None
+    return max(int(work[0]), 1, *sizes), max(iwork[0], 1)
+
+
+class _Lapack(NativeStep):
+    """A LAPACK call on each matrix of a stack, on float64 scratch copies
+    (`_columns_in`), the results copied out (`_columns_out`); ``work`` and
+    ``iwork`` the workspace lengths queried."""
+
+    calls_blas = True
+
+    def __init__(self, index, eqn, scratch, work=1, iwork=1):
+        super().__init__(index, eqn, scratch)
+        self.work, self.iwork = work, iwork
+
+    def emit(self, ir, b, pointer, table, call_out, alloca):
+        (a,) = self.eqn.invars
+        count, size = math.prod(a.aval.shape[:-2]), math.prod(a.aval.shape[-2:])
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        info, flag = alloca(i32), new_flag(ir, b, alloca)
+        self.cell = lambda value: constant_cell(ir, b, i32, value)
+        self.char = lambda c: constant_cell(ir, b, ir.IntType(8), ord(c))
+        self.routine = lambda name, arguments: _routine(ir, b, table, name, _F64, arguments)
+        src = pointer(a)
+
+        def matrix(m):
+            _columns_in(ir, b, src, _offset(ir, b, m, size), a.aval.shape[-2:],
+                        pointer(self.scratch[0]), a.aval.dtype)
+            self.call(ir, b, pointer, info)
+            if self.fallback:
+                _note_failure(ir, b, info, flag)
+            self.results(ir, b, pointer, m)
+        counted(ir, b, ir.Constant(i64, count), matrix, f"{type(self).__name__}.matrix")
+        if self.fallback:
+            call_out_if(ir, b, flag, call_out)
+
+    @staticmethod
+    def types(ir, pattern):
+        """IR pointer types of a routine's arguments: ``"c"`` a character,
+        ``"i"`` an integer, ``"f"`` a float64."""
+        kinds = {"c": ir.IntType(8), "i": ir.IntType(32), "f": ir.DoubleType()}
+        return [kinds[k].as_pointer() for k in pattern]
+
+
+class Inverse(_Lapack):
+    """``inv``: ``gesv`` of each matrix against the identity."""
+
+    fallback = True
+
+    def call(self, ir, b, pointer, info):
+        (a,) = self.eqn.invars
+        n = a.aval.shape[-1]
+        cols, x, piv = (pointer(v) for v in self.scratch)
+        i64, c_n = ir.IntType(64), ir.Constant(ir.IntType(64), n)
+
+        def row(i):
+            counted(ir, b, c_n, lambda j: b.store(
+                b.uitofp(b.icmp_signed("==", i, j), ir.DoubleType()),
+                _at(ir, b, x, b.add(b.mul(i, c_n), j))), "id.j")
+        counted(ir, b, ir.Constant(i64, n), row, "id.i")
+        gesv = self.routine("gesv", self.types(ir, "iifiifii"))
+        b.call(gesv, [self.cell(n), self.cell(n), cols, self.cell(n), piv, x, self.cell(n),
+                      info])
+
+    def results(self, ir, b, pointer, m):
+        (out,) = self.eqn.outvars
+        n = out.aval.shape[-1]
+        _columns_out(ir, b, pointer(self.scratch[1]), n, pointer(out),
+                     _offset(ir, b, m, n * n), (n, n), out.aval.dtype)
+
+
+class Eigh(_Lapack):
+    """``eigh``: ``syevd`` (``"V"``, the lower triangle) of each matrix."""
+
+    fallback = True
+
+    def call(self, ir, b, pointer, info):
+        n = self.eqn.invars[0].aval.shape[-1]
+        cols, w, work, iwork = (pointer(v) for v in self.scratch)
+        syevd = self.routine("syevd", self.types(ir, "ccififfiiii"))
+        b.call(syevd, [self.char("V"), self.char("L"), self.cell(n), cols, self.cell(n), w,
+                       work, self.cell(self.work), iwork, self.cell(self.iwork), info])
+
+    def results(self, ir, b, pointer, m):
+        w, v = self.eqn.outvars
+        n = v.aval.shape[-1]
+        _columns_out(ir, b, pointer(self.scratch[1]), 1, pointer(w), _offset(ir, b, m, n),
+                     (1, n), w.aval.dtype)
+        _columns_out(ir, b, pointer(self.scratch[0]), n, pointer(v), _offset(ir, b, m, n * n),
+                     (n, n), v.aval.dtype)
+
+
+class QR(_Lapack):
+    """``qr`` (reduced): ``geqrf``, ``r`` its upper triangle, then ``orgqr``
+    in place for ``q``."""
+
+    def call(self, ir, b, pointer, info):
+        m, n = self.eqn.invars[0].aval.shape[-2:]
+        cols, tau, work = (pointer(v) for v in self.scratch)
+        geqrf = self.routine("geqrf", self.types(ir, "iififfii"))
+        b.call(geqrf, [self.cell(m), self.cell(n), cols, self.cell(m), tau, work,
+                       self.cell(self.work), info])
+
+    def results(self, ir, b, pointer, index):
+        (m, n), (q, r) = self.eqn.invars[0].aval.shape[-2:], self.eqn.outvars
+        k = min(m, n)
+        cols, tau, work = (pointer(v) for v in self.scratch)
+        _columns_out(ir, b, cols, m, pointer(r), _offset(ir, b, index, k * n), (k, n),
+                     r.aval.dtype, upper=True)
+        orgqr = self.routine("orgqr", self.types(ir, "iiififfii"))
+        info = self.scratch_info
+        b.call(orgqr, [self.cell(m), self.cell(k), self.cell(k), cols, self.cell(m), tau, work,
+                       self.cell(self.work), info])
+        _columns_out(ir, b, cols, m, pointer(q), _offset(ir, b, index, m * k), (m, k),
+                     q.aval.dtype)
+
+    def emit(self, ir, b, pointer, table, call_out, alloca):
+        self.scratch_info = alloca(ir.IntType(32))
+        super().emit(ir, b, pointer, table, call_out, alloca)
+
+
+class SVD(_Lapack):
+    """``svd``: ``gesdd`` (``"A"`` with full_matrices, else ``"S"``)."""
+
+    fallback = True
+
+    def call(self, ir, b, pointer, info):
+        (m, n), (u, _, vh) = self.eqn.invars[0].aval.shape[-2:], self.eqn.outvars
+        cols, s, u_cols, vt, work, iwork = (pointer(v) for v in self.scratch)
+        gesdd = self.routine("gesdd", self.types(ir, "ciififfififiii"))
+        full = self.eqn.params["full_matrices"]
+        b.call(gesdd, [self.char("A" if full else "S"), self.cell(m), self.cell(n), cols,
+                       self.cell(m), s, u_cols, self.cell(m), vt,
+                       self.cell(vh.aval.shape[-2]), work, self.cell(self.work), iwork, info])
+
+    def results(self, ir, b, pointer, index):
+        u, s, vh = self.eqn.outvars
+        m, n = self.eqn.invars[0].aval.shape[-2:]
+        k, mu, nv = min(m, n), u.aval.shape[-1], vh.aval.shape[-2]
+        _, s_cols, u_cols, vt = (pointer(v) for v in self.scratch[:4])
+        _columns_out(ir, b, u_cols, m, pointer(u), _offset(ir, b, index, m * mu), (m, mu),
+                     u.aval.dtype)
+        _columns_out(ir, b, s_cols, 1, pointer(s), _offset(ir, b, index, k), (1, k),
+                     s.aval.dtype)
+        _columns_out(ir, b, vt, nv, pointer(vh), _offset(ir, b, index, nv * n), (nv, n),
+                     vh.aval.dtype)
+
+
+def _decomposed(eqn):
+    """Whether ``eqn`` decomposes a float matrix into results of its dtype."""
+    (a,) = eqn.invars
+    return _float_matrix(a.aval) and all(v.aval.dtype == a.aval.dtype for v in eqn.outvars)
+
+
+def _inverse(eqn, index):
+    if not _decomposed(eqn):
+        return None
+    a = eqn.invars[0].aval
+    n = a.shape[-1]
+    return Inverse(index, eqn, [_scratch(a, (n, n)), _scratch(a, (n, n)),
+                                _scratch(a, (n,), _I32)])
+
+
+def _eigh(eqn, index):
+    if not _decomposed(eqn):
+        return None
+    a = eqn.invars[0].aval
+    n, c = a.shape[-1], ctypes.c_int32(a.shape[-1])
+    sizes = _workspace("dsyevd", [ctypes.c_char(b"V"), ctypes.c_char(b"L"), c,
+                                  (ctypes.c_double * 1)(), c, (ctypes.c_double * 1)(),
+                                  "work", "lwork", "iwork", "liwork", "info"])
+    if sizes is None:
+        return None
+    work, iwork = sizes
+    return Eigh(index, eqn, [_scratch(a, (n, n)), _scratch(a, (n,)), _scratch(a, (work,)),
+                             _scratch(a, (iwork,), _I32)], work, iwork)
+
+
+def _qr(eqn, index):
+    if not _decomposed(eqn):
+        return None
+    a = eqn.invars[0].aval
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    cm, cn, ck = (ctypes.c_int32(x) for x in (m, n, k))
+    one = (ctypes.c_double * 1)()
+    # NumPy's own minimum, n, besides LAPACK's answer
+    sizes = [_workspace("dgeqrf", [cm, cn, one, cm, one, "work", "lwork", "info"], n),
+             _workspace("dorgqr", [cm, ck, ck, one, cm, one, "work", "lwork", "info"], n)]
+    if None in sizes:
+        return None
+    work = max(w for w, _ in sizes)
+    return QR(index, eqn, [_scratch(a, (m, n)), _scratch(a, (k,)), _scratch(a, (work,))],
+              work)
+
+
+def _svd(eqn, index):
+    if not _decomposed(eqn):
+        return None
+    a = eqn.invars[0].aval
+    (m, n), (u, _, vh) = a.shape[-2:], eqn.outvars
+    k, mu, nv = min(m, n), u.aval.shape[-1], vh.aval.shape[-2]
+    cm, one = ctypes.c_int32(m), (ctypes.c_double * 1)()
+    job = b"A" if eqn.params["full_matrices"] else b"S"
+    sizes = _workspace("dgesdd", [ctypes.c_char(job), cm, ctypes.c_int32(n), one, cm, one,
+                                  one, cm, one, ctypes.c_int32(nv), "work", "lwork",
+                                  (ctypes.c_int32 * 1)(), "info"])
+    if sizes is None:
+        return None
+    return SVD(index, eqn, [_scratch(a, (m, n)), _scratch(a, (k,)), _scratch(a, (m, mu)),
+                            _scratch(a, (nv, n)), _scratch(a, (sizes[0],)),
+                            _scratch(a, (8 * k,), _I32)], sizes[0])
+
+
+_STEPS.update({inv_p: _inverse, eigh_p: _eigh, qr_p: _qr, svd_p: _svd})
+
+
+# ---------------------------------------------------------------------------
+# The constant matrices the derivatives use
+# ---------------------------------------------------------------------------
+
+
+class Pattern(NativeStep):
+    """``identity_like`` (ones where ``j == i``) and ``tri_like`` (ones where
+    ``j <= i + k``), zeros elsewhere: loops over the matrix."""
+
+    def reads(self):
+        return []                       # ``like`` gives the backend only
+
+    def emit(self, ir, b, pointer, table, call_out, alloca):
+        (out,), params = self.eqn.outvars, self.eqn.params
+        rows, cols = out.aval.shape
+        i64, dtype = ir.IntType(64), np.dtype(out.aval.dtype)
+        k = ir.Constant(i64, params.get("k", 0))
+        typ = storage_type(ir, dtype)
+        one, zero = (ir.Constant(typ, x if dtype.kind == "f" else int(x)) for x in (1, 0))
+        dst, c_cols = pointer(out), ir.Constant(i64, cols)
+        test = "==" if self.eqn.prim is identity_like_p else "<="
+
+        def row(i):
+            def col(j):
+                b.store(b.select(b.icmp_signed(test, j, b.add(i, k)), one, zero),
+                        _at(ir, b, dst, b.add(b.mul(i, c_cols), j)))
+            counted(ir, b, c_cols, col, "pattern.j")
+        counted(ir, b, ir.Constant(i64, rows), row, "pattern.i")
+
+
+def _pattern(eqn, index):
+    dtype = np.dtype(eqn.outvars[0].aval.dtype)
+    return Pattern(index, eqn) if dtype.kind in "iuf" else None
+
+
+_STEPS.update({identity_like_p: _pattern, tri_like_p: _pattern})
