@@ -34,7 +34,6 @@ from fgrad.compiler.lu_ir import lanes
 from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program import PROGRAM_ENV, compile_program, pays, program_steps
-from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
 from fgrad.primitives.indexing import getitem_p, set_p
 from fgrad.primitives.linalg import solve_factors_p
@@ -346,7 +345,6 @@ def test_a_program_loads_from_the_disk_cache():
 
 def test_a_program_is_built_only_where_it_is_estimated_to_pay(monkeypatch, caplog):
     monkeypatch.setenv(PROGRAM_ENV, "1")
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")          # numba's tier would replace it
 
     def matmuls(x, w):             # every equation a callout (loops are a later stage)
         for _ in range(4):
