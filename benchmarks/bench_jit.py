@@ -17,8 +17,8 @@ Workloads:
   jit-sin       jit(sin) on 8 elements: what a cached call costs
 
 The ``fgrad-unfused`` rows are ``jit(..., fuse=False)``: NumPy calls, one per
-equation, as without numba; the ``fgrad`` rows fuse elementwise groups into
-numba kernels (docs/jit.md).
+equation, as without llvmlite; the ``fgrad`` rows fuse elementwise groups into
+LLVM kernels, and compile whole programs where they pay (docs/jit.md).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _compiled_calls(g, *args):
 
 def _unfused(f):
     """The ``fgrad-unfused`` row: ``jit(..., fuse=False)``, one NumPy call per
-    equation (what jit does without numba), timed in the same run."""
+    equation (what jit does without llvmlite), timed in the same run."""
     def builder(p):
         return f(p, fuse=False)
     return builder

@@ -215,11 +215,11 @@ def main(argv=None) -> None:
         status = peer.version if peer.available else peer.reason
         header.append(f"  {peer.name + ':':10} {status}")
     if "fgrad" in peers:
-        try:            # fgrad.jit's kernels; read without importing numba
-            header.append(f"  {'numba:':10} {importlib.metadata.version('numba')} "
+        try:            # fgrad.jit's compiler; read without importing it
+            header.append(f"  {'llvmlite:':10} {importlib.metadata.version('llvmlite')} "
                           "(fgrad's jit extra)")
         except importlib.metadata.PackageNotFoundError:
-            header.append(f"  {'numba:':10} not installed: jit runs unfused")
+            header.append(f"  {'llvmlite:':10} not installed: jit runs unfused")
     print("\n".join(header))
     print()
 

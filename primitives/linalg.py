@@ -203,8 +203,8 @@ def solve(a, b):
 # ---------------------------------------------------------------------------
 
 # Filled once, when `fgrad.compiler.lu_kernels` is imported (the compiler owns
-# numba code): "factor" and "solve" on NumPy arrays of the "dtypes" listed.
-# Without them (no numba or SciPy, or another backend) the factors are a copy
+# compiled code): "factor" and "solve" on NumPy arrays of the "dtypes" listed.
+# Without them (no llvmlite or SciPy, or another backend) the factors are a copy
 # of the matrix and each solve factors it again. Nothing else writes here.
 _LU_KERNELS = {}
 

@@ -22,7 +22,7 @@ except `random_gamma`, whose shape parameter has the implicit
 reparameterization gradient ``dx/da = -(dF/da)(x; a) / p(x; a)``.
 
 Each ``impl`` runs the array code here on any backend (``array_module``);
-on NumPy arrays a numba kernel gives the same bits faster when the compiler
+on NumPy arrays a compiled kernel gives the same bits faster when the compiler
 layer installed one (`register_cpu_kernels`).
 """
 import math
@@ -121,7 +121,7 @@ def _draw_uniform(xp, keys, n, dtype):
 # log, sin and cos are written here as fdlibm's polynomials (log: its Lg1..Lg7
 # on [sqrt(2)/2, sqrt(2)]; sin, cos: __kernel_sin and __kernel_cos on
 # [-pi/4, pi/4], theta reduced exactly by quarter turns) with IEEE +, -, *, /,
-# sqrt and bit moves only: every backend, and the numba kernel, compute the
+# sqrt and bit moves only: every backend, and the compiled kernel, compute the
 # same doubles, so normals are pinned bit for bit like the bits themselves.
 
 LOG_COEFFICIENTS = (6.666666666666735130e-01, 3.999999999940941908e-01,
@@ -196,9 +196,9 @@ def _draw_normal(xp, keys, n):
 BITS, UNIFORM, NORMAL, SPLIT, FOLD_IN = range(5)
 
 # Filled once, when `fgrad.compiler.random_kernels` is imported (the compiler
-# owns numba code and its disk cache): "words32" and "words64" map to
+# owns compiled code and its disk cache): "words32" and "words64" map to
 # functions ``(keys, data, out, mode) -> bool``, False where no kernel runs
-# (no numba), and the array code above draws instead. Nothing else writes here.
+# (no llvmlite), and the array code above draws instead. Nothing else writes here.
 _CPU_KERNELS = {}
 
 

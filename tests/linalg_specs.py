@@ -151,7 +151,7 @@ SPECS["solve"] = _solve_case(_linalg.solve_p.bind, np.linalg.solve, vectors=Fals
 
 def _lu_pivots(a):
     """The pivots `solve_factors_p` keeps: LAPACK's of each a^T, 1-based (zeros
-    where numba or SciPy is missing and the factors are a copy of ``a``). Its
+    where llvmlite or SciPy is missing and the factors are a copy of ``a``). Its
     factors are LAPACK's to rounding, not bit for bit (several small matrices
     are factored at once): tests/test_lu_kernels.py compares them."""
     if not _linalg.lu_kept(a):

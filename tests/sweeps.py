@@ -6,8 +6,8 @@ stand-in device. A plain `pytest`, which a contributor runs on every change,
 takes every spec through each sweep with a few hypothesis examples; the `slow`
 marker, which CI runs as well, takes each through the profile's full count.
 So every primitive meets every sweep in both runs: only the depth differs, and
-for jit's sweeps whether every elementwise group is compiled into a numba
-kernel (the full run; the quick one runs the staged NumPy calls, and
+for jit's sweeps whether every elementwise group is compiled into a kernel
+(the full run; the quick one runs the staged NumPy calls, and
 test_fusion.py and test_cpu_fusion.py compile the elementwise specs).
 """
 import pytest

@@ -3,7 +3,9 @@
 Two parts: every elementwise function's first and second derivatives at the
 edges of its domain (0, +-1, +-inf wherever the function is finite there), and
 random programs with control flow, linear algebra and indexing under every
-transformation and their compositions. Where fgrad differs from JAX on purpose,
+transformation and their compositions; those under `jit` run a second time
+compiled, each jitted graph one native program (``FGRAD_JIT_PROGRAM=all``,
+built at the first call), and are held to JAX and to jit's interpreted tier. Where fgrad differs from JAX on purpose,
 the difference is listed here (`DIFFERENCES`) and in docs/from-jax.md, and the
 test holds fgrad to the documented value.
 
@@ -22,6 +24,8 @@ import fgrad.nn as fnn
 import fgrad.numpy as fnp
 import fgrad.scipy.special as fss
 from fgrad import lax as flax
+from fgrad.compiler import native
+from fgrad.compiler.program import PROGRAM_ENV
 from primitive_specs import BINARY, UNARY
 
 jax = pytest.importorskip("jax")
@@ -274,14 +278,44 @@ TRANSFORMS = {
 }
 
 
-def _compare(names, transforms, v, t, batch):
+class _Jit:
+    """fgrad, with `jit` made to compile (``compile="sync"``: its tiers built
+    at the first call) or not at all (``"never"``: the interpreted tier), and
+    keeping each jitted function it makes (``made``)."""
+
+    def __init__(self, mode):
+        self.mode, self.made = mode, []
+
+    def __getattr__(self, name):
+        return getattr(fgrad, name)
+
+    def jit(self, f):
+        self.made.append(fgrad.jit(f, compile=self.mode))
+        return self.made[-1]
+
+
+# transformations whose graph runs under jit: these run again compiled
+JITTED = sorted(name for name in TRANSFORMS if "jit" in name)
+
+
+def _compare(names, transforms, v, t, batch, compiled=False):
     forward_only = not all(STEPS[n][1] for n in names)
     ours, theirs = _program(names, FGRAD), _program(names, JAX)
     for name in transforms:
         apply, reverse = TRANSFORMS[name]
         if reverse and forward_only:
             continue            # JAX has no reverse mode through while_loop at all
-        got = apply(fgrad, ours, _scalar(ours, FGRAD), v, batch, t)
+        if compiled:            # every jitted graph one program, and the interpreted tier
+            native_jit, interpreted_jit = _Jit("sync"), _Jit("never")
+            got = apply(native_jit, ours, _scalar(ours, FGRAD), v, batch, t)
+            interpreted = apply(interpreted_jit, ours, _scalar(ours, FGRAD), v, batch, t)
+            tiers = {info.tier for f in native_jit.made for info in f.compile_info()}
+            assert tiers <= {"program", None}, f"program {names} under {name}: {tiers}"
+            np.testing.assert_allclose(np.asarray(got), np.asarray(interpreted), rtol=1e-11,
+                                       atol=1e-12, err_msg=f"program {names} under {name}, "
+                                       "compiled against interpreted")
+        else:
+            got = apply(fgrad, ours, _scalar(ours, FGRAD), v, batch, t)
         # JAX's side compiled: op by op, JAX takes seconds for one program
         want = jax.jit(lambda v, batch, t, apply=apply: apply(
             jax, theirs, _scalar(theirs, JAX), v, batch, t))(v, batch, t)
@@ -300,6 +334,12 @@ def test_a_program_matches_jax_under_grad_and_vmap():
     _compare(["matvec", "cond", "dynamic_index"], ["grad", "vmap"], _V, _T, _BATCH)
 
 
+@pytest.mark.skipif(not native.available(), reason="llvmlite missing")
+def test_a_compiled_program_matches_jax_and_the_interpreted_tier(monkeypatch):
+    monkeypatch.setenv(PROGRAM_ENV, "all")
+    _compare(["matvec", "scan", "gather"], ["jit(grad)"], _V, _T, _BATCH, compiled=True)
+
+
 _values = st.floats(-1.5, 1.5, allow_nan=False, allow_infinity=False)
 _vectors = st.lists(_values, min_size=N, max_size=N).map(np.array)
 
@@ -313,4 +353,18 @@ def test_random_programs_match_jax(transform):
            _vectors, st.lists(_vectors, min_size=1, max_size=3).map(np.stack))
     def check(names, v, t, batch):
         _compare(names, [transform], v, t, batch)
+    check()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not native.available(), reason="llvmlite missing")
+@pytest.mark.parametrize("transform", JITTED)
+def test_random_programs_compiled_match_jax_and_the_interpreted_tier(transform, monkeypatch):
+    monkeypatch.setenv(PROGRAM_ENV, "all")
+
+    @settings(max_examples=6)
+    @given(st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=4), _vectors,
+           _vectors, st.lists(_vectors, min_size=1, max_size=3).map(np.stack))
+    def check(names, v, t, batch):
+        _compare(names, [transform], v, t, batch, compiled=True)
     check()

@@ -26,7 +26,7 @@ from fgrad.interpreters import callbacks
 ROOT = Path(__file__).resolve().parents[1]
 
 # imported inside functions on purpose: optional, and heavy or absent
-OPTIONAL = {"cupy", "cupyx", "scipy", "numba", "llvmlite", "dask", "distributed", "zarr",
+OPTIONAL = {"cupy", "cupyx", "scipy", "llvmlite", "dask", "distributed", "zarr",
             "sklearn", "tqdm", "matplotlib", "threadpoolctl"}
 
 

@@ -15,7 +15,6 @@ from hypothesis.extra import numpy as hnp
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.compiler import cpu_fusion
-from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
 from fgrad.transforms.jit import compiled_for
 
@@ -30,9 +29,6 @@ def always_fuse(monkeypatch):
     its own test)."""
     monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)
     monkeypatch.setattr(cpu_fusion, "KERNEL_ARRAY_NS", 0)
-    # small graphs would otherwise become one whole-graph function (tested
-    # in test_whole_graph.py) instead of kernels
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")
 
 
 def _kernels(f_jit, *args):
@@ -159,7 +155,7 @@ def test_beyond_the_vector_range_the_kernel_reruns_with_numpy_functions(monkeypa
         with np.errstate(all="ignore"):
             got, total = f_jit(x)
             want, want_total = _unfused(f, x)
-        # the rerun computes with the C library (numba's np.sin), NumPy with its
+        # the rerun computes with the C library's sin, NumPy with its
         # own loops: equal to rounding, and the odd element too (which the
         # vector functions would get wrong or not at all)
         _same(got, want)
@@ -517,10 +513,10 @@ def test_fusion_off_gives_exactly_the_numpy_code(monkeypatch):
                for key, c in graph.compiled.items() if isinstance(key, tuple))
 
 
-def test_without_numba_installed_jit_runs_the_numpy_code():
-    # a fresh interpreter in which numba (and llvmlite, which comes with it)
-    # cannot be imported, as after pip install fgrad without the jit extra
-    code = ("import sys, json; sys.modules['numba'] = sys.modules['llvmlite'] = None\n"
+def test_without_llvmlite_installed_jit_runs_the_numpy_code():
+    # a fresh interpreter in which llvmlite cannot be imported, as after pip
+    # install fgrad without the jit extra
+    code = ("import sys, json; sys.modules['llvmlite'] = None\n"
             "import numpy as np, fgrad, fgrad.numpy as fnp\n"
             "from fgrad.compiler import cpu_fusion\n"
             "f = fgrad.jit(lambda x: fnp.sum(fnp.sin(x) * 2.0 + x))\n"
@@ -568,13 +564,11 @@ def test_kernels_compile_and_load_from_the_disk_cache_without_numba(tmp_path):
 
 
 @fused_only
-@pytest.mark.parametrize("size", [100, 10_000])
-def test_a_large_group_reading_many_arrays_is_one_kernel(size):
-    # past 16 inputs a group stays NumPy calls where numba may compile its
-    # kernel (whole-graph functions, arrays of up to 8192 elements); a larger
-    # group's kernel is LLVM's alone and may read up to 64
+@pytest.mark.parametrize("n, size", [(20, 100), (20, 10_000), (70, 100)])
+def test_a_group_reading_many_arrays_is_one_kernel(n, size):
+    # a kernel reads up to MAX_KERNEL_INPUTS (64) arrays, at any size
     rng = np.random.default_rng(3)
-    xs = [rng.uniform(0.5, 1.5, size) for _ in range(20)]
+    xs = [rng.uniform(0.5, 1.5, size) for _ in range(n)]
 
     def f(*xs):
         total = xs[0]
@@ -584,7 +578,8 @@ def test_a_large_group_reading_many_arrays_is_one_kernel(size):
     f_jit = fgrad.jit(f)
     np.testing.assert_allclose(f_jit(*xs), _unfused(f, *xs), rtol=1e-13)
     kernels = _kernels(f_jit, *xs)
-    assert (len(kernels) == 1 and len(kernels[0].plan.inputs) == 20) == (size > 8192)
+    one = len(kernels) == 1 and len(kernels[0].plan.inputs) == n
+    assert one == (n <= cpu_fusion.MAX_KERNEL_INPUTS)
 
 
 @fused_only

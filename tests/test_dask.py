@@ -328,9 +328,9 @@ def client():
     # the functions defined here travel to the workers by value: pytest imports
     # this file as ``tests.test_dask``, a name the workers cannot import
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    # numba's compiler costs a worker ~150 MiB once it compiles a fused kernel,
-    # more than these deliberately small workers have: the compiled path has its
-    # own tests; these are about the cluster
+    # a compiler costs a worker memory once it compiles a fused kernel (numba's
+    # took ~150 MiB), more than these deliberately small workers have: the
+    # compiled path has its own tests; these are about the cluster
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       memory_limit=MEMORY_LIMIT, dashboard_address=None,
                       env={"FGRAD_JIT_FUSE": "0"}) as cluster, \

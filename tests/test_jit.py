@@ -1,6 +1,5 @@
 """jit and make_graph: staging, the signature cache, composition, errors."""
 import logging
-import os
 
 import numpy as np
 import pytest
@@ -15,8 +14,8 @@ from fgrad.core.graph import Graph, Literal, check_staged
 from primitive_specs import SPECS
 from sweeps import examples, sweep
 from fgrad.compiler import cpu_fusion
+from fgrad.compiler.program import PROGRAM_ENV
 from fgrad.compiler.tiers import COMPILE_ENV
-from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.compiler.codegen import compile_graph
 from fgrad.transforms.jit import CACHE_SIZE
 
@@ -267,18 +266,18 @@ def test_staging_and_compiling_a_hundred_thousand_equations():
 @pytest.mark.parametrize("name, count", sweep(SPECS))
 def test_jit_equals_eager_and_jit_grad_equals_grad(name, count, monkeypatch):
     if count is None:
-        # the full run: with numba, every elementwise group is fused however
-        # small (kernel calls priced at nothing), so each spec also checks the
-        # kernels (compiling them is most of this sweep's time)
+        # the full run: every elementwise group is fused however small
+        # (kernel calls priced at nothing) and compiled at the first call, so
+        # each spec also checks the kernels tier; the program tier has sweeps
+        # of its own (test_program.py)
         monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)
         monkeypatch.setattr(cpu_fusion, "KERNEL_ARRAY_NS", 0)
+        monkeypatch.setenv(COMPILE_ENV, "sync")
+        monkeypatch.setenv(PROGRAM_ENV, "0")
     else:
         # the quick run checks the staged graph as NumPy calls; the kernels
         # meet the elementwise specs in test_fusion.py and test_cpu_fusion.py
         monkeypatch.setenv(COMPILE_ENV, "never")
-    # kernels, not whole-graph functions, unless the run asks for those
-    # (FGRAD_JIT_WHOLE_GRAPH=1 checks every spec compiled whole: slow)
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, os.environ.get(WHOLE_GRAPH_ENV, "0"))
     @examples(count)
     @given(SPECS[name])
     def check(case):

@@ -1,9 +1,8 @@
-"""The disk cache of compiled CPU kernels: private, verified, safe to fill at once.
+"""The disk cache of compiled code: private, verified, safe to fill at once.
 
-Two kinds of entry: a directory of numba's cache files for each numba
-function (whole graphs, LU and random kernels: `_in_process` builds one), and
-one file of machine code for each fused kernel LLVM compiles directly
-(`fgrad.compiler.native`: what jit's kernels tier, `_run`, leaves)."""
+One file of machine code for each function LLVM compiles (`fgrad.compiler.native`:
+what jit's kernels tier, `_run`, leaves)."""
+import logging
 import os
 import stat
 import subprocess
@@ -12,34 +11,8 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("numba")
+from fgrad.compiler import kernel_cache
 
-import logging  # noqa: E402
-
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
-
-from fgrad.compiler import kernel_cache  # noqa: E402
-
-_SOURCE = textwrap.dedent("""
-    def kernel(n, in0, out0):
-        for i in range(n):
-            out0[i] = np.float64(np.tanh(in0[i]) * 2.0)
-        return ()
-""")
-_SIGNATURE = numba.types.Tuple(())(numba.types.intp, numba.float64[::1], numba.float64[::1])
-
-
-def _in_process(cache, monkeypatch, caplog):
-    """Load or build the small kernel here; say which happened."""
-    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(cache))
-    caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger="fgrad.jit"):
-        fn = kernel_cache.load_or_build(_SOURCE, _SIGNATURE)
-    x, out = np.linspace(-1, 1, 5), np.empty(5)
-    fn(5, x, out)
-    np.testing.assert_allclose(out, np.tanh(x) * 2.0, rtol=1e-15)
-    return "loaded" if "from the disk cache" in caplog.text else "built"
 
 # one small kernel, compiled in a fresh interpreter: the process reports
 # whether it loaded the entry or compiled it
@@ -58,9 +31,9 @@ _CHILD = textwrap.dedent("""
 
 
 def _run(cache, n=1):
-    # fused kernels, not a whole-graph function (tests/test_whole_graph.py)
+    # fused kernels, not a program
     env = dict(os.environ, FGRAD_KERNEL_CACHE=str(cache), FGRAD_JIT_FUSE="1",
-               FGRAD_JIT_WHOLE_GRAPH="0")
+               FGRAD_JIT_PROGRAM="0")
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(n)]
@@ -118,33 +91,6 @@ def test_a_damaged_machine_code_file_is_detected_and_rebuilt(tmp_path, monkeypat
     assert _run(cache) == ["loaded"]
 
 
-@pytest.mark.parametrize("damage", ["truncate", "corrupt", "foreign", "no manifest"])
-def test_a_damaged_entry_is_detected_and_rebuilt(tmp_path, monkeypatch, caplog, damage):
-    cache = tmp_path / "kernels"
-    assert _in_process(cache, monkeypatch, caplog) == "built"
-    assert _in_process(cache, monkeypatch, caplog) == "loaded"
-    (entry,) = _entries(cache)
-    folder = cache / entry
-    data = [folder / "__pycache__" / n for n in os.listdir(folder / "__pycache__")
-            if n.endswith(".nbc")][0]
-    if damage == "truncate":
-        data.write_bytes(data.read_bytes()[:100])
-    elif damage == "corrupt":
-        blob = bytearray(data.read_bytes())
-        blob[len(blob) // 2] ^= 0xFF
-        data.write_bytes(bytes(blob))
-    elif damage == "foreign":       # a whole entry, but made for another kernel
-        manifest = (folder / "MANIFEST").read_text()
-        (folder / "MANIFEST").write_text(manifest.replace(entry, "0" * len(entry)))
-    else:
-        (folder / "MANIFEST").unlink()
-    assert not kernel_cache.verify(str(folder), entry)
-    assert _in_process(cache, monkeypatch, caplog) == "built"
-    assert "corrupt" in caplog.text
-    assert kernel_cache.verify(str(folder), entry)      # whole again
-    assert _in_process(cache, monkeypatch, caplog) == "loaded"
-
-
 def test_two_processes_filling_the_cache_at_once_leave_one_whole_entry(tmp_path, monkeypatch):
     cache = tmp_path / "kernels"
     # each compiles, or loads what the other finished first
@@ -165,28 +111,3 @@ def test_a_directory_others_can_write_is_not_used(tmp_path, monkeypatch, caplog)
     assert "not private" in caplog.text
     monkeypatch.setenv(kernel_cache.CACHE_ENV, "off")
     assert kernel_cache.cache_dir() is None
-
-
-def test_an_alias_finds_an_entry_without_numba_and_a_bad_one_finds_none(tmp_path, monkeypatch):
-    # the whole-graph tier asks, before numba is loaded, whether its function
-    # is on disk (fgrad.compiler.tiers): only a whole entry holding that
-    # source, named by an intact alias file, counts
-    cache = tmp_path / "kernels"
-    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(cache))
-    alias = kernel_cache.alias_key(_SOURCE, "intp, float64[1d C], float64[1d C]")
-    assert alias != kernel_cache.alias_key(_SOURCE, "intp, float32[1d C], float32[1d C]")
-    assert not kernel_cache.is_cached_as(alias, _SOURCE)            # an empty cache
-    kernel_cache.load_or_build(_SOURCE, _SIGNATURE, alias=alias)
-    assert kernel_cache.is_cached_as(alias, _SOURCE)
-    assert not kernel_cache.is_cached_as(alias, _SOURCE + "# another kernel\n")
-    named = cache / (alias + ".alias")
-    key = named.read_text().strip()
-    for damage in [b"", b"not a key", b"\xff" * 40, b"f" * 40]:    # the last names no entry
-        named.write_bytes(damage)
-        assert not kernel_cache.is_cached_as(alias, _SOURCE)
-    named.write_text(key)
-    assert kernel_cache.is_cached_as(alias, _SOURCE)
-    (cache / key / "MANIFEST").unlink()                             # a stale alias
-    assert not kernel_cache.is_cached_as(alias, _SOURCE)
-    kernel_cache.load_or_build(_SOURCE, _SIGNATURE, alias=alias)     # rebuilt, named again
-    assert kernel_cache.is_cached_as(alias, _SOURCE)

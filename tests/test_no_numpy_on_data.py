@@ -53,7 +53,7 @@ ALLOWED = {
     ("primitives/random.py", "_log_unit"):
         "numpy.uint64 of Python ints: scalar bit masks of the float64 layout",
     ("primitives/random.py", "<module>"):
-        "an empty uint32 array handed to the numba kernels, which run on NumPy data only",
+        "an empty uint32 array handed to the compiled kernels, which run on NumPy data only",
     ("primitives/sparse.py", "_constant_index"):
         "a sparse structure's index arrays are host constants (read-only NumPy), "
         "like a NumPy index; only the values are device data",

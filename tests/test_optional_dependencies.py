@@ -1,4 +1,4 @@
-"""fgrad with none of its optional engines: llvmlite and numba (jit's compilers), SciPy
+"""fgrad with none of its optional engines: llvmlite (jit's compiler), SciPy
 (fgrad.scipy), Dask (fgrad.dask) hidden from a fresh interpreter, installed
 or not. The core works; what needs a missing package says which extra to
 install."""
@@ -25,11 +25,12 @@ _CHILD = textwrap.dedent("""
     x = np.linspace(-1.0, 1.0, 24).reshape(4, 2, 3)
     want = fgrad.grad(loss)(w, x)
     f = fgrad.jit(fgrad.grad(loss))
-    for _ in range(12):              # past the call that would compile it whole
+    for _ in range(3):               # past the call that would ask for compiled code
         got = f(w, x)
     np.testing.assert_allclose(got, want, rtol=1e-12)
     lowered = f.lower(w, x)
-    assert not cpu_fusion.enabled() and lowered.kernels == [] and lowered.whole_graph is None
+    assert not cpu_fusion.enabled() and lowered.kernels == [] and lowered.program is None
+    assert lowered.tier == "numpy"
     per_example = fgrad.vmap(fgrad.grad(loss), in_axes=(None, 1))(w, x[:, :, None, :])
     assert per_example.shape == (2, 3, 3)
     _, hvp = fgrad.jvp(fgrad.grad(lambda v: fnp.sum(fnp.sin(v) ** 2)), (w,), (w,))
@@ -53,7 +54,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def test_without_numba_scipy_and_dask_the_core_works_and_extras_are_named():
+def test_without_llvmlite_scipy_and_dask_the_core_works_and_extras_are_named():
     done = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr

@@ -20,6 +20,7 @@ from hypothesis import given
 from primitive_specs import NONDIFF_SPECS, SPECS
 from program_checks import agree as _agree
 from program_checks import both as _both
+from program_checks import ROUNDING, same_operations
 from sweeps import examples, sweep
 
 import fgrad
@@ -34,7 +35,6 @@ from fgrad.compiler.lu_ir import lanes
 from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program import PROGRAM_ENV, compile_program, pays, program_steps
-from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import InvalidInputError
 from fgrad.primitives.indexing import getitem_p, set_p
 from fgrad.primitives.linalg import solve_factors_p
@@ -47,19 +47,22 @@ pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing
 # ---------------------------------------------------------------------------
 
 
+def _agree_as_computed(program, got, want):
+    """Bit for bit where the program computes as NumPy does, else to rounding."""
+    _agree(got, want, exact=same_operations(program.graph))
+
+
 @pytest.mark.parametrize("name, count", sweep(SPECS, quick=1))
 def test_every_spec_and_its_gradient_as_one_program(name, count):
     @examples(count)
     @given(SPECS[name])
     def check(case):
-        _, got, want = _both(case.fun, *case.args)
-        _agree(got, want)
+        _agree_as_computed(*_both(case.fun, *case.args))
         if case.order:
             def scalar(*xs):
                 return fnp.sum(fnp.real(case.fun(*xs)) * 1.5)
             grad = fgrad.grad(scalar, tuple(range(len(case.args))))
-            _, got, want = _both(grad, *case.args)
-            _agree(got, want)
+            _agree_as_computed(*_both(grad, *case.args))
     check()
 
 
@@ -69,8 +72,7 @@ def test_every_nondifferentiable_spec_as_one_program(name, count):
     @given(NONDIFF_SPECS[name])
     def check(case):
         f, _, args = case
-        _, got, want = _both(f, *args)
-        _agree(got, want)
+        _agree_as_computed(*_both(f, *args))
     check()
 
 
@@ -220,11 +222,53 @@ def _dtype_cases():
 def test_every_dtype_as_the_interpreted_tier(dtype, fun):
     x, y = _edge_values(dtype)
     with np.errstate(all="ignore"):
-        _, got, want = _both(fun, x, y)
-    # float32 and complex64 sums, an angle: to rounding
-    _agree(got, want, exact=dtype not in ("float32", "complex64") and not (
-        dtype == "complex128" and fun in (_INTEGER_OPERATIONS["reduce"],
-                                          _COMPLEX_OPERATIONS["parts"])))
+        program, got, want = _both(fun, x, y)
+    # float32 and complex64: bit for bit too where no sum (in float64, where
+    # NumPy's is in float32) or function of `ROUNDING` is computed; a complex128
+    # sum or angle: to rounding
+    rounded = dtype == "complex128" and fun in (_INTEGER_OPERATIONS["reduce"],
+                                                _COMPLEX_OPERATIONS["parts"])
+    _agree(got, want, exact=not rounded and (
+        dtype not in ("float32", "complex64") or same_operations(program.graph)))
+
+
+# every elementwise operation a program's loops compute (and a few it calls
+# out for), on the edge values above
+_ELEMENTWISE_UNARY = (
+    "negative", "absolute", "square", "sqrt", "cbrt", "exp", "exp2", "expm1", "log", "log2",
+    "log10", "log1p", "sin", "cos", "tan", "sinh", "cosh", "tanh", "arcsin", "arccos",
+    "arctan", "arcsinh", "arccosh", "arctanh", "floor", "ceil", "trunc", "rint", "isnan",
+    "isinf", "isfinite", "signbit", "sign", "logical_not", "invert")
+_ELEMENTWISE_BINARY = (
+    "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "arctan2",
+    "hypot", "fmod", "floor_divide", "remainder", "equal", "not_equal", "less", "less_equal",
+    "greater", "greater_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
+    "bitwise_or", "bitwise_xor")
+
+
+@pytest.mark.parametrize("dtype", SWEEP_DTYPES)
+def test_every_elementwise_operation_with_nan_inf_and_wraparound_as_numpy(dtype):
+    # one program of every operation NumPy defines for the dtype: each result
+    # NumPy's bits, or (a function of `ROUNDING`) equal to rounding, NaN where
+    # NumPy has NaN and infinities of NumPy's signs
+    x, y = _edge_values(dtype)
+    names = []
+    with np.errstate(all="ignore"):
+        for name in _ELEMENTWISE_UNARY + _ELEMENTWISE_BINARY:
+            operands = (x,) if name in _ELEMENTWISE_UNARY else (x, y)
+            try:
+                getattr(np, name)(*operands)
+            except (TypeError, ValueError):     # not defined for this dtype, or values
+                continue
+            names.append(name)
+
+        def every(x, y):
+            return tuple(getattr(fnp, n)(*((x,) if n in _ELEMENTWISE_UNARY else (x, y)))
+                         for n in names)
+        _, got, want = _both(every, x, y)
+    assert len(names) >= 20
+    for name, g, w in zip(names, got, want):
+        _agree([g], [w], exact=name not in ROUNDING)
 
 
 @pytest.mark.parametrize("dtype", [d for d in SWEEP_DTYPES if d[0] in "iu"])
@@ -362,7 +406,6 @@ def test_a_program_loads_from_the_disk_cache():
 
 def test_a_program_is_built_only_where_it_is_estimated_to_pay(monkeypatch, caplog):
     monkeypatch.setenv(PROGRAM_ENV, "1")
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")          # numba's tier would replace it
 
     def matmuls(x, w):             # every equation a callout (loops are a later stage)
         for _ in range(4):

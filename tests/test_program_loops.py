@@ -23,7 +23,6 @@ from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program import PROGRAM_ENV, compile_program
 from fgrad.compiler.program_loops import Loop
-from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
 
@@ -201,20 +200,6 @@ def test_jit_compiles_a_loop_into_its_program(monkeypatch):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     for g, w in zip(got[1], want[1]):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
-
-
-def test_a_compiled_program_is_final_numbas_tier_is_not_tried_after_it(monkeypatch, caplog):
-    monkeypatch.setenv(PROGRAM_ENV, "1")
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "2")     # numba's tier from the second call
-    f = fgrad.jit(lambda x: lax.fori_loop(0, 20, lambda i, c: c * 0.5 + 1.0, x))
-    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
-        for _ in range(6):
-            f(_X)
-            assert f.wait_compiled()
-    (info,) = f.compile_info()
-    assert info.tier == "program" and "whole tier compiled" not in caplog.text
-    np.testing.assert_array_equal(f(_X), generate(optimize(fgrad.make_graph(
-        lambda x: lax.fori_loop(0, 20, lambda i, c: c * 0.5 + 1.0, x))(_X), np), np).fn(_X)[0])
 
 
 def test_a_loop_program_that_fails_to_compile_runs_on_interpreted(monkeypatch, caplog):

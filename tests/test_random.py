@@ -15,7 +15,6 @@ from fgrad import nn
 from fgrad import random
 from fgrad.compiler import native, random_kernels
 from fgrad.compiler.program import PROGRAM_ENV, compile_program
-from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 from fgrad.errors import (MissingRuleError, RandomArgumentError, RandomKeyError,
                           StatefulRandomnessError)
 from fgrad.primitives import random as rp
@@ -225,16 +224,18 @@ def test_the_same_key_gives_the_same_numbers_eagerly_jitted_and_vmapped(name):
     np.testing.assert_array_equal(fgrad.jit(fgrad.vmap(draw))(keys), eager)
 
 
-def test_jit_compiled_whole_draws_afresh_on_every_call(monkeypatch):
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "1")
+@pytest.mark.skipif(not native.available(), reason="llvmlite missing")
+def test_a_jitted_program_draws_afresh_on_every_call(monkeypatch):
+    monkeypatch.setenv(PROGRAM_ENV, "all")
 
     def step(x, key):
         noise = random.normal(key, (4,))
         return fnp.tanh(x + 0.1 * noise) * 2.0 + random.uniform(key, (4,))
-    jitted = fgrad.jit(step)
+    jitted = fgrad.jit(step, compile="sync")          # the program from the first call
     x = np.linspace(-1, 1, 4)
-    for k in random.split(KEY, 12):         # past the calls before compiling whole
+    for k in random.split(KEY, 12):
         np.testing.assert_allclose(jitted(x, k), step(x, k), rtol=1e-13)
+    assert jitted.compile_info()[0].tier == "program"
 
 
 @pytest.mark.skipif(not native.available(), reason="llvmlite missing")

@@ -1,6 +1,6 @@
 """Tiered compilation (issue 35): calls run NumPy calls while the kernels and the
-whole graph compile on a background thread, switch to them once built, agree
-with them, and never wait for numba."""
+program compile on a background thread, switch to them once built, agree with
+them, and never wait for a compiler."""
 import gc
 import logging
 import os
@@ -14,17 +14,13 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.compiler import cpu_fusion, parallel, whole_graph
+from fgrad.compiler import cpu_fusion, parallel
 from fgrad.compiler.program import PROGRAM_ENV
 from fgrad.compiler.tiers import COMPILE_SWITCH_INTERVAL, CompileQueue, in_background, wait_all
-from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 compiles = pytest.mark.skipif(not cpu_fusion.enabled(),
                               reason="llvmlite missing or FGRAD_JIT_FUSE=0")
-# the whole-graph tier is numba's, an extra of its own
-compiles_whole = pytest.mark.skipif(not (cpu_fusion.enabled() and whole_graph.available()),
-                                    reason="numba missing or FGRAD_JIT_FUSE=0")
 
 
 def _python(code, **env):
@@ -80,13 +76,9 @@ def test_a_function_dropped_before_its_compile_runs_compiles_nothing(caplog):
 
 @compiles
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("tier", ["kernels", "program",
-                                  pytest.param("whole", marks=[compiles_whole,
-                                                               pytest.mark.slow])])
+@pytest.mark.parametrize("tier", ["kernels", "program"])
 def test_each_tier_gives_numpys_bits_where_the_operations_are_the_same(
         tier, dtype, monkeypatch):
-    # (numba compiles a whole graph in tens of seconds: that one is slow)
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "1" if tier == "whole" else "0")
     monkeypatch.setenv(PROGRAM_ENV, "all" if tier == "program" else "0")
     monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)     # fuse even tiny groups
     rng = np.random.default_rng(3)
@@ -119,19 +111,14 @@ def _bits(tree):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("mode, whole_at", [
-    ("never", "0"), pytest.param("sync", "0", marks=compiles),
-    pytest.param("background", "0", marks=compiles),
+@pytest.mark.parametrize("mode, last", [
+    ("never", "numpy"), pytest.param("sync", "kernels", marks=compiles),
+    pytest.param("background", "kernels", marks=compiles),
     pytest.param("sync", "program", marks=compiles),
-    # (numba compiles the whole graph in seconds)
-    pytest.param("sync", "3", marks=[compiles_whole, pytest.mark.slow])])
-def test_parallel_gives_the_sequential_bits_in_every_tier(mode, whole_at, dtype,
-                                                           monkeypatch):
-    # whole_at: the call numba's whole graph takes over at, or "program" for
-    # the program tier (each test else runs without it)
-    program = whole_at == "program"
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0" if program else whole_at)
-    monkeypatch.setenv(PROGRAM_ENV, "all" if program else "0")
+    pytest.param("background", "program", marks=compiles)])
+def test_parallel_gives_the_sequential_bits_in_every_tier(mode, last, dtype, monkeypatch):
+    # last: the tier the calls end in (the program tier forced, or off)
+    monkeypatch.setenv(PROGRAM_ENV, "all" if last == "program" else "0")
     monkeypatch.setattr(parallel, "PARALLEL_MIN_SIZE", 0)    # every equation on the pool
     rng = np.random.default_rng(5)
     w, x = rng.standard_normal((6, 6)).astype(dtype), rng.standard_normal((3, 6)).astype(dtype)
@@ -149,14 +136,12 @@ def test_parallel_gives_the_sequential_bits_in_every_tier(mode, whole_at, dtype,
         assert sequential.lower(w, x).tier == tiers[-1]
     if mode == "never":         # the NumPy tier is the eager sweep, equation for equation
         assert all(np.array_equal(a, b) for a, b in zip(_bits(grad(w, x)), want))
-    assert tiers[-1] == {"never": "numpy", "0": "kernels", "3": "whole",
-                         "program": "program"}[
-        "never" if mode == "never" else whole_at]
+    assert tiers[-1] == last
 
 
 @compiles
 def test_several_threads_call_while_the_tiers_are_switched_in(monkeypatch):
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")
+    monkeypatch.setenv(PROGRAM_ENV, "0")
     x = np.linspace(-3.0, 3.0, 1000)
     loss = lambda x: fnp.sum(fnp.tanh(fnp.sin(x) * 1.5 + x) * fnp.exp(-x * x))  # noqa: E731
     want = fgrad.grad(loss)(x)
@@ -198,16 +183,15 @@ def test_a_bad_compile_mode_names_the_modes():
 
 
 @compiles
-def test_without_numba_every_tier_but_the_whole_graph_runs():
-    # numba cannot be imported (the jit extra no longer brings it): the
-    # whole-graph tier is not built, even when asked for, and the kernels,
-    # the random draws' and the LU solves' compiled loops all run on LLVM
+def test_without_numba_every_tier_runs():
+    # numba cannot be imported (nothing of fgrad's needs it): the kernels, the
+    # program, the random draws' and the LU solves' compiled loops all run on
+    # LLVM
     done = _python("""
         import sys
         sys.modules["numba"] = None
         import numpy as np, fgrad, fgrad.numpy as fnp
         from fgrad import random
-        from fgrad.compiler import whole_graph
         from fgrad.primitives import linalg
 
         def loss(a, key):
@@ -217,28 +201,28 @@ def test_without_numba_every_tier_but_the_whole_graph_runs():
         a, key = np.eye(3) * 2.0 + 0.1, random.key(0)
         for _ in range(12):
             got = step(a, key)
-        # (a program where it pays: the solves of two right-hand sides are getrs)
-        assert step.wait_compiled() and step.compile_info()[0].tier in ("kernels", "program")
+        # (a program: the solves of two right-hand sides are getrs)
+        assert step.wait_compiled() and step.compile_info()[0].tier == "program"
         want = fgrad.value_and_grad(loss)(a, key)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
-        assert not whole_graph.available() and step.lower(a, key).whole_graph is None
         assert linalg.lu_kept(a)        # solve's factors kept: the LU loops are there
         print("ok")
-    """, FGRAD_JIT_WHOLE_GRAPH="1", FGRAD_JIT_COMPILE="background")
+    """, FGRAD_JIT_PROGRAM="all", FGRAD_JIT_COMPILE="background")
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr
 
 
-def test_compile_never_and_import_leave_numba_unloaded():
+def test_compile_never_and_import_leave_llvm_unloaded():
     done = _python("""
         import sys
         import numpy as np, fgrad, fgrad.numpy as fnp
-        assert "numba" not in sys.modules, "import fgrad imported numba"
+        assert "llvmlite" not in sys.modules, "import fgrad imported llvmlite"
         f = fgrad.jit(fgrad.grad(lambda x: fnp.sum(fnp.sin(x) * x)), compile="never")
         for _ in range(12):
             f(np.ones(100))
         assert f.wait_compiled() and f.compile_info()[0].tier == "numpy"
-        assert "numba" not in sys.modules, "compile='never' imported numba"
+        assert "llvmlite" not in sys.modules, "compile='never' imported llvmlite"
+        assert "numba" not in sys.modules
         print("ok")
     """)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr
@@ -279,64 +263,3 @@ def test_compile_jobs_run_at_a_fine_switch_interval_and_restore_it():
         assert sys.getswitchinterval() == 0.01
     finally:
         sys.setswitchinterval(before)
-
-
-# a scan's gradient, called in a fresh interpreter: the kernels tier done (it
-# finds no kernel outside the loop: the calls run NumPy's), then
-# COMPILE_AFTER_CALLS calls (each far quicker than the whole graph's estimated
-# compile); the child says which tier its calls then run, whether numba was
-# loaded when the whole graph was asked for, and, with "fill", compiles it whole
-_WARM_CHILD = """
-    import io, logging, re, sys, time
-    import numpy as np, fgrad, fgrad.numpy as fnp
-    from fgrad import lax
-    from fgrad.compiler.whole_graph import COMPILE_AFTER_CALLS
-    log = io.StringIO()
-    logging.getLogger("fgrad.jit").addHandler(logging.StreamHandler(log))
-    logging.getLogger("fgrad.jit").setLevel(logging.DEBUG)
-
-    def loss(w, xs):
-        h, _ = lax.scan(lambda h, x: (fnp.tanh(h @ w + x), None), xs[0] * 0.0, xs)
-        return fnp.sum(h * h)
-    w, xs = np.eye(8) * 0.5, np.linspace(-1, 1, 5 * 4 * 8).reshape(5, 4, 8)
-    f = fgrad.jit(fgrad.grad(loss))
-    f(w, xs), f(w, xs)                      # the second call asks for the kernels
-    while f.compile_info()[0].compiling:
-        time.sleep(0.01)
-    numba_loaded = "numba" in sys.modules
-    for _ in range(COMPILE_AFTER_CALLS):
-        f(w, xs)
-    while f.compile_info()[0].compiling:
-        time.sleep(0.01)
-    print(f.compile_info()[0].tier, "numba" if numba_loaded else "no-numba",
-          # numba's functions (the whole graph here), not LLVM's loop kernels
-          "loaded" if re.search("kernel [0-9a-f]{40} loaded from the disk", log.getvalue())
-          else "-")
-    if sys.argv[1:] == ["fill"]:
-        assert f.wait_compiled() and f.compile_info()[0].tier == "whole"
-"""
-
-
-def _warm_child(cache, *args):
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_WARM_CHILD), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": ROOT, "FGRAD_KERNEL_CACHE": cache,
-                               "FGRAD_JIT_COMPILE": "background",
-                               PROGRAM_ENV: "0"})     # numba's tier, not the program's
-    assert done.returncode == 0, done.stderr
-    return done.stdout.split()
-
-
-@compiles_whole
-@pytest.mark.slow            # fresh processes: numba's start-up, and the compile once
-def test_a_second_process_asks_for_the_whole_graph_on_disk_at_its_call_count(tmp_path):
-    # an empty cache: the calls must first take the compile's estimate
-    cache = str(tmp_path / "kernels")
-    assert _warm_child(cache, "fill") == ["numpy", "no-numba", "-"]
-    # the function on disk, found before numba is loaded: asked for at once
-    assert _warm_child(cache) == ["whole", "no-numba", "loaded"]
-    # an alias file damaged: the estimate again
-    (named,) = [n for n in os.listdir(cache) if n.endswith(".alias")]
-    with open(os.path.join(cache, named), "w") as f:
-        f.write("0" * 40)
-    assert _warm_child(cache) == ["numpy", "no-numba", "-"]

@@ -7,7 +7,8 @@
 - `cpu_fusion`: the same groups on NumPy as LLVM kernels (under jit).
 - `kernel_ir`: those kernels' loops, written as LLVM IR.
 - `complex_ir`: complex values in that IR, each operation NumPy's algorithm.
-- `kernel_cache`: compiling those kernels, and the private disk cache.
+- `native`: LLVM IR compiled to machine code (through llvmlite) and called.
+- `kernel_cache`: the private disk cache of compiled machine code.
 - `random_ir`: the random draws' loops (Threefry-2x32 words made into bits,
   uniforms, normals and keys), written as LLVM IR, for `random_kernels` and
   `program`.
@@ -22,8 +23,6 @@
   loops on NumPy.
 - `pool_kernels`: `fgrad.primitives.nn`'s max pooling and its gradient as
   compiled loops on NumPy.
-- `whole_graph`: a small graph (loops and branches included) as one numba
-  function, so no Python runs between its equations.
 - `buffer_plan`: every intermediate of a program at an offset in one arena,
   dead buffers reused.
 - `blas`: the addresses of SciPy's BLAS and LAPACK routines that compiled
@@ -37,7 +36,7 @@
   as loops.
 - `parallel`: independent large equations run on worker threads.
 - `tiers`: a jitted graph runs NumPy calls at once while its kernels and
-  whole-graph function compile on a background thread.
+  program compile on a background thread.
 
 The compiler knows graphs and primitives' ``impl`` columns, never tracing.
 """

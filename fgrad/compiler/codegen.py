@@ -334,7 +334,7 @@ def compile_graph(graph, xp=np, name="staged", optimize_graph=True, fuse=True,
 
     On a backend registered with an ``elementwise_kernel`` hook (CuPy), chains
     of elementwise equations then become one generated kernel each
-    (`fgrad.compiler.fusion`). On NumPy, ``fuse_cpu=True`` makes them numba
+    (`fgrad.compiler.fusion`). On NumPy, ``fuse_cpu=True`` makes them LLVM
     kernels (`fgrad.compiler.cpu_fusion`), compiled now; otherwise the code is
     NumPy calls. (`jit` builds its code in tiers instead:
     `fgrad.compiler.tiers`.) ``donated`` is `generate`'s: the compiled

@@ -6,8 +6,7 @@ grouping of `fgrad.compiler.fusion.plan_groups`, the one CuPy's kernels use),
 together with a ``sum``, ``max`` or ``min`` over all axes that reads it (the
 loss at the end of most programs), becomes one ``cpu_fused`` equation. Its
 kernel is a single loop, written as LLVM IR (`fgrad.compiler.kernel_ir`) and
-compiled by LLVM (`fgrad.compiler.native`; numba compiles the same IR where
-a whole-graph function links it in): it reads each input once, keeps every
+compiled by LLVM (`fgrad.compiler.native`): it reads each input once, keeps every
 intermediate in a register, and writes only the values an equation outside
 the group reads (or the graph returns).
 
@@ -52,8 +51,7 @@ from fgrad.compiler.fusion import (
     plan_groups,
     reader_counts,
 )
-from fgrad.compiler.kernel_cache import load_or_build
-from fgrad.compiler.kernel_ir import KernelSpec, Op, function_name, kernel_ir, writer_digest
+from fgrad.compiler.kernel_ir import KernelSpec, Op, kernel_ir, writer_digest
 from fgrad.compiler.native import array_data_offset, compile_ir
 from fgrad.compiler.native import available as native_available
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
@@ -71,21 +69,13 @@ KERNEL_CACHE_SIZE = 256
 # as one kernel: one input and one output; cut at 128, its pieces passed
 # each other some 100 arrays, and compiled in four times the time)
 MAX_KERNEL_OPS = 1024
-# most arrays a kernel reads: numba compiles the unboxing and reference
-# counting of each array argument (some 15 ms of CPU each: a kernel adding the
-# 50 per-step gradients of an unrolled RNN took 0.8 s to compile for 25 us a
-# call saved), so a group reading more stays NumPy calls. What a kernel
-# writes costs nothing of the kind: several outputs are the rows of one array
-MAX_KERNEL_INPUTS = 16
-# ... where numba may compile the kernel: a whole-graph function
-# (`fgrad.compiler.whole_graph`) takes only arrays of up to 8192 elements, so
-# a larger group's kernel is only ever compiled by LLVM alone
-# (`fgrad.compiler.native`), at no cost per argument worth the name, and it
-# may read up to `MAX_LARGE_KERNEL_INPUTS`: ba's Jacobian, 15 jvps of an
+# most arrays a kernel reads: each costs its call about 0.15 us and its
+# compile next to nothing (LLVM compiles the IR; numba, which compiled
+# kernels before, spent some 15 ms of CPU on each array argument, and a
+# group reading over 16 stayed NumPy calls). ba's Jacobian, 15 jvps of an
 # error elementwise over its observations, reads 17 arrays and was 80 NumPy
 # calls, each writing an array of 1.25 million elements
-WHOLE_GRAPH_MAX_ELEMENTS = 8192
-MAX_LARGE_KERNEL_INPUTS = 64
+MAX_KERNEL_INPUTS = 64
 # most arrays a kernel may write and still call the vector functions of
 # `fgrad.compiler.vector_math`: LLVM vectorises a loop only while it can check
 # the arrays apart (about 15 here), and in a scalar loop those branch-free
@@ -389,40 +379,6 @@ def scalar_literal_value(lit):
     return None
 
 
-def scalar_literal_text(lit, dtype):
-    """Python text for a scalar literal as a ``dtype`` value, or None (shared
-    with `fgrad.compiler.whole_graph`)."""
-    value = scalar_literal_value(lit)
-    return None if value is None else number_text(value, dtype)
-
-
-def number_text(value, dtype):
-    """Python text for the Python number ``value`` as a ``dtype`` value, or None.
-
-    >>> number_text(float("inf"), np.float32)
-    'np.float32(np.inf)'
-    """
-    if isinstance(value, bool):
-        text = repr(value)
-    elif isinstance(value, int):
-        if not -(1 << 63) <= value < (1 << 64):
-            return None
-        text = repr(value)
-    elif isinstance(value, float):
-        if math.isfinite(value) and np.dtype(dtype) == np.float64:
-            return repr(value)      # a float64 already: one call less for numba to type
-        text = repr(value) if math.isfinite(value) else \
-            ("np.nan" if math.isnan(value) else ("np.inf" if value > 0 else "-np.inf"))
-    else:
-        return None
-    return f"{numpy_type_text(dtype)}({text})"
-
-
-def numpy_type_text(dtype):
-    """The NumPy scalar type of ``dtype`` as Python text: ``np.float32``."""
-    return f"np.{np.dtype(dtype).name}" if np.dtype(dtype) != np.dtype(bool) else "np.bool_"
-
-
 def _input_mode(shape, group_shape):
     """How the kernel indexes an input of ``shape`` broadcast to the group's:
     "full" (element i), "one" (a single value), "suffix" (broadcast along
@@ -581,59 +537,21 @@ def _loop(suffixes, prefixes, modes):
 
 
 @functools.lru_cache(maxsize=KERNEL_CACHE_SIZE)
-def kernel_module(spec, signature_text, n_inputs, results):
-    """The text of the module numba compiles for a kernel: its IR, and
-    ``kernel(n, in0, ..., out0 | outs)`` calling it (see
-    `fgrad.compiler.kernel_ir`). The first line names the argument types: the
-    text is the kernel's cache key. Kept for equal specs (the last
-    `KERNEL_CACHE_SIZE`): writing the IR costs milliseconds a kernel."""
-    ir_text = kernel_ir(spec, "kernel")
-    name = function_name(ir_text)
-    ir_text = ir_text.replace('@"kernel"', f'@"{name}"')
-    params = ["n"] + [f"in{j}" for j in range(n_inputs)] + (
-        ["outs"] if spec.packed else [f"out{j}" for j in range(len(spec.outputs))])
-    return "\n".join([
-        f"# fgrad cpu kernel ({signature_text})",
-        "from fgrad.compiler.kernel_ir import ir_intrinsic",
-        "",
-        f"_IR = r'''{ir_text}'''",
-        f"_body = ir_intrinsic(_IR, {name!r}, {n_inputs}, {len(params) - 1}, "
-        f"{tuple(results)!r})",
-        "",
-        "",
-        f"def kernel({', '.join(params)}):",
-        f"    return _body({', '.join(params)})",
-        ""])
+def kernel_text(spec, signature_text):
+    """What a kernel shows as its ``source``: a line naming its argument
+    types, then the LLVM IR LLVM compiles for its loop (`native_kernel`).
+    Kept for equal specs (the last `KERNEL_CACHE_SIZE`): writing the IR
+    costs milliseconds a kernel."""
+    return f"; fgrad cpu kernel ({signature_text})\n" + kernel_ir(
+        spec, "kernel", object_offset=array_data_offset())
 
 
 def _packed(outputs):
     """Whether a kernel writes its ``outputs`` as the rows of one array: when
     there are several of one dtype. Each array argument costs the call
-    about 0.15 us (0.25 us through numba's dispatch), and a kernel of
+    about 0.15 us, and a kernel of
     jit(grad(f)) may write dozens."""
     return len(outputs) > 1 and len({np.dtype(v.aval.dtype) for v in outputs}) == 1
-
-
-def _numba_signature(inputs, outputs, n_reductions, reduced):
-    import numba
-    # inputs typed read-only: a writable array converts, a read-only one
-    # (a broadcast view, a constant) is accepted as it is
-    arrays = [numba.types.Array(numba.from_dtype(np.dtype(v.aval.dtype)), 1, "C",
-                                readonly=True) for v in inputs]
-    if _packed(outputs):
-        arrays.append(numba.from_dtype(np.dtype(outputs[0].aval.dtype))[:, ::1])
-    else:
-        arrays += [numba.from_dtype(np.dtype(v.aval.dtype))[::1] for v in outputs]
-    results = numba.types.Tuple([numba.from_dtype(
-        np.dtype(np.float64) if np.dtype(v.aval.dtype).kind == "f"
-        else np.dtype(v.aval.dtype)) for v in reduced])
-    return results(numba.types.intp, *arrays)
-
-
-@functools.lru_cache(maxsize=KERNEL_CACHE_SIZE)
-def _compiled(source, signature):
-    """The numba function for ``source`` (disk cache first)."""
-    return load_or_build(source, signature)
 
 
 @functools.lru_cache(maxsize=KERNEL_CACHE_SIZE)
@@ -720,7 +638,7 @@ def checked_call_header(expected, namespace, what="a fused kernel", extra=()):
     argument's shape and dtype against ``expected`` ((shape, dtype) pairs)
     and hand a mismatch to `admit_inputs`; the names they use go into
     ``namespace``. ``extra`` are further parameters, unchecked (``"out=None"``).
-    Shared with `fgrad.compiler.whole_graph`."""
+    Shared with `fgrad.compiler.program`."""
     args = [f"x{j}" for j in range(len(expected))]
     namespace["admit"] = functools.partial(admit_inputs, expected=expected, what=what)
     checks = []
@@ -776,8 +694,8 @@ class KernelPlan:
     ``last`` is the index of the equation whose place the kernel takes,
     ``replaced`` the indices of every equation it computes; ``spec`` is its
     loop (`fgrad.compiler.kernel_ir.KernelSpec`) and ``vectorised`` whether
-    that calls `fgrad.compiler.vector_math`'s functions; ``source``, the text
-    numba compiles and the kernel's cache key, is written when first asked
+    that calls `fgrad.compiler.vector_math`'s functions; ``source``, its
+    argument types and LLVM IR (`kernel_text`), is written when first asked
     for. ``inputs`` are the operands passed in (vars or array literals) with
     their ``modes`` (see `_input_mode`), ``outputs`` the member vars written
     out (as the rows of one array when ``packed``), ``reduced`` the
@@ -802,8 +720,7 @@ class KernelPlan:
                 [np.dtype(v.aval.dtype).name + ":" + m for v, m in zip(self.inputs, self.modes)]
                 + ([f"{np.dtype(self.outputs[0].aval.dtype).name}[{len(self.outputs)}, :]"]
                    if self.packed else [np.dtype(v.aval.dtype).name for v in self.outputs]))
-            self._source = kernel_module(self.spec, signature, len(self.inputs),
-                                         tuple(_accumulator_dtype(v) for v in self.reduced))
+            self._source = kernel_text(self.spec, signature)
         return self._source
 
 
@@ -814,8 +731,7 @@ def _accumulator_dtype(var):
 def plan_kernels(graph):
     """The `KernelPlan` s for ``graph``: each elementwise group (and the full
     reductions ending it), cut into runs of at most `MAX_KERNEL_OPS`, that
-    the cost model (`worth_fusing`) prefers to NumPy calls. Shared with
-    `fgrad.compiler.whole_graph`, which writes them into its function.
+    the cost model (`worth_fusing`) prefers to NumPy calls.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x: fnp.sum(x * 2.0 + 1.0))(np.ones(64))
@@ -835,9 +751,8 @@ def plan_kernels(graph):
             spec, inputs, modes, outputs, reduced = kernel_source(graph, run, reds, readers)
             if not inputs:
                 continue                  # a constant: folding's business
-            if len(inputs) > (MAX_KERNEL_INPUTS if math.prod(shape) <= WHOLE_GRAPH_MAX_ELEMENTS
-                              else MAX_LARGE_KERNEL_INPUTS):
-                continue                  # dearer to compile than it saves
+            if len(inputs) > MAX_KERNEL_INPUTS:
+                continue                  # more arrays than a kernel takes
             if not worth_fusing([graph.eqns[k] for k in run + reds], len(inputs),
                                 len(outputs), math.prod(shape)):
                 continue
@@ -902,16 +817,6 @@ def broadcast_offset(shape, group_shape):
     if terms and terms[-1][0] * terms[-1][1] == period:
         terms[-1] = (terms[-1][0], None, terms[-1][2])
     return ("at", tuple(reversed(terms)))
-
-
-def compiled_kernel(plan):
-    """The numba function of a `KernelPlan` (compiled for its argument types:
-    read-only flat inputs, writable flat outputs; from the caches when it
-    was compiled before), which `fgrad.compiler.whole_graph` links into its
-    functions. `fuse_for_cpu` calls `native_kernel` s instead: the same IR,
-    without numba."""
-    signature = _numba_signature(plan.inputs, plan.outputs, len(plan.reduced), plan.reduced)
-    return _compiled(plan.source, signature)
 
 
 def fuse_for_cpu(graph, plans=None):

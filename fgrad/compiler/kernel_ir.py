@@ -1,27 +1,23 @@
-"""LLVM IR for the fused CPU kernels, and the numba intrinsic that calls it.
+"""LLVM IR for the fused CPU kernels.
 
-numba compiles Python text at several milliseconds a statement: its type
-inference and lowering run in Python, once per operation, so a fused kernel
-of 128 operations took about a second to compile, where LLVM itself needs a
-few milliseconds for the same loop. `fgrad.compiler.cpu_fusion` therefore
-describes each kernel as a `KernelSpec` and this module writes its loop
-directly as LLVM IR (`kernel_ir`). The kernel numba compiles is then one call,
-``kernel(n, in0, ..., out0) -> _body(n, in0, ..., out0)``, of an intrinsic
-(`ir_intrinsic`) that links the IR in: numba types and lowers one statement,
-and its dispatcher, its disk cache and the linking of a kernel into
-whole-graph functions work as for any numba function.
+`fgrad.compiler.cpu_fusion` describes each kernel as a `KernelSpec` and this
+module writes its loop directly as LLVM IR (`kernel_ir`), which LLVM compiles
+in a few milliseconds (`fgrad.compiler.native`); the whole-program compiler
+writes the same loops into its functions (`define_kernel`). Writing IR, not
+Python text for a compiler that types and lowers it statement by statement
+(numba, which fgrad used before: about a second for a kernel of 128
+operations), keeps a kernel's compile time that of LLVM's passes.
 
-The IR keeps NumPy's semantics as the numba text did: each operation computes
-in the dtype NumPy's promotion gives (integers wrap, float32 stays float32),
-no fast-math flags (NaN and inf propagate; LLVM does not reassociate a sum),
-``maximum`` and ``minimum`` propagate NaN, and the C library computes what has
-no LLVM instruction (``tanh``, ``expm1``, ``arcsinh``, ...), so a kernel's
-results are the numba text kernel's. ``sin``, ``cos``, ``exp`` and ``tanh`` may
-use the vector functions of `fgrad.compiler.vector_math` (their IR form).
+The IR keeps NumPy's semantics: each operation computes in the dtype NumPy's
+promotion gives (integers wrap, float32 stays float32), no fast-math flags
+(NaN and inf propagate; LLVM does not reassociate a sum), ``maximum`` and
+``minimum`` propagate NaN, and the C library computes what has no LLVM
+instruction (``tanh``, ``expm1``, ``arcsinh``, ...). ``sin``, ``cos``,
+``exp`` and ``tanh`` may use the vector functions of
+`fgrad.compiler.vector_math` (their IR form).
 """
 import functools
 import hashlib
-import uuid
 
 import numpy as np
 
@@ -43,7 +39,8 @@ _INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "exp2": "llvm.exp2",
 _FLOAT_COMPARE = {"equal": ("==", True), "not_equal": ("!=", False), "less": ("<", True),
                   "less_equal": ("<=", True), "greater": (">", True),
                   "greater_equal": (">=", True)}
-# operations that, on bools, numba computed on integers (True + True is 2: true)
+# operations computed on bools as on integers, the result then converted back
+# (True + True is 2: true, as NumPy's logical or gives)
 _BOOL_ARITHMETIC = frozenset({"add", "subtract", "multiply", "negative", "square"})
 
 
@@ -122,7 +119,7 @@ def value_type(ir, dtype):
 
 
 def storage_type(ir, dtype):
-    # numba (and NumPy) store a bool in a byte
+    # NumPy stores a bool in a byte
     return ir.IntType(8) if np.dtype(dtype).kind == "b" else value_type(ir, dtype)
 
 
@@ -394,10 +391,7 @@ def kernel_ir(spec, name, object_offset=None):
     offset (NumPy's C structure keeps it first after the object header)."""
     from llvmlite import ir
     module = ir.Module(name=name)
-    fn = define_kernel(ir, module, spec, name, object_offset)
-    if object_offset is None:
-        # external: numba links it into the kernel's module (as linkonce_odr)
-        fn.attributes.add("alwaysinline")
+    define_kernel(ir, module, spec, name, object_offset)
     return str(module)
 
 
@@ -660,54 +654,6 @@ def reduction_step(ir, b, kind, acc, x, dtype):
     if dtype.kind == "f":
         take = b.and_(b.fcmp_ordered("==", acc, acc), take)
     return b.select(take, x, acc)
-
-
-def ir_intrinsic(ir_text, name, n_inputs, n_arrays, results):
-    """A numba intrinsic ``body(n, in0, ..., out0 | outs)`` that calls function
-    ``name`` of ``ir_text`` (see `kernel_ir`; of its ``n_arrays`` arrays, the
-    first ``n_inputs`` are inputs) and returns the reductions' values, a tuple of the dtypes
-    named in ``results``. The module `fgrad.compiler.cpu_fusion` writes for a
-    kernel defines the kernel as one call of it."""
-    import llvmlite.binding as llvm
-    from llvmlite import ir
-    from numba.core import cgutils, types
-    from numba.np.numpy_support import from_dtype
-    from numba.extending import intrinsic
-
-    result_types = [from_dtype(np.dtype(d)) for d in results]
-
-    def typing(n, *arrays):
-        signature = types.Tuple(result_types)(n, *arrays)
-
-        def codegen(context, builder, sig, args):
-            # a name of its own for each library: two compilations of one
-            # kernel in a process must not define one symbol twice
-            unique = f"{name}_{uuid.uuid4().hex[:12]}"
-            library = context.codegen().create_library(unique)
-            library.add_llvm_module(llvm.parse_assembly(
-                ir_text.replace(f'@"{name}"', f'@"{unique}"')))
-            context.active_code_library.add_linking_library(library)
-            call_args = [args[0]]
-            for j, (ty, value) in enumerate(zip(sig.args[1:], args[1:])):
-                array = context.make_array(ty)(context, builder, value)
-                call_args.append(array.data)
-                if j < n_inputs:
-                    call_args.append(cgutils.unpack_tuple(builder, array.shape)[0])
-            slots = [cgutils.alloca_once(builder, context.get_value_type(t))
-                     for t in result_types]
-            fnty = ir.FunctionType(ir.VoidType(), [a.type for a in call_args + slots])
-            builder.call(cgutils.get_or_insert_function(builder.module, fnty, unique),
-                         call_args + slots)
-            return context.make_tuple(builder, sig.return_type,
-                                      [builder.load(s) for s in slots])
-        return signature, codegen
-
-    # numba reads the intrinsic's parameters from its signature: one per argument
-    params = ", ".join(f"a{j}" for j in range(n_arrays))
-    namespace = {"typing": typing}
-    exec(f"def {name}(typingctx, n, {params}):\n    return typing(n, {params})\n",  # noqa: S102
-         namespace)
-    return intrinsic(namespace[name])
 
 
 def function_name(text):

@@ -228,8 +228,8 @@ def getrf_loop_ir(dtype, object_offset, name="lu_getrf"):
 
 class _Scalars:
     """Loads, stores and arithmetic of real or complex values at builder
-    ``b``; a complex value is a (real, imaginary) pair, computed as numba
-    computed it (the textbook product, CPython's quotient)."""
+    ``b``; a complex value is a (real, imaginary) pair, multiplied by the
+    textbook product and divided by CPython's quotient."""
 
     def __init__(self, ir, b, dtype):
         self.ir, self.b = ir, b

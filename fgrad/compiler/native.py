@@ -1,21 +1,20 @@
-"""Fused CPU kernels compiled by LLVM from their IR, loaded without numba.
+"""LLVM IR compiled to machine code and called: every compiled function of fgrad.
 
-`fgrad.compiler.kernel_ir` writes each fused kernel's loop as LLVM IR. Handing
-that IR to numba (one intrinsic call in a one-line numba function) costs more
-than the loop: numba's import and start-up (0.35-0.8 s a process, seconds
-when its files are not in the page cache), then its typing and lowering of
-the wrapper, about a second of CPU for `jit-elem`'s two kernels where LLVM
-needs 0.1 s. This module gives the IR to LLVM itself, through llvmlite (which
-numba is built on, and which imports in about 0.05 s):
+`fgrad.compiler.kernel_ir` writes each fused kernel's loop as LLVM IR, and
+`fgrad.compiler.program` a whole graph's; the random, LU, convolution and
+pooling kernels are IR too. This module gives the IR to LLVM through
+llvmlite (which imports in about 0.05 s; numba, built on it and which
+compiled fgrad's kernels before, took 0.35-0.8 s to start a process, then
+about a second of CPU to type and lower `jit-elem`'s two kernels where LLVM
+needs 0.1 s):
 
 - `compile_ir` optimises the IR at -O3 for the host CPU, in an LLVM context
-  of its own (numba may be compiling on another thread), and emits machine
-  code; the disk cache keeps that code (`fgrad.compiler.kernel_cache`), keyed
-  by the IR, the CPU and LLVM's version, so a second process loads a kernel
-  in about a millisecond and never imports numba for it;
+  of its own (another thread may be compiling), and emits machine code; the
+  disk cache keeps that code (`fgrad.compiler.kernel_cache`), keyed by the
+  IR, the CPU and LLVM's version, so a second process loads a kernel in
+  about a millisecond;
 - each kernel lives in an execution engine of its own, freed with it, and is
-  called through ctypes, which releases the GIL for the call (as numba's
-  ``nogil`` did);
+  called through ctypes, which releases the GIL for the call;
 - arrays are passed as objects, not as data pointers: reading
   ``a.ctypes.data`` from Python costs about 3 us an array, more than a small
   kernel's whole call, so the kernel reads each array's data pointer from

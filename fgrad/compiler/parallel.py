@@ -22,7 +22,7 @@ the sequential tier calls, on the same operands, and a sum of cotangents is a
 chain of equations whose order the graph fixes, whichever thread finishes first.
 The tier matters (a fused kernel's sums and ``sin`` round otherwise than
 NumPy's), so the parallel schedule follows the sequential tiers call by call,
-and runs the whole-graph function, one numba call, once that tier is built.
+and runs the program, one native call, once that tier is built.
 """
 import collections
 import concurrent.futures

@@ -140,8 +140,8 @@ MAX_ARGUMENTS = 1024
 def enabled():
     """Which graphs jit builds whole programs for: ``"paying"`` (the default,
     ``FGRAD_JIT_PROGRAM`` unset or ``1``: those `pays` estimates faster than
-    their per-equation code), ``"all"`` (``all``: every one, and no numba
-    tier: `fgrad.compiler.tiers`) or None (``0``, or LLVM not available:
+    their per-equation code), ``"all"`` (``all``: every one where it
+    compiles: `fgrad.compiler.tiers`) or None (``0``, or LLVM not available:
     `fgrad.compiler.native`).
 
     >>> enabled() in (None, "paying", "all")

@@ -1,42 +1,33 @@
 """Tiered compilation: a graph runs at once; its compiled forms are built on a thread.
 
 A graph `fgrad.jit` runs on NumPy arrays goes through up to three tiers, each
-faster than the one before and dearer to build:
+faster than the one before and dearer to build, all compiled by LLVM
+(through llvmlite, `fgrad.compiler.native`):
 
 - ``"numpy"``: the generated code, one NumPy call per equation
   (`fgrad.compiler.codegen`); built at the first call in milliseconds, with no
   compiler involved;
 - ``"kernels"``: the same code with each fusable elementwise group one fused
-  kernel (`fgrad.compiler.cpu_fusion`), compiled by LLVM without numba
-  (`fgrad.compiler.native`); built from the second call (the first,
-  which staged the graph, returns before any compile starts);
-- ``"program"``: unless ``FGRAD_JIT_PROGRAM=0``, the whole graph as
-  one LLVM function (`fgrad.compiler.program`), built right after the
-  kernels where `fgrad.compiler.program.pays` estimates it faster than the
-  kernels' code. A program that compiled is final: the numba tier is not
-  tried after it (the program lowers loops, products and callouts in
-  place, which numba's function does not all do). ``FGRAD_JIT_PROGRAM=all``
-  builds it wherever it compiles, and no numba tier;
-- ``"whole"``: the graph as one numba function (`fgrad.compiler.whole_graph`),
-  where every equation is in its table and that pays; built once the graph
-  has been called `compile_after()` times and, in the background, once those
-  calls have taken as long as the compile is estimated to
-  (`fgrad.compiler.whole_graph.estimated_compile_seconds`: seconds), so that
-  compiling never costs more than the calls it speeds up have cost already.
+  kernel (`fgrad.compiler.cpu_fusion`); built from the second call (the
+  first, which staged the graph, returns before any compile starts);
+- ``"program"``: unless ``FGRAD_JIT_PROGRAM=0``, the whole graph as one
+  function (`fgrad.compiler.program`), loops, products and callouts
+  included, built right after the kernels where
+  `fgrad.compiler.program.pays` estimates it faster than the kernels' code
+  (``FGRAD_JIT_PROGRAM=all``: wherever it compiles). The last tier: where
+  no program is built, the kernels are final.
 
-With ``compile="background"`` (the default) the kernels and the whole graph
-are built on a compile thread while the calls go on in the best tier ready;
-a finished tier replaces the running one in one attribute store, so a call
-runs one tier or the next, whole, whichever thread makes it. ``"sync"`` builds
-each on the calling thread, at the call that needs it (the kernels at the
-first, the whole graph at the `compile_after()`-th), as jit did before it had
-tiers; ``"never"`` stays in the NumPy tier (no compiler is loaded). The
-environment variable ``FGRAD_JIT_COMPILE`` sets the default.
+With ``compile="background"`` (the default) the kernels and the program are
+built on a compile thread while the calls go on in the best tier ready; a
+finished tier replaces the running one in one attribute store, so a call runs
+one tier or the next, whole, whichever thread makes it. ``"sync"`` builds
+both on the calling thread at the first call, as jit did before it had tiers;
+``"never"`` stays in the NumPy tier (no compiler is loaded). The environment
+variable ``FGRAD_JIT_COMPILE`` sets the default.
 
 The compile thread is a daemon: a process that exits while it compiles does
-not wait for it (`atexit` also drops the compiles not started). One thread is
-enough, as numba compiles one function at a time (its global compiler lock).
-Its compiles run in the order asked for; `wait_all` waits for all of them.
+not wait for it (`atexit` also drops the compiles not started). Its compiles
+run in the order asked for; `wait_all` waits for all of them.
 
 While a job runs, the interpreter's switch interval is shortened
 (`COMPILE_SWITCH_INTERVAL`), so that the compile thread and a caller running
@@ -56,20 +47,10 @@ import weakref
 
 from fgrad.compiler.codegen import generate
 from fgrad.compiler.cpu_fusion import fuse_for_cpu, plan_kernels
-from fgrad.compiler.kernel_cache import start_numba
 from fgrad.compiler.native import start as start_llvm
 from fgrad.compiler.parallel import parallel_or_sequential
 from fgrad.compiler.program import compile_program, pays, program_steps
 from fgrad.compiler.program import enabled as program_enabled
-from fgrad.compiler.whole_graph import (
-    available as whole_graph_available,
-    build,
-    compile_after,
-    compile_after_named,
-    count_equations,
-    on_disk,
-    plan,
-)
 
 COMPILE_ENV = "FGRAD_JIT_COMPILE"
 # the interpreter's switch interval while a compile job runs (seconds; the
@@ -81,7 +62,7 @@ COMPILE_ENV = "FGRAD_JIT_COMPILE"
 COMPILE_SWITCH_INTERVAL = 2e-4
 MODES = ("background", "sync", "never")
 # tier names, from the first to the last
-TIERS = ("numpy", "kernels", "program", "whole")
+TIERS = ("numpy", "kernels", "program")
 _log = logging.getLogger("fgrad.jit")
 
 
@@ -124,8 +105,8 @@ class CompileQueue:
         return True
 
     def _work(self):
-        # (not given a lower priority: numba compiles holding the GIL, and a
-        # thread the system runs less often would keep the callers waiting)
+        # (not given a lower priority: a thread the system runs less often
+        # would keep the callers waiting for their tiers)
         while True:
             with self._lock:
                 while not self._jobs and not self._closed:
@@ -227,21 +208,20 @@ class Tiers:
     """One optimised graph's code in tiers; ``fn`` runs the best one built.
 
     ``tier`` names it; ``seconds`` maps each tier built to its compile time
-    (numba's start-up, when this graph's compile paid it, under
-    ``"numba start-up"``), ``cpu_seconds`` to the compiling thread's CPU
+    (LLVM's start-up, when this graph's compile paid it, under
+    ``"llvm start-up"``), ``cpu_seconds`` to the compiling thread's CPU
     time; ``compiled`` is the per-equation code (the
     `fgrad.compiler.codegen.Compiled` of the kernels tier once built, else
-    of the NumPy tier), ``plan`` the whole-graph `fgrad.compiler.whole_graph.Plan`
-    (None until asked for, or where whole-graph compilation is off) and
-    ``whole`` its callable once built; ``program`` is the
-    `fgrad.compiler.program.Program` once built (unless ``FGRAD_JIT_PROGRAM=0``).
-    ``fuse`` (numba installed, not turned off) allows the kernels tier,
-    ``whole`` the whole-graph tier; ``mode`` is one of `MODES`. With
+    of the NumPy tier); ``program`` is the `fgrad.compiler.program.Program`
+    once built. ``fuse`` (llvmlite installed, not turned off) allows the
+    compiled tiers, ``whole`` the program tier (a loop body or branch,
+    run by its control-flow primitive, gets none: the program of the graph
+    that holds the loop lowers it); ``mode`` is one of `MODES`. With
     ``parallel`` each per-equation tier runs on the thread pool of
     `fgrad.compiler.parallel` (where it has an equation worth a thread), and
-    the program and the whole graph as they are: the tiers and the calls at
-    which they are built are those of the sequential code, so a call computes
-    the bits that the sequential code's call computes.
+    the program as it is: the tiers and the calls at which they are built
+    are those of the sequential code, so a call computes the bits that the
+    sequential code's call computes.
     """
 
     def __init__(self, graph, xp, name, fuse, whole, mode, parallel=False):
@@ -249,31 +229,16 @@ class Tiers:
         self.parallel = parallel
         self.compiled = generate(graph, xp)
         self.seconds, self.cpu_seconds = {}, {}
-        self.plan, self.whole, self.program, self.error = None, None, None, None
+        self.program, self.error = None, None
         self.tier = "numpy"
         self._fuse = fuse and mode != "never"
         # one native program: None (off), or which graphs get one ("paying",
-        # the default, with the numba tier where none compiled; or "all",
-        # without numba)
+        # the default, or "all")
         self._program = program_enabled() if whole and self._fuse else None
-        self._after = compile_after() if whole and self._fuse and whole_graph_available() \
-            and self._program != "all" else None
-        self._calls = 0
-        self._spent = 0.0           # seconds the calls took so far
-        # what the calls must have taken before the whole graph is compiled:
-        # its estimated compile time in the background (a function called
-        # briefly never pays for it, one called for minutes does, and the
-        # compile costs at most what the calls cost before it); nothing when
-        # the call that compiles it is named (sync, FGRAD_JIT_WHOLE_GRAPH=N)
-        # (None until estimated, on the compile thread, from the plan)
-        self._budget = 0.0 if mode == "sync" or compile_after_named() else None
-        self._whole_asked = False
-        self._planned = False       # `_plan_whole` done
         self._queued = set()        # tiers asked for and not finished
         self._done = set()          # tiers built, or found not to pay
         self._lock = threading.Condition()
-        self._current = self._runner(self.compiled)
-        self.fn = self._counting() if self._last() == "whole" else self._current
+        self.fn = self._runner(self.compiled)
 
     def __call__(self, *args):
         return self.fn(*args)
@@ -285,30 +250,6 @@ class Tiers:
     def _runner(self, code):
         """What a call runs of the per-equation ``code``."""
         return (parallel_or_sequential(code, self.xp) if self.parallel else code).fn
-
-    def _last(self):
-        """The last tier this graph may reach."""
-        if self._after is not None:
-            return "whole"
-        return "program" if self._program else "kernels" if self._fuse else "numpy"
-
-    def _counting(self):
-        clock = time.perf_counter
-
-        def run(*args):
-            self._calls += 1
-            # >=: two threads may count past it together
-            budget, after = self._budget, self._after
-            if after is not None and self._calls >= after and budget is not None \
-                    and self._spent >= budget and not self._whole_asked:
-                self._whole_asked = True
-                self._ask("whole")
-            start = clock()
-            try:
-                return self._current(*args)
-            finally:
-                self._spent += clock() - start
-        return run
 
     # -- building ------------------------------------------------------------
 
@@ -328,13 +269,11 @@ class Tiers:
         self.fn = first_of_the_rest
 
     def start(self):
-        """Ask for the kernels (idempotent)."""
+        """Ask for the kernels and the program (idempotent)."""
         if self._fuse:
             self._ask("kernels")
             if self._program:
                 self._ask("program")
-            if self._after == 1:
-                self._ask("whole")
 
     def _ask(self, tier):
         with self._lock:
@@ -369,17 +308,16 @@ class Tiers:
             if tier == "kernels":
                 plans = plan_kernels(self.graph)
                 if plans:               # else nothing to compile: LLVM not needed
-                    self._start("llvm", start_llvm, thread)
+                    self._start_llvm(thread)
                     start_time, cpu_start = time.perf_counter(), time.thread_time()
                     code = generate(fuse_for_cpu(self.graph, plans), self.xp)
                     fn, seconds = code.fn, time.perf_counter() - start_time
                     what = f"{len(plans)} kernel{'s' * (len(plans) != 1)}"
-                self._plan_whole(plans)
-            elif tier == "program":
+            else:
                 steps = program_steps(self.graph)
                 kernels = self.compiled.graph   # the kernels' code, which it would replace
                 if self._program == "all" or pays(steps, kernels):
-                    self._start("llvm", start_llvm, thread)
+                    self._start_llvm(thread)
                     start_time, cpu_start = time.perf_counter(), time.thread_time()
                     self.program = compile_program(self.graph, steps)
                     fn, seconds = self.program.call, time.perf_counter() - start_time
@@ -390,21 +328,13 @@ class Tiers:
                     _log.info("fgrad.jit: %s: program tier not built: its callouts cost "
                               "more than the %d calls it would replace", self.name,
                               len(kernels.eqns))
-            elif self.program is None:      # (a program built is final)
-                whole_plan = self.plan = self.plan or plan(self.graph)
-                if whole_plan.supported:
-                    self._start("numba", start_numba, thread)
-                    start_time, cpu_start = time.perf_counter(), time.thread_time()
-                    fn = build(whole_plan)
-                    seconds = time.perf_counter() - start_time
-                    what = f"{count_equations(self.graph)} equations"
             if fn is not None:
                 # said before the tier runs, so that a caller waiting for it
                 # finds the line logged
                 _log.info("fgrad.jit: %s: %s tier compiled in %.2f s (%s, %s thread)",
                           self.name, tier, seconds, what, thread)
                 self.cpu_seconds[tier] = time.thread_time() - cpu_start
-        except Exception as error:  # noqa: BLE001 -- numba refused: keep the tier running
+        except Exception as error:  # noqa: BLE001 -- LLVM refused: keep the tier running
             self.error = error
             code = fn = seconds = None
             _log.warning("fgrad.jit: %s: %s tier failed (%s: %s); running the %s tier",
@@ -415,34 +345,15 @@ class Tiers:
                 raise
         self._promote(tier, code, fn, seconds)
 
-    def _plan_whole(self, kernels):
-        """After the kernels (``kernels``: their plans), on their thread:
-        whether the graph may be compiled whole, and how long its calls must
-        have taken first."""
-        if self._after is None or self._planned:
-            return
-        self._planned = True
-        whole_plan = self.whole_plan(kernels)
-        if not whole_plan.supported:    # nothing left to count calls for
-            self._promote("whole", None, None, None)
-        elif self._budget is not None:  # the call that compiles it is named
-            pass
-        elif on_disk(whole_plan):
-            # compiled before, in this process or another: loading it takes
-            # numba's start-up and milliseconds, on the compile thread
-            self._budget = 0.0
-        else:
-            self._budget = whole_plan.estimated_seconds
-
-    def _start(self, compiler, start, thread):
-        """Load ``compiler`` (``start()``: its start-up's seconds, 0.0 when
-        loaded before), counting the time against this graph."""
+    def _start_llvm(self, thread):
+        """Load LLVM (`fgrad.compiler.native.start`), counting its start-up,
+        when this graph's compile pays it, against this graph."""
         cpu_start = time.thread_time()
-        startup = start()
+        startup = start_llvm()
         if startup:
-            self.seconds[f"{compiler} start-up"] = startup
-            self.cpu_seconds[f"{compiler} start-up"] = time.thread_time() - cpu_start
-            _log.info("fgrad.jit: %s loaded in %.2f s (%s thread)", compiler, startup, thread)
+            self.seconds["llvm start-up"] = startup
+            self.cpu_seconds["llvm start-up"] = time.thread_time() - cpu_start
+            _log.info("fgrad.jit: llvm loaded in %.2f s (%s thread)", startup, thread)
 
     def _promote(self, tier, code, fn, seconds):
         with self._lock:
@@ -454,39 +365,18 @@ class Tiers:
                 if code is not None:
                     self.compiled = code
                     fn = self._runner(code)
-                if tier == "whole":
-                    self.whole = fn
                 self.tier = tier
-                self._current = fn
-                if tier == "program":       # final: no numba tier after it
-                    self._after = None
-                    self._done.add("whole")
-            # no tier left to count calls for: run the best one directly
-            if "whole" in self._done or self._last() != "whole":
-                self.fn = self._current
+                self.fn = fn
             self._lock.notify_all()
 
-    def finish(self, timeout=None, whole=True):
-        """Build every tier left (the whole graph without waiting for its
-        call count; not at all with ``whole=False``) and wait for them; False
-        on timeout."""
+    def finish(self, timeout=None, program=True):
+        """Build every tier left (the program not at all with
+        ``program=False``) and wait for them; False on timeout."""
         if self._fuse:
             self._ask("kernels")
-            if whole and self._program:
+            if program and self._program:
                 self._ask("program")
-            if whole and self._after is not None:
-                self._ask("whole")
         return self.wait(timeout)
-
-    def whole_plan(self, kernels=None):
-        """The whole-graph `fgrad.compiler.whole_graph.Plan` (made now if not
-        yet; ``kernels``: the graph's kernel plans, if made), or None where
-        whole-graph compilation is off."""
-        if self._after is None:
-            return None
-        if self.plan is None:
-            self.plan = plan(self.graph, kernels)
-        return self.plan
 
     def wait(self, timeout=None):
         """Wait for the tiers asked for; False on timeout."""

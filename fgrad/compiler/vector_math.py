@@ -1,9 +1,9 @@
 """sin, cos, exp and tanh for the fused CPU kernels, in a form LLVM vectorises.
 
-numba computes ``np.sin`` or ``np.exp`` in a kernel by calling the C library
-once per element (sin 8-10 ns, exp 3-4 ns, tanh 11-13 ns on an x86-64 core),
-and LLVM cannot vectorise a loop that makes such calls: they were most of the
-time of an elementwise gradient (`jit-elem` in docs/performance.md), while
+A kernel that computes ``np.sin`` or ``np.exp`` by calling the C library
+once per element pays for each call (sin 8-10 ns, exp 3-4 ns, tanh 11-13 ns
+on an x86-64 core), and LLVM cannot vectorise a loop that makes such calls:
+they were most of the time of an elementwise gradient (`jit-elem` in docs/performance.md), while
 NumPy's own SIMD loops for exp and tanh are several times faster. The
 functions here are straight-line arithmetic, inlined into the kernel's loop,
 which LLVM turns into SIMD code (well under 1 ns an element each):
@@ -28,10 +28,10 @@ to its limit in `VECTOR_FUNCTIONS` (sin and cos: where the reduction's
 products stay exact; exp: where ``2**k`` is a normal number and the result
 neither overflows nor leaves the normal range). A kernel that uses them also
 checks every argument against its limit (nan and inf fail the check), and if
-any fails it runs its whole loop again with numba's ``np.sin`` and kin, the C
-library's functions (`fgrad.compiler.cpu_fusion` writes both loops), so special
-values and huge arguments get the answers kernels gave before these functions. Kernels that use these functions carry
-their source: a kernel's text is its cache key.
+any fails it runs its whole loop again with the C library's functions
+(`fgrad.compiler.kernel_ir` writes both loops), so special values and huge
+arguments get the C library's answers. This module's text is part of a
+kernel's cache key (`fgrad.compiler.kernel_ir.writer_digest`).
 """
 
 # elementwise operation -> (the function a kernel calls on a float argument,
@@ -47,7 +47,6 @@ VECTOR_FUNCTIONS = {
     "tanh": ("vector_tanh", 1e300),
 }
 
-# the constants of both forms: the text's are written from these
 # pi/2 = _PIO2_1 + _PIO2_2 + _PIO2_3 + _PIO2_4 (the first three of 33 bits)
 _PIO2_1 = 1.57079632673412561417e+00
 _PIO2_2 = 6.07710050630396597660e-11
@@ -76,96 +75,10 @@ _TP1, _TP2, _TP3 = -9.64399179425052238628e-1, -9.92877231001918586564e1, \
 _TQ1, _TQ2, _TQ3 = 1.12811678491632931402e2, 2.23548839060100448583e3, \
     4.84406305325125486048e3
 
-_CONSTANT_NAMES = ("_PIO2_1", "_PIO2_2", "_PIO2_3", "_PIO2_4", "_TWO_OVER_PI", "_S1", "_S2",
-                   "_S3", "_S4", "_S5", "_S6", "_C1", "_C2", "_C3", "_C4", "_C5", "_C6",
-                   "_LN2_HI", "_LN2_LO", "_INV_LN2", "_P1", "_P2", "_P3", "_P4", "_P5",
-                   "_TP1", "_TP2", "_TP3", "_TQ1", "_TQ2", "_TQ3")
-
-# numba's form, the text a kernel or whole-graph function carries
-SOURCE = '''\
-import numba
-from llvmlite import ir as _ir
-from numba.core import types as _types
-from numba.extending import intrinsic as _intrinsic
-
-''' + "".join(f"{name} = {globals()[name]!r}\n" for name in _CONSTANT_NAMES) + '''
-
-@numba.njit(error_model="numpy")
-def _reduced(x):
-    # + 0.0 turns k = -0.0 into 0.0, so that x = -0.0 reduces to -0.0
-    k = np.rint(np.float64(x) * _TWO_OVER_PI) + 0.0
-    r = (((x - k * _PIO2_1) - k * _PIO2_2) - k * _PIO2_3) - k * _PIO2_4
-    return r, np.int64(k) & 3
-
-
-@numba.njit(error_model="numpy")
-def _sin_kernel(r):
-    z = r * r
-    s = r + (z * r) * (_S1 + z * (_S2 + z * (_S3 + z * (_S4 + z * (_S5 + z * _S6)))))
-    return s if r != 0.0 else r          # keeps the sign of a zero
-
-
-@numba.njit(error_model="numpy")
-def _cos_kernel(r):
-    z = r * r
-    half = 0.5 * z
-    w = 1.0 - half
-    # w + the rest, with 1 - w - half recovering what w rounded off
-    return w + (((1.0 - w) - half)
-                + z * z * (_C1 + z * (_C2 + z * (_C3 + z * (_C4 + z * (_C5 + z * _C6))))))
-
-
-@numba.njit(error_model="numpy")
-def vector_sin(x):
-    r, quadrant = _reduced(x)
-    v = _cos_kernel(r) if quadrant & 1 else _sin_kernel(r)
-    return -v if quadrant & 2 else v
-
-
-@numba.njit(error_model="numpy")
-def vector_cos(x):
-    r, quadrant = _reduced(x)
-    v = _sin_kernel(r) if quadrant & 1 else _cos_kernel(r)
-    return -v if (quadrant + 1) & 2 else v
-
-
-@_intrinsic
-def _float_from_bits(typingctx, bits):
-    """The float64 whose IEEE bits are the int64 ``bits`` (vectorises, unlike ldexp)."""
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], _ir.DoubleType())
-    return _types.float64(_types.int64), codegen
-
-
-@numba.njit(error_model="numpy")
-def vector_exp(x):
-    k = np.rint(np.float64(x) * _INV_LN2)
-    hi = x - k * _LN2_HI
-    lo = k * _LN2_LO
-    r = hi - lo
-    z = r * r
-    c = r - z * (_P1 + z * (_P2 + z * (_P3 + z * (_P4 + z * _P5))))
-    y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
-    return y * _float_from_bits((np.int64(k) + 1023) << 52)
-
-
-@numba.njit(error_model="numpy")
-def vector_tanh(x):
-    a = abs(x)
-    z = x * x
-    small = x + x * z * (((_TP1 * z + _TP2) * z + _TP3) / (((z + _TQ1) * z + _TQ2) * z + _TQ3))
-    small = small if x != 0.0 else x         # keeps the sign of a zero
-    large = 1.0 - 2.0 / (vector_exp(min(2.0 * a, 40.0)) + 1.0)   # tanh(20) is 1.0
-    return small if a < 0.625 else (large if x >= 0.0 else -large)
-
-'''
-
-
 # ---------------------------------------------------------------------------
-# The same functions as LLVM IR, for the kernels `fgrad.compiler.kernel_ir`
-# writes: the operations of the numba form above, in the same order, on
-# doubles (a float32 argument is widened first and the result narrowed by the
-# caller, where numba's form mixes float32 and float64 steps)
+# The functions as LLVM IR, for the kernels `fgrad.compiler.kernel_ir` writes:
+# on doubles (a float32 argument is widened first and the result narrowed by
+# the caller)
 # ---------------------------------------------------------------------------
 
 

@@ -90,10 +90,10 @@ def compiled_for(graph, xp, parallel=False, whole=True, name="staged", start=Tru
     """The graph's compiled code for backend ``xp`` (made once, kept on it).
 
     On NumPy that is a `fgrad.compiler.tiers.Tiers`: NumPy calls at once,
-    fused kernels and the whole-graph function built as its compile mode (the
+    fused kernels and the whole program built as its compile mode (the
     graph's mark, else ``FGRAD_JIT_COMPILE``) says. ``whole=False`` (a loop
-    body or branch, run by its control-flow primitive) leaves out whole-graph
-    compilation: the graph that holds the loop is compiled whole, loop
+    body or branch, run by its control-flow primitive) leaves out the
+    program: the graph that holds the loop is compiled whole, loop
     included, when it can be. ``name`` names the graph in the log;
     ``start=False`` leaves asking for its compiles to the caller
     (`fgrad.compiler.tiers.Tiers.start`). ``parallel`` runs the code's
@@ -485,14 +485,11 @@ class Lowered:
 
     ``print(f_jit.lower(x).source)`` shows the generated Python;
     ``kernels`` lists the fused CPU kernels it calls (each with its
-    ``source``), empty when nothing was fused. ``whole_graph`` is the plan of
-    whole-graph compilation (`fgrad.compiler.whole_graph.Plan`: its numba
-    ``source``, or the ``unsupported`` equations and why), None when it is
-    off; ``whole_graph_compiled`` says whether the numba function is built,
-    and ``tier`` which tier calls run now (`fgrad.compiler.tiers`);
-    ``program`` is the whole program (`fgrad.compiler.program.Program`) once
-    built (unless ``FGRAD_JIT_PROGRAM=0``), else None. Lowering waits for the kernels
-    (built now if not yet), not for the whole graph or program.
+    ``source``), empty when nothing was fused. ``tier`` says which tier
+    calls run now (`fgrad.compiler.tiers`); ``program`` is the whole program
+    (`fgrad.compiler.program.Program`) once built (unless
+    ``FGRAD_JIT_PROGRAM=0``), else None. Lowering waits for the kernels
+    (built now if not yet), not for the program.
     """
 
     def __init__(self, graph, compiled):
@@ -503,8 +500,6 @@ class Lowered:
         self.optimized = compiled.graph
         self.source = compiled.source
         self.kernels = cpu_kernels(compiled)
-        self.whole_graph = tiers.whole_plan() if tiers is not None else None
-        self.whole_graph_compiled = tiers is not None and tiers.whole is not None
         self.program = tiers.program if tiers is not None else None
         self.tier = tiers.tier if tiers is not None else "numpy"
 
@@ -809,11 +804,10 @@ class JitFunction:
 
     def compile_info(self):
         """One `CompileInfo` per cached signature: the tier its calls run
-        (``"numpy"``, ``"kernels"``, ``"program"`` or ``"whole"``:
-        `fgrad.compiler.tiers`),
+        (``"numpy"``, ``"kernels"`` or ``"program"``: `fgrad.compiler.tiers`),
         whether a compile is under way, and the seconds each tier's compiles
         took (its loop bodies' and its gradient's halves' included; and
-        LLVM's or numba's start-up, if they paid it), in time and in the compiling
+        LLVM's start-up, if they paid it), in time and in the compiling
         thread's CPU time; and, where the whole program is compiled
         (jit's ``program`` tier), the equations it calls back into NumPy for
         (``callouts``: ``"index: primitive"``, `fgrad.compiler.program`)."""
@@ -835,9 +829,8 @@ class JitFunction:
         return infos
 
     def wait_compiled(self, timeout=None):
-        """Build every tier left for each cached signature (the whole graph
-        too, without waiting for its call count), and the code of its
-        gradient's halves, and wait for them: the calls that follow run the
+        """Build every tier left for each cached signature, and the code of
+        its gradient's halves, and wait for them: the calls that follow run the
         fastest code jit has for them. Returns False if ``timeout`` seconds
         passed first.
 
@@ -877,9 +870,9 @@ class JitFunction:
         compiled = compiled_for(entry.graph, array_module(*leaves), self.parallel,
                                 name=self.__name__)
         if isinstance(compiled, Tiers):
-            # the per-equation code as it will run: its kernels built, and a
-            # whole-graph compile under way finished
-            compiled.finish(whole=False)
+            # the per-equation code as it will run: its kernels built (the
+            # program, if asked for, goes on compiling)
+            compiled.finish(program=False)
         return Lowered(entry.graph, compiled)
 
 
@@ -975,7 +968,7 @@ def jit(fun=None, static_argnums=(), static_argnames=(), max_traces=None,
     that off: the code is then NumPy calls, one per equation.
 
     No call waits for a compiler: the first calls run NumPy calls while the
-    kernels (and, for small graphs, the whole graph as one function) compile
+    kernels (and, where it pays, the whole graph as one function) compile
     on a background thread, and later calls switch to them once built
     (`fgrad.compiler.tiers`; docs/jit.md). ``compile="sync"`` compiles on the
     calling thread instead, at the call that needs it; ``compile="never"``
