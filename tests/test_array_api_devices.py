@@ -43,6 +43,35 @@ def test_a_constant_made_on_the_device_has_no_derivative():
     check_grads(f, (X,), order=2)
 
 
+def test_under_jit_what_constants_alone_compute_is_known_as_outside():
+    labels = np.array([2, 0, 2, 1])
+
+    def f(x):
+        y = fnp.asarray(labels, device=x.device)     # a constant of jit's staging
+        classes = fnp.unique_values(y)               # a shape from values: known
+        if fnp.all(y == 0):                          # a branch on a constant
+            return x
+        rows = [fnp.sum(x[y == c]) for c in classes]     # masks known: static shapes
+        return fnp.stack(rows) * int(classes[-1])
+    expected = f(np.arange(4.0))
+    np.testing.assert_array_equal(fgrad.jit(f)(np.arange(4.0)), expected)
+    graph = fgrad.make_graph(f)(np.arange(4.0))
+    assert "unique" not in str(graph) and "equal" not in str(graph)     # folded
+
+
+def test_under_jit_a_constant_s_host_callback_still_runs_each_call():
+    calls = []
+
+    def f(x):
+        c = fnp.asarray([1.0, 2.0], device=x.device)
+        return x + fgrad.pure_callback(lambda c: calls.append(1) or c * 2,
+                                       fgrad.ShapeDtypeStruct((2,), np.float64), c)
+    jitted = fgrad.jit(f)
+    for _ in range(2):
+        np.testing.assert_array_equal(jitted(np.zeros(2)), [2.0, 4.0])
+    assert len(calls) >= 2
+
+
 def test_devices_compare_as_the_data_s_device():
     def f(x):
         assert x.device == "cpu" and hash(x.device) == hash("cpu") and str(x.device) == "cpu"
