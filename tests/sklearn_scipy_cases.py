@@ -62,7 +62,7 @@ def on(x, data):
 # jit and vmap, i.e. its code has no data-dependent shapes or branches on values)
 ESTIMATORS = {
     "Binarizer": (preprocessing.Binarizer(threshold=0.1), X, True),
-    "GaussianNB": (naive_bayes.GaussianNB(), X, False),
+    "GaussianNB": (naive_bayes.GaussianNB(), X, True),
     "KernelCenterer": (preprocessing.KernelCenterer(), X @ X.T, True),
     "LinearDiscriminantAnalysis": (discriminant_analysis.LinearDiscriminantAnalysis(),
                                    X, False),
@@ -81,7 +81,7 @@ ESTIMATORS = {
 LEAVES_THE_STANDARD = {
     # L-BFGS runs in SciPy's compiled code, on NumPy arrays
     "LogisticRegression": (linear_model.LogisticRegression(), "_linear_loss.py"),
-    "PoissonRegressor": (linear_model.PoissonRegressor(), "glm.py"),
+    "PoissonRegressor": (linear_model.PoissonRegressor(), "_linear_loss.py"),
 }
 # labels in, labels out: nothing to differentiate
 NOT_DIFFERENTIABLE = {"LabelEncoder"}
@@ -306,6 +306,11 @@ SCIPY = {
     "stats.circstd": (scipy.stats.circstd, SIGNAL),
     "stats.quantile": (lambda x: scipy.stats.quantile(x, on(x, 0.3)), SIGNAL),
     "stats.describe": (lambda x: scipy.stats.describe(x).variance, SIGNAL),
+    # these compare traced values (n != 0) and index with the result
+    "stats.variation": (scipy.stats.variation, POSITIVE),
+    "stats.tmean": (lambda x: scipy.stats.tmean(x, (-1.0, 1.0)), SIGNAL),
+    "stats.tvar": (scipy.stats.tvar, SIGNAL),
+    "stats.tstd": (scipy.stats.tstd, SIGNAL),
     "signal.fftconvolve": (lambda x: scipy.signal.fftconvolve(x, x[:3]), SIGNAL),
     "signal.convolve(method='fft')": (
         lambda x: scipy.signal.convolve(x, x[:3], method="fft"), SIGNAL),

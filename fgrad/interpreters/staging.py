@@ -50,6 +50,10 @@ class StagingTracer(Tracer):
     def concrete(self):
         return self.known_value("its concrete value")
 
+    def constant_value(self):
+        var = self.graph_var
+        return var.value if type(var) is Literal else None
+
     def known_value(self, what):
         """The value of a constant (staged from a literal: an array made with
         ``device=x.device``, and what is computed from such arrays alone), which
