@@ -334,6 +334,20 @@ SCIPY_LEAVES_THE_STANDARD = {
 }
 
 
+# name -> (function, argument, the file of the line that asks for one namespace):
+# SciPy makes an array there without ``device=`` (``xp.ones(mysize)``,
+# ``xp.asarray(rng)``), which fgrad.numpy makes a NumPy array, as outside every
+# transformation, and then asks for the one namespace of it and a traced array
+SCIPY_MAKES_NUMPY_ARRAYS = {
+    "stats.iqr": (scipy.stats.iqr, SIGNAL, "_quantile.py"),
+    "signal.savgol_filter": (lambda x: scipy.signal.savgol_filter(x, 5, 2), SIGNAL,
+                             "_delegators.py"),
+    "signal.resample_poly": (lambda x: scipy.signal.resample_poly(x, 2, 3), SIGNAL,
+                             "_upfirdn.py"),
+    "signal.wiener": (scipy.signal.wiener, SIGNAL, "_signaltools.py"),
+}
+
+
 @needs_scipy_1_17
 @pytest.mark.parametrize("name", sorted(SCIPY))
 def test_scipy_functions_differentiate(name):
@@ -356,3 +370,12 @@ def test_scipy_functions_that_leave_the_standard_are_refused_naming_the_line(nam
     with pytest.raises((NumpyFunctionError, DerivativeConversionError),
                        match=rf"scipy/.*{filename}:\d+"):
         fgrad.grad(lambda x: fnp.sum(function(x)))(x)
+
+
+@needs_scipy_1_17
+@pytest.mark.parametrize("name", sorted(SCIPY_MAKES_NUMPY_ARRAYS))
+def test_scipy_functions_that_make_arrays_without_a_device_stop_at_one_namespace(name):
+    function, x, filename = SCIPY_MAKES_NUMPY_ARRAYS[name]
+    with pytest.raises(TypeError, match="Multiple namespaces") as raised:
+        fgrad.grad(lambda x: fnp.sum(function(x)))(x)
+    assert any(filename in entry.path.name for entry in raised.traceback)
