@@ -72,6 +72,46 @@ def test_under_jit_a_constant_s_host_callback_still_runs_each_call():
     assert len(calls) >= 2
 
 
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+def test_what_has_no_derivative_stays_a_tracer_of_the_transformation(transform):
+    seen = []
+
+    def f(x):
+        mask = x > 0
+        index = fnp.argmax(x, axis=1)
+        both = mask & (index[:, None] >= 0)         # computed from those alone
+        seen.extend(isinstance(v, Tracer) and v.__array_namespace__() is fnp
+                    for v in (mask, index, both))
+        return fnp.where(both, x, 0.0)
+    TRANSFORMS[transform](f, X)
+    assert seen == [True] * 3, seen
+
+
+@pytest.mark.parametrize("transform", ["grad", "jvp"])
+def test_a_value_without_derivative_converts_as_the_array_it_stands_for(transform):
+    def f(x):
+        mask = x > 0
+        n = fnp.sum(mask)
+        assert int(n) == 4 and mask.any() and np.asarray(mask).tolist() == (X > 0).tolist()
+        assert float(fnp.floor(x[0, 0])) == 0.0     # no derivative: it converts
+        return x[mask] * int(n)
+    TRANSFORMS[transform](f, X)
+    with pytest.raises(DerivativeConversionError, match="float"):
+        fgrad.grad(lambda x: float(x[0, 0]) * x[0, 0])(X)
+
+
+def test_a_0_d_mask_selects_as_in_numpy():
+    def f(x):
+        s = fnp.array(fnp.sum(x))                   # 0-d
+        y = s.copy()
+        y[s > 0] = (3 * s)[s > 0]                   # array_api_extra's apply_where
+        return y + fnp.sum(x[True]) + fnp.sum(x[False])
+    assert np.shape(X[True]) == (1,) + X.shape and np.shape(X[False]) == (0,) + X.shape
+    check_grads(f, (X,), order=2)
+    check_grads(f, (-X,), order=2)
+    np.testing.assert_array_equal(fgrad.jit(lambda x: x[True])(X), X[True])
+
+
 def test_devices_compare_as_the_data_s_device():
     def f(x):
         assert x.device == "cpu" and hash(x.device) == hash("cpu") and str(x.device) == "cpu"
