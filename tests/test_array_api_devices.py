@@ -8,7 +8,12 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.core.trace import Tracer
-from fgrad.errors import DerivativeConversionError, DeviceError, MemoryLayoutError
+from fgrad.errors import (
+    ArrayNamespaceError,
+    DerivativeConversionError,
+    DeviceError,
+    MemoryLayoutError,
+)
 from fgrad.testing import check_grads
 
 X = np.array([[0.5, -1.5, 2.0], [1.0, 0.25, -0.75]])
@@ -110,6 +115,18 @@ def test_a_0_d_mask_selects_as_in_numpy():
     check_grads(f, (X,), order=2)
     check_grads(f, (-X,), order=2)
     np.testing.assert_array_equal(fgrad.jit(lambda x: x[True])(X), X[True])
+
+
+def test_a_numpy_array_beside_a_traced_one_is_refused_naming_the_line():
+    compat = pytest.importorskip("array_api_compat")
+
+    def f(x):
+        xp = compat.array_namespace(x, fnp.asarray(x, device=x.device))     # one namespace
+        assert xp is fnp
+        compat.array_namespace(x, fnp.ones(3))          # a NumPy array: fnp.ones(3)
+        return fnp.sum(x)
+    with pytest.raises(ArrayNamespaceError, match=r"test_array_api_devices.py:\d+.*device="):
+        fgrad.grad(f)(X)
 
 
 def test_devices_compare_as_the_data_s_device():
