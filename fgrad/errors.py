@@ -11,6 +11,7 @@ exactly what they expect:
 NonScalarOutputError
 """
 from fgrad.core.errors import ArgnumError as ArgnumError
+from fgrad.core.errors import ArrayNamespaceError as ArrayNamespaceError
 from fgrad.core.errors import ArraySubclassError as ArraySubclassError
 from fgrad.core.errors import BackendMismatchError as BackendMismatchError
 from fgrad.core.errors import BatchAxisError as BatchAxisError

@@ -135,8 +135,19 @@ getitem_p.def_jvp(lambda t, ans, x, *idx, spec: getitem_p.bind(t, *idx, spec=spe
 
 def getitem(x, index):
     """``x[index]``: basic slicing, integer arrays and boolean masks."""
+    if _is_scalar_mask(index):
+        # NumPy's x[True] and x[False]: a new leading axis, with one row or none
+        # (array_api_extra's apply_where indexes 0-d values with a 0-d condition)
+        return getitem(getitem(x, None), np.flatnonzero(bool(index)))
     spec, arrays = parse_index(index)
     return getitem_p.bind(x, *arrays, spec=spec)
+
+
+def _is_scalar_mask(index):
+    if isinstance(index, (bool, np.bool_)):
+        return True
+    return (isinstance(index, (Tracer, np.ndarray)) and index.dtype == np.bool_
+            and index.shape == ())
 
 
 def slice_axis(x, axis, start, stop):

@@ -33,6 +33,7 @@ from sklearn.utils import all_estimators  # noqa: E402
 import fgrad  # noqa: E402
 import fgrad.numpy as fnp  # noqa: E402
 from fgrad.errors import (  # noqa: E402
+    ArrayNamespaceError,
     ConcretizationError,
     DerivativeConversionError,
     ImmutableArrayError,
@@ -62,7 +63,7 @@ def on(x, data):
 # jit and vmap, i.e. its code has no data-dependent shapes or branches on values)
 ESTIMATORS = {
     "Binarizer": (preprocessing.Binarizer(threshold=0.1), X, True),
-    "GaussianNB": (naive_bayes.GaussianNB(), X, False),
+    "GaussianNB": (naive_bayes.GaussianNB(), X, True),
     "KernelCenterer": (preprocessing.KernelCenterer(), X @ X.T, True),
     "LinearDiscriminantAnalysis": (discriminant_analysis.LinearDiscriminantAnalysis(),
                                    X, False),
@@ -81,7 +82,7 @@ ESTIMATORS = {
 LEAVES_THE_STANDARD = {
     # L-BFGS runs in SciPy's compiled code, on NumPy arrays
     "LogisticRegression": (linear_model.LogisticRegression(), "_linear_loss.py"),
-    "PoissonRegressor": (linear_model.PoissonRegressor(), "glm.py"),
+    "PoissonRegressor": (linear_model.PoissonRegressor(), "_linear_loss.py"),
 }
 # labels in, labels out: nothing to differentiate
 NOT_DIFFERENTIABLE = {"LabelEncoder"}
@@ -306,6 +307,11 @@ SCIPY = {
     "stats.circstd": (scipy.stats.circstd, SIGNAL),
     "stats.quantile": (lambda x: scipy.stats.quantile(x, on(x, 0.3)), SIGNAL),
     "stats.describe": (lambda x: scipy.stats.describe(x).variance, SIGNAL),
+    # these compare traced values (n != 0) and index with the result
+    "stats.variation": (scipy.stats.variation, POSITIVE),
+    "stats.tmean": (lambda x: scipy.stats.tmean(x, (-1.0, 1.0)), SIGNAL),
+    "stats.tvar": (scipy.stats.tvar, SIGNAL),
+    "stats.tstd": (scipy.stats.tstd, SIGNAL),
     "signal.fftconvolve": (lambda x: scipy.signal.fftconvolve(x, x[:3]), SIGNAL),
     "signal.convolve(method='fft')": (
         lambda x: scipy.signal.convolve(x, x[:3], method="fft"), SIGNAL),
@@ -326,6 +332,20 @@ SCIPY_LEAVES_THE_STANDARD = {
     "signal.detrend": (scipy.signal.detrend, SIGNAL, "_signaltools.py"),
     "signal.welch": (lambda x: scipy.signal.welch(x, nperseg=8)[1], SIGNAL,
                      "_spectral_py.py"),
+}
+
+
+# name -> (function, argument, the file of the line that asks for one namespace):
+# SciPy makes an array there without ``device=`` (``xp.ones(mysize)``,
+# ``xp.asarray(rng)``), which fgrad.numpy makes a NumPy array, as outside every
+# transformation, and then asks for the one namespace of it and a traced array
+SCIPY_MAKES_NUMPY_ARRAYS = {
+    "stats.iqr": (scipy.stats.iqr, SIGNAL, "_quantile.py"),
+    "signal.savgol_filter": (lambda x: scipy.signal.savgol_filter(x, 5, 2), SIGNAL,
+                             "_delegators.py"),
+    "signal.resample_poly": (lambda x: scipy.signal.resample_poly(x, 2, 3), SIGNAL,
+                             "_upfirdn.py"),
+    "signal.wiener": (scipy.signal.wiener, SIGNAL, "_signaltools.py"),
 }
 
 
@@ -350,4 +370,13 @@ def test_scipy_functions_that_leave_the_standard_are_refused_naming_the_line(nam
     function, x, filename = SCIPY_LEAVES_THE_STANDARD[name]
     with pytest.raises((NumpyFunctionError, DerivativeConversionError),
                        match=rf"scipy/.*{filename}:\d+"):
+        fgrad.grad(lambda x: fnp.sum(function(x)))(x)
+
+
+@needs_scipy_1_17
+@pytest.mark.parametrize("name", sorted(SCIPY_MAKES_NUMPY_ARRAYS))
+def test_scipy_functions_that_make_arrays_without_a_device_are_refused_naming_the_line(name):
+    function, x, filename = SCIPY_MAKES_NUMPY_ARRAYS[name]
+    # SciPy's own TypeError ("Multiple namespaces") would come next
+    with pytest.raises(ArrayNamespaceError, match=rf"scipy/.*{filename}:\d+.*device="):
         fgrad.grad(lambda x: fnp.sum(function(x)))(x)

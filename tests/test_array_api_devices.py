@@ -8,7 +8,12 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.core.trace import Tracer
-from fgrad.errors import DerivativeConversionError, DeviceError, MemoryLayoutError
+from fgrad.errors import (
+    ArrayNamespaceError,
+    DerivativeConversionError,
+    DeviceError,
+    MemoryLayoutError,
+)
 from fgrad.testing import check_grads
 
 X = np.array([[0.5, -1.5, 2.0], [1.0, 0.25, -0.75]])
@@ -41,6 +46,87 @@ def test_a_constant_made_on_the_device_has_no_derivative():
         return fnp.sum(w * x)
     np.testing.assert_array_equal(fgrad.grad(f)(X), np.broadcast_to([1.0, 2.0, 3.0], X.shape))
     check_grads(f, (X,), order=2)
+
+
+def test_under_jit_what_constants_alone_compute_is_known_as_outside():
+    labels = np.array([2, 0, 2, 1])
+
+    def f(x):
+        y = fnp.asarray(labels, device=x.device)     # a constant of jit's staging
+        classes = fnp.unique_values(y)               # a shape from values: known
+        if fnp.all(y == 0):                          # a branch on a constant
+            return x
+        rows = [fnp.sum(x[y == c]) for c in classes]     # masks known: static shapes
+        return fnp.stack(rows) * int(classes[-1])
+    expected = f(np.arange(4.0))
+    np.testing.assert_array_equal(fgrad.jit(f)(np.arange(4.0)), expected)
+    graph = fgrad.make_graph(f)(np.arange(4.0))
+    assert "unique" not in str(graph) and "equal" not in str(graph)     # folded
+
+
+def test_under_jit_a_constant_s_host_callback_still_runs_each_call():
+    calls = []
+
+    def f(x):
+        c = fnp.asarray([1.0, 2.0], device=x.device)
+        return x + fgrad.pure_callback(lambda c: calls.append(1) or c * 2,
+                                       fgrad.ShapeDtypeStruct((2,), np.float64), c)
+    jitted = fgrad.jit(f)
+    for _ in range(2):
+        np.testing.assert_array_equal(jitted(np.zeros(2)), [2.0, 4.0])
+    assert len(calls) >= 2
+
+
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+def test_what_has_no_derivative_stays_a_tracer_of_the_transformation(transform):
+    seen = []
+
+    def f(x):
+        mask = x > 0
+        index = fnp.argmax(x, axis=1)
+        both = mask & (index[:, None] >= 0)         # computed from those alone
+        seen.extend(isinstance(v, Tracer) and v.__array_namespace__() is fnp
+                    for v in (mask, index, both))
+        return fnp.where(both, x, 0.0)
+    TRANSFORMS[transform](f, X)
+    assert seen == [True] * 3, seen
+
+
+@pytest.mark.parametrize("transform", ["grad", "jvp"])
+def test_a_value_without_derivative_converts_as_the_array_it_stands_for(transform):
+    def f(x):
+        mask = x > 0
+        n = fnp.sum(mask)
+        assert int(n) == 4 and mask.any() and np.asarray(mask).tolist() == (X > 0).tolist()
+        assert float(fnp.floor(x[0, 0])) == 0.0     # no derivative: it converts
+        return x[mask] * int(n)
+    TRANSFORMS[transform](f, X)
+    with pytest.raises(DerivativeConversionError, match="float"):
+        fgrad.grad(lambda x: float(x[0, 0]) * x[0, 0])(X)
+
+
+def test_a_0_d_mask_selects_as_in_numpy():
+    def f(x):
+        s = fnp.array(fnp.sum(x))                   # 0-d
+        y = s.copy()
+        y[s > 0] = (3 * s)[s > 0]                   # array_api_extra's apply_where
+        return y + fnp.sum(x[True]) + fnp.sum(x[False])
+    assert np.shape(X[True]) == (1,) + X.shape and np.shape(X[False]) == (0,) + X.shape
+    check_grads(f, (X,), order=2)
+    check_grads(f, (-X,), order=2)
+    np.testing.assert_array_equal(fgrad.jit(lambda x: x[True])(X), X[True])
+
+
+def test_a_numpy_array_beside_a_traced_one_is_refused_naming_the_line():
+    compat = pytest.importorskip("array_api_compat")
+
+    def f(x):
+        xp = compat.array_namespace(x, fnp.asarray(x, device=x.device))     # one namespace
+        assert xp is fnp
+        compat.array_namespace(x, fnp.ones(3))          # a NumPy array: fnp.ones(3)
+        return fnp.sum(x)
+    with pytest.raises(ArrayNamespaceError, match=r"test_array_api_devices.py:\d+.*device="):
+        fgrad.grad(f)(X)
 
 
 def test_devices_compare_as_the_data_s_device():

@@ -218,6 +218,21 @@ class DerivativeConversionError(FgradError, TypeError):
     """
 
 
+class ArrayNamespaceError(FgradError, TypeError):
+    """Array API code (scikit-learn, SciPy) asked for the one namespace of a
+    traced array and a NumPy array: an array made without ``device=`` is a
+    NumPy array, and a NumPy array cannot hold a traced value.
+
+    >>> scipy.signal.wiener(x)       # under grad; doctest: +SKIP
+    ArrayNamespaceError: .../_signaltools.py:237: `xp = array_namespace(in1, in2)` ...
+
+    Fix: make your own constants on the traced value's device,
+    ``fnp.asarray(c, device=x.device)``; where the library makes the array
+    itself, the function cannot run on traced values (docs/array-api.md lists
+    such functions).
+    """
+
+
 class RetracingWarning(UserWarning):
     """A jitted function was traced again and again (a new shape, dtype or static
     value on many calls): each trace stages and compiles it anew."""

@@ -579,6 +579,12 @@ class Tracer:
         words where there is no such value or it would drop a derivative."""
         return self.concrete()
 
+    def constant_value(self):
+        """The value, where one is known and no transformation differentiates
+        it (an integer or a comparison under grad, a constant under jit); else
+        None. NumPy may take it (``np.asarray``) without dropping anything."""
+        return None
+
     def item(self, *args):
         return self.value_for(".item()").item(*args)
 
@@ -645,6 +651,10 @@ class Tracer:
         if Tracer.deferring_callers and dtype is None and \
                 sys._getframe(1).f_globals.get("__name__") in Tracer.deferring_callers:
             return np.empty((), object)
+        value = self.constant_value()
+        if value is not None:
+            return np.array(value, dtype=dtype, copy=True) if copy else \
+                np.asarray(value, dtype=dtype)
         if self.aval.dtype.kind in "biu":
             # NumPy converts an index to an array, so `x[i]` with a NumPy x lands here
             raise NumpyFunctionError(
@@ -752,7 +762,22 @@ class EagerTracer(Tracer):
     def __complex__(self):
         return complex(self.value_for("complex()"))
 
+    def carries_derivative(self):
+        """Whether this transformation differentiates the value (each eager
+        trace says; a value it gives no derivative may leave as a number)."""
+        return True
+
+    def constant_value(self):
+        if self.dtype.kind in "fc" and self.carries_derivative():
+            return None
+        primal = self.primal
+        return primal.constant_value() if isinstance(primal, Tracer) else primal
+
     def value_for(self, how):
+        primal = self.primal
+        if self.dtype.kind in "fc" and not self.carries_derivative():
+            # no derivative here; an enclosing transformation's value decides
+            return primal.value_for(how) if isinstance(primal, Tracer) else primal
         if self.dtype.kind in "fc":
             raise DerivativeConversionError(
                 f"{how} of an array that is being differentiated ({self.aval})"

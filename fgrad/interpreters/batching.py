@@ -1,8 +1,10 @@
 """Batching (vmap): run a per-example function once on a whole batch.
 
 A `BatchTracer` carries a value holding every example and the position of its
-batch axis (or `not_mapped` for a value every example shares, which is never
-wrapped). Each primitive applied to batch tracers calls the ``batch`` column of
+batch axis, or `not_mapped` (None) for a value every example shares: a
+constant made with ``device=x.device``, or what such values alone compute. That
+one is still a tracer, so that Array API code sees one namespace, and it has a
+value, which code may read as outside vmap. Each primitive applied to batch tracers calls the ``batch`` column of
 its row, ``prim.batch(args, dims, **params) -> (out, out_dim)``, which binds
 primitives on the whole batch at once, so no Python loop over examples runs.
 
@@ -12,6 +14,8 @@ a loop over examples, with a one-time warning naming it.
 import functools
 import warnings
 
+import numpy as np
+
 from fgrad.core.errors import BatchedConversionError, LoopBatchingWarning
 from fgrad.core.trace import EagerTracer, ShapedArray, Trace, Tracer, get_aval, new_trace
 from fgrad.interpreters import callbacks
@@ -20,7 +24,7 @@ from fgrad.interpreters.staging import eval_graph, stage
 from fgrad.primitives.batching import axis_size, batch_to_front, move_axis, not_mapped
 from fgrad.primitives.indexing import getitem_p
 from fgrad.primitives.reductions import sum_
-from fgrad.primitives.shape import broadcast_to, stack
+from fgrad.primitives.shape import stack
 
 __all__ = ["BatchTrace", "BatchTracer", "batch_graph", "not_mapped"]
 
@@ -34,7 +38,8 @@ def _conversion_message(what, aval):
 
 
 class BatchTracer(Tracer):
-    """A batched value: ``val`` holds every example along axis ``batch_dim``."""
+    """A batched value: ``val`` holds every example along axis ``batch_dim``
+    (None: ``val`` is the one value every example shares)."""
 
     __slots__ = ("val", "batch_dim")
 
@@ -45,13 +50,15 @@ class BatchTracer(Tracer):
 
     @property
     def aval(self):
+        if self.batch_dim is None:
+            return get_aval(self.val).strip_weak()
         return ShapedArray(self.shape, self.val.dtype)
 
     # read on every rule application: computed without building an aval
     @property
     def shape(self):
         shape, d = self.val.shape, self.batch_dim   # val is an array, never a scalar
-        return shape[:d] + shape[d + 1:]
+        return shape if d is None else shape[:d] + shape[d + 1:]
 
     @property
     def dtype(self):
@@ -59,34 +66,45 @@ class BatchTracer(Tracer):
 
     @property
     def ndim(self):
-        return len(self.val.shape) - 1
+        return len(self.val.shape) - (self.batch_dim is not None)
+
+    def known(self, what):
+        """The value every example shares, where there is one; else the
+        refusal, ``what`` naming the conversion."""
+        if self.batch_dim is None:
+            val = self.val
+            return val.value_for(what) if isinstance(val, Tracer) else val
+        raise BatchedConversionError(_conversion_message(what, self.aval))
 
     def concrete(self):
-        raise BatchedConversionError(_conversion_message("a conversion to a concrete "
-                                                         "value", self.aval))
+        return self.known("a conversion to a concrete value")
+
+    def constant_value(self):
+        if self.batch_dim is not None:
+            return None
+        val = self.val
+        return val.constant_value() if isinstance(val, Tracer) else val
 
     def __bool__(self):
-        raise BatchedConversionError(_conversion_message("bool() (or an `if`, `and`, "
-                                                         "`or`, `while`)", self.aval))
+        return bool(self.known("bool() (or an `if`, `and`, `or`, `while`)"))
 
     def __float__(self):
-        raise BatchedConversionError(_conversion_message("float()", self.aval))
+        return float(self.known("float()"))
 
     def __int__(self):
-        raise BatchedConversionError(_conversion_message("int()", self.aval))
+        return int(self.known("int()"))
 
     def __complex__(self):
-        raise BatchedConversionError(_conversion_message("complex()", self.aval))
+        return complex(self.known("complex()"))
 
     def __index__(self):
-        raise BatchedConversionError(_conversion_message("use as a Python index",
-                                                         self.aval))
+        return int(self.known("use as a Python index"))
 
     def carried(self):
         return self.val
 
     def value_for(self, how):
-        raise BatchedConversionError(_conversion_message(how, self.aval))
+        return self.known(how)
 
     def __repr__(self):
         return f"BatchTracer({self.aval}, batch_dim={self.batch_dim}, val={self.val!r})"
@@ -114,23 +132,32 @@ class BatchTrace(Trace):
         return vals, dims
 
     def lift(self, value):
-        # every example holds the same value: broadcast along a new front axis
-        shape = (self.axis_size,) + get_aval(value).shape
-        return BatchTracer(self, broadcast_to(value, shape), 0)
+        # every example holds the same value
+        if not hasattr(value, "shape"):         # a Python number
+            value = np.asarray(value)
+        return BatchTracer(self, value, not_mapped)
 
     def wrap(self, val, dim):
-        """A batch tracer for ``val`` batched along ``dim`` (``val`` itself if None)."""
-        return val if dim is None else BatchTracer(self, val, dim)
+        """A batch tracer for ``val`` batched along ``dim`` (shared if None)."""
+        if dim is None:
+            return self.lift(val)
+        return BatchTracer(self, val, dim)
 
     def process(self, prim, args, params):
         vals, dims = self.unwrap(args)
+        if dims.count(None) == len(dims):
+            # shared values only: one evaluation serves every example
+            out = prim.bind(*vals, **params)
+            if prim.multiple_results:
+                return tuple(self.lift(o) for o in out)
+            return self.lift(out)
         rule = prim.batch
         if rule is None:
             rule = loop_rule(prim)
         out, out_dim = rule(vals, dims, **params)
         if prim.multiple_results:
             return tuple(self.wrap(o, d) for o, d in zip(out, out_dim))
-        return out if out_dim is None else BatchTracer(self, out, out_dim)
+        return self.wrap(out, out_dim)
 
     # -- functions with user-supplied derivatives --------------------------------
     #
@@ -210,7 +237,11 @@ def batch_graph(graph, dims, size, force=None):
         vals, flags = [], []
         for k, o in enumerate(outs):
             if isinstance(o, BatchTracer) and o.owner is trace:
-                vals.append(move_axis(o.val, o.batch_dim, 0))
+                o, d = o.val, o.batch_dim
+            else:
+                d = None
+            if d is not None:
+                vals.append(move_axis(o, d, 0))
                 flags.append(True)
             elif force is not None and force[k]:
                 vals.append(batch_to_front(o, None, size))

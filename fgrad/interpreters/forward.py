@@ -1,16 +1,27 @@
 """Forward mode: carry a tangent beside every value and push it through JVP rules.
 
-A value whose tangent is zero is never wrapped: the trace returns the bare primal,
-so symbolic zeros cost nothing and `fgrad.jvp` instantiates them only at the end.
+A value whose tangent is zero (a comparison, an integer, a constant made with
+``device=x.device``) carries a symbolic `Zero`, which costs nothing: rules skip
+it, and `fgrad.jvp` instantiates it only at the end. It stays a tracer, so that
+Array API code sees one namespace in ``array_namespace(mask, x)``.
 """
 from fgrad.core.errors import CustomRuleError, MissingRuleError
 from fgrad.core.trace import EagerTracer, Trace, Tracer, Zero, get_aval, missing_rule_message
 from fgrad.interpreters.custom_rules import call_jvp_rule, refuse_closures
-from fgrad.primitives.creation import zeros_like
+
+
+def all_zero(tangents):
+    """Whether every operand's tangent is zero (constants only: the rule would
+    have nothing to push)."""
+    for t in tangents:
+        if type(t) is not Zero:
+            return False
+    return True
 
 
 class JVPTracer(EagerTracer):
-    """A value under forward mode: the primal and its (nonzero) tangent."""
+    """A value under forward mode: the primal and its tangent (a `Zero` for a
+    value with none)."""
 
     __slots__ = ("tangent",)
 
@@ -18,6 +29,9 @@ class JVPTracer(EagerTracer):
         self.owner = trace
         self.primal = primal
         self.tangent = tangent
+
+    def carries_derivative(self):
+        return type(self.tangent) is not Zero
 
 
 class JVPTrace(Trace):
@@ -38,9 +52,13 @@ class JVPTrace(Trace):
         return primals, tangents
 
     def lift(self, value):
-        # a tracer with a tangent of real zeros: the one place forward mode
-        # wraps a constant, since the tracer object must stay a tracer
-        return JVPTracer(self, value, zeros_like(value))
+        return JVPTracer(self, value, Zero.like(value))
+
+    def constant(self, ans, multiple_results=False):
+        """The tracer(s) of ``ans``, whose tangent is zero."""
+        if multiple_results:
+            return tuple(JVPTracer(self, a, Zero.like(a)) for a in ans)
+        return JVPTracer(self, ans, Zero.like(ans))
 
     def process(self, prim, args, params):
         primals, tangents = self.unwrap(args)
@@ -50,13 +68,13 @@ class JVPTrace(Trace):
                 break
         else:
             ans = prim.impl(*primals, **params)
-        if prim.nondiff:
-            return ans
+        if prim.nondiff or all_zero(tangents):
+            return self.constant(ans, prim.multiple_results)
         if prim.jvp is None:
             raise MissingRuleError(missing_rule_message(prim, "jvp"))
         if prim.multiple_results:
             if not any(get_aval(a).dtype.kind in "fc" for a in ans):
-                return ans
+                return self.constant(ans, True)
             out_tangents = prim.jvp(tangents, ans, *primals, **params)
             return tuple(self.wrap(a, t) for a, t in zip(ans, out_tangents))
         try:
@@ -64,13 +82,13 @@ class JVPTrace(Trace):
         except AttributeError:                  # a Python scalar
             kind = get_aval(ans).dtype.kind
         if kind not in "fc":
-            return ans
+            return JVPTracer(self, ans, Zero.like(ans))
         return self.wrap(ans, prim.jvp(tangents, ans, *primals, **params))
 
     def wrap(self, primal, tangent):
-        """A tracer pairing ``primal`` with ``tangent`` (the bare primal if zero)."""
-        if tangent is None or type(tangent) is Zero:
-            return primal
+        """A tracer pairing ``primal`` with ``tangent`` (a `Zero` if none)."""
+        if tangent is None:
+            tangent = Zero.like(primal)
         return JVPTracer(self, primal, tangent)
 
     def process_custom_vjp(self, fun, fwd, bwd, args):

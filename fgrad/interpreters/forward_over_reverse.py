@@ -162,6 +162,8 @@ def tangent_pass(eqns, in_tangents, wanted, outer):
                 t = tangents.get(n)
             elif type(a) is JVPTracer and a.owner is outer:
                 t, a = a.tangent, a.primal
+                if type(t) is Zero:
+                    t = None
             else:
                 t = None
             primals.append(a)
@@ -207,7 +209,8 @@ def sweep_with_tangents(eqns, tangents, out_node, seed, num_inputs, outer):
         for node in range(num_inputs):
             ct = cts.get(node)
             if type(ct) is JVPTracer and ct.owner is fwd:
-                results.append((ct.primal, ct.tangent))
+                results.append((ct.primal, None if type(ct.tangent) is Zero
+                                else ct.tangent))
             else:
                 results.append((ct, None))
     return results

@@ -34,7 +34,7 @@ from fgrad.core.graph import Literal
 from fgrad.core.trace import Tracer, Zero, get_aval, missing_rule_message, trace_state
 from fgrad.interpreters.batching import innermost_value
 from fgrad.interpreters.custom_rules import call_jvp_rule, refuse_closures
-from fgrad.interpreters.forward import JVPTrace
+from fgrad.interpreters.forward import JVPTrace, all_zero
 from fgrad.interpreters.reverse import NEEDED_ONE, ReverseTrace, accumulate, ct_or_zero
 from fgrad.interpreters.sources import describe_source, user_source
 from fgrad.interpreters.staging import UNSELECTED
@@ -312,12 +312,11 @@ class DebugJVPTrace(JVPTrace):
         source = user_source() if context is None else context[2]
         outs = ans if prim.multiple_results else (ans,)
         _check_outputs(outs, prim, context, source, primals)
-        if prim.nondiff:
-            return ans
+        if prim.nondiff or all_zero(tangents) or \
+                not any(get_aval(a).dtype.kind in "fc" for a in outs):
+            return self.constant(ans, prim.multiple_results)
         if prim.jvp is None:
             raise MissingRuleError(missing_rule_message(prim, "jvp"))
-        if not any(get_aval(a).dtype.kind in "fc" for a in outs):
-            return ans
         # the rule's own equations (staged under jit) belong to this one
         rule_context = _tangent_context(context, prim, source)
         trace_state.nan_context = rule_context

@@ -34,7 +34,12 @@ from fgrad.interpreters.custom_rules import (
 
 
 class ReverseTracer(EagerTracer):
-    """A value under reverse mode: the primal value and its node in the graph."""
+    """A value under reverse mode: the primal value and its node in the graph.
+
+    A value with no derivative here (a comparison, an integer, a constant made
+    with ``device=x.device``, what such values alone compute) has node None:
+    no equation sends it a cotangent, but it stays a tracer, so that Array API
+    code sees one namespace in ``array_namespace(mask, x)``."""
 
     __slots__ = ("node",)
 
@@ -42,6 +47,9 @@ class ReverseTracer(EagerTracer):
         self.owner = trace
         self.primal = primal
         self.node = node
+
+    def carries_derivative(self):
+        return self.node is not None
 
 
 def _dtype_kind(x):
@@ -212,10 +220,13 @@ class ReverseTrace(Trace):
         return ReverseTracer(self, value, node)
 
     def lift(self, value):
-        # a node no equation writes: its cotangent reaches nothing
-        node = self.num_nodes
-        self.num_nodes = node + 1
-        return ReverseTracer(self, value, node)
+        return ReverseTracer(self, value, None)
+
+    def constant(self, ans, multiple_results=False):
+        """The tracer(s) of ``ans``, which has no derivative in this trace."""
+        if multiple_results:
+            return tuple(ReverseTracer(self, a, None) for a in ans)
+        return ReverseTracer(self, ans, None)
 
     def keep_enclosing_values(self):
         """Give each equation its own tracer of every enclosing transformation's
@@ -250,6 +261,7 @@ class ReverseTrace(Trace):
             x = args[0]
             p = x.primal
             primals, in_nodes = [p], (x.node,)
+            constant = in_nodes[0] is None
             if isinstance(p, Tracer):           # an outer transformation's value
                 ans = self.evaluate_traced(prim, primals, params)
             elif params:
@@ -269,16 +281,18 @@ class ReverseTrace(Trace):
                 else:
                     py, ny = y, None
                 primals, in_nodes = [px, py], (nx, ny)
+                constant = nx is None and ny is None
             else:
                 primals, in_nodes = self.unwrap(args)
+                constant = in_nodes.count(None) == len(in_nodes)
             for p in primals:
                 if isinstance(p, Tracer):
                     ans = self.evaluate_traced(prim, primals, params)
                     break
             else:
                 ans = prim.impl(*primals, **params) if params else prim.impl(*primals)
-        if prim.nondiff:
-            return ans
+        if prim.nondiff or constant:
+            return self.constant(ans, prim.multiple_results)
         return self.record(prim, in_nodes, primals, ans, params)
 
     def binary_into_operand(self, prim, x, y):
@@ -350,7 +364,7 @@ class ReverseTrace(Trace):
         except AttributeError:
             kind = get_aval(ans).dtype.kind
         if kind not in "fc":
-            return ans
+            return ReverseTracer(self, ans, None)
         node = self.num_nodes
         self.num_nodes = node + 1
         if prim.vjp_reads is not None and self.prune_residuals:
@@ -410,7 +424,7 @@ class ReverseTrace(Trace):
                 outs.append(ReverseTracer(self, a, node))
             else:
                 nodes.append(None)
-                outs.append(a)
+                outs.append(ReverseTracer(self, a, None))
         self.eqns.append((prim, in_nodes, tuple(nodes), primals, tuple(ans), params))
         return tuple(outs)
 

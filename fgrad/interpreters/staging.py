@@ -48,26 +48,39 @@ class StagingTracer(Tracer):
         return self.graph_var.aval
 
     def concrete(self):
-        raise ConcretizationError(concretization_message(self, "its concrete value"))
+        return self.known_value("its concrete value")
+
+    def constant_value(self):
+        var = self.graph_var
+        return var.value if type(var) is Literal else None
+
+    def known_value(self, what):
+        """The value of a constant (staged from a literal: an array made with
+        ``device=x.device``, and what is computed from such arrays alone), which
+        staging knows; anything else has no value yet, and ``what`` asked for
+        it."""
+        var = self.graph_var
+        if type(var) is Literal:
+            return var.value
+        raise ConcretizationError(concretization_message(self, what))
 
     def __bool__(self):
-        raise ConcretizationError(concretization_message(self, "bool() (an `if`, "
-                                                         "`while`, `and`/`or`)"))
+        return bool(self.known_value("bool() (an `if`, `while`, `and`/`or`)"))
 
     def __float__(self):
-        raise ConcretizationError(concretization_message(self, "float()"))
+        return float(self.known_value("float()"))
 
     def __int__(self):
-        raise ConcretizationError(concretization_message(self, "int()"))
+        return int(self.known_value("int()"))
 
     def __index__(self):
-        raise ConcretizationError(concretization_message(self, "an integer index"))
+        return int(self.known_value("an integer index"))
 
     def __complex__(self):
-        raise ConcretizationError(concretization_message(self, "complex()"))
+        return complex(self.known_value("complex()"))
 
     def value_for(self, how):
-        raise ConcretizationError(concretization_message(self, how))
+        return self.known_value(how)
 
 
 def concretization_message(tracer, what):
@@ -133,6 +146,13 @@ class StagingTrace(Trace):
         if prim.abstract is None:
             raise MissingRuleError(missing_rule_message(prim, "abstract"))
         invars = [self.operand(a) for a in args]
+        for v in invars:
+            if type(v) is not Literal:
+                break
+        else:
+            folded = fold(self, prim, invars, params)
+            if folded is not None:
+                return folded
         avals = [v.aval for v in invars]
         try:
             key = (prim, tuple((a.shape, a.dtype, a.weak_type) for a in avals),
@@ -164,6 +184,34 @@ class StagingTrace(Trace):
         return _stage_custom(self, custom_jvp_call_p, fun, args, rule=rule)
 
 
+def foldable(prim):
+    """Whether staging may evaluate ``prim`` on constants now: not a print or a
+    host callback (the user's run-time work), nor a call of a staged body."""
+    return prim.impl is not None and not (
+        getattr(prim, "effectful", False) or getattr(prim, "host_callback", False)
+        or getattr(prim, "call_param", None))
+
+
+def fold(trace, prim, literals, params):
+    """``prim`` of constants only, evaluated while staging: a constant tracer
+    whose value is known, or None to stage it as usual.
+
+    Constants are arrays made on a staged value's device (Array API code's
+    ``xp.asarray(y, device=X.device)``): what is computed from them alone is
+    known before the graph runs, as it would be outside jit, so code may read
+    it (``xp.unique(y)`` for a shape, ``if xp.all(w == 0)``) as it does there.
+    """
+    if not foldable(prim):
+        return None
+    try:
+        out = prim.impl(*[v.value for v in literals], **params)
+    except Exception:               # left to fail (or not) when the graph runs
+        return None
+    if prim.multiple_results:
+        return tuple(StagingTracer(trace, Literal(o, get_aval(o))) for o in out)
+    return StagingTracer(trace, Literal(out, get_aval(out)))
+
+
 class DebugStagingTrace(StagingTrace):
     """Staging that tags each equation's first output with where it came from.
 
@@ -180,8 +228,9 @@ class DebugStagingTrace(StagingTrace):
         self.sources = {}
 
     def process(self, prim, args, params):
+        staged = len(self.eqns)
         out = super().process(prim, args, params)
-        eqn = self.eqns[-1] if self.eqns else None
+        eqn = self.eqns[-1] if len(self.eqns) > staged else None    # None: folded
         if eqn is not None and eqn.prim is prim and eqn.outvars:
             context = trace_state.nan_context
             self.sources[eqn.outvars[0]] = context if context is not None else (

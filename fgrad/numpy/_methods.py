@@ -9,10 +9,18 @@ primitives directly (they are the hot path of eager ``grad``); the methods
 forward to the fgrad.numpy function of the same name, installed by `install`
 once the package has defined them.
 """
+import sys
+
 import numpy as np
 
-from fgrad.core.errors import DeviceError, ImmutableArrayError, MemoryLayoutError
-from fgrad.core.trace import Tracer
+from fgrad.core.errors import (
+    ArrayNamespaceError,
+    DeviceError,
+    ImmutableArrayError,
+    MemoryLayoutError,
+)
+from fgrad.core.trace import Tracer, get_aval
+from fgrad.interpreters.sources import describe_source
 from fgrad.numpy import _updates
 from fgrad.numpy._devices import traced_device
 from fgrad.numpy._products import matmul
@@ -84,7 +92,42 @@ def _array_namespace(self, api_version=None):
     if api_version is not None and api_version not in API_VERSIONS:
         raise ValueError(f"fgrad.numpy implements the Array API standard versions "
                          f"{', '.join(API_VERSIONS)}, not {api_version!r}")
+    caller = sys._getframe(1)
+    if caller.f_code.co_name == "array_namespace" and \
+            "array_api_compat" in caller.f_globals.get("__name__", ""):
+        _refuse_numpy_arrays_beside(self, caller)
     return Tracer.numpy_namespace
+
+
+# array_api_compat's, SciPy's and scikit-learn's functions for a namespace
+_NAMESPACE_HELPERS = frozenset({"array_namespace", "get_namespace",
+                                "get_namespace_and_device"})
+
+
+def _refuse_numpy_arrays_beside(tracer, compat_frame):
+    """array_api_compat's ``array_namespace(*xs)`` (scikit-learn's and SciPy's)
+    is asking ``tracer`` for its namespace: if a NumPy array is among ``xs`` it
+    will fail with "Multiple namespaces"; say instead which line asked, and
+    why, before it does."""
+    arrays = compat_frame.f_locals.get("xs", ())
+    numpy_arrays = [x for x in arrays if isinstance(x, (np.ndarray, np.generic))]
+    if not numpy_arrays:
+        return
+    frame = compat_frame            # the line that asked, above the asking helpers
+    while frame is not None and (frame.f_code.co_name in _NAMESPACE_HELPERS or
+                                 "array_api_compat" in frame.f_globals.get("__name__", "")):
+        frame = frame.f_back
+    where = "" if frame is None else \
+        f" at {describe_source((frame.f_code.co_filename, frame.f_lineno))}"
+    shapes = ", ".join(str(get_aval(x)) for x in numpy_arrays)
+    raise ArrayNamespaceError(
+        f"the Array API namespace of a traced array ({tracer.aval}) and of NumPy "
+        f"array(s) ({shapes}) was asked for together{where}. An array made without "
+        "device= is a NumPy array (fnp.ones(3), fnp.asarray(c), as outside every "
+        "transformation), which cannot hold a traced value. Make constants of your "
+        "own on the traced value's device: fnp.asarray(c, device=x.device); where "
+        "the library makes the array itself, that function cannot run on traced "
+        "values (docs/array-api.md lists the ones known).")
 
 
 def _to_device(self, device, /, *, stream=None):

@@ -121,9 +121,17 @@ def _mask_update(x, index, value):
     """``where(mask, value, x)`` for ``x[mask] = value`` when ``value`` is one
     value per trailing position: the same result as NumPy's without the
     mask's count of True entries, so it also works under jit and vmap."""
-    if isinstance(index, (Tracer, _np.ndarray, _np.bool_)):
+    if isinstance(index, (Tracer, _np.ndarray, _np.bool_, bool)):
         mask = get_aval(index)
         x_aval, v_aval = get_aval(x), get_aval(value)
+        if mask.dtype == _np.bool_ and mask.ndim == 0 and v_aval.ndim == x_aval.ndim + 1 \
+                and v_aval.shape[0] in (0, 1):
+            # x[True] = v and x[False] = v: v has a leading axis of one row or
+            # none (what x[True] and x[False] read, as apply_where writes back)
+            if v_aval.shape[0] == 0:
+                return x
+            value = _shape.reshape(value, v_aval.shape[1:])
+            v_aval = get_aval(value)
         if mask.dtype == _np.bool_ and mask.ndim <= x_aval.ndim \
                 and mask.shape == x_aval.shape[:mask.ndim] \
                 and v_aval.ndim <= x_aval.ndim - mask.ndim:

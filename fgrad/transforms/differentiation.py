@@ -22,6 +22,7 @@ from fgrad.core.backend import (
 from fgrad.core.errors import ArgnumError, CotangentError, InvalidInputError, NonScalarOutputError
 from fgrad.core.trace import (
     Tracer,
+    Zero,
     get_aval,
     nans_enabled,
     new_trace,
@@ -207,7 +208,8 @@ def _reverse_record(fun, selection, has_aux):
 def _sweep(trace, out_leaves, ct_leaves, selection, consume):
     seeds = {}
     for leaf, ct in zip(out_leaves, ct_leaves):
-        if isinstance(leaf, ReverseTracer) and leaf.owner is trace:
+        if isinstance(leaf, ReverseTracer) and leaf.owner is trace \
+                and leaf.node is not None:
             seeds[leaf.node] = ct if leaf.node not in seeds else seeds[leaf.node] + ct
     sweep = backward_pass if type(trace) is ReverseTrace else debug_backward_pass
     # a sweep staged into a graph (jit(grad(f)), make_graph) marks its equations
@@ -321,7 +323,8 @@ def _value_and_grad(fun, argnums, has_aux, argnames, holomorphic):
         _check_scalar_output(out, leaves, name, holomorphic)
         ans = _lower(leaves[0], trace)
         g = None
-        if isinstance(leaves[0], ReverseTracer) and leaves[0].owner is trace:
+        if isinstance(leaves[0], ReverseTracer) and leaves[0].owner is trace \
+                and leaves[0].node is not None:
             large = large_enough(selection.leaves)
             # a small gradient inside another transformation records that
             # transformation's tracers, which no compiled sweep takes, except
@@ -351,7 +354,7 @@ def _value_and_grad_under_jvp(fun, selection, has_aux, holomorphic, outer, cache
     for x in selection.leaves:
         if type(x) is JVPTracer and x.owner is outer:
             primals.append(x.primal)
-            in_tangents.append(x.tangent)
+            in_tangents.append(None if type(x.tangent) is Zero else x.tangent)
         else:
             primals.append(x)
             in_tangents.append(None)
@@ -365,7 +368,7 @@ def _value_and_grad_under_jvp(fun, selection, has_aux, holomorphic, outer, cache
     result = leaves[0]
 
     def recorded(v):
-        return isinstance(v, ReverseTracer) and v.owner is trace
+        return isinstance(v, ReverseTracer) and v.owner is trace and v.node is not None
     wanted = [result.node] if value_tangent and recorded(result) else []
     wanted += [v.node for v in aux_leaves if recorded(v) and v.node not in wanted]
     if recorded(result):
@@ -522,7 +525,8 @@ def jvp(fun, primals, tangents):
     for x in out_leaves:
         if isinstance(x, JVPTracer) and x.owner is trace:
             primal_out.append(x.primal)
-            tangent_out.append(x.tangent)
+            tangent_out.append(zeros_like(x.primal) if type(x.tangent) is Zero
+                               else x.tangent)
         else:
             primal_out.append(x)
             tangent_out.append(zeros_like(x))

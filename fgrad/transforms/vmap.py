@@ -220,6 +220,8 @@ def _apply(fun, leaves, axes, in_tree, out_axes, size, name):
 
 def _place_output(x, axis, trace, size, label, name):
     mapped = isinstance(x, BatchTracer) and x.owner is trace
+    if mapped and x.batch_dim is None:     # shared by every example
+        x, mapped = x.val, False
     if axis is None:
         if mapped:
             raise BatchAxisError(
