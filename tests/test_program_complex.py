@@ -23,7 +23,6 @@ from fgrad.compiler import cpu_fusion, native
 from fgrad.compiler.blas import gemm_table
 from fgrad.compiler.complex_ir import LIBM_FUNCTIONS
 from fgrad.compiler.program import PROGRAM_ENV
-from fgrad.compiler.whole_graph import WHOLE_GRAPH_ENV
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
 
@@ -253,9 +252,8 @@ def test_under_jit_every_graph_a_program(dtype, monkeypatch):
 @pytest.mark.skipif(not cpu_fusion.enabled(), reason="llvmlite missing or FGRAD_JIT_FUSE=0")
 @pytest.mark.parametrize("dtype", COMPLEX)
 def test_fused_kernels_compute_complex_groups(dtype, monkeypatch):
-    # kernels at any price, and no program or numba function to run instead
+    # kernels at any price, and no program to run instead
     monkeypatch.setattr(cpu_fusion, "KERNEL_CALL_NS", 0)
-    monkeypatch.setenv(WHOLE_GRAPH_ENV, "0")
     monkeypatch.setenv(PROGRAM_ENV, "0")
     z, w = _grid(dtype)
 

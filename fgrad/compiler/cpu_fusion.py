@@ -193,6 +193,9 @@ def _operand_dtypes(eqn):
         return None             # NumPy raises for a negative one: its code runs
     if name in ("floor_divide", "remainder", "power", "sign") and compute.kind == "b":
         return None
+    if any(np.dtype(v.aval.dtype).kind == "c" and np.dtype(d).kind != "c"
+           for v, d in zip(eqn.invars, operand_dtypes)):
+        return None             # a complex operand made real or bool (logical_not): NumPy's
     return [np.dtype(d) for d in operand_dtypes]
 
 
