@@ -25,7 +25,7 @@ in a per-user directory, so a second process loads it instead of compiling:
   file ``<alias>.alias`` naming the entry, which `is_cached_as` reads.
 
 Kernels LLVM compiles directly (`fgrad.compiler.native`) are kept as one file
-each, machine code behind the SHA-256 of itself (`read_object`,
+each, machine code behind the SHA-256 of its key and itself (`read_object`,
 `write_object`), under the same rules: checked before it is used, discarded
 when it does not match, written under a temporary name and renamed.
 """
@@ -327,7 +327,7 @@ def read_object(key):
     except OSError:
         return None
     digest, body = data[:64], data[64:]
-    if digest != hashlib.sha256(body).hexdigest().encode():
+    if digest != _object_digest(key, body):
         _log.warning("fgrad.jit: kernel cache file %s is incomplete or corrupt; "
                      "compiling it again", path)
         try:
@@ -344,8 +344,14 @@ def write_object(key, body):
     root = cache_dir()
     if root is None:
         return
-    _replace_file(root, key + _OBJECT_SUFFIX,
-                  hashlib.sha256(body).hexdigest().encode() + body)
+    _replace_file(root, key + _OBJECT_SUFFIX, _object_digest(key, body) + body)
+
+
+def _object_digest(key, body):
+    # of the key too: a file renamed to another key's name (machine code for
+    # another IR) is discarded, never loaded: LLVM trusts an object file, and
+    # a function of another signature would crash the process
+    return hashlib.sha256(key.encode() + b"\n" + body).hexdigest().encode()
 
 
 def _replace_file(root, name, data):
