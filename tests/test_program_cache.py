@@ -29,7 +29,13 @@ from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.codegen import generate
 from fgrad.compiler.kernel_cache import CACHE_ENV
 from fgrad.compiler.passes import optimize
-from fgrad.compiler.program import KEEP_ARENA_BYTES, PROGRAM_ENV, compile_program
+from fgrad.compiler.program import (
+    KEEP_ARENA_BYTES,
+    PROGRAM_ENV,
+    compile_program,
+    pays,
+    program_steps,
+)
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="llvmlite missing")
 
@@ -82,9 +88,10 @@ def _rnn_loss(params, xs):
 
 
 def _walks(xs, start):
-    # vmapped: the scan runs over axis 1 of xs, a transpose NumPy only views
+    # vmapped: the scan runs over axis 1 of xs, a transpose NumPy only
+    # views, and its ys are moved back behind the batch axis
     def walk(x0, steps):
-        return lax.scan(lambda x, dx: (x + fnp.sin(dx), None), x0, steps)[0]
+        return lax.scan(lambda x, dx: (x + fnp.sin(dx), x * 2.0), x0, steps)
     return fgrad.vmap(walk)(start, xs)
 
 
@@ -112,14 +119,31 @@ def test_a_programs_peak_memory_is_at_most_the_interpreted_tiers(name):
     assert program_peak <= interpreted_peak, (program_peak, interpreted_peak, program.plan)
 
 
-def test_a_scan_over_a_transpose_reads_it_in_place():
-    # the vmapped scan's xs, moved to the front, used to be copied whole
-    # into the arena (500 steps of 8x4: 128 kB) where NumPy views them
+def test_a_scan_reads_and_writes_transposes_in_place():
+    # the vmapped scan's xs, moved to the front, and its ys, moved back,
+    # were each a copy of 500 steps of 8x4 (128 kB) where NumPy makes views
     _, args = _memory_cases()["vmapped-scan"]
     graph = optimize(fgrad.make_graph(_walks)(*args), np)
     program = compile_program(graph)
+    assert [type(s).__name__ for s in program.steps] == ["Loop"]
     assert program.plan.arena_bytes < args[0].nbytes // 10
     for got, want in zip(program.call(*args), generate(graph, np).fn(*args)):
+        np.testing.assert_array_equal(got, want)
+
+
+def _chained_scans(xs):
+    # the first scan's ys, transposed, are the second's xs: one of the two
+    # transposes is made; an output's transpose is copied from it
+    _, ys = lax.scan(lambda c, x: (c + x, x * 2.0 + c), fnp.zeros(xs.shape[1:]), xs)
+    _, zs = lax.scan(lambda c, x: (c * 0.5 + x, fnp.sin(x) + c),
+                     fnp.zeros((xs.shape[0], xs.shape[2])), fnp.transpose(ys, (1, 0, 2)))
+    return zs, fnp.transpose(zs, (2, 0, 1))
+
+
+def test_transposes_between_scans_and_of_outputs_compute_the_same():
+    xs = np.arange(60.0).reshape(4, 5, 3)
+    graph = optimize(fgrad.make_graph(_chained_scans)(xs), np)
+    for got, want in zip(compile_program(graph).call(xs), generate(graph, np).fn(xs)):
         np.testing.assert_array_equal(got, want)
 
 
@@ -143,6 +167,20 @@ def test_values_dead_before_an_output_is_written_live_in_its_memory():
     unmovable = plan_buffers(steps, lambda v: 64, placed={"x", "y"},
                              regions=[("y", 64, 2)], movable=lambda v: False)
     assert unmovable.homes == {} and unmovable.arena_bytes == 128
+
+
+def _reductions_of_a_cumsum(x):
+    c = fnp.cumsum(x, axis=0)                   # a callout
+    return (fnp.max(fnp.sin(c), axis=0) + fnp.min(c.T, axis=1)) * fnp.sum(x, axis=0) \
+        - fnp.mean(fnp.exp(x), axis=0) + fnp.max(fnp.cos(x.T), axis=1)
+
+
+def test_a_program_whose_callouts_make_large_arrays_is_not_built_where_it_must_pay():
+    # a callout's result is NumPy's, copied into the arena: held twice
+    small = optimize(fgrad.make_graph(_reductions_of_a_cumsum)(np.ones((4, 4))), np)
+    large = optimize(fgrad.make_graph(_reductions_of_a_cumsum)(np.ones((512, 512))), np)
+    assert pays(program_steps(small), small)
+    assert not pays(program_steps(large), large)      # 2 MB from cumsum
 
 
 # ---------------------------------------------------------------------------

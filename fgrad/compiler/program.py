@@ -189,10 +189,22 @@ def pays(steps, code):
     product) kept both spinning: LeNet's jitted gradient took 152 ms a call
     as a program against 34 ms in the kernels tier, with BLAS's default
     threads on 2 cores (23 and 25 ms on one thread).
+
+    Nor does one whose callouts make arrays larger than `KEEP_ARENA_BYTES`:
+    NumPy makes a callout's results, which are then copied into the
+    program's buffers, so the program holds each twice for a moment, and
+    pays the copy (LeNet's gradient, its im2col's 10 MB among them, peaked
+    at 30 MB as a program, 15.6 MB interpreted).
     """
-    if _callouts_ns(steps) and _calls_blas(steps):
+    if _callouts_ns(steps) and _calls_blas(steps) or _largest_callout(steps) > KEEP_ARENA_BYTES:
         return False
     return PROGRAM_CALL_NS + _callouts_ns(steps) < _calls_ns(code)
+
+
+def _largest_callout(steps):
+    """The bytes of the largest array a callout among ``steps`` makes."""
+    return max((_nbytes(v) for s in _every_step(steps) if isinstance(s, _Callout)
+                for v in s.writes() if _in_memory(v)), default=0)
 
 
 # OpenBLAS runs a call on its threads only above about this many
@@ -417,13 +429,17 @@ def program_steps(graph, label=""):
     in_group = {k for members, reductions in groups for k in members + reductions}
     folded = _folded_transposes(graph)
     sliced = _sliced_transposes(graph)
+    stacked = _stacked_transposes(graph, set(folded) | set(sliced))
+    stacked_by = {eqn.outvars[0] for eqn in graph.eqns if eqn.prim is transpose_p
+                  and type(eqn.invars[0]) is Var and eqn.invars[0] in stacked}
     steps = []
     for k, eqn in enumerate(graph.eqns):
         if k in at_last:
             steps += _kernel_steps(graph, *at_last[k], readers)
             continue
-        if k in in_group or eqn.prim is transpose_p and (eqn.outvars[0] in folded
-                                                         or eqn.outvars[0] in sliced):
+        if k in in_group or eqn.prim is transpose_p and (
+                eqn.outvars[0] in folded or eqn.outvars[0] in sliced
+                or eqn.outvars[0] in stacked_by):
             continue
         # LAPACK calls, gathers and scatters: steps of modules of their own
         native = linalg_step(eqn, f"{label}{k}") or indexing_step(eqn, f"{label}{k}")
@@ -439,7 +455,7 @@ def program_steps(graph, label=""):
             steps.append(_Gemm(a, b, out, *_gemm_shapes(eqn), transposed))
             continue
         if how == "loop":
-            steps.append(loop_step(eqn, f"{label}{k}", _lower, sliced))
+            steps.append(loop_step(eqn, f"{label}{k}", _lower, sliced, stacked))
             continue
         if how == "views":
             steps += [_View(x, out) for x, out in zip(eqn.invars, eqn.outvars)]
@@ -558,6 +574,31 @@ def _sliced_transposes(graph):
             if eqn.prim is transpose_p and type(eqn.invars[0]) is Var
             and eqn.outvars[0] not in outputs and _copyable(eqn.outvars[0].aval)
             and all(readers.get(eqn.outvars[0], [False]))}
+
+
+def _stacked_transposes(graph, skipped):
+    """{a scan's ``ys`` value: (its transpose, the axes)} for each ``ys``
+    read only by one transpose: the scan writes each step's rows into the
+    transpose's memory through its strides (`program_loops`), and neither
+    the ``ys`` nor a copy of them is made (a vmapped scan's ``ys``, moved
+    back behind the batch axis). A transpose in ``skipped`` (never made
+    itself: its readers read the ``ys``) is left as it is."""
+    readers = {}
+    for eqn in graph.eqns:
+        for v in eqn.invars:
+            if type(v) is Var:
+                readers.setdefault(v, []).append(eqn)
+    outputs = {v for v in graph.outvars if type(v) is Var}
+    stacked = {}
+    for eqn in graph.eqns:
+        if loop_kind(eqn) != "scan":
+            continue
+        for y in eqn.outvars[eqn.params["n_carry"]:]:
+            found = readers.get(y, [])
+            if len(found) == 1 and found[0].prim is transpose_p and y not in outputs \
+                    and found[0].outvars[0] not in skipped and _copyable(y.aval):
+                stacked[y] = (found[0].outvars[0], tuple(found[0].params["axes"]))
+    return stacked
 
 
 def _gemm_shapes(eqn):
@@ -960,14 +1001,18 @@ class _Emitter:
                         b.gep(to, [_dot(ir, b, index, dst_strides)]))
             _nested(ir, b, shape, move)
 
-    def copy(self, src, dst, strides, start=None):
-        """``dst`` (C-contiguous) from ``src`` read at element ``strides``
-        (one per axis of ``dst``), from element ``start`` (an i64, or None: 0)."""
+    def copy(self, src, dst, strides, start=None, out_strides=None, out_start=None):
+        """``dst`` from ``src``, element ``i`` (a multi-index of ``dst``'s
+        shape, or of ``src``'s where ``out_strides`` are given) read at
+        ``i . strides`` from element ``start`` and written at ``i .
+        out_strides`` (else C order) from ``out_start`` (each an i64, or None: 0)."""
         ir, b = self.ir, self.b
-        shape, item = tuple(dst.aval.shape), _copy_dtype(dst.aval.dtype)
+        shape = tuple(dst.aval.shape if out_strides is None else src.aval.shape)
+        item = _copy_dtype(dst.aval.dtype)
         src, dst = self.pointer(src, item), self.pointer(dst, item)
         src = src if start is None else b.gep(src, [start])
-        out_strides = _contiguous_strides(shape)
+        dst = dst if out_start is None else b.gep(dst, [out_start])
+        out_strides = out_strides or _contiguous_strides(shape)
 
         def move(index):
             b.store(b.load(b.gep(src, [_dot(ir, b, index, strides)])),

@@ -121,20 +121,23 @@ class Loop:
     outer value does (constants, and carries in the loop's results), and
     ``slices`` a scan's ``xs`` inputs: ``(outer value, inner value)``;
     ``sources`` maps an outer ``xs`` value that is a transpose never made to
-    ``(the transpose's source, its axes)``: the loop reads the source."""
+    ``(the transpose's source, its axes)``: the loop reads the source;
+    ``targets`` maps a ``ys`` value never made to ``(its transpose, the
+    axes)``: the loop writes the transpose."""
 
     def __init__(self, kind, eqn, label, parts, offsets, scratch, aliases, slices=(),
-                 sources=None):
+                 sources=None, targets=None):
         self.kind, self.eqn, self.label, self.parts = kind, eqn, label, parts
         self.offsets, self.scratch = offsets, scratch
         self.aliases, self.slices = aliases, slices
-        self.sources = sources or {}
+        self.sources, self.targets = sources or {}, targets or {}
 
     def reads(self):
         return [self.sources[v][0] if v in self.sources else v for v in self.eqn.invars]
 
     def writes(self):
-        return self.eqn.outvars + [self.scratch]
+        return [self.targets[v][0] if v in self.targets else v
+                for v in self.eqn.outvars] + [self.scratch]
 
     def trips(self):
         return trips(self.eqn)
@@ -143,14 +146,15 @@ class Loop:
         return [s for part in self.parts for s in part.steps]
 
 
-def loop_step(eqn, label, lower, transposed=None):
+def loop_step(eqn, label, lower, transposed=None, stacked=None):
     """The `Loop` of ``eqn`` (whose `loop_kind` is not None), its graphs
     lowered by ``lower(parts, fresh) -> ([Part], plan)``: ``parts`` a list of
     ``(graph, label)`` run in order, ``fresh`` how many of the first's last
     inputs are written before it runs (a scan's slices); the plan's offsets
     are into the scratch region. ``transposed`` maps values never made to
     ``(source, axes)`` of their transpose: a scan's ``xs`` among them is
-    sliced from the source.
+    sliced from the source; ``stacked`` maps values never made to
+    ``(transpose, axes)``: a scan's ``ys`` among them go into the transpose.
     """
     kind, p = loop_kind(eqn), eqn.params
     if kind == "scan":
@@ -161,9 +165,11 @@ def loop_step(eqn, label, lower, transposed=None):
         aliases = list(zip(inner[:n_consts], eqn.invars[:n_consts])) + list(
             zip(inner[n_consts:n_consts + n_carry], eqn.outvars[:n_carry]))
         slices = list(zip(eqn.invars[n_consts + n_carry:], inner[n_consts + n_carry:]))
-        sources = {v: (transposed or {})[v] for v, _ in slices if v in (transposed or {})}
+        transposed, stacked = transposed or {}, stacked or {}
+        sources = {v: transposed[v] for v, _ in slices if v in transposed}
+        targets = {y: stacked[y] for y in eqn.outvars[n_carry:] if y in stacked}
         return Loop(kind, eqn, label, [part], plan.offsets, Scratch(plan.arena_bytes),
-                    aliases, slices, sources)
+                    aliases, slices, sources, targets)
     if kind == "while_loop":
         n_cc, n_bc = p["n_cc"], p["n_bc"]
         carry = eqn.outvars
@@ -248,7 +254,14 @@ def _scan_ir(e, step):
         e.emit(part.steps)
         for y, result in zip(ys, part.results[n_carry:]):
             size = _nbytes(result)
-            _memcpy(e, y, result, size, dst_at=b.mul(at, ir.Constant(i64, size)))
+            if y in step.targets:           # row `at` of the ys, into their transpose
+                target, axes = step.targets[y]
+                strides = _element_strides(target.aval.shape)
+                e.copy(result, target, _element_strides(result.aval.shape),
+                       out_strides=[strides[axes.index(a)] for a in range(1, len(axes))],
+                       out_start=b.mul(at, ir.Constant(i64, strides[axes.index(0)])))
+            else:
+                _memcpy(e, y, result, size, dst_at=b.mul(at, ir.Constant(i64, size)))
         _copy_all(e, part.results[:n_carry], carries)
     counted(ir, b, ir.Constant(i64, length), iteration, f"scan{step.label}")
 

@@ -393,7 +393,8 @@ class Tiers:
                         "s" * (callouts != 1)
                 else:
                     _log.info("fgrad.jit: %s: program tier not built: its callouts cost "
-                              "more than the %d calls it would replace", self.name,
+                              "more than the %d calls it would replace, or make large "
+                              "arrays (fgrad.compiler.program.pays)", self.name,
                               len(kernels.eqns))
             elif self.program is None:      # (a program built is final)
                 whole_plan = self.plan = self.plan or plan(self.graph)
