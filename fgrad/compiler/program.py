@@ -532,16 +532,22 @@ def _renamed(graph):
     return Graph(invars, eqns, [new(v) for v in graph.outvars])
 
 
+def _readers(graph):
+    """{value: the ``(equation, operand position)`` of each read of it}, and
+    the graph's output values."""
+    readers = {}
+    for eqn in graph.eqns:
+        for j, v in enumerate(eqn.invars):
+            if type(v) is Var:
+                readers.setdefault(v, []).append((eqn, j))
+    return readers, {v for v in graph.outvars if type(v) is Var}
+
+
 def _folded_transposes(graph):
     """{transposed value: its source} for each transpose of the last two axes
     read only by products that gemm computes: gemm reads the source
     transposed (its ``"T"`` flag), and the transpose is never made."""
-    readers = {}
-    for eqn in graph.eqns:
-        for v in eqn.invars:
-            if type(v) is Var:
-                readers.setdefault(v, []).append(eqn)
-    outputs = {v for v in graph.outvars if type(v) is Var}
+    readers, outputs = _readers(graph)
     folded = {}
     for eqn in graph.eqns:
         if eqn.prim is not transpose_p or type(eqn.invars[0]) is not Var:
@@ -550,7 +556,7 @@ def _folded_transposes(graph):
         if n < 2 or tuple(eqn.params["axes"]) != tuple(range(n - 2)) + (n - 1, n - 2) \
                 or out in outputs:
             continue
-        if all(e.prim is matmul_p and _gemm_shapes(e) is not None for e in readers[out]):
+        if all(e.prim is matmul_p and _gemm_shapes(e) is not None for e, _ in readers[out]):
             folded[out] = src
     return folded
 
@@ -561,19 +567,15 @@ def _sliced_transposes(graph):
     the source through the transpose's strides (`program_loops`), and the
     transpose is never made (a vmapped scan's ``xs``, moved to the front,
     took an array the size of all of them where NumPy makes a view)."""
-    readers = {}            # value -> for each read, whether it is a scan's xs
-    for eqn in graph.eqns:
-        first_xs = eqn.params["n_consts"] + eqn.params["n_carry"] \
-            if loop_kind(eqn) == "scan" else len(eqn.invars)
-        for j, v in enumerate(eqn.invars):
-            if type(v) is Var:
-                readers.setdefault(v, []).append(j >= first_xs)
-    outputs = {v for v in graph.outvars if type(v) is Var}
+    readers, outputs = _readers(graph)
+
+    def as_xs(eqn, j):
+        return loop_kind(eqn) == "scan" and j >= eqn.params["n_consts"] + eqn.params["n_carry"]
     return {eqn.outvars[0]: (eqn.invars[0], tuple(eqn.params["axes"]))
             for eqn in graph.eqns
             if eqn.prim is transpose_p and type(eqn.invars[0]) is Var
             and eqn.outvars[0] not in outputs and _copyable(eqn.outvars[0].aval)
-            and all(readers.get(eqn.outvars[0], [False]))}
+            and all(as_xs(*read) for read in readers.get(eqn.outvars[0], [(eqn, -1)]))}
 
 
 def _stacked_transposes(graph, skipped):
@@ -583,18 +585,13 @@ def _stacked_transposes(graph, skipped):
     the ``ys`` nor a copy of them is made (a vmapped scan's ``ys``, moved
     back behind the batch axis). A transpose in ``skipped`` (never made
     itself: its readers read the ``ys``) is left as it is."""
-    readers = {}
-    for eqn in graph.eqns:
-        for v in eqn.invars:
-            if type(v) is Var:
-                readers.setdefault(v, []).append(eqn)
-    outputs = {v for v in graph.outvars if type(v) is Var}
+    readers, outputs = _readers(graph)
     stacked = {}
     for eqn in graph.eqns:
         if loop_kind(eqn) != "scan":
             continue
         for y in eqn.outvars[eqn.params["n_carry"]:]:
-            found = readers.get(y, [])
+            found = [e for e, _ in readers.get(y, [])]
             if len(found) == 1 and found[0].prim is transpose_p and y not in outputs \
                     and found[0].outvars[0] not in skipped and _copyable(y.aval):
                 stacked[y] = (found[0].outvars[0], tuple(found[0].params["axes"]))
