@@ -99,7 +99,7 @@ def _memory_cases():
     rng = np.random.default_rng(0)
     params = (rng.standard_normal((196, 64)) * 0.1, np.zeros(64),
               rng.standard_normal((64, 10)) * 0.1, np.zeros(10))
-    x, onehot = rng.standard_normal((8, 196)), np.eye(10)[rng.integers(0, 10, 8)]
+    x, onehot = rng.standard_normal((64, 196)), np.eye(10)[rng.integers(0, 10, 64)]
     rnn = (rng.standard_normal((16, 16)) * 0.2, rng.standard_normal((4, 16)) * 0.5)
     xs = rng.standard_normal((30, 8, 4))
     return {

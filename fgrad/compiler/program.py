@@ -432,6 +432,10 @@ def program_steps(graph, label=""):
     stacked = _stacked_transposes(graph, set(folded) | set(sliced))
     stacked_by = {eqn.outvars[0] for eqn in graph.eqns if eqn.prim is transpose_p
                   and type(eqn.invars[0]) is Var and eqn.invars[0] in stacked}
+    # a scan's ys that nothing reads are not kept (the body still computes them)
+    read_by, outputs = _readers(graph)
+    unread = {v for eqn in graph.eqns for v in eqn.outvars
+              if v not in read_by and v not in outputs}
     steps = []
     for k, eqn in enumerate(graph.eqns):
         if k in at_last:
@@ -455,7 +459,7 @@ def program_steps(graph, label=""):
             steps.append(_Gemm(a, b, out, *_gemm_shapes(eqn), transposed))
             continue
         if how == "loop":
-            steps.append(loop_step(eqn, f"{label}{k}", _lower, sliced, stacked))
+            steps.append(loop_step(eqn, f"{label}{k}", _lower, sliced, stacked, unread))
             continue
         if how == "views":
             steps += [_View(x, out) for x, out in zip(eqn.invars, eqn.outvars)]

@@ -123,21 +123,22 @@ class Loop:
     ``sources`` maps an outer ``xs`` value that is a transpose never made to
     ``(the transpose's source, its axes)``: the loop reads the source;
     ``targets`` maps a ``ys`` value never made to ``(its transpose, the
-    axes)``: the loop writes the transpose."""
+    axes)``: the loop writes the transpose; the ``ys`` in ``dropped``
+    (read by nothing) are not written at all."""
 
     def __init__(self, kind, eqn, label, parts, offsets, scratch, aliases, slices=(),
-                 sources=None, targets=None):
+                 sources=None, targets=None, dropped=()):
         self.kind, self.eqn, self.label, self.parts = kind, eqn, label, parts
         self.offsets, self.scratch = offsets, scratch
         self.aliases, self.slices = aliases, slices
-        self.sources, self.targets = sources or {}, targets or {}
+        self.sources, self.targets, self.dropped = sources or {}, targets or {}, dropped
 
     def reads(self):
         return [self.sources[v][0] if v in self.sources else v for v in self.eqn.invars]
 
     def writes(self):
         return [self.targets[v][0] if v in self.targets else v
-                for v in self.eqn.outvars] + [self.scratch]
+                for v in self.eqn.outvars if v not in self.dropped] + [self.scratch]
 
     def trips(self):
         return trips(self.eqn)
@@ -146,7 +147,7 @@ class Loop:
         return [s for part in self.parts for s in part.steps]
 
 
-def loop_step(eqn, label, lower, transposed=None, stacked=None):
+def loop_step(eqn, label, lower, transposed=None, stacked=None, unread=()):
     """The `Loop` of ``eqn`` (whose `loop_kind` is not None), its graphs
     lowered by ``lower(parts, fresh) -> ([Part], plan)``: ``parts`` a list of
     ``(graph, label)`` run in order, ``fresh`` how many of the first's last
@@ -154,7 +155,8 @@ def loop_step(eqn, label, lower, transposed=None, stacked=None):
     are into the scratch region. ``transposed`` maps values never made to
     ``(source, axes)`` of their transpose: a scan's ``xs`` among them is
     sliced from the source; ``stacked`` maps values never made to
-    ``(transpose, axes)``: a scan's ``ys`` among them go into the transpose.
+    ``(transpose, axes)``: a scan's ``ys`` among them go into the transpose;
+    a scan's ``ys`` in ``unread`` are not kept.
     """
     kind, p = loop_kind(eqn), eqn.params
     if kind == "scan":
@@ -168,8 +170,9 @@ def loop_step(eqn, label, lower, transposed=None, stacked=None):
         transposed, stacked = transposed or {}, stacked or {}
         sources = {v: transposed[v] for v, _ in slices if v in transposed}
         targets = {y: stacked[y] for y in eqn.outvars[n_carry:] if y in stacked}
+        dropped = {y for y in eqn.outvars[n_carry:] if y in unread}
         return Loop(kind, eqn, label, [part], plan.offsets, Scratch(plan.arena_bytes),
-                    aliases, slices, sources, targets)
+                    aliases, slices, sources, targets, dropped)
     if kind == "while_loop":
         n_cc, n_bc = p["n_cc"], p["n_bc"]
         carry = eqn.outvars
@@ -254,6 +257,8 @@ def _scan_ir(e, step):
         e.emit(part.steps)
         for y, result in zip(ys, part.results[n_carry:]):
             size = _nbytes(result)
+            if y in step.dropped:
+                continue
             if y in step.targets:           # row `at` of the ys, into their transpose
                 target, axes = step.targets[y]
                 strides = _element_strides(target.aval.shape)
