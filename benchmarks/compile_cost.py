@@ -34,7 +34,14 @@ Columns (times are the best of ``--repeats`` runs, default 3):
   compiling thread's; jax.jit's first call's, all threads, less a steady
   call's), which a busy machine leaves alike where it stretches times;
 - ``warm: fast at``: in the second process, the seconds from its first call
-  to the first call that ran the last tier; ``warm 1st``: its first call.
+  to the first call that ran the last tier; ``warm 1st``: its first call;
+  ``fast at``: the same in the background (first) process;
+- ``program``, ``program cpu``: the program tier's compile alone (its
+  lowering included: `fgrad.compiler.program`), in time and CPU time, in
+  the background process; ``warm program``: the same tier in the second
+  process, which loads its machine code from the disk cache (``warm
+  loaded``: "yes" where every second process did, "no" where one compiled
+  it again).
 
 ``--plot DIR`` also writes ``DIR/compile_calls.svg``: the time of each of the
 first calls of jit-rnn and jit-chain, background and sync against jax.jit
@@ -136,9 +143,12 @@ for record in info:
         cpu[tier] = cpu.get(tier, 0.0) + s
 final = info[0].tier if info else None
 fast_at = next((a for a, tier in zip(at, tiers) if tier == final), None)
+# the whole program, where one was built: compiled, or loaded from the disk cache
+built = getattr(f.lower(*args), "program", None) if info else None
+loaded = built.native.loaded if built is not None else None
 print(json.dumps({{"times": times, "steady": statistics.median(steady[10:]), "tier": final,
-                  "cpu": cpu,
-                  "seconds": seconds, "tiers": tiers, "fast_at": fast_at}}))
+                  "cpu": cpu, "seconds": seconds, "tiers": tiers, "fast_at": fast_at,
+                  "program loaded": loaded}}))
 """
 
 # the calls, and more (untimed) until no compile is under way, so that the
@@ -276,6 +286,7 @@ def summary(runs):
         "worst never": best("never", lambda r: max(r["times"][1:])),
         "bound": 2 * interp + 0.05,
         "worst sync": best("sync", lambda r: max(r["times"][1:])),
+        "fast at": best("background", lambda r: r["fast_at"]),
         "compile": compile_s,
         "start-up": best("background", lambda r: sum(s for t, s in r["seconds"].items()
                                                      if t.endswith("start-up")) or None),
@@ -285,16 +296,31 @@ def summary(runs):
         "jax cpu": jax_cpu,
         "cpu ratio": compile_cpu / jax_cpu if jax_cpu == jax_cpu else float("nan"),
         "jax start": best("jax", lambda r: r["startup"]),
+        "program": best("background", lambda r: r["seconds"].get("program")),
+        "program cpu": best("background", lambda r: r.get("cpu", {}).get("program")),
+        "warm program": best("warm", lambda r: r["seconds"].get("program")),
+        "warm loaded": _loaded(runs.get("warm", [])),
         "warm fast at": best("warm", lambda r: r["fast_at"]),
         "warm first": best("warm", lambda r: r["times"][0]),
     }
 
 
-_COLUMNS = (("tier", ""), ("interp", "ms"), ("compiled", "ms"), ("first bg", "ms"), ("first never", "ms"),
-            ("worst bg", "ms"), ("worst never", "ms"), ("bound", "ms"), ("worst sync", "s"), ("compile", "s"),
+_COLUMNS = (("tier", ""), ("interp", "ms"), ("compiled", "ms"), ("first bg", "ms"),
+            ("first never", "ms"), ("worst bg", "ms"), ("worst never", "ms"), ("bound", "ms"),
+            ("worst sync", "s"), ("fast at", "s"), ("compile", "s"),
             ("start-up", "s"), ("jax", "s"), ("ratio", "x"), ("compile cpu", "s"),
             ("jax cpu", "s"), ("cpu ratio", "x"), ("jax start", "s"),
-            ("warm fast at", "s"), ("warm first", "ms"))
+            ("warm fast at", "s"), ("warm first", "ms"), ("program", "s"),
+            ("program cpu", "s"), ("warm program", "s"), ("warm loaded", ""))
+
+
+def _loaded(warm_runs):
+    """Whether the second processes loaded the program from the disk cache:
+    "yes" (every one), "no" (any compiled it again), "—" (no program)."""
+    loaded = [r.get("program loaded") for r in warm_runs]
+    if not loaded or None in loaded:
+        return "—"
+    return "yes" if all(loaded) else "no"
 
 
 def _cell(value, unit):

@@ -21,6 +21,8 @@ pass to their loops as an argument, and `call_lapack` calls one from Python
 import ctypes
 import functools
 import importlib
+import logging
+import os
 
 import numpy as np
 
@@ -45,6 +47,8 @@ MAX_BLAS_INT = 2 ** 31 - 1
 # OpenBLAS runs a call on its threads only above about this many
 # multiply-adds (m * n * k); below it neither pool wakes
 BLAS_THREADED_WORK = 1 << 16
+
+_log = logging.getLogger("fgrad.jit")
 
 
 def routine_index(name, dtype):
@@ -81,10 +85,51 @@ def gemm_table():
     """
     addresses = [_cython_address(f"cython_{module}", name) for module, name in ROUTINES]
     if None in addresses:
+        _log.info("fgrad.jit: SciPy's Cython BLAS and LAPACK not found (%s missing): "
+                  "compiled programs call NumPy for products and factorizations",
+                  ", ".join(name for (_, name), a in zip(ROUTINES, addresses) if a is None))
         return None
     table = np.array(addresses, np.uint64)
     table.flags.writeable = False
     return table
+
+
+@functools.lru_cache(maxsize=1)
+def provider():
+    """The BLAS and LAPACK `gemm_table` holds, in words (None without it):
+    SciPy's version and the file of the library its addresses lie in
+    (``scipy.linalg.cython_blas``'s wrappers, which call the BLAS SciPy was
+    built with). Compiled code calls those wrappers, so their calling
+    conventions are part of what its machine code depends on: a program's
+    disk cache key includes this line (`fgrad.compiler.program`).
+
+    >>> provider() is None or provider().startswith("scipy ")
+    True
+    """
+    table = gemm_table()
+    if table is None:
+        return None
+    version = importlib.import_module("scipy").__version__
+    return f"scipy {version}, {_library_of(int(table[0]))}"
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _library_of(address):
+    """The file name of the shared library ``address`` lies in (the C
+    library's ``dladdr``), or "unknown library" where there is none."""
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+    except (OSError, AttributeError):            # (Windows: no dladdr)
+        return "unknown library"
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    info = _DlInfo()
+    if not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return "unknown library"
+    return os.path.basename(info.dli_fname.decode(errors="replace"))
 
 
 @functools.cache

@@ -52,7 +52,7 @@ from fgrad.compiler.fusion import (
     reader_counts,
 )
 from fgrad.compiler.kernel_ir import KernelSpec, Op, kernel_ir, writer_digest
-from fgrad.compiler.native import array_data_offset, compile_ir
+from fgrad.compiler.native import array_data_offset, compile_ir, say_unavailable
 from fgrad.compiler.native import available as native_available
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
 from fgrad.core.errors import InvalidInputError
@@ -252,7 +252,10 @@ def enabled():
     """
     if os.environ.get(FUSE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    return native_available()
+    if not native_available():
+        say_unavailable()
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------

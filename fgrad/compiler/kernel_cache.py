@@ -9,7 +9,8 @@ per-user directory, so a second process loads them instead of compiling:
   or that others may read or write, is not used;
 - one file per compiled function, its machine code behind the SHA-256 of
   itself (`read_object`, `write_object`), named by a key its caller makes
-  of what the code depends on (the IR, the CPU, LLVM's version);
+  of what the code depends on (the IR, the CPU, LLVM's version, the BLAS
+  provider);
 - a file is checked before it is used: a truncated or corrupt one is deleted,
   and the code compiled again;
 - a file is written under a temporary name and renamed into place in one
@@ -73,7 +74,7 @@ def read_object(key):
     except OSError:
         return None
     digest, body = data[:64], data[64:]
-    if digest != hashlib.sha256(body).hexdigest().encode():
+    if digest != _object_digest(key, body):
         _log.warning("fgrad.jit: kernel cache file %s is incomplete or corrupt; "
                      "compiling it again", path)
         try:
@@ -90,8 +91,14 @@ def write_object(key, body):
     root = cache_dir()
     if root is None:
         return
-    _replace_file(root, key + _OBJECT_SUFFIX,
-                  hashlib.sha256(body).hexdigest().encode() + body)
+    _replace_file(root, key + _OBJECT_SUFFIX, _object_digest(key, body) + body)
+
+
+def _object_digest(key, body):
+    # of the key too: a file renamed to another key's name (machine code for
+    # another IR) is discarded, never loaded: LLVM trusts an object file, and
+    # a function of another signature would crash the process
+    return hashlib.sha256(key.encode() + b"\n" + body).hexdigest().encode()
 
 
 def _replace_file(root, name, data):

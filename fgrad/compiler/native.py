@@ -11,7 +11,8 @@ needs 0.1 s):
 - `compile_ir` optimises the IR at -O3 for the host CPU, in an LLVM context
   of its own (another thread may be compiling), and emits machine code; the
   disk cache keeps that code (`fgrad.compiler.kernel_cache`), keyed by the
-  IR, the CPU and LLVM's version, so a second process loads a kernel in
+  IR, the CPU and its features, LLVM's and llvmlite's versions (and what else
+  the caller names: `compile_ir`), so a second process loads a kernel in
   about a millisecond;
 - each kernel lives in an execution engine of its own, freed with it, and is
   called through ctypes, which releases the GIL for the call;
@@ -34,7 +35,7 @@ import numpy as np
 
 from fgrad.compiler.kernel_cache import read_object, write_object
 
-_FORMAT = 1
+_FORMAT = 2
 # ctypes types of the parameter kinds `compile_ir` takes
 _ARGTYPES = {"i64": ctypes.c_int64, "array": ctypes.py_object}
 _log = logging.getLogger("fgrad.jit")
@@ -54,6 +55,29 @@ def available():
     True
     """
     return _llvmlite_installed() and array_data_offset() is not None
+
+
+def unavailable_reason():
+    """Why `available` is False, in words (what to do), or None where it is
+    True.
+
+    >>> (unavailable_reason() is None) == available()
+    True
+    """
+    if not _llvmlite_installed():
+        return "llvmlite is not installed (pip install llvmlite)"
+    if array_data_offset() is None:
+        return "this NumPy's array objects are not laid out as fgrad reads them"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def say_unavailable():
+    """Log, once a process, why nothing is compiled here (`unavailable_reason`):
+    jit asks at every graph it would compile (`fgrad.compiler.cpu_fusion`'s
+    kernels, `fgrad.compiler.program`'s programs), and runs NumPy calls."""
+    _log.info("fgrad.jit: no kernels or programs are compiled: %s; jitted functions "
+              "run NumPy calls", unavailable_reason())
 
 
 @functools.lru_cache(maxsize=1)
@@ -119,13 +143,16 @@ class NativeFunction:
     ctypes function to call (it releases the GIL); the object keeps the
     machine code alive, and frees it when it goes. ``loaded`` says whether
     the code came from the disk cache, ``seconds`` what compiling or loading
-    it took; ``key`` names its machine code in the disk cache."""
+    it took; ``key`` names its machine code in the disk cache, the SHA-256 of
+    its IR and of ``keyed_on``, the lines naming everything else the code
+    depends on (the CPU and its features, LLVM's and llvmlite's versions,
+    NumPy's array layout, the options, and the caller's ``depends``)."""
 
-    __slots__ = ("name", "key", "c_function", "loaded", "seconds", "_engine")
+    __slots__ = ("name", "key", "keyed_on", "c_function", "loaded", "seconds", "_engine")
 
-    def __init__(self, name, key, c_function, engine, loaded, seconds):
+    def __init__(self, name, key, c_function, engine, loaded, seconds, keyed_on=()):
         self.name, self.key, self.c_function, self._engine = name, key, c_function, engine
-        self.loaded, self.seconds = loaded, seconds
+        self.loaded, self.seconds, self.keyed_on = loaded, seconds, keyed_on
 
     def __del__(self):
         if sys.is_finalizing():     # LLVM's bindings may be gone: leave it to the exit
@@ -141,7 +168,7 @@ class NativeFunction:
         return f"<native {self.name}>"
 
 
-def compile_ir(text, name, params, key=None, unroll=True):
+def compile_ir(text, name, params, key=None, unroll=True, depends=()):
     """Function ``name`` of the LLVM IR ``text``, compiled for this CPU (or
     loaded from the disk cache), as a `NativeFunction`. ``params`` names its
     parameters' kinds in order: ``"i64"`` (a Python int) or ``"array"`` (a
@@ -153,6 +180,9 @@ def compile_ir(text, name, params, key=None, unroll=True):
     key, and the IR written only when the machine code is not there.
     ``unroll=False`` turns LLVM's loop unrolling off (a whole program's many
     loops of constant trip counts, unrolled, took most of its compile time).
+    ``depends`` are lines naming what else the machine code depends on (the
+    BLAS its calls reach, `fgrad.compiler.blas.provider`): the disk cache
+    key includes them.
 
     >>> ir = 'define void @twice(i64 %n) {\\n  ret void\\n}\\n'
     >>> not available() or compile_ir(ir, "twice", ["i64"])(3) is None
@@ -162,10 +192,9 @@ def compile_ir(text, name, params, key=None, unroll=True):
     start_time = time.perf_counter()
     if key is None:
         key = text
-    key = "native-" + hashlib.sha256("\n".join(
-        [f"format {_FORMAT}", *host, f"array data at {array_data_offset()}", key]
-        + ([] if unroll else ["no unrolling"])
-    ).encode()).hexdigest()[:40]
+    keyed_on = (f"format {_FORMAT}", *host, f"array data at {array_data_offset()}",
+                *([] if unroll else ["no unrolling"]), *depends)
+    key = "native-" + hashlib.sha256("\n".join(keyed_on + (key,)).encode()).hexdigest()[:40]
     code = read_object(key)
     loaded = code is not None
     if not loaded:
@@ -188,7 +217,7 @@ def compile_ir(text, name, params, key=None, unroll=True):
                "loaded from the disk cache" if loaded else "compiled")
     c_type = ctypes.CFUNCTYPE(None, *[_ARGTYPES[p] for p in params])
     return NativeFunction(name, key, c_type(address), engine, loaded,
-                          time.perf_counter() - start_time)
+                          time.perf_counter() - start_time, keyed_on)
 
 
 def _machine_code(llvm, host, text, unroll=True):

@@ -38,7 +38,9 @@ operations. The pipeline:
    ``program(inputs..., outputs..., arena, constants..., BLAS table,
    callout)``, every array passed as its NumPy object (`fgrad.compiler.native`), compiled at
    -O3 for this CPU; the disk cache keys its machine code on the IR, the CPU
-   and the LLVM version, so a second process loads it in milliseconds.
+   and its features, the LLVM and llvmlite versions and the BLAS the table
+   reaches (`fgrad.compiler.blas.provider`), so a second process loads it in
+   milliseconds.
 
 Results are the interpreted tier's, bitwise for the elementwise loops (the
 same IR the fused kernels run; complex values by NumPy's algorithms,
@@ -70,6 +72,7 @@ from fgrad.compiler.blas import (
     gemm_index,
     gemm_table,
 )
+from fgrad.compiler.blas import provider as blas_provider
 from fgrad.compiler.buffer_plan import Step, plan_buffers
 from fgrad.compiler.complex_ir import accumulator_dtype
 from fgrad.compiler.cpu_fusion import (
@@ -98,6 +101,7 @@ from fgrad.compiler.kernel_ir import (
 )
 from fgrad.compiler.native import array_data_offset, compile_ir
 from fgrad.compiler.native import available as native_available
+from fgrad.compiler.native import say_unavailable
 from fgrad.compiler.native_steps import NativeStep
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program_indexing import indexing_step
@@ -150,7 +154,10 @@ def enabled():
     value = os.environ.get(PROGRAM_ENV, "").strip().lower()
     how = "all" if value == "all" else None if value in ("0", "false", "off", "no") \
         else "paying"
-    return how if native_available() else None
+    if how is not None and not native_available():
+        say_unavailable()
+        return None
+    return how
 
 
 # What a program's call costs beside the work, roughly (on one x86-64 core):
@@ -193,10 +200,22 @@ def pays(steps, code):
     product) kept both spinning: LeNet's jitted gradient took 152 ms a call
     as a program against 34 ms in the kernels tier, with BLAS's default
     threads on 2 cores (23 and 25 ms on one thread).
+
+    Nor does one whose callouts make arrays larger than `KEEP_ARENA_BYTES`:
+    NumPy makes a callout's results, which are then copied into the
+    program's buffers, so the program holds each twice for a moment, and
+    pays the copy (LeNet's gradient, its im2col's 10 MB among them, peaked
+    at 30 MB as a program, 15.6 MB interpreted).
     """
-    if _callouts_ns(steps) and _calls_blas(steps):
+    if _callouts_ns(steps) and _calls_blas(steps) or _largest_callout(steps) > KEEP_ARENA_BYTES:
         return False
     return PROGRAM_CALL_NS + _callouts_ns(steps) < _calls_ns(code)
+
+
+def _largest_callout(steps):
+    """The bytes of the largest array a callout among ``steps`` makes."""
+    return max((_nbytes(v) for s in _every_step(steps) if isinstance(s, _Callout)
+                for v in s.writes() if _in_memory(v)), default=0)
 
 
 def _calls_blas(steps):
@@ -417,12 +436,22 @@ def program_steps(graph, label=""):
                for members, reductions in groups}
     in_group = {k for members, reductions in groups for k in members + reductions}
     folded = _folded_transposes(graph)
+    sliced = _sliced_transposes(graph)
+    stacked = _stacked_transposes(graph, set(folded) | set(sliced))
+    stacked_by = {eqn.outvars[0] for eqn in graph.eqns if eqn.prim is transpose_p
+                  and type(eqn.invars[0]) is Var and eqn.invars[0] in stacked}
+    # a scan's ys that nothing reads are not kept (the body still computes them)
+    read_by, outputs = _readers(graph)
+    unread = {v for eqn in graph.eqns for v in eqn.outvars
+              if v not in read_by and v not in outputs}
     steps = []
     for k, eqn in enumerate(graph.eqns):
         if k in at_last:
             steps += _kernel_steps(graph, *at_last[k], readers)
             continue
-        if k in in_group or eqn.prim is transpose_p and eqn.outvars[0] in folded:
+        if k in in_group or eqn.prim is transpose_p and (
+                eqn.outvars[0] in folded or eqn.outvars[0] in sliced
+                or eqn.outvars[0] in stacked_by):
             continue
         # LAPACK calls, gathers and scatters: steps of modules of their own
         native = linalg_step(eqn, f"{label}{k}") or indexing_step(eqn, f"{label}{k}")
@@ -438,7 +467,7 @@ def program_steps(graph, label=""):
             steps.append(_Gemm(a, b, out, *_gemm_shapes(eqn), transposed))
             continue
         if how == "loop":
-            steps.append(loop_step(eqn, f"{label}{k}", _lower))
+            steps.append(loop_step(eqn, f"{label}{k}", _lower, sliced, stacked, unread))
             continue
         if how == "views":
             steps += [_View(x, out) for x, out in zip(eqn.invars, eqn.outvars)]
@@ -515,16 +544,22 @@ def _renamed(graph):
     return Graph(invars, eqns, [new(v) for v in graph.outvars])
 
 
+def _readers(graph):
+    """{value: the ``(equation, operand position)`` of each read of it}, and
+    the graph's output values."""
+    readers = {}
+    for eqn in graph.eqns:
+        for j, v in enumerate(eqn.invars):
+            if type(v) is Var:
+                readers.setdefault(v, []).append((eqn, j))
+    return readers, {v for v in graph.outvars if type(v) is Var}
+
+
 def _folded_transposes(graph):
     """{transposed value: its source} for each transpose of the last two axes
     read only by products that gemm computes: gemm reads the source
     transposed (its ``"T"`` flag), and the transpose is never made."""
-    readers = {}
-    for eqn in graph.eqns:
-        for v in eqn.invars:
-            if type(v) is Var:
-                readers.setdefault(v, []).append(eqn)
-    outputs = {v for v in graph.outvars if type(v) is Var}
+    readers, outputs = _readers(graph)
     folded = {}
     for eqn in graph.eqns:
         if eqn.prim is not transpose_p or type(eqn.invars[0]) is not Var:
@@ -533,9 +568,46 @@ def _folded_transposes(graph):
         if n < 2 or tuple(eqn.params["axes"]) != tuple(range(n - 2)) + (n - 1, n - 2) \
                 or out in outputs:
             continue
-        if all(e.prim is matmul_p and _gemm_shapes(e) is not None for e in readers[out]):
+        if all(e.prim is matmul_p and _gemm_shapes(e) is not None for e, _ in readers[out]):
             folded[out] = src
     return folded
+
+
+def _sliced_transposes(graph):
+    """{transposed value: (its source, the axes)} for each transpose read only
+    as the ``xs`` of scans lowered in place: each step copies its slice from
+    the source through the transpose's strides (`program_loops`), and the
+    transpose is never made (a vmapped scan's ``xs``, moved to the front,
+    took an array the size of all of them where NumPy makes a view)."""
+    readers, outputs = _readers(graph)
+
+    def as_xs(eqn, j):
+        return loop_kind(eqn) == "scan" and j >= eqn.params["n_consts"] + eqn.params["n_carry"]
+    return {eqn.outvars[0]: (eqn.invars[0], tuple(eqn.params["axes"]))
+            for eqn in graph.eqns
+            if eqn.prim is transpose_p and type(eqn.invars[0]) is Var
+            and eqn.outvars[0] not in outputs and _copyable(eqn.outvars[0].aval)
+            and all(as_xs(*read) for read in readers.get(eqn.outvars[0], [(eqn, -1)]))}
+
+
+def _stacked_transposes(graph, skipped):
+    """{a scan's ``ys`` value: (its transpose, the axes)} for each ``ys``
+    read only by one transpose: the scan writes each step's rows into the
+    transpose's memory through its strides (`program_loops`), and neither
+    the ``ys`` nor a copy of them is made (a vmapped scan's ``ys``, moved
+    back behind the batch axis). A transpose in ``skipped`` (never made
+    itself: its readers read the ``ys``) is left as it is."""
+    readers, outputs = _readers(graph)
+    stacked = {}
+    for eqn in graph.eqns:
+        if loop_kind(eqn) != "scan":
+            continue
+        for y in eqn.outvars[eqn.params["n_carry"]:]:
+            found = [e for e, _ in readers.get(y, [])]
+            if len(found) == 1 and found[0].prim is transpose_p and y not in outputs \
+                    and found[0].outvars[0] not in skipped and _copyable(y.aval):
+                stacked[y] = (found[0].outvars[0], tuple(found[0].params["axes"]))
+    return stacked
 
 
 def _gemm_shapes(eqn):
@@ -697,7 +769,9 @@ def _in_memory(v):
 
 class _Locations:
     """Where each value lives: ``("in", j)``, ``("out", j)``, ``("const", j)``,
-    ``("arena", offset)``, or ``("py", j)`` for a Python object (`_in_memory`)."""
+    ``("arena", offset)``, ``("in out", (j, offset))`` (in output ``j``'s
+    memory before it is written: `_output_regions`), or ``("py", j)`` for a
+    Python object (`_in_memory`)."""
 
     def __init__(self, graph, steps):
         self.where = {}
@@ -756,6 +830,35 @@ class _Locations:
                 self.place_loops(part.steps)
 
 
+def _output_regions(steps, outputs):
+    """``(j, bytes, step)`` of each output array ``j``: memory the buffer
+    plan may use for values that die before ``step``, the one writing it."""
+    first = {}
+    for k, s in enumerate(steps):
+        if not isinstance(s, _View):
+            for v in s.writes():
+                first.setdefault(v, k)
+    return [(j, _nbytes(v), first[v]) for j, v in enumerate(outputs) if v in first]
+
+
+# steps that read and write their values by pointer alone: a callout (or a
+# native step that may call out, or a loop that may hold callouts) views the
+# arena from Python, so its values stay there
+_POINTER_ONLY = (_Kernel, _Copy, _Reduce, _Gemm, _Pieces, _View, DrawStep)
+
+
+def _native_only(steps):
+    """The values that only `_POINTER_ONLY` steps, and loops of them, read or
+    write."""
+    seen, python = set(), set()
+    for s in steps:
+        values = [v for v in list(s.reads()) + list(s.writes()) if type(v) is Var]
+        by_pointer = isinstance(s, _POINTER_ONLY) or isinstance(s, Loop) and all(
+            isinstance(inner, _POINTER_ONLY + (Loop,)) for inner in _every_step([s]))
+        (seen if by_pointer else python).update(values)
+    return seen - python
+
+
 def _every_step(steps):
     """``steps`` and, recursively, the steps of their loops' bodies."""
     for s in steps:
@@ -790,9 +893,12 @@ def compile_program(graph, steps=None):
         final.append(_Copy(v, copy_to, _contiguous_strides(v.aval.shape)))
     steps += final
     placed = set(places.where) - {v for v in places.where if type(v) is int}
-    plan = plan_buffers([_plan_step(s) for s in steps], _nbytes, placed=placed)
+    plan = plan_buffers([_plan_step(s) for s in steps], _nbytes, placed=placed,
+                        regions=_output_regions(steps, places.outputs),
+                        movable=_native_only(steps).__contains__)
     for v, offset in plan.offsets.items():
-        places.where[v] = ("arena", offset)
+        home = plan.homes.get(v)
+        places.where[v] = ("arena", offset) if home is None else ("in out", (home, offset))
     places.place_loops(steps)
     n_in, n_out, n_const = len(graph.invars), len(places.outputs), len(places.consts)
     if n_in + n_out + n_const + 3 > MAX_ARGUMENTS:
@@ -810,8 +916,10 @@ def compile_program(graph, steps=None):
     # no unrolling: most of a program's loops (copies, reductions) have
     # constant trip counts, which LLVM unrolled at great length (mlp8's
     # gradient: 1.9 s to compile, 58 kB of code; 0.8 s, 11 kB without)
+    # keyed on the BLAS too: the cached code calls SciPy's wrappers through the table
     native = compile_ir(ir_text, "program",
-                        ["array"] * (n_in + n_out + 2 + n_const) + ["i64"], unroll=False)
+                        ["array"] * (n_in + n_out + 2 + n_const) + ["i64"], unroll=False,
+                        depends=[f"blas {blas_provider()}"])
     program = Program()
     program.graph, program.steps, program.plan, program.native = graph, steps, plan, native
     program.callouts = [f"{s.index}: {s.eqn.prim.name}" for s in callouts]
@@ -869,9 +977,12 @@ class _Emitter:
     def pointer(self, v, dtype=None):
         ir, b = self.ir, self.b
         kind, at = self.places.of(v)
-        base = self.bases["arena"] if kind == "arena" else self.bases[kind][at]
         if kind == "arena":
-            base = b.gep(base, [ir.Constant(ir.IntType(64), at)])
+            base = b.gep(self.bases["arena"], [ir.Constant(ir.IntType(64), at)])
+        elif kind == "in out":      # in an output's memory, before it is written
+            base = b.gep(self.bases["out"][at[0]], [ir.Constant(ir.IntType(64), at[1])])
+        else:
+            base = self.bases[kind][at]
         dtype = v.aval.dtype if dtype is None else dtype
         return b.bitcast(base, storage_type(ir, dtype).as_pointer())
 
@@ -899,6 +1010,24 @@ class _Emitter:
                         b.gep(to, [_dot(ir, b, index, dst_strides)]))
             _nested(ir, b, shape, move)
 
+    def copy(self, src, dst, strides, start=None, out_strides=None, out_start=None):
+        """``dst`` from ``src``, element ``i`` (a multi-index of ``dst``'s
+        shape, or of ``src``'s where ``out_strides`` are given) read at
+        ``i . strides`` from element ``start`` and written at ``i .
+        out_strides`` (else C order) from ``out_start`` (each an i64, or None: 0)."""
+        ir, b = self.ir, self.b
+        shape = tuple(dst.aval.shape if out_strides is None else src.aval.shape)
+        item = _copy_dtype(dst.aval.dtype)
+        src, dst = self.pointer(src, item), self.pointer(dst, item)
+        src = src if start is None else b.gep(src, [start])
+        dst = dst if out_start is None else b.gep(dst, [out_start])
+        out_strides = out_strides or _contiguous_strides(shape)
+
+        def move(index):
+            b.store(b.load(b.gep(src, [_dot(ir, b, index, strides)])),
+                    b.gep(dst, [_dot(ir, b, index, out_strides)]))
+        _nested(ir, b, shape, move)
+
     def emit(self, steps):
         ir, b, pointer = self.ir, self.b, self.pointer
         i64 = ir.IntType(64)
@@ -924,16 +1053,8 @@ class _Emitter:
                     store(ir, b, pointer(v), ir.Constant(i64, 0),
                           convert(ir, b, b.load(slot), acc, v.aval.dtype), v.aval.dtype)
             elif isinstance(step, _Copy):
-                item = _copy_dtype(step.dst.aval.dtype)
-                src, dst = pointer(step.src, item), pointer(step.dst, item)
-                src = b.gep(src, [ir.Constant(i64, step.start)]) if step.start else src
-                out_strides = _contiguous_strides(step.dst.aval.shape)
-
-                def move(index, src=src, dst=dst, strides=step.strides,
-                         out_strides=out_strides):
-                    b.store(b.load(b.gep(src, [_dot(ir, b, index, strides)])),
-                            b.gep(dst, [_dot(ir, b, index, out_strides)]))
-                _nested(ir, b, step.dst.aval.shape, move)
+                self.copy(step.src, step.dst, step.strides,
+                          ir.Constant(i64, step.start) if step.start else None)
             elif isinstance(step, _Pieces):
                 self.pieces(step)
             elif isinstance(step, _Reduce):

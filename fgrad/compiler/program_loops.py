@@ -119,18 +119,26 @@ class Loop:
     values live in, ``offsets`` their values' offsets in it, ``aliases``
     the ``(inner value, outer value)`` pairs of body inputs that live where an
     outer value does (constants, and carries in the loop's results), and
-    ``slices`` a scan's ``xs`` inputs: ``(outer value, inner value)``."""
+    ``slices`` a scan's ``xs`` inputs: ``(outer value, inner value)``;
+    ``sources`` maps an outer ``xs`` value that is a transpose never made to
+    ``(the transpose's source, its axes)``: the loop reads the source;
+    ``targets`` maps a ``ys`` value never made to ``(its transpose, the
+    axes)``: the loop writes the transpose; the ``ys`` in ``dropped``
+    (read by nothing) are not written at all."""
 
-    def __init__(self, kind, eqn, label, parts, offsets, scratch, aliases, slices=()):
+    def __init__(self, kind, eqn, label, parts, offsets, scratch, aliases, slices=(),
+                 sources=None, targets=None, dropped=()):
         self.kind, self.eqn, self.label, self.parts = kind, eqn, label, parts
         self.offsets, self.scratch = offsets, scratch
         self.aliases, self.slices = aliases, slices
+        self.sources, self.targets, self.dropped = sources or {}, targets or {}, dropped
 
     def reads(self):
-        return self.eqn.invars
+        return [self.sources[v][0] if v in self.sources else v for v in self.eqn.invars]
 
     def writes(self):
-        return self.eqn.outvars + [self.scratch]
+        return [self.targets[v][0] if v in self.targets else v
+                for v in self.eqn.outvars if v not in self.dropped] + [self.scratch]
 
     def trips(self):
         return trips(self.eqn)
@@ -139,12 +147,16 @@ class Loop:
         return [s for part in self.parts for s in part.steps]
 
 
-def loop_step(eqn, label, lower):
+def loop_step(eqn, label, lower, transposed=None, stacked=None, unread=()):
     """The `Loop` of ``eqn`` (whose `loop_kind` is not None), its graphs
     lowered by ``lower(parts, fresh) -> ([Part], plan)``: ``parts`` a list of
     ``(graph, label)`` run in order, ``fresh`` how many of the first's last
     inputs are written before it runs (a scan's slices); the plan's offsets
-    are into the scratch region.
+    are into the scratch region. ``transposed`` maps values never made to
+    ``(source, axes)`` of their transpose: a scan's ``xs`` among them is
+    sliced from the source; ``stacked`` maps values never made to
+    ``(transpose, axes)``: a scan's ``ys`` among them go into the transpose;
+    a scan's ``ys`` in ``unread`` are not kept.
     """
     kind, p = loop_kind(eqn), eqn.params
     if kind == "scan":
@@ -155,8 +167,12 @@ def loop_step(eqn, label, lower):
         aliases = list(zip(inner[:n_consts], eqn.invars[:n_consts])) + list(
             zip(inner[n_consts:n_consts + n_carry], eqn.outvars[:n_carry]))
         slices = list(zip(eqn.invars[n_consts + n_carry:], inner[n_consts + n_carry:]))
+        transposed, stacked = transposed or {}, stacked or {}
+        sources = {v: transposed[v] for v, _ in slices if v in transposed}
+        targets = {y: stacked[y] for y in eqn.outvars[n_carry:] if y in stacked}
+        dropped = {y for y in eqn.outvars[n_carry:] if y in unread}
         return Loop(kind, eqn, label, [part], plan.offsets, Scratch(plan.arena_bytes),
-                    aliases, slices)
+                    aliases, slices, sources, targets, dropped)
     if kind == "while_loop":
         n_cc, n_bc = p["n_cc"], p["n_bc"]
         carry = eqn.outvars
@@ -185,12 +201,18 @@ def loop_step(eqn, label, lower):
 def loop_ir(e, step):
     """Write ``step`` (a `Loop`) with emitter ``e``: ``e.ir``, ``e.b`` (the
     builder), ``e.pointer(value, dtype=None)`` (a typed pointer to a value's
-    memory) and ``e.emit(steps)`` (write steps in order)."""
+    memory), ``e.copy(src, dst, strides, start)`` (a strided copy) and
+    ``e.emit(steps)`` (write steps in order)."""
     {"scan": _scan_ir, "while_loop": _while_ir, "cond": _cond_ir}[step.kind](e, step)
 
 
 def _nbytes(v):
     return int(np.prod(v.aval.shape, dtype=np.int64)) * np.dtype(v.aval.dtype).itemsize
+
+
+def _element_strides(shape):
+    """A C-contiguous array's strides, in elements."""
+    return [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
 
 
 def _memcpy(e, dst, src, nbytes, dst_at=None, src_at=None):
@@ -225,11 +247,26 @@ def _scan_ir(e, step):
         at = b.sub(ir.Constant(i64, length - 1), i) if p["reverse"] else i
         for outer, inner in step.slices:
             size = _nbytes(inner)
-            _memcpy(e, inner, outer, size, src_at=b.mul(at, ir.Constant(i64, size)))
+            if outer in step.sources:       # step `at` of a transpose of the source
+                source, axes = step.sources[outer]
+                strides = _element_strides(source.aval.shape)
+                e.copy(source, inner, [strides[a] for a in axes[1:]],
+                       b.mul(at, ir.Constant(i64, strides[axes[0]])))
+            else:
+                _memcpy(e, inner, outer, size, src_at=b.mul(at, ir.Constant(i64, size)))
         e.emit(part.steps)
         for y, result in zip(ys, part.results[n_carry:]):
             size = _nbytes(result)
-            _memcpy(e, y, result, size, dst_at=b.mul(at, ir.Constant(i64, size)))
+            if y in step.dropped:
+                continue
+            if y in step.targets:           # row `at` of the ys, into their transpose
+                target, axes = step.targets[y]
+                strides = _element_strides(target.aval.shape)
+                e.copy(result, target, _element_strides(result.aval.shape),
+                       out_strides=[strides[axes.index(a)] for a in range(1, len(axes))],
+                       out_start=b.mul(at, ir.Constant(i64, strides[axes.index(0)])))
+            else:
+                _memcpy(e, y, result, size, dst_at=b.mul(at, ir.Constant(i64, size)))
         _copy_all(e, part.results[:n_carry], carries)
     counted(ir, b, ir.Constant(i64, length), iteration, f"scan{step.label}")
 

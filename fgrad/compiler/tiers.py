@@ -313,12 +313,17 @@ class Tiers:
                     code = generate(fuse_for_cpu(self.graph, plans), self.xp)
                     fn, seconds = code.fn, time.perf_counter() - start_time
                     what = f"{len(plans)} kernel{'s' * (len(plans) != 1)}"
-            else:
+            else:               # the program
+                # the lowering counts as compile time (LLVM's start-up apart)
+                lowering, lowering_cpu = time.perf_counter(), time.thread_time()
                 steps = program_steps(self.graph)
+                lowering, lowering_cpu = (time.perf_counter() - lowering,
+                                          time.thread_time() - lowering_cpu)
                 kernels = self.compiled.graph   # the kernels' code, which it would replace
                 if self._program == "all" or pays(steps, kernels):
                     self._start_llvm(thread)
-                    start_time, cpu_start = time.perf_counter(), time.thread_time()
+                    start_time = time.perf_counter() - lowering
+                    cpu_start = time.thread_time() - lowering_cpu
                     self.program = compile_program(self.graph, steps)
                     fn, seconds = self.program.call, time.perf_counter() - start_time
                     callouts = len(self.program.callouts)
@@ -326,7 +331,8 @@ class Tiers:
                         "s" * (callouts != 1)
                 else:
                     _log.info("fgrad.jit: %s: program tier not built: its callouts cost "
-                              "more than the %d calls it would replace", self.name,
+                              "more than the %d calls it would replace, or make large "
+                              "arrays (fgrad.compiler.program.pays)", self.name,
                               len(kernels.eqns))
             if fn is not None:
                 # said before the tier runs, so that a caller waiting for it
