@@ -49,7 +49,14 @@ from fgrad.compiler.fusion import (
     reader_counts,
 )
 from fgrad.compiler.kernel_cache import load_or_build
-from fgrad.compiler.kernel_ir import KernelSpec, Op, function_name, kernel_ir, writer_digest
+from fgrad.compiler.kernel_ir import (
+    POWER_PRODUCTS,
+    KernelSpec,
+    Op,
+    function_name,
+    kernel_ir,
+    writer_digest,
+)
 from fgrad.compiler.native import array_data_offset, compile_ir
 from fgrad.compiler.native import available as native_available
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
@@ -253,17 +260,29 @@ def worth_fusing(eqns, n_inputs, n_outputs, size):
     False
     >>> worth_fusing(g.eqns * 20, 1, 1, 4)    # 40 calls on 4 elements: dispatch wins
     True
+    >>> g = fgrad.make_graph(lambda a: (a + 1.0) ** 3)(np.ones(1000))
+    >>> worth_fusing(g.eqns, 1, 1, 1000)      # products, where NumPy calls pow
+    True
     """
     memory = 0.3 if size < _CACHE_ELEMENTS else 1.5       # per array pass, ns
     numpy_ns = fused_ns = 0.0
     for e in eqns:
         name = _op_name(e.prim) or e.prim.name
         np_ns, kernel_ns = ELEMENT_NS.get(name, (_PLAIN_NS, _PLAIN_NS))
+        if name == "power" and _power_product(e):
+            kernel_ns = _PLAIN_NS
         numpy_ns += NUMPY_CALL_NS + size * (np_ns + memory * (len(e.invars) + 1))
         fused_ns += size * kernel_ns
     fused_ns += KERNEL_CALL_NS + KERNEL_ARRAY_NS * (n_inputs + n_outputs) + \
         size * memory * (n_inputs + n_outputs)
     return fused_ns < numpy_ns
+
+
+def _power_product(eqn):
+    """Whether a kernel computes power ``eqn`` as products: a literal
+    exponent of 2, 3 or 4 (`fgrad.compiler.kernel_ir.POWER_PRODUCTS`)."""
+    y = eqn.invars[1]
+    return type(y) is Literal and scalar_literal_value(y) in POWER_PRODUCTS
 
 
 def attach_reductions(graph, groups):

@@ -18,7 +18,7 @@ no fast-math flags (NaN and inf propagate; LLVM does not reassociate a sum),
 no LLVM instruction (``tanh``, ``expm1``, ``arcsinh``, ...), so a kernel's
 results are the numba text kernel's. ``sin``, ``cos``, ``exp`` and ``tanh`` may
 use the vector functions of `fgrad.compiler.vector_math` (their IR form), and
-a power by a literal 2, 3 or 4 is products (`_POWER_PRODUCTS`).
+a power by a literal 2, 3 or 4 is products (`POWER_PRODUCTS`).
 """
 import functools
 import hashlib
@@ -45,7 +45,7 @@ _INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "exp2": "llvm.exp2",
 # loop row's time: its potential's gradient is x ** 3): x * x is pow's
 # correctly rounded result, x * x * x and (x * x) * (x * x) are within two
 # ulps of it (float32 multiplies in float64 and rounds once)
-_POWER_PRODUCTS = (2.0, 3.0, 4.0)
+POWER_PRODUCTS = (2.0, 3.0, 4.0)
 _FLOAT_COMPARE = {"equal": ("==", True), "not_equal": ("!=", False), "less": ("<", True),
                   "less_equal": ("<=", True), "greater": (">", True),
                   "greater_equal": (">=", True)}
@@ -242,7 +242,7 @@ def _operation(ir, b, name, args, dtype):
         bits = ir.IntType(8 * dtype.itemsize)
         return b.icmp_signed("<", b.bitcast(x, bits), ir.Constant(bits, 0)), np.dtype(bool)
     if name == "power" and isinstance(args[1], ir.Constant) \
-            and args[1].constant in _POWER_PRODUCTS:
+            and args[1].constant in POWER_PRODUCTS:
         return _power_product(ir, b, x, int(args[1].constant)), dtype
     if name in _INTRINSICS:
         fn = b.module.declare_intrinsic(_INTRINSICS[name], [x.type])
@@ -253,7 +253,7 @@ def _operation(ir, b, name, args, dtype):
 
 
 def _power_product(ir, b, x, n):
-    """``x ** n`` as products (``n`` in `_POWER_PRODUCTS`), in float64 for
+    """``x ** n`` as products (``n`` in `POWER_PRODUCTS`), in float64 for
     float32 (exact for n = 2, so rounded once) and rounded to ``x``'s type."""
     wide = ir.DoubleType()
     y = x if x.type == wide else b.fpext(x, wide)
