@@ -79,6 +79,26 @@ def test_zero_rules_only_fire_when_shapes_match():
         y, x))) == ["add"]
 
 
+def test_a_where_false_everywhere_is_its_third_operand_and_a_power_keeps_its_literal():
+    def f(x, y, s):
+        never = fnp.zeros(3, dtype=bool)
+        return fnp.where(never, x, y), fnp.where(never, x, 2.0), fnp.where(never, x, s)
+    x, y = np.ones(3), np.arange(3.0)
+    opt = C.optimize(fgrad.make_graph(f)(x, y, 5.0))
+    # the () operand a Var: broadcast at run time, kept
+    assert _names(opt) == ["where"]
+    assert opt.outvars[0] is opt.invars[1]
+    np.testing.assert_array_equal(opt.outvars[1].value, [2.0, 2.0, 2.0])
+    # the derivative of x ** 4 asks whether x and the literal exponent are 0
+    # (never both): the power it computes has a literal exponent
+    grad = fgrad.grad(lambda x: fnp.sum(x ** 4))
+    opt = C.optimize(fgrad.make_graph(grad)(x))
+    assert _names(opt) == ["power", "multiply"]
+    assert isinstance(opt.eqns[0].invars[1], Literal)
+    x = np.array([-1.5, 0.0, 2.0])
+    np.testing.assert_array_equal(fgrad.jit(grad)(x), 4 * x ** 3)
+
+
 def test_buffer_reuse_writes_into_dying_intermediates_only():
     def f(x):
         return fnp.exp(fnp.sin(x) * 2.0) + 1.0

@@ -95,6 +95,30 @@ def _ulps(got, want):
     return np.abs(got - want) / np.spacing(np.abs(want))
 
 
+@fused_only
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_powers_by_a_literal_two_three_or_four_are_products_within_two_ulps(dtype,
+                                                                            monkeypatch):
+    monkeypatch.setitem(cpu_fusion.ELEMENT_NS, "power", (100.0, 0.0))     # fused
+    x = np.concatenate([np.random.default_rng(0).standard_normal(5000) * 10, _SPECIAL,
+                        [1e-110, 5e-324, -1e300, 1e-160]]).astype(dtype)
+    for n in (2, 3, 4):
+        # (x ** 2 is square: an array of twos, as x ** 3's derivative has)
+        f_jit = fgrad.jit(lambda a, n=n: fnp.power(a * 2.0, np.full(x.shape, n, dtype)))
+        assert "pow" not in _kernels(f_jit, x)[0].source
+        got = f_jit(x)
+        with np.errstate(all="ignore"):
+            want = np.power(x * dtype(2), n)
+        assert got.dtype == want.dtype
+        usual = np.isfinite(want) & (want != 0)
+        assert np.max(_ulps(got[usual], want[usual])) <= 2.0
+        # NaN, infinities and signed zeros exactly as NumPy's
+        np.testing.assert_array_equal(got[~usual], want[~usual])
+        np.testing.assert_array_equal(np.signbit(got[~usual]), np.signbit(want[~usual]))
+    # any other exponent is the C library's pow
+    assert "llvm.pow" in _kernels(fgrad.jit(lambda a: fnp.power(a * 2.0, 5)), x)[0].source
+
+
 def _vector_arguments(name, rng):
     """Arguments that test ``name``'s vector form: random ones over its whole
     range, the hard cases of its reduction, tiny ones and its limit."""

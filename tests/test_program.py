@@ -432,6 +432,25 @@ def test_a_buffer_read_through_a_view_too_is_not_written_in_place():
     assert plan.in_place == [] and plan.offsets["b"] != plan.offsets["a"]
 
 
+def test_a_kernel_writing_memory_apart_from_its_operands_says_so_and_one_in_place_not(
+        monkeypatch):
+    # noalias outputs let LLVM vectorise a loop without comparing addresses
+    # first; a kernel writing into its dying operand's buffer must not have them
+    texts = []
+    compile_ir = program.compile_ir
+    monkeypatch.setattr(program, "compile_ir", lambda text, *args, **kwargs: (
+        texts.append(text), compile_ir(text, *args, **kwargs))[1])
+
+    def f(x):
+        y = fnp.sin(x) * 2.0                            # into a buffer of its own
+        return fnp.flip(fnp.flip(y) * 3.0 + 1.0)        # into the dying flipped copy
+    compiled, got, want = _both(f, np.linspace(-1, 1, 10))
+    _agree(got, want, exact=True)
+    assert len(compiled.plan.in_place) == 1
+    kernels = [line for line in texts[0].splitlines() if line.startswith('define void @"kernel')]
+    assert ["noalias" in line for line in kernels] == [True, False]
+
+
 _SECOND_PROCESS = """
 import sys, json
 sys.modules['numba'] = None             # importing it raises: the program needs LLVM only

@@ -51,7 +51,13 @@ from fgrad.compiler.fusion import (
     plan_groups,
     reader_counts,
 )
-from fgrad.compiler.kernel_ir import KernelSpec, Op, kernel_ir, writer_digest
+from fgrad.compiler.kernel_ir import (
+    POWER_PRODUCTS,
+    KernelSpec,
+    Op,
+    kernel_ir,
+    writer_digest,
+)
 from fgrad.compiler.native import array_data_offset, compile_ir, say_unavailable
 from fgrad.compiler.native import available as native_available
 from fgrad.compiler.vector_math import VECTOR_FUNCTIONS
@@ -308,6 +314,9 @@ def worth_fusing(eqns, n_inputs, n_outputs, size):
     False
     >>> worth_fusing(g.eqns * 20, 1, 1, 4)    # 40 calls on 4 elements: dispatch wins
     True
+    >>> g = fgrad.make_graph(lambda a: (a + 1.0) ** 3)(np.ones(1000))
+    >>> worth_fusing(g.eqns, 1, 1, 1000)      # products, where NumPy calls pow
+    True
     """
     memory = 0.3 if size < _CACHE_ELEMENTS else 1.5       # per array pass, ns
     numpy_ns = fused_ns = 0.0
@@ -317,11 +326,20 @@ def worth_fusing(eqns, n_inputs, n_outputs, size):
         if name in ("floor_divide", "remainder") and \
                 np.dtype(e.outvars[0].aval.dtype).kind == "f":
             np_ns, kernel_ns = FLOAT_DIVMOD_NS
+        elif name == "power" and _power_product(e):
+            kernel_ns = _PLAIN_NS
         numpy_ns += NUMPY_CALL_NS + size * (np_ns + memory * (len(e.invars) + 1))
         fused_ns += size * kernel_ns
     fused_ns += KERNEL_CALL_NS + KERNEL_ARRAY_NS * (n_inputs + n_outputs) + \
         size * memory * (n_inputs + n_outputs)
     return fused_ns < numpy_ns
+
+
+def _power_product(eqn):
+    """Whether a kernel computes power ``eqn`` as products: a literal
+    exponent of 2, 3 or 4 (`fgrad.compiler.kernel_ir.POWER_PRODUCTS`)."""
+    y = eqn.invars[1]
+    return type(y) is Literal and scalar_literal_value(y) in POWER_PRODUCTS
 
 
 def attach_reductions(graph, groups):

@@ -14,7 +14,8 @@ promotion gives (integers wrap, float32 stays float32), no fast-math flags
 ``minimum`` propagate NaN, and the C library computes what has no LLVM
 instruction (``tanh``, ``expm1``, ``arcsinh``, ...). ``sin``, ``cos``,
 ``exp`` and ``tanh`` may use the vector functions of
-`fgrad.compiler.vector_math` (their IR form).
+`fgrad.compiler.vector_math` (their IR form), and
+a power by a literal 2, 3 or 4 is products (`POWER_PRODUCTS`).
 """
 import functools
 import hashlib
@@ -36,6 +37,12 @@ _INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "exp2": "llvm.exp2",
                "sin": "llvm.sin", "cos": "llvm.cos", "floor": "llvm.floor",
                "ceil": "llvm.ceil", "trunc": "llvm.trunc", "rint": "llvm.rint",
                "power": "llvm.pow", "absolute": "llvm.fabs"}
+# literal exponents whose powers are products, as JAX's integer_pow computes
+# them, where the C library's pow took some 10 ns a call (most of the HMC
+# loop row's time: its potential's gradient is x ** 3): x * x is pow's
+# correctly rounded result, x * x * x and (x * x) * (x * x) are within two
+# ulps of it (float32 multiplies in float64 and rounds once)
+POWER_PRODUCTS = (2.0, 3.0, 4.0)
 _FLOAT_COMPARE = {"equal": ("==", True), "not_equal": ("!=", False), "less": ("<", True),
                   "less_equal": ("<=", True), "greater": (">", True),
                   "greater_equal": (">=", True)}
@@ -274,12 +281,25 @@ def _operation(ir, b, name, args, dtype):
     if name == "signbit":
         bits = ir.IntType(8 * dtype.itemsize)
         return b.icmp_signed("<", b.bitcast(x, bits), ir.Constant(bits, 0)), np.dtype(bool)
+    if name == "power" and isinstance(args[1], ir.Constant) \
+            and args[1].constant in POWER_PRODUCTS:
+        return _power_product(ir, b, x, int(args[1].constant)), dtype
     if name in _INTRINSICS:
         fn = b.module.declare_intrinsic(_INTRINSICS[name], [x.type])
         return b.call(fn, args), dtype
     if name in _LIBM:
         return _call(ir, b, _LIBM[name], args), dtype
     raise ValueError(f"{name} is not written in kernels")
+
+
+def _power_product(ir, b, x, n):
+    """``x ** n`` as products (``n`` in `POWER_PRODUCTS`), in float64 for
+    float32 (exact for n = 2, so rounded once) and rounded to ``x``'s type."""
+    wide = ir.DoubleType()
+    y = x if x.type == wide else b.fpext(x, wide)
+    square = b.fmul(y, y)
+    y = square if n == 2 else b.fmul(square, y if n == 3 else square)
+    return y if x.type == wide else b.fptrunc(y, x.type)
 
 
 def _divide_and_remainder(ir, b, x, y, dtype):

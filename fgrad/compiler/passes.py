@@ -227,7 +227,20 @@ def _zero_rules():
         return rule
 
     def where(invars, zeros, out):
-        return "zero" if zeros[1] and zeros[2] else None
+        if zeros[1] and zeros[2]:
+            return "zero"
+        if not zeros[0]:
+            return None
+        # a condition false everywhere (the derivative of ``x ** 3`` asks
+        # whether the literal exponent is 0): the third operand, so that a
+        # power's exponent reaches the code as the literal it is
+        chosen = invars[2]
+        if same(chosen, out):
+            return chosen
+        if type(chosen) is Literal and np.dtype(chosen.aval.dtype) == out.aval.dtype:
+            return Literal(np.full(out.aval.shape, chosen.value, out.aval.dtype),
+                           ShapedArray(out.aval.shape, out.aval.dtype))
+        return None
 
     rules = {ew.add_p: add, ew.subtract_p: subtract,
              ew.multiply_p: absorbing((0, 1)), ew.divide_p: absorbing((0,)),
