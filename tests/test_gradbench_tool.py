@@ -274,6 +274,25 @@ def test_gradient_descent_finds_a_quadratics_minimum(gradient):
     np.testing.assert_allclose(found, target, atol=1e-3)
 
 
+@pytest.mark.parametrize("gradient", [optimize.forward_gradient, optimize.reverse_gradient])
+def test_staged_descent_takes_the_python_loops_steps(gradient):
+    def bowl(x):
+        return fnp.sum((x - np.array([1.0, -2.0])) ** 2 * np.array([1.0, 3.0]))
+    staged = fgrad.jit(lambda x: optimize.argmin(bowl, gradient, x, control=fgrad.lax))
+    np.testing.assert_allclose(staged(np.zeros(2)), optimize.argmin(bowl, gradient, np.zeros(2)),
+                               rtol=1e-12)
+
+
+def test_particle_staged_flight_and_its_forward_derivative_match_the_python_loop():
+    w, tangent = np.array([0.1]), np.ones(1)
+
+    def flight(control):
+        return lambda w: particle.miss_distance(w, optimize.reverse_gradient, control)
+    staged = fgrad.jit(lambda w, t: fgrad.jvp(flight(fgrad.lax), (w,), (t,)))(w, tangent)
+    eager = fgrad.jvp(flight(optimize.EAGER), (w,), (tangent,))
+    np.testing.assert_allclose(staged, eager, rtol=1e-12)
+
+
 def test_particle_miss_distance_derivative_against_finite_differences():
     w = np.array([0.1])
     exact = fgrad.grad(lambda w: particle.miss_distance(w, optimize.reverse_gradient))(w)

@@ -398,6 +398,25 @@ def test_peak_memory_is_at_most_the_interpreted_tiers(size):
     assert compiled.plan.arena_bytes + outputs <= _peak(kernels_tier, w, x)
 
 
+def test_a_large_arena_is_kept_as_the_spare_for_the_next_call():
+    def loss(w, x):
+        h = fnp.tanh(x @ w)
+        return fnp.sum(fnp.exp(-h * h) * fnp.sin(h) + h / 3.0)
+    w, x = np.full((8, 4), 0.1), np.linspace(-1, 1, 800_000).reshape(100_000, 8)
+    compiled = compile_program(optimize(fgrad.make_graph(fgrad.grad(loss))(w, x), np))
+    assert compiled.plan.arena_bytes > program.KEEP_ARENA_BYTES
+    first = compiled.call(w, x)
+    # the second call takes the first's arena: it allocates its output only
+    assert _peak(compiled.call, w, x) < compiled.plan.arena_bytes
+    np.testing.assert_array_equal(compiled.call(w, x), first)
+    # a smaller program's call takes it too; a larger one's lets it go
+    small = compile_program(optimize(fgrad.make_graph(fgrad.grad(loss))(w, x[:50_000]), np))
+    assert program.KEEP_ARENA_BYTES < small.plan.arena_bytes < compiled.plan.arena_bytes
+    assert _peak(small.call, w, x[:50_000]) < small.plan.arena_bytes
+    np.testing.assert_allclose(small.call(w, x[:50_000])[0], fgrad.grad(loss)(w, x[:50_000]),
+                               rtol=1e-10)
+
+
 def test_a_program_loads_from_the_disk_cache():
     g = optimize(fgrad.make_graph(lambda x: fnp.sum(fnp.tanh(x) * 3.0))(np.ones(5)), np)
     first, again = compile_program(g), compile_program(g)
