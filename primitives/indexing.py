@@ -138,7 +138,7 @@ def getitem(x, index):
     if _is_scalar_mask(index):
         # NumPy's x[True] and x[False]: a new leading axis, with one row or none
         # (array_api_extra's apply_where indexes 0-d values with a 0-d condition)
-        return getitem(getitem(x, None), np.flatnonzero(bool(index)))
+        return getitem(getitem(x, None), slice(0, 1 if bool(index) else 0))
     spec, arrays = parse_index(index)
     return getitem_p.bind(x, *arrays, spec=spec)
 

@@ -97,6 +97,9 @@ def test_a_where_false_everywhere_is_its_third_operand_and_a_power_keeps_its_lit
     assert isinstance(opt.eqns[0].invars[1], Literal)
     x = np.array([-1.5, 0.0, 2.0])
     np.testing.assert_array_equal(fgrad.jit(grad)(x), 4 * x ** 3)
+    # a 0-d choice of a literal is an array, whose methods the code calls
+    g = fgrad.jit(lambda a: fnp.sum(fnp.select([fnp.zeros((), bool)], [a], 0.5)))
+    assert g(np.array(3.0)) == 0.5
 
 
 def test_buffer_reuse_writes_into_dying_intermediates_only():

@@ -49,6 +49,9 @@ ALLOWED = {
         "combine with arrays of any backend",
     ("primitives/random.py", "_counter_words"):
         "numpy.uint64 of Python ints: typed scalar shifts and masks",
+    ("fgrad/interpreters/batching.py", "lift"):
+        "a Python number every example shares made a typed NumPy scalar, which "
+        "combines with arrays of any backend",
     ("primitives/random.py", "_bits64"): "numpy.uint64 of a Python int: a scalar shift",
     ("primitives/random.py", "_log_unit"):
         "numpy.uint64 of Python ints: scalar bit masks of the float64 layout",

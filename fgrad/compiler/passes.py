@@ -235,11 +235,18 @@ def _zero_rules():
         # whether the literal exponent is 0): the third operand, so that a
         # power's exponent reaches the code as the literal it is
         chosen = invars[2]
+        if type(chosen) is Literal and chosen.aval.shape == () and \
+                np.dtype(chosen.aval.dtype) == out.aval.dtype:
+            # an array of the output's shape, made by the graph's backend
+            # (below) from a host number: a Python number would not answer
+            # the array methods the code calls on an output's value
+            value = chosen.value
+            if isinstance(value, (np.ndarray, np.generic)):
+                value = value.item()
+            if isinstance(value, (bool, int, float, complex)):
+                return "fill", value
         if same(chosen, out):
             return chosen
-        if type(chosen) is Literal and np.dtype(chosen.aval.dtype) == out.aval.dtype:
-            return Literal(np.full(out.aval.shape, chosen.value, out.aval.dtype),
-                           ShapedArray(out.aval.shape, out.aval.dtype))
         return None
 
     rules = {ew.add_p: add, ew.subtract_p: subtract,
@@ -286,6 +293,9 @@ def propagate_zeros(graph, xp=np):
                 result = rule(invars, zeros, eqn.outvars[0])
                 if result is not None:
                     out = eqn.outvars[0]
+                    if isinstance(result, tuple):       # ("fill", value)
+                        result = Literal(xp.full(out.aval.shape, result[1], out.aval.dtype),
+                                         ShapedArray(out.aval.shape, out.aval.dtype))
                     subst[out] = zero_literal(out.aval) if result == "zero" else result
                     continue
         unit_rule = unit_rules.get(eqn.prim)

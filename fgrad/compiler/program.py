@@ -993,13 +993,15 @@ class _Emitter:
         """Whether each value in ``written`` lives in memory that no other
         value of ``arrays`` overlaps (an elementwise loop writing into an
         operand's buffer does not)."""
-        def extent(v):
+        def extent(v):          # (memory, first byte, end) of v's place
             if type(v) is Literal:
                 return None
             kind, at = self.places.of(v)
-            if kind != "arena":
-                return kind, at, at + 1
-            return kind, at, at + _nbytes(v)
+            if kind == "arena":
+                return kind, at, at + _nbytes(v)
+            if kind == "in out":    # a part of output at[0]'s memory
+                return ("out", at[0]), at[1], at[1] + _nbytes(v)
+            return (kind, at), 0, math.inf     # a whole input, output or constant
         for w in written:
             mine = extent(w)
             for v in arrays:

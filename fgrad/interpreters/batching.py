@@ -133,8 +133,8 @@ class BatchTrace(Trace):
 
     def lift(self, value):
         # every example holds the same value
-        if not hasattr(value, "shape"):         # a Python number
-            value = np.asarray(value)
+        if not hasattr(value, "shape"):         # a Python number: a NumPy
+            value = np.asarray(value)[()]       # scalar, which any backend takes
         return BatchTracer(self, value, not_mapped)
 
     def wrap(self, val, dim):
