@@ -9,6 +9,8 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad import ode
+from fgrad.compiler import native
+from fgrad.compiler.program import PROGRAM_ENV
 from fgrad.errors import IntegrationError, OdeArgumentError
 from fgrad.ode.implicit import stage_solver
 
@@ -617,6 +619,32 @@ def test_nan_in_the_state_raises(compiled):
     with pytest.raises(IntegrationError, match="became NaN or infinite, at t = 0.0"):
         with np.errstate(invalid="ignore"):
             (fgrad.jit(run) if compiled else run)(np.ones(1))
+
+
+@pytest.mark.skipif(not native.available(), reason="llvmlite missing")
+def test_a_compiled_solve_checks_its_status_without_calling_back(monkeypatch):
+    # the status check is a compare in the compiled program: no callout while
+    # the solves succeed (odeint's adjoint checks once per output interval),
+    # and the error still raised from the program when one fails
+    monkeypatch.setenv(PROGRAM_ENV, "all")
+
+    def run(y0):
+        return ode.solve(blow_up, ode.Tsit5(), 0.0, 2.0, None, y0, stepsize_controller=TIGHT).ys
+
+    def fit(y0):
+        return fnp.sum(ode.odeint(lambda y, t: -y, y0, np.linspace(0.0, 1.0, 5)) ** 2)
+    cases = [(fgrad.jit(run), -np.ones(1), np.ones(1), r"underflowed .*, at t = 0\.99999"),
+             (fgrad.jit(fgrad.vmap(run)), -np.ones((2, 1)), np.array([[-1.0], [1.0]]),
+              "example 1 of the batch"),
+             (fgrad.jit(fgrad.value_and_grad(fit)), np.ones(2), np.array([1.0, np.nan]),
+              "NaN or infinite")]
+    for f, good, bad, message in cases:
+        f(good)
+        assert f.wait_compiled()
+        (info,) = f.compile_info()
+        assert info.tier == "program" and not [c for c in info.callouts if "ode_check" in c]
+        with pytest.raises(IntegrationError, match=message):
+            f(bad)
 
 
 def test_odeint_mxstep_counts_steps_between_output_times():
