@@ -349,7 +349,8 @@ def test_hessian_of_a_fit_in_every_mode_eager_and_compiled():
     np.testing.assert_allclose(want, want.T, atol=1e-5)
     modes = {"jacfwd(jacrev)": fgrad.hessian(fit_loss),
              "jacrev(jacrev)": fgrad.jacrev(fgrad.jacrev(fit_loss)),
-             "jacfwd(jacfwd)": fgrad.jacfwd(fgrad.jacfwd(fit_loss))}
+             "jacfwd(jacfwd)": fgrad.jacfwd(fgrad.jacfwd(fit_loss)),
+             "jacrev(jacfwd)": fgrad.jacrev(fgrad.jacfwd(fit_loss))}
     for name, h in modes.items():
         for f in (h, fgrad.jit(h)):
             np.testing.assert_allclose(f(p), want, rtol=1e-5, atol=1e-6, err_msg=name)
@@ -363,7 +364,13 @@ def test_grad_of_grad_and_jvp_of_grad_under_jit_and_outside_it():
     hvp_rev = fgrad.grad(lambda p: fgrad.grad(fit_loss)(p) @ v)
     hvp_fwd = lambda p: fgrad.jvp(fgrad.grad(fit_loss), (p,), (v,))[1]  # noqa: E731
     outside = fgrad.grad(lambda p: fgrad.jit(fgrad.grad(fit_loss))(p) @ v)
-    for f in (hvp_rev, fgrad.jit(hvp_rev), fgrad.jit(hvp_fwd), outside):
+    # reverse over forward: grad of the derivative along v, the solve staged
+    # inside the forward pass, inside both, or outside them
+    rev_of_fwd = fgrad.grad(lambda p: fgrad.jvp(fit_loss, (p,), (v,))[1])
+    staged_fwd = fgrad.grad(lambda p: fgrad.jit(
+        lambda p: fgrad.jvp(fit_loss, (p,), (v,))[1])(p))
+    for f in (hvp_rev, fgrad.jit(hvp_rev), fgrad.jit(hvp_fwd), outside,
+              fgrad.jit(rev_of_fwd), staged_fwd):
         np.testing.assert_allclose(f(p), want, rtol=1e-5, atol=1e-6)
 
 

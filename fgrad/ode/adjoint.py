@@ -37,7 +37,7 @@ from fgrad.lax import (
 )
 from fgrad.ode.integrate import Problem, attempt, dense, integrate, saved_through, start
 from fgrad.ode.status import raise_if_failed
-from fgrad.transforms.custom import custom_vjp
+from fgrad.transforms.custom import custom_jvp, custom_vjp
 from fgrad.transforms.differentiation import jvp, vjp
 from fgrad.transforms.vmap import vmap
 from fgrad.tree import tree_leaves, tree_map
@@ -96,7 +96,8 @@ class RecursiveCheckpointAdjoint:
     gradient is the exact derivative of the computed solution, as
     `DirectAdjoint`'s.
     Forward mode differentiates the steps themselves; second order works in
-    every mode but reverse over forward under `jit`.
+    every order of the two modes, under `jit` too (reverse over forward: the
+    replay differentiated in forward mode).
 
     >>> import numpy as np, fgrad, fgrad.ode
     >>> def y1(k):
@@ -153,7 +154,7 @@ def solve_checkpointed(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_s
     `RecursiveCheckpointAdjoint` derivative of ``ys`` in ``y0``, ``args``,
     ``t0``, ``t1`` and ``ts``: forward mode through the steps, reverse mode by
     replaying them from at most ``checkpoints`` stored states, and reverse
-    mode of that replay (second order) by forward mode through it."""
+    mode of either (second order) by forward mode through the replay."""
     if max_steps is None:
         raise OdeArgumentError("RecursiveCheckpointAdjoint needs a finite max_steps (its "
                                "checkpoints are spread over them).")
@@ -189,11 +190,41 @@ def solve_checkpointed(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_s
         return x_bar, ct_ys_bar, None
     pullback.defvjp(lambda x, ct_ys, n: (replay(x, ct_ys, n), (x, ct_ys, n)), pullback_bwd)
 
-    # forward mode differentiates the steps; reverse mode keeps nothing but
-    # the inputs and the step count, and replays
+    # forward mode differentiates the steps, as one custom_vjp function of
+    # (x, x_dot), so that reverse mode over it (jacrev(jacfwd)) meets rules,
+    # never the tangents' staged while_loop
+    @functools.partial(custom_vjp, jvp_of_fun=True)
+    def linearized(x, x_dot):
+        return jvp(forward, (x,), (x_dot,))
+
+    def linearized_fwd(x, x_dot):
+        out = linearized(x, x_dot)  # differentiable again by an outer reverse trace
+        return out, (x, x_dot, out[0][1])
+
+    def linearized_bwd(res, ct):
+        # the outputs are ys and ys_dot = J(x) x_dot. ys_dot's VJP for a
+        # cotangent w is J^T w in x_dot (the replay) and sum_i w_i H_i x_dot
+        # in x (H_i symmetric: forward mode through the replay); ys's adds J^T
+        # ct_ys in x. The replay is linear in its cotangent, so one forward
+        # pass through it at (x, w) along (x_dot, ct_ys) gives both
+        x, x_dot, n = res
+        (ct_ys, *_), (w, *_) = ct
+        x_dot_bar, x_bar = jvp(lambda x, w: replay(x, w, n), (x, w), (x_dot, ct_ys))
+        return x_bar, x_dot_bar
+    linearized.defvjp(linearized_fwd, linearized_bwd)
+
+    @custom_jvp
+    def solved(x):
+        return forward(x)
+
+    @solved.defjvp
+    def solved_jvp(primals, tangents):
+        return linearized(primals[0], tangents[0])
+
+    # reverse mode keeps nothing but the inputs and the step count, and replays
     @functools.partial(custom_vjp, jvp_of_fun=True)
     def run(x):
-        return forward(x)
+        return solved(x)
 
     def run_fwd(x):
         out = run(x)                # differentiable again by an outer reverse trace
