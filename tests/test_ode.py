@@ -325,6 +325,20 @@ def test_grad_of_a_jitted_solve_matches_finite_differences():
     np.testing.assert_allclose(tangent, eager[0][0], rtol=1e-10)
 
 
+@pytest.mark.parametrize("adjoint", [ode.DirectAdjoint(), ode.RecursiveCheckpointAdjoint(),
+                                     ode.BacksolveAdjoint()])
+def test_an_integer_in_args_is_held_fixed_by_every_adjoint_under_jit(adjoint):
+    def end_sum(k):                 # y' = -k n y, n an integer: y(1) = exp(-2k)
+        sol = ode.solve(lambda t, y, a: -a[0] * a[1] * y, ode.Tsit5(), 0.0, 1.0, None,
+                        np.ones(2), (k, 2), stepsize_controller=TIGHT, adjoint=adjoint)
+        return fnp.sum(sol.ys)
+    want = -4 * np.exp(-1.0)
+    np.testing.assert_allclose(fgrad.jit(fgrad.grad(end_sum))(0.5), want, rtol=1e-8)
+    if not isinstance(adjoint, ode.BacksolveAdjoint):
+        np.testing.assert_allclose(fgrad.jit(fgrad.jacrev(fgrad.jacfwd(end_sum)))(0.5),
+                                   8 * np.exp(-1.0), rtol=1e-8)
+
+
 def fit_loss(p, solver=None, controller=TIGHT, adjoint=None):
     """A Lotka-Volterra fit's loss: squared distance to data at five times."""
     def field(t, y, p):

@@ -25,7 +25,7 @@ import functools
 import math
 
 from fgrad import numpy as fnp
-from fgrad.core.trace import Tracer, trace_state
+from fgrad.core.trace import Tracer, get_aval, is_float_dtype, trace_state
 from fgrad.errors import OdeArgumentError
 from fgrad.interpreters.batching import BatchTrace
 from fgrad.lax import (
@@ -40,7 +40,7 @@ from fgrad.ode.status import raise_if_failed
 from fgrad.transforms.custom import custom_jvp, custom_vjp
 from fgrad.transforms.differentiation import jvp, vjp
 from fgrad.transforms.vmap import vmap
-from fgrad.tree import tree_leaves, tree_map
+from fgrad.tree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 __all__ = ["DirectAdjoint", "BacksolveAdjoint", "RecursiveCheckpointAdjoint", "solve_at_times",
            "solve_checkpointed", "staged"]
@@ -140,6 +140,34 @@ def _pairing(problem, step, ct_ys, first, last):
         mask = fnp.reshape(mine, fnp.shape(mine) + (1,) * (fnp.ndim(v) - 1))
         total = total + fnp.sum(fnp.where(mask, ct * v, 0.0))
     return total
+
+
+def _vjp_of_floats(fun, *primals):
+    """`vjp` of ``fun`` in the float leaves of ``primals`` only: ``(out,
+    pullback)``, the pullback giving zeros for the others (an integer in
+    ``args``, a count or a flag, has no derivative, and `vjp` refuses it)."""
+    leaves, tree = tree_flatten(primals)
+    floats = [is_float_dtype(get_aval(x).dtype) for x in leaves]
+
+    def of_floats(*xs):
+        given = iter(xs)
+        return fun(*tree_unflatten(tree, [next(given) if f else x
+                                          for x, f in zip(leaves, floats)]))
+    out, pullback = vjp(of_floats, *[x for x, f in zip(leaves, floats) if f])
+
+    def all_leaves(ct):
+        cts = iter(pullback(ct))
+        return tree_unflatten(tree, [next(cts) if f else _zero_cotangent(x)
+                                     for x, f in zip(leaves, floats)])
+    return out, all_leaves
+
+
+def _zero_cotangent(x):
+    """A zero cotangent for ``x``: of its dtype if a float, else a float (a
+    sum of cotangents, carried by a loop, keeps its dtype)."""
+    if is_float_dtype(get_aval(x).dtype):
+        return fnp.zeros_like(x)
+    return fnp.zeros(fnp.shape(x))
 
 
 def default_checkpoints(max_steps):
@@ -280,7 +308,7 @@ def _replay_backwards(fun, solver, controller, dt0, capacity, x, n, ct_ys):
             state_next, attempted = attempt(problem, state)
             last = saved_through(problem, attempted, idx)
             return state_next, _pairing(problem, attempted, ct_ys, idx, last)
-        _, pullback = vjp(step, state, args, t1, ts)
+        _, pullback = _vjp_of_floats(step, state, args, t1, ts)
         ct_state, *cts = pullback((ct_state, fnp.ones(())))
         return ct_state, tree_map(fnp.add, acc, tuple(cts))
 
@@ -315,7 +343,7 @@ def _replay_backwards(fun, solver, controller, dt0, capacity, x, n, ct_ys):
         height = height + store.astype(int) - popped.astype(int)
         return target - differentiate.astype(int), height, steps, stored, ct_state, acc
 
-    zeros = tree_map(fnp.zeros_like, (state0, (args, t1, ts)))
+    zeros = tree_map(_zero_cotangent, (state0, (args, t1, ts)))
     _, _, _, _, ct_state, (ct_args, ct_t1, ct_ts) = while_loop(
         lambda c: c[0] >= 0, move, (n - 1, fnp.asarray(1), steps, stored) + zeros)
 
@@ -327,7 +355,7 @@ def _replay_backwards(fun, solver, controller, dt0, capacity, x, n, ct_ys):
             mask = fnp.reshape(at_start, fnp.shape(at_start) + (1,) * fnp.ndim(y))
             total = total + fnp.sum(fnp.where(mask, ct * y, 0.0))
         return state, total
-    _, pullback = vjp(begin, y0, args, fnp.asarray(t0, dtype=float))
+    _, pullback = _vjp_of_floats(begin, y0, args, fnp.asarray(t0, dtype=float))
     ct_y0, ct_args0, ct_t0 = pullback((ct_state, fnp.ones(())))
     return ct_y0, tree_map(fnp.add, ct_args, ct_args0), ct_t0, ct_t1, ct_ts
 
@@ -371,7 +399,7 @@ def _backward(fun, solver, controller, max_steps, interval_steps, what, residual
 
     def adjoint_field(tau, state, args):
         y, a, _, _ = state
-        y_dot, pullback = vjp(lambda y, t, args: fun(t, y, args), y, -tau, args)
+        y_dot, pullback = _vjp_of_floats(lambda y, t, args: fun(t, y, args), y, -tau, args)
         a_y, a_t, a_args = pullback(a)
         return _neg(y_dot), a_y, a_t, a_args
 
@@ -395,7 +423,7 @@ def _backward(fun, solver, controller, max_steps, interval_steps, what, residual
         a = tree_map(fnp.add, a, at(ct, i - 1))
         return (a, t0_bar, args_bar), t_bar
 
-    start = (at(ct, m - 1), fnp.zeros(()), tree_map(fnp.zeros_like, args))
+    start = (at(ct, m - 1), fnp.zeros(()), tree_map(_zero_cotangent, args))
     (a, t0_bar, args_bar), ts_bar = scan(interval, start, fnp.arange(m - 1, 0, -1))
     ts_bar = fnp.concatenate([fnp.reshape(t0_bar, (1,)), fnp.flip(ts_bar, 0)])
     return a, ts_bar, args_bar
