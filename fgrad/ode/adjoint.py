@@ -417,7 +417,7 @@ def _backward(fun, solver, controller, max_steps, interval_steps, what, residual
         tau0, tau1 = -t_i, -t_before
         _, state, _, status, t_reached, _ = integrate(
             adjoint_field, solver, controller, tau0, tau1, state, args,
-            fnp.reshape(tau1, (1,)), None, max_steps, interval_steps)
+            fnp.zeros((0,)), None, max_steps, interval_steps)
         raise_if_failed(status, -t_reached, what + " (the adjoint pass of its derivative)")
         _, a, t0_bar, args_bar = state
         a = tree_map(fnp.add, a, at(ct, i - 1))
