@@ -9,6 +9,8 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad import ode
+from fgrad.compiler import native
+from fgrad.compiler.program import PROGRAM_ENV
 from fgrad.errors import IntegrationError, OdeArgumentError
 from fgrad.ode.implicit import stage_solver
 
@@ -323,6 +325,20 @@ def test_grad_of_a_jitted_solve_matches_finite_differences():
     np.testing.assert_allclose(tangent, eager[0][0], rtol=1e-10)
 
 
+@pytest.mark.parametrize("adjoint", [ode.DirectAdjoint(), ode.RecursiveCheckpointAdjoint(),
+                                     ode.BacksolveAdjoint()])
+def test_an_integer_in_args_is_held_fixed_by_every_adjoint_under_jit(adjoint):
+    def end_sum(k):                 # y' = -k n y, n an integer: y(1) = exp(-2k)
+        sol = ode.solve(lambda t, y, a: -a[0] * a[1] * y, ode.Tsit5(), 0.0, 1.0, None,
+                        np.ones(2), (k, 2), stepsize_controller=TIGHT, adjoint=adjoint)
+        return fnp.sum(sol.ys)
+    want = -4 * np.exp(-1.0)
+    np.testing.assert_allclose(fgrad.jit(fgrad.grad(end_sum))(0.5), want, rtol=1e-8)
+    if not isinstance(adjoint, ode.BacksolveAdjoint):
+        np.testing.assert_allclose(fgrad.jit(fgrad.jacrev(fgrad.jacfwd(end_sum)))(0.5),
+                                   8 * np.exp(-1.0), rtol=1e-8)
+
+
 def fit_loss(p, solver=None, controller=TIGHT, adjoint=None):
     """A Lotka-Volterra fit's loss: squared distance to data at five times."""
     def field(t, y, p):
@@ -347,7 +363,8 @@ def test_hessian_of_a_fit_in_every_mode_eager_and_compiled():
     np.testing.assert_allclose(want, want.T, atol=1e-5)
     modes = {"jacfwd(jacrev)": fgrad.hessian(fit_loss),
              "jacrev(jacrev)": fgrad.jacrev(fgrad.jacrev(fit_loss)),
-             "jacfwd(jacfwd)": fgrad.jacfwd(fgrad.jacfwd(fit_loss))}
+             "jacfwd(jacfwd)": fgrad.jacfwd(fgrad.jacfwd(fit_loss)),
+             "jacrev(jacfwd)": fgrad.jacrev(fgrad.jacfwd(fit_loss))}
     for name, h in modes.items():
         for f in (h, fgrad.jit(h)):
             np.testing.assert_allclose(f(p), want, rtol=1e-5, atol=1e-6, err_msg=name)
@@ -361,7 +378,13 @@ def test_grad_of_grad_and_jvp_of_grad_under_jit_and_outside_it():
     hvp_rev = fgrad.grad(lambda p: fgrad.grad(fit_loss)(p) @ v)
     hvp_fwd = lambda p: fgrad.jvp(fgrad.grad(fit_loss), (p,), (v,))[1]  # noqa: E731
     outside = fgrad.grad(lambda p: fgrad.jit(fgrad.grad(fit_loss))(p) @ v)
-    for f in (hvp_rev, fgrad.jit(hvp_rev), fgrad.jit(hvp_fwd), outside):
+    # reverse over forward: grad of the derivative along v, the solve staged
+    # inside the forward pass, inside both, or outside them
+    rev_of_fwd = fgrad.grad(lambda p: fgrad.jvp(fit_loss, (p,), (v,))[1])
+    staged_fwd = fgrad.grad(lambda p: fgrad.jit(
+        lambda p: fgrad.jvp(fit_loss, (p,), (v,))[1])(p))
+    for f in (hvp_rev, fgrad.jit(hvp_rev), fgrad.jit(hvp_fwd), outside,
+              fgrad.jit(rev_of_fwd), staged_fwd):
         np.testing.assert_allclose(f(p), want, rtol=1e-5, atol=1e-6)
 
 
@@ -617,6 +640,32 @@ def test_nan_in_the_state_raises(compiled):
     with pytest.raises(IntegrationError, match="became NaN or infinite, at t = 0.0"):
         with np.errstate(invalid="ignore"):
             (fgrad.jit(run) if compiled else run)(np.ones(1))
+
+
+@pytest.mark.skipif(not native.available(), reason="llvmlite missing")
+def test_a_compiled_solve_checks_its_status_without_calling_back(monkeypatch):
+    # the status check is a compare in the compiled program: no callout while
+    # the solves succeed (odeint's adjoint checks once per output interval),
+    # and the error still raised from the program when one fails
+    monkeypatch.setenv(PROGRAM_ENV, "all")
+
+    def run(y0):
+        return ode.solve(blow_up, ode.Tsit5(), 0.0, 2.0, None, y0, stepsize_controller=TIGHT).ys
+
+    def fit(y0):
+        return fnp.sum(ode.odeint(lambda y, t: -y, y0, np.linspace(0.0, 1.0, 5)) ** 2)
+    cases = [(fgrad.jit(run), -np.ones(1), np.ones(1), r"underflowed .*, at t = 0\.99999"),
+             (fgrad.jit(fgrad.vmap(run)), -np.ones((2, 1)), np.array([[-1.0], [1.0]]),
+              "example 1 of the batch"),
+             (fgrad.jit(fgrad.value_and_grad(fit)), np.ones(2), np.array([1.0, np.nan]),
+              "NaN or infinite")]
+    for f, good, bad, message in cases:
+        f(good)
+        assert f.wait_compiled()
+        (info,) = f.compile_info()
+        assert info.tier == "program" and not [c for c in info.callouts if "ode_check" in c]
+        with pytest.raises(IntegrationError, match=message):
+            f(bad)
 
 
 def test_odeint_mxstep_counts_steps_between_output_times():

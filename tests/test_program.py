@@ -35,7 +35,8 @@ from fgrad.compiler.lu_ir import lanes
 from fgrad.compiler.lu_kernels import LANES_MAX_N
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program import PROGRAM_ENV, compile_program, pays, program_steps
-from fgrad.errors import InvalidInputError
+from fgrad.errors import IntegrationError, InvalidInputError
+from fgrad.ode.status import ode_check_p
 from fgrad.primitives.indexing import getitem_p, set_p
 from fgrad.primitives.linalg import solve_factors_p
 
@@ -148,6 +149,23 @@ def test_dtypes(dtype):
         return z, fnp.sum(z, axis=0), fnp.max(z), fnp.min(z, axis=1), z.T, x < y
     _, got, want = _both(f, x, y)
     _agree(got, want, exact=dtype != "float32")
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int32", "int64"])
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_a_check_compares_its_status_and_calls_back_only_to_raise(dtype, shape):
+    # fgrad.ode's status check (a check: raises where its status is nonzero)
+    def f(status, t):
+        ode_check_p.bind(status, t, what="the check")
+        return t * 2.0
+    good, t = np.zeros(shape, dtype), np.full(shape, 0.5)
+    compiled = compile_program(optimize(fgrad.make_graph(f)(good, t), np))
+    assert compiled.callouts == []
+    np.testing.assert_array_equal(compiled.call(good, t)[0], 1.0)
+    bad = np.ones(shape, dtype) if shape == () else np.array([0, 0, 1], dtype)
+    where = "" if shape == () else r" \(example 2 of the batch\)"
+    with pytest.raises(IntegrationError, match=f"the check: .*, at t = 0.5{where}"):
+        compiled.call(bad, t)
 
 
 # every dtype the sweeps use, with the values where NumPy's integer semantics

@@ -23,7 +23,9 @@ operations. The pipeline:
    solves, det, slogdet, inv, eigh, qr and svd are LAPACK calls
    (`fgrad.compiler.program_linalg`);
    a gather or scatter_add of one index array is a loop
-   (`fgrad.compiler.program_indexing`). Every
+   (`fgrad.compiler.program_indexing`); a check (an effect that raises on a
+   nonzero status) is a compare, calling out only to raise
+   (`fgrad.compiler.program_checks`). Every
    other equation is a *callout*: the compiled function calls back into
    Python (a ctypes callback), which runs the primitive's NumPy code on views
    of the program's buffers and copies its results into them. Callouts are
@@ -104,6 +106,7 @@ from fgrad.compiler.native import available as native_available
 from fgrad.compiler.native import say_unavailable
 from fgrad.compiler.native_steps import NativeStep
 from fgrad.compiler.passes import optimize
+from fgrad.compiler.program_checks import check_step
 from fgrad.compiler.program_indexing import indexing_step
 from fgrad.compiler.program_linalg import einsums_as_products, linalg_step
 from fgrad.compiler.program_loops import (
@@ -456,8 +459,9 @@ def program_steps(graph, label=""):
                 eqn.outvars[0] in folded or eqn.outvars[0] in sliced
                 or eqn.outvars[0] in stacked_by):
             continue
-        # LAPACK calls, gathers and scatters: steps of modules of their own
-        native = linalg_step(eqn, f"{label}{k}") or indexing_step(eqn, f"{label}{k}")
+        # LAPACK calls, gathers and scatters, checks: steps of modules of their own
+        native = linalg_step(eqn, f"{label}{k}") or indexing_step(eqn, f"{label}{k}") \
+            or check_step(eqn, f"{label}{k}")
         if native is not None:
             steps.append(native)
             continue

@@ -25,7 +25,7 @@ import functools
 import math
 
 from fgrad import numpy as fnp
-from fgrad.core.trace import Tracer, trace_state
+from fgrad.core.trace import Tracer, get_aval, is_float_dtype, trace_state
 from fgrad.errors import OdeArgumentError
 from fgrad.interpreters.batching import BatchTrace
 from fgrad.lax import (
@@ -37,10 +37,10 @@ from fgrad.lax import (
 )
 from fgrad.ode.integrate import Problem, attempt, dense, integrate, saved_through, start
 from fgrad.ode.status import raise_if_failed
-from fgrad.transforms.custom import custom_vjp
+from fgrad.transforms.custom import custom_jvp, custom_vjp
 from fgrad.transforms.differentiation import jvp, vjp
 from fgrad.transforms.vmap import vmap
-from fgrad.tree import tree_leaves, tree_map
+from fgrad.tree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 __all__ = ["DirectAdjoint", "BacksolveAdjoint", "RecursiveCheckpointAdjoint", "solve_at_times",
            "solve_checkpointed", "staged"]
@@ -96,7 +96,8 @@ class RecursiveCheckpointAdjoint:
     gradient is the exact derivative of the computed solution, as
     `DirectAdjoint`'s.
     Forward mode differentiates the steps themselves; second order works in
-    every mode but reverse over forward under `jit`.
+    every order of the two modes, under `jit` too (reverse over forward: the
+    replay differentiated in forward mode).
 
     >>> import numpy as np, fgrad, fgrad.ode
     >>> def y1(k):
@@ -141,6 +142,34 @@ def _pairing(problem, step, ct_ys, first, last):
     return total
 
 
+def _vjp_of_floats(fun, *primals):
+    """`vjp` of ``fun`` in the float leaves of ``primals`` only: ``(out,
+    pullback)``, the pullback giving zeros for the others (an integer in
+    ``args``, a count or a flag, has no derivative, and `vjp` refuses it)."""
+    leaves, tree = tree_flatten(primals)
+    floats = [is_float_dtype(get_aval(x).dtype) for x in leaves]
+
+    def of_floats(*xs):
+        given = iter(xs)
+        return fun(*tree_unflatten(tree, [next(given) if f else x
+                                          for x, f in zip(leaves, floats)]))
+    out, pullback = vjp(of_floats, *[x for x, f in zip(leaves, floats) if f])
+
+    def all_leaves(ct):
+        cts = iter(pullback(ct))
+        return tree_unflatten(tree, [next(cts) if f else _zero_cotangent(x)
+                                     for x, f in zip(leaves, floats)])
+    return out, all_leaves
+
+
+def _zero_cotangent(x):
+    """A zero cotangent for ``x``: of its dtype if a float, else a float (a
+    sum of cotangents, carried by a loop, keeps its dtype)."""
+    if is_float_dtype(get_aval(x).dtype):
+        return fnp.zeros_like(x)
+    return fnp.zeros(fnp.shape(x))
+
+
 def default_checkpoints(max_steps):
     """diffrax's default: about ``log2(max_steps)`` stored states, enough for
     the bisection schedule to replay ``n`` steps in ``O(n log n)`` steps."""
@@ -153,7 +182,7 @@ def solve_checkpointed(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_s
     `RecursiveCheckpointAdjoint` derivative of ``ys`` in ``y0``, ``args``,
     ``t0``, ``t1`` and ``ts``: forward mode through the steps, reverse mode by
     replaying them from at most ``checkpoints`` stored states, and reverse
-    mode of that replay (second order) by forward mode through it."""
+    mode of either (second order) by forward mode through the replay."""
     if max_steps is None:
         raise OdeArgumentError("RecursiveCheckpointAdjoint needs a finite max_steps (its "
                                "checkpoints are spread over them).")
@@ -189,11 +218,41 @@ def solve_checkpointed(fun, solver, controller, t0, t1, y0, args, ts, dt0, max_s
         return x_bar, ct_ys_bar, None
     pullback.defvjp(lambda x, ct_ys, n: (replay(x, ct_ys, n), (x, ct_ys, n)), pullback_bwd)
 
-    # forward mode differentiates the steps; reverse mode keeps nothing but
-    # the inputs and the step count, and replays
+    # forward mode differentiates the steps, as one custom_vjp function of
+    # (x, x_dot), so that reverse mode over it (jacrev(jacfwd)) meets rules,
+    # never the tangents' staged while_loop
+    @functools.partial(custom_vjp, jvp_of_fun=True)
+    def linearized(x, x_dot):
+        return jvp(forward, (x,), (x_dot,))
+
+    def linearized_fwd(x, x_dot):
+        out = linearized(x, x_dot)  # differentiable again by an outer reverse trace
+        return out, (x, x_dot, out[0][1])
+
+    def linearized_bwd(res, ct):
+        # the outputs are ys and ys_dot = J(x) x_dot. ys_dot's VJP for a
+        # cotangent w is J^T w in x_dot (the replay) and sum_i w_i H_i x_dot
+        # in x (H_i symmetric: forward mode through the replay); ys's adds J^T
+        # ct_ys in x. The replay is linear in its cotangent, so one forward
+        # pass through it at (x, w) along (x_dot, ct_ys) gives both
+        x, x_dot, n = res
+        (ct_ys, *_), (w, *_) = ct
+        x_dot_bar, x_bar = jvp(lambda x, w: replay(x, w, n), (x, w), (x_dot, ct_ys))
+        return x_bar, x_dot_bar
+    linearized.defvjp(linearized_fwd, linearized_bwd)
+
+    @custom_jvp
+    def solved(x):
+        return forward(x)
+
+    @solved.defjvp
+    def solved_jvp(primals, tangents):
+        return linearized(primals[0], tangents[0])
+
+    # reverse mode keeps nothing but the inputs and the step count, and replays
     @functools.partial(custom_vjp, jvp_of_fun=True)
     def run(x):
-        return forward(x)
+        return solved(x)
 
     def run_fwd(x):
         out = run(x)                # differentiable again by an outer reverse trace
@@ -249,7 +308,7 @@ def _replay_backwards(fun, solver, controller, dt0, capacity, x, n, ct_ys):
             state_next, attempted = attempt(problem, state)
             last = saved_through(problem, attempted, idx)
             return state_next, _pairing(problem, attempted, ct_ys, idx, last)
-        _, pullback = vjp(step, state, args, t1, ts)
+        _, pullback = _vjp_of_floats(step, state, args, t1, ts)
         ct_state, *cts = pullback((ct_state, fnp.ones(())))
         return ct_state, tree_map(fnp.add, acc, tuple(cts))
 
@@ -284,7 +343,7 @@ def _replay_backwards(fun, solver, controller, dt0, capacity, x, n, ct_ys):
         height = height + store.astype(int) - popped.astype(int)
         return target - differentiate.astype(int), height, steps, stored, ct_state, acc
 
-    zeros = tree_map(fnp.zeros_like, (state0, (args, t1, ts)))
+    zeros = tree_map(_zero_cotangent, (state0, (args, t1, ts)))
     _, _, _, _, ct_state, (ct_args, ct_t1, ct_ts) = while_loop(
         lambda c: c[0] >= 0, move, (n - 1, fnp.asarray(1), steps, stored) + zeros)
 
@@ -296,7 +355,7 @@ def _replay_backwards(fun, solver, controller, dt0, capacity, x, n, ct_ys):
             mask = fnp.reshape(at_start, fnp.shape(at_start) + (1,) * fnp.ndim(y))
             total = total + fnp.sum(fnp.where(mask, ct * y, 0.0))
         return state, total
-    _, pullback = vjp(begin, y0, args, fnp.asarray(t0, dtype=float))
+    _, pullback = _vjp_of_floats(begin, y0, args, fnp.asarray(t0, dtype=float))
     ct_y0, ct_args0, ct_t0 = pullback((ct_state, fnp.ones(())))
     return ct_y0, tree_map(fnp.add, ct_args, ct_args0), ct_t0, ct_t1, ct_ts
 
@@ -340,7 +399,7 @@ def _backward(fun, solver, controller, max_steps, interval_steps, what, residual
 
     def adjoint_field(tau, state, args):
         y, a, _, _ = state
-        y_dot, pullback = vjp(lambda y, t, args: fun(t, y, args), y, -tau, args)
+        y_dot, pullback = _vjp_of_floats(lambda y, t, args: fun(t, y, args), y, -tau, args)
         a_y, a_t, a_args = pullback(a)
         return _neg(y_dot), a_y, a_t, a_args
 
@@ -358,13 +417,13 @@ def _backward(fun, solver, controller, max_steps, interval_steps, what, residual
         tau0, tau1 = -t_i, -t_before
         _, state, _, status, t_reached, _ = integrate(
             adjoint_field, solver, controller, tau0, tau1, state, args,
-            fnp.reshape(tau1, (1,)), None, max_steps, interval_steps)
+            fnp.zeros((0,)), None, max_steps, interval_steps)
         raise_if_failed(status, -t_reached, what + " (the adjoint pass of its derivative)")
         _, a, t0_bar, args_bar = state
         a = tree_map(fnp.add, a, at(ct, i - 1))
         return (a, t0_bar, args_bar), t_bar
 
-    start = (at(ct, m - 1), fnp.zeros(()), tree_map(fnp.zeros_like, args))
+    start = (at(ct, m - 1), fnp.zeros(()), tree_map(_zero_cotangent, args))
     (a, t0_bar, args_bar), ts_bar = scan(interval, start, fnp.arange(m - 1, 0, -1))
     ts_bar = fnp.concatenate([fnp.reshape(t0_bar, (1,)), fnp.flip(ts_bar, 0)])
     return a, ts_bar, args_bar

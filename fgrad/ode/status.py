@@ -4,8 +4,9 @@ A solve's status is an integer computed inside the solver's loop, so it is a
 staged value under `jit` and one per example under `vmap`. `raise_if_failed`
 binds ``ode_check``, an effectful primitive (the compiler never removes it)
 whose implementation raises `fgrad.errors.IntegrationError` when the status is
-not ``SUCCESSFUL``: eagerly at once, and under `jit` each time the compiled
-code runs.
+not ``SUCCESSFUL`` (zero): eagerly at once, and under `jit` each time the
+compiled code runs (a compiled program compares the status with zero and
+calls back into Python only to raise).
 
 >>> from fgrad.ode import RESULTS
 >>> RESULTS.message(RESULTS.MAX_STEPS_REACHED)
@@ -73,6 +74,9 @@ def _check_impl(status, t_reached, *, what):
 ode_check_p = Primitive("ode_check", _check_impl, lambda *avals, what: (),
                         multiple_results=True, nondiff=True, family="fgrad/ode/status.py")
 ode_check_p.effectful = True          # kept by the compiler, though nothing reads it
+# raises where the status is nonzero, else nothing: a compiled program compares
+# the status and calls back only to raise (`fgrad.compiler.program_checks`)
+ode_check_p.raises_if_nonzero = True
 
 
 def _check_batch(args, dims, *, what):
