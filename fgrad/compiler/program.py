@@ -87,6 +87,7 @@ from fgrad.compiler.kernel_ir import (
     KernelSpec,
     constant,
     convert,
+    copy_dtype,
     counted,
     define_kernel,
     load,
@@ -884,7 +885,7 @@ class _Emitter:
     def pieces(self, step):
         ir, b = self.ir, self.b
         i64 = ir.IntType(64)
-        item = _copy_dtype(step.dst.aval.dtype)
+        item = copy_dtype(step.dst.aval.dtype)
         dst = self.pointer(step.dst, item)
         if step.zeros:
             _nested(ir, b, (math.prod(step.dst.aval.shape),),
@@ -924,7 +925,7 @@ class _Emitter:
                     store(ir, b, pointer(v), ir.Constant(i64, 0),
                           convert(ir, b, b.load(slot), acc, v.aval.dtype), v.aval.dtype)
             elif isinstance(step, _Copy):
-                item = _copy_dtype(step.dst.aval.dtype)
+                item = copy_dtype(step.dst.aval.dtype)
                 src, dst = pointer(step.src, item), pointer(step.dst, item)
                 src = b.gep(src, [ir.Constant(i64, step.start)]) if step.start else src
                 out_strides = _contiguous_strides(step.dst.aval.shape)
@@ -962,15 +963,6 @@ class _Emitter:
         b.cbranch(b.icmp_signed("!=", status, ir.Constant(ir.IntType(32), 0)),
                   self.exit_block, go_on)
         b.position_at_end(go_on)
-
-
-def _copy_dtype(dtype):
-    """The dtype a copy moves ``dtype``'s elements as: an unsigned integer
-    of their size (floats move bit for bit, NaN payloads included), or a
-    complex128 (two doubles, which loads and stores move bit for bit too)
-    for 16 bytes."""
-    size = np.dtype(dtype).itemsize
-    return np.dtype(np.complex128 if size == 16 else f"u{size}")
 
 
 def _dot(ir, b, index, strides):

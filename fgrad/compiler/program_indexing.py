@@ -18,6 +18,9 @@ of each), is a loop of this module's own:
   ``v`` (or its one value) over the block at ``idx[j]``, in order, so the
   last of repeated indices wins, as NumPy's assignment.
 
+A complex element (two floats, real part first) is copied as one move of
+its 8 or 16 bytes; a scatter adds it part by part, as NumPy's ``add.at``.
+
 A slice that takes a whole axis (``0:n``, as a traced index writes it)
 counts as whole.
 
@@ -30,11 +33,13 @@ booleans made into arrays at staging, stay callouts;
 a ``scatter_add`` of a basic index is `fgrad.compiler.program`'s own
 (pieces copied into zeros).
 """
+import functools
 import math
 
 import numpy as np
 
-from fgrad.compiler.kernel_ir import counted, storage_type
+from fgrad.compiler import complex_ir
+from fgrad.compiler.kernel_ir import copy_dtype, counted, storage_type
 from fgrad.compiler.native_steps import NativeStep, call_out_if, new_flag, raise_flag
 from fgrad.primitives.indexing import getitem_p, scatter_add_p, set_p
 
@@ -42,7 +47,7 @@ _WHOLE = ("slice", None, None, None)
 # dtypes a scatter adds (a bool's add.at is a logical or: left to NumPy)
 _ADDABLE = frozenset(np.dtype(k) for k in (
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float32", "float64"))
+    "float32", "float64", "complex64", "complex128"))
 
 
 def indexing_step(eqn, index):
@@ -68,7 +73,7 @@ def indexing_step(eqn, index):
         return None
     if where is None or any(np.dtype(i.aval.dtype).kind not in "iu" for i in indices) \
             or math.prod(shape) == 0 \
-            or dtype.itemsize not in (1, 2, 4, 8) or dtype.kind not in "biuf" \
+            or dtype.itemsize not in (1, 2, 4, 8, 16) or dtype.kind not in "biufc" \
             or math.prod(eqn.outvars[0].aval.shape) == 0 \
             or any(full[a] == 0 for a in where[0]):
         return None
@@ -217,11 +222,12 @@ def _read_at(ir, b, j, own, shape):
 
 
 class Gather(_Indexed):
-    """``getitem`` of one index array: blocks copied as unsigned integers."""
+    """``getitem`` of one index array: blocks copied as unsigned integers
+    (a complex128 as its two doubles)."""
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
         x, (out,) = self.eqn.invars[0], self.eqn.outvars
-        bits = np.dtype(f"u{np.dtype(out.aval.dtype).itemsize}")
+        bits = copy_dtype(out.aval.dtype)
         src, dst = pointer(x, bits), pointer(out, bits)
         inner = self.inner
         i64 = ir.IntType(64)
@@ -234,7 +240,8 @@ class Gather(_Indexed):
 
 
 class ScatterAdd(_Indexed):
-    """``scatter_add`` of one index array: zeros, then each block added."""
+    """``scatter_add`` of one index array: zeros, then each block added
+    (a complex element part by part, as NumPy adds it)."""
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
         ct, (out,) = self.eqn.invars[0], self.eqn.outvars
@@ -242,11 +249,12 @@ class ScatterAdd(_Indexed):
         typ = storage_type(ir, dtype)
         src, dst = pointer(ct), pointer(out)
         i64 = ir.IntType(64)
-        zero = ir.Constant(typ, 0.0 if dtype.kind == "f" else 0)
+        zero = ir.Constant(typ, None)           # +0.0, and both parts +0.0
         counted(ir, b, ir.Constant(i64, math.prod(self.full)),
                 lambda i: b.store(zero, b.gep(dst, [i])), "ix.zero")
         inner = self.inner
-        add = b.fadd if dtype.kind == "f" else b.add
+        add = {"f": b.fadd, "c": functools.partial(complex_ir.add, ir, b)}.get(
+            dtype.kind, b.add)
 
         def accumulate(at_full, at_compact):
             def one(t):
@@ -263,7 +271,7 @@ class Set(_Indexed):
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
         (x, values), (out,) = self.eqn.invars[:2], self.eqn.outvars
-        bits = np.dtype(f"u{np.dtype(out.aval.dtype).itemsize}")
+        bits = copy_dtype(out.aval.dtype)
         src, new, dst = pointer(x, bits), pointer(values, bits), pointer(out, bits)
         i64 = ir.IntType(64)
         counted(ir, b, ir.Constant(i64, math.prod(self.full)),
