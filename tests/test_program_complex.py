@@ -269,17 +269,20 @@ def test_repeated_complex_indices_sum_in_numpys_order(dtype):
 
 @pytest.mark.parametrize("dtype", COMPLEX)
 def test_the_gradient_of_a_real_loss_through_complex_indexing(dtype):
-    # the gather's transpose is a scatter-add of the complex cotangent
+    # the gather's transpose is a scatter-add of the complex cotangent, the
+    # set's a set of a literal 0
     rng = np.random.default_rng(4)
     z = _complex(rng, (4, 5), dtype)
     x = rng.standard_normal(5).astype(z.real.dtype)
 
     def loss(z, x):
         y = z[_ROWS][:, :4] * fnp.take(z, _ROWS, axis=1).T * x[:4]
-        return fnp.sum(fnp.abs(y) ** 2) + fnp.sum(fnp.real(z[_ROWS, _ROWS] * (2 - 1j)))
+        s = fgrad.at(z)[_ROWS[:2]].set(z[3] * 2.0) * x      # one row for two: broadcast
+        return fnp.sum(fnp.abs(y) ** 2) + fnp.sum(fnp.real(z[_ROWS, _ROWS] * (2 - 1j))) \
+            + fnp.sum(fnp.real(s * fnp.conj(s)))
     compiled, got, want = both(fgrad.grad(loss, argnums=(0, 1)), z, x)
     assert compiled.callouts == []
-    assert {"Gather", "ScatterAdd"} <= {type(s).__name__ for s in compiled.steps}
+    assert {"Gather", "ScatterAdd", "Set"} <= {type(s).__name__ for s in compiled.steps}
     _bitwise(got[:1], want[:1])
     agree(got[1:], want[1:])        # x's: a float sum, in order where NumPy's is pairwise
 
