@@ -198,8 +198,8 @@ def _set_impl(x, v, *idx, spec):
 
 
 def _set_abstract(x, v, *idx, spec):
-    return get_aval(np.broadcast_to(np.zeros((), np.result_type(x.dtype, v.dtype)),
-                                    x.shape))
+    # the assignment casts the values to x's dtype, as _set_impl's does
+    return get_aval(np.broadcast_to(np.zeros((), x.dtype), x.shape))
 
 
 set_p = Primitive("set", _set_impl, _set_abstract, family=FAMILY)

@@ -294,3 +294,14 @@ def test_a_zero_dimensional_mask_updates_all_or_nothing():
     x = np.array([1.0, 2.0])
     for flag in (0.0, 10.0):
         _all_transforms(lambda x: f(x, flag), x)
+
+
+def test_a_set_keeps_the_arrays_dtype_as_numpys_assignment_does():
+    # the values are cast to x's dtype (a gradient's literal 0 included)
+    x = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    for f in (lambda x: fgrad.at(x)[np.array([0, 2])].set(1),
+              lambda x: fgrad.at(x)[np.array([0, 2])].set(np.float64(0.5)),
+              fgrad.grad(lambda x: fnp.sum(fgrad.at(x)[np.array([0, 2])].set(x[1]) ** 2))):
+        (out,) = fgrad.make_graph(f)(x).outvars
+        assert out.aval.dtype == np.float32
+        assert fgrad.jit(f)(x).dtype == f(x).dtype == np.float32

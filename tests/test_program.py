@@ -768,14 +768,32 @@ def test_sets_of_one_index_array_are_loops(dtype):
     cases = [(lambda x, v: fgrad.at(x)[_ROWS].set(v), (x, v)),
              (lambda x, v: fgrad.at(x)[:, _ROWS].set(v[:, :4]), (x, v)),  # the last of 2, 2 wins
              (lambda x, v: fgrad.at(x)[:, _ROWS].set(v[0, 0]), (x, v)),          # one value
+             (lambda x, v: fgrad.at(x)[_ROWS].set(v[1]), (x, v)),         # one row, broadcast
+             (lambda x, v: fgrad.at(x)[:, _ROWS].set(v[:, :1]), (x, v)),
+             (lambda x, v: fgrad.at(x)[_ROWS].set(1), (x, v)),  # a literal, cast exactly
              (lambda x, k: set_p.bind(x, x[:, :2], k, spec=(whole, ("array", 0))),
               (x, np.array([4, -1]))),                                # a traced index
              (lambda x, k: getitem_p.bind(x, k, spec=(whole, ("array", 0))),
               (x, np.array([4, -1])))]
+    if dtype.startswith("float"):
+        # the gradient writes a literal 0 where the values were
+        cases.append((fgrad.grad(lambda x, v: fnp.sum(fgrad.at(x)[_ROWS].set(v[1] * 2.0) ** 2),
+                                 argnums=(0, 1)), (x, v)))
     for fun, args in cases:
         compiled, got, want = _both(fun, *args)
         assert compiled.callouts == []
         assert {type(s).__name__ for s in compiled.steps} & {"Gather", "Set"}
+        _agree(got, want, exact=True)
+
+
+def test_a_set_of_a_literal_its_dtype_cannot_hold_stays_a_callout():
+    # NumPy casts it (1.5 to 1, 0.1 rounded to float32): its code does
+    x = np.arange(20).reshape(4, 5)
+    for x, value, callouts in [(x.astype(np.int32), 1.5, ["set"]),
+                               (x.astype(np.float32), 0.1, ["set"]),
+                               (x.astype(np.int32), -0.0, []), (x.astype(np.float32), 0.5, [])]:
+        compiled, got, want = _both(lambda x: fgrad.at(x)[_ROWS].set(value), x)
+        assert [c.split(": ")[1] for c in compiled.callouts] == callouts
         _agree(got, want, exact=True)
 
 

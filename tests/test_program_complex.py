@@ -221,6 +221,72 @@ def test_every_complex_function_and_its_gradient_as_one_program(name, dtype):
     agree(got, want)
 
 
+_ROWS = np.array([0, 2, -1, 2])
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_gathers_scatters_and_sets_of_complex_values_are_loops(dtype):
+    # copies move each element's bits (NaN parts included); a scatter adds
+    # part by part, repeated indices in numpy.add.at's order: bitwise NumPy's
+    z, w = _grid(dtype)
+    x, v = z[:20].reshape(4, 5), w[:20].reshape(4, 5)
+    rows, cols = np.array([[2, 0], [2, -1]]), np.array([[1, 3], [1, 0]], np.uint8)
+    cases = {
+        "Gather": [lambda x, v: x[_ROWS], lambda x, v: fnp.take(x, _ROWS, axis=1),
+                   lambda x, v: x[rows, cols], lambda x, v: x[:, rows]],
+        "ScatterAdd": [lambda x, v: fgrad.at(fnp.zeros_like(x))[:, _ROWS].add(v[:, :4]),
+                       lambda x, v: fgrad.at(x)[rows, cols].add(v[:2, :2])],
+        "Set": [lambda x, v: fgrad.at(x)[_ROWS].set(v),    # row 2 twice: the last wins
+                lambda x, v: fgrad.at(x)[:, _ROWS].set(v[0, 1]),
+                lambda x, v: fgrad.at(x)[rows, cols].set(v[:2, :2])],
+    }
+    for step, funs in cases.items():
+        for fun in funs:
+            with np.errstate(all="ignore"):
+                compiled, got, want = both(fun, x, v)
+            assert compiled.callouts == []
+            assert step in {type(s).__name__ for s in compiled.steps}
+            _bitwise(got, want)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_repeated_complex_indices_sum_in_numpys_order(dtype):
+    # many values of mixed magnitudes at one index: any other order of the
+    # sum would round otherwise
+    rng = np.random.default_rng(3)
+    v = (_complex(rng, (64, 3), dtype) * 10.0 ** rng.uniform(-6, 6, (64, 1))).astype(dtype)
+    index = rng.integers(0, 2, 64)
+
+    def f(v):
+        return fgrad.at(fnp.zeros((2, 3), v.dtype))[index].add(v)
+    compiled, got, want = both(f, v)
+    assert compiled.callouts == []
+    _bitwise(got, want)
+    expected = np.zeros((2, 3), dtype)
+    np.add.at(expected, index, v)
+    _bitwise(got, (expected,))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_the_gradient_of_a_real_loss_through_complex_indexing(dtype):
+    # the gather's transpose is a scatter-add of the complex cotangent, the
+    # set's a set of a literal 0
+    rng = np.random.default_rng(4)
+    z = _complex(rng, (4, 5), dtype)
+    x = rng.standard_normal(5).astype(z.real.dtype)
+
+    def loss(z, x):
+        y = z[_ROWS][:, :4] * fnp.take(z, _ROWS, axis=1).T * x[:4]
+        s = fgrad.at(z)[_ROWS[:2]].set(z[3] * 2.0) * x      # one row for two: broadcast
+        return fnp.sum(fnp.abs(y) ** 2) + fnp.sum(fnp.real(z[_ROWS, _ROWS] * (2 - 1j))) \
+            + fnp.sum(fnp.real(s * fnp.conj(s)))
+    compiled, got, want = both(fgrad.grad(loss, argnums=(0, 1)), z, x)
+    assert compiled.callouts == []
+    assert {"Gather", "ScatterAdd", "Set"} <= {type(s).__name__ for s in compiled.steps}
+    _bitwise(got[:1], want[:1])
+    agree(got[1:], want[1:])        # x's: a float sum, in order where NumPy's is pairwise
+
+
 @pytest.mark.parametrize("dtype", COMPLEX)
 def test_loops_carry_complex_values(dtype):
     z = (np.linspace(-1.0, 1.0, 6) + 0.5j).astype(dtype)

@@ -130,6 +130,19 @@ def storage_type(ir, dtype):
     return ir.IntType(8) if np.dtype(dtype).kind == "b" else value_type(ir, dtype)
 
 
+def copy_dtype(dtype):
+    """The dtype a copy moves ``dtype``'s elements as: an unsigned integer
+    of their size (floats move bit for bit, NaN payloads included), or a
+    complex128 (two doubles, which loads and stores move bit for bit too)
+    for 16 bytes.
+
+    >>> copy_dtype(np.float32), copy_dtype(np.complex64), copy_dtype(np.complex128)
+    (dtype('uint32'), dtype('uint64'), dtype('complex128'))
+    """
+    size = np.dtype(dtype).itemsize
+    return np.dtype(np.complex128 if size == 16 else f"u{size}")
+
+
 def constant(ir, value, dtype):
     dtype = np.dtype(dtype)
     if dtype.kind == "b":

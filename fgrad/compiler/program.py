@@ -92,6 +92,7 @@ from fgrad.compiler.kernel_ir import (
     KernelSpec,
     constant,
     convert,
+    copy_dtype,
     counted,
     define_kernel,
     load,
@@ -1024,7 +1025,7 @@ class _Emitter:
     def pieces(self, step):
         ir, b = self.ir, self.b
         i64 = ir.IntType(64)
-        item = _copy_dtype(step.dst.aval.dtype)
+        item = copy_dtype(step.dst.aval.dtype)
         dst = self.pointer(step.dst, item)
         if step.zeros:
             _nested(ir, b, (math.prod(step.dst.aval.shape),),
@@ -1046,7 +1047,7 @@ class _Emitter:
         out_strides`` (else C order) from ``out_start`` (each an i64, or None: 0)."""
         ir, b = self.ir, self.b
         shape = tuple(dst.aval.shape if out_strides is None else src.aval.shape)
-        item = _copy_dtype(dst.aval.dtype)
+        item = copy_dtype(dst.aval.dtype)
         src, dst = self.pointer(src, item), self.pointer(dst, item)
         src = src if start is None else b.gep(src, [start])
         dst = dst if out_start is None else b.gep(dst, [out_start])
@@ -1121,15 +1122,6 @@ class _Emitter:
         b.cbranch(b.icmp_signed("!=", status, ir.Constant(ir.IntType(32), 0)),
                   self.exit_block, go_on)
         b.position_at_end(go_on)
-
-
-def _copy_dtype(dtype):
-    """The dtype a copy moves ``dtype``'s elements as: an unsigned integer
-    of their size (floats move bit for bit, NaN payloads included), or a
-    complex128 (two doubles, which loads and stores move bit for bit too)
-    for 16 bytes."""
-    size = np.dtype(dtype).itemsize
-    return np.dtype(np.complex128 if size == 16 else f"u{size}")
 
 
 def _dot(ir, b, index, strides):

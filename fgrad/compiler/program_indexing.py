@@ -15,8 +15,13 @@ of each), is a loop of this module's own:
   sum in NumPy's order: bitwise its result;
 - ``set`` of an index array (``fgrad.at(x)[idx].set(v)``, an ODE solver's
   write of one saved state into its stack) copies ``x``, then each block of
-  ``v`` (or its one value) over the block at ``idx[j]``, in order, so the
-  last of repeated indices wins, as NumPy's assignment.
+  ``v`` (broadcast to the block, or a literal, like the 0 of a ``set``'s
+  gradient, where ``x``'s dtype holds it exactly) over the block at
+  ``idx[j]``, in order, so the last of repeated indices wins, as NumPy's
+  assignment.
+
+A complex element (two floats, real part first) is copied as one move of
+its 8 or 16 bytes; a scatter adds it part by part, as NumPy's ``add.at``.
 
 A slice that takes a whole axis (``0:n``, as a traced index writes it)
 counts as whole.
@@ -30,19 +35,22 @@ booleans made into arrays at staging, stay callouts;
 a ``scatter_add`` of a basic index is `fgrad.compiler.program`'s own
 (pieces copied into zeros).
 """
+import functools
 import math
 
 import numpy as np
 
-from fgrad.compiler.kernel_ir import counted, storage_type
+from fgrad.compiler import complex_ir
+from fgrad.compiler.kernel_ir import copy_dtype, counted, storage_type
 from fgrad.compiler.native_steps import NativeStep, call_out_if, new_flag, raise_flag
+from fgrad.core.graph import Literal
 from fgrad.primitives.indexing import getitem_p, scatter_add_p, set_p
 
 _WHOLE = ("slice", None, None, None)
 # dtypes a scatter adds (a bool's add.at is a logical or: left to NumPy)
 _ADDABLE = frozenset(np.dtype(k) for k in (
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float32", "float64"))
+    "float32", "float64", "complex64", "complex128"))
 
 
 def indexing_step(eqn, index):
@@ -68,7 +76,7 @@ def indexing_step(eqn, index):
         return None
     if where is None or any(np.dtype(i.aval.dtype).kind not in "iu" for i in indices) \
             or math.prod(shape) == 0 \
-            or dtype.itemsize not in (1, 2, 4, 8) or dtype.kind not in "biuf" \
+            or dtype.itemsize not in (1, 2, 4, 8, 16) or dtype.kind not in "biufc" \
             or math.prod(eqn.outvars[0].aval.shape) == 0 \
             or any(full[a] == 0 for a in where[0]):
         return None
@@ -77,13 +85,35 @@ def indexing_step(eqn, index):
     if eqn.prim is set_p:
         values = eqn.invars[1]
         block = _indexed_shape(full, where[0], shape)
-        if any(np.dtype(v.aval.dtype) != dtype for v in (source, values)) \
-                or (tuple(values.aval.shape) != block and math.prod(values.aval.shape) != 1):
+        try:
+            fits = np.broadcast_shapes(tuple(values.aval.shape), block) == block
+        except ValueError:
+            return None
+        if np.dtype(source.aval.dtype) != dtype or not fits or (
+                np.dtype(values.aval.dtype) != dtype and _exact_literal(values, dtype) is None):
             return None
         return Set(index, eqn, where, tuple(full))
     if dtype not in _ADDABLE or np.dtype(source.aval.dtype) != dtype:
         return None
     return ScatterAdd(index, eqn, where, tuple(full))
+
+
+def _exact_literal(v, dtype):
+    """The one value of literal ``v`` as a ``dtype`` array where it casts to
+    ``dtype`` exactly (the 0 a gradient of a ``set`` writes), else None."""
+    dtype = np.dtype(dtype)
+    if type(v) is not Literal or math.prod(v.aval.shape) != 1:
+        return None
+    value = np.asarray(v.value).reshape(())
+    if value.dtype.kind not in "biuf" or dtype.kind not in "biufc":
+        return None
+    with np.errstate(all="ignore"):
+        cast = value.astype(dtype)
+        back = cast.real.astype(value.dtype) if dtype.kind == "c" else cast.astype(value.dtype)
+    # the same number, and a zero of the same sign
+    same = bool(back == value) and (value.dtype.kind != "f" or dtype.kind not in "fc"
+                                    or bool(np.signbit(back) == np.signbit(value)))
+    return cast if same else None
 
 
 def _indexed_shape(full, axes, shape):
@@ -217,11 +247,12 @@ def _read_at(ir, b, j, own, shape):
 
 
 class Gather(_Indexed):
-    """``getitem`` of one index array: blocks copied as unsigned integers."""
+    """``getitem`` of one index array: blocks copied as unsigned integers
+    (a complex128 as its two doubles)."""
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
         x, (out,) = self.eqn.invars[0], self.eqn.outvars
-        bits = np.dtype(f"u{np.dtype(out.aval.dtype).itemsize}")
+        bits = copy_dtype(out.aval.dtype)
         src, dst = pointer(x, bits), pointer(out, bits)
         inner = self.inner
         i64 = ir.IntType(64)
@@ -234,7 +265,8 @@ class Gather(_Indexed):
 
 
 class ScatterAdd(_Indexed):
-    """``scatter_add`` of one index array: zeros, then each block added."""
+    """``scatter_add`` of one index array: zeros, then each block added
+    (a complex element part by part, as NumPy adds it)."""
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
         ct, (out,) = self.eqn.invars[0], self.eqn.outvars
@@ -242,11 +274,12 @@ class ScatterAdd(_Indexed):
         typ = storage_type(ir, dtype)
         src, dst = pointer(ct), pointer(out)
         i64 = ir.IntType(64)
-        zero = ir.Constant(typ, 0.0 if dtype.kind == "f" else 0)
+        zero = ir.Constant(typ, None)           # +0.0, and both parts +0.0
         counted(ir, b, ir.Constant(i64, math.prod(self.full)),
                 lambda i: b.store(zero, b.gep(dst, [i])), "ix.zero")
         inner = self.inner
-        add = b.fadd if dtype.kind == "f" else b.add
+        add = {"f": b.fadd, "c": functools.partial(complex_ir.add, ir, b)}.get(
+            dtype.kind, b.add)
 
         def accumulate(at_full, at_compact):
             def one(t):
@@ -259,20 +292,35 @@ class ScatterAdd(_Indexed):
 
 class Set(_Indexed):
     """``set`` of one index array: ``x`` copied, then each block of the
-    values (or their one value) written at ``idx[j]``, in order."""
+    values (broadcast to it, or a literal's one value cast exactly to the
+    array's dtype) written at ``idx[j]``, in order."""
 
     def emit(self, ir, b, pointer, table, call_out, alloca):
         (x, values), (out,) = self.eqn.invars[:2], self.eqn.outvars
-        bits = np.dtype(f"u{np.dtype(out.aval.dtype).itemsize}")
-        src, new, dst = pointer(x, bits), pointer(values, bits), pointer(out, bits)
+        dtype = np.dtype(out.aval.dtype)
+        bits = copy_dtype(dtype)
+        src, dst = pointer(x, bits), pointer(out, bits)
         i64 = ir.IntType(64)
         counted(ir, b, ir.Constant(i64, math.prod(self.full)),
                 lambda i: b.store(b.load(b.gep(src, [i])), b.gep(dst, [i])), "ix.copy")
         inner = self.inner
-        one = math.prod(values.aval.shape) == 1
+        block = _indexed_shape(
+            self.full, self.axes, np.broadcast_shapes(
+                *[tuple(i.aval.shape) for i in self.eqn.invars[2:]]))
+        if np.dtype(values.aval.dtype) != dtype:
+            value = _exact_literal(values, dtype).reshape(1).view(bits)[0]
+            one = ir.Constant(storage_type(ir, bits), [value.real, value.imag]
+                              if bits.kind == "c" else int(value))
+
+            def read(at):
+                return one
+        else:
+            new = pointer(values, bits)
+
+            def read(at):
+                return b.load(b.gep(new, [_read_at(ir, b, at, values.aval.shape, block)]))
 
         def write(at_full, at_compact):
             counted(ir, b, ir.Constant(i64, inner), lambda t: b.store(
-                b.load(b.gep(new, [ir.Constant(i64, 0) if one else b.add(at_compact, t)])),
-                b.gep(dst, [b.add(at_full, t)])), "ix.t")
+                read(b.add(at_compact, t)), b.gep(dst, [b.add(at_full, t)])), "ix.t")
         self._loops(ir, b, pointer, write, call_out, alloca)
