@@ -26,8 +26,8 @@ Columns (times are the best of ``--repeats`` runs, default 3):
   ``interp`` + 50 ms (``worst never``: the slowest interpreted call, what
   the machine alone adds);
 - ``compile``: the seconds every tier's compile took, on every thread (the
-  compilers' start-up apart: ``start-up``, LLVM's for the kernels and numba's
-  for a whole graph), in the background process; ``jax``: jax.jit's
+  compiler's start-up apart: ``start-up``, LLVM's), in the background
+  process; ``jax``: jax.jit's
   compile, its first call less a steady call (tracing, lowering and XLA's
   compile; JAX's start-up apart: ``jax start``), and the ratio;
 - ``compile cpu``, ``jax cpu``, ``cpu ratio``: the same in CPU time (the
@@ -200,17 +200,6 @@ print(json.dumps({"times": times[:calls], "steady": steady, "startup": startup,
                   "compile cpu": cpu[0] - statistics.median(cpu[calls:])}))
 """
 
-# numba's start-up on its own (what every process that compiles pays once)
-_NUMBA_START = """
-import time
-start = time.perf_counter()
-import numba
-from numba.core.registry import cpu_target
-cpu_target.target_context.refresh()
-print(time.perf_counter() - start)
-"""
-
-
 def _run(code, args, env=None, path=None):
     """Run ``code`` in a fresh interpreter; its last line of output, read as
     JSON. ``path``: import fgrad from that checkout (these benchmarks still)."""
@@ -268,7 +257,7 @@ def summary(runs):
         values = [v for v in values if v is not None]
         return min(values) if values else float("nan")
     interp = best("never", lambda r: r["steady"])
-    # a compiler's start-up (LLVM's, numba's) is counted apart, as JAX's is
+    # a compiler's start-up (LLVM's) is counted apart, as JAX's is
     compile_s = best("background", lambda r: sum(s for t, s in r["seconds"].items()
                                                  if not t.endswith("start-up")))
     jax_compile = best("jax", lambda r: r["compile"])
@@ -361,13 +350,6 @@ def main(argv=None):
         have_jax = True
     except ImportError:
         have_jax = False
-    try:
-        numba_start = min(float(subprocess.run(
-            [sys.executable, "-c", _NUMBA_START], capture_output=True, text=True,
-            check=True).stdout) for _ in range(args.repeats))
-        print(f"numba start-up alone: {numba_start:.3f} s")
-    except (subprocess.CalledProcessError, ValueError):
-        print("numba: not installed")
     everything = {}
     for row in args.rows.split(","):
         everything[row] = measure(row, args.calls, args.repeats, have_jax,

@@ -30,7 +30,7 @@ import numpy as np
 from fgrad.compiler.kernel_ir import convert, counted, load
 
 # the control-flow primitives (defined above the compiler, in fgrad.transforms),
-# known by name and family as the whole-graph tier knows them
+# known by name and family (the compiler sits below them)
 CONTROL_FAMILY = "fgrad/transforms/control_flow.py"
 LOOP_PRIMITIVES = ("scan", "while_loop", "cond")
 # what the cost estimate assumes a while loop iterates, its count unknown
