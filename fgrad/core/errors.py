@@ -223,8 +223,9 @@ class ArrayNamespaceError(FgradError, TypeError):
     traced array and a NumPy array: an array made without ``device=`` is a
     NumPy array, and a NumPy array cannot hold a traced value.
 
-    >>> scipy.signal.wiener(x)       # under grad; doctest: +SKIP
-    ArrayNamespaceError: .../_signaltools.py:237: `xp = array_namespace(in1, in2)` ...
+    For example, ``scipy.signal.wiener(x)`` of a traced ``x`` (SciPy makes
+    ``xp.ones(mysize)`` without ``device=``) raises ``ArrayNamespaceError:
+    .../_signaltools.py:237: `xp = array_namespace(in1, in2)` ...``.
 
     Fix: make your own constants on the traced value's device,
     ``fnp.asarray(c, device=x.device)``; where the library makes the array
