@@ -19,7 +19,7 @@ from fgrad.compiler.program_loops import loop_graphs
 ROUNDING = frozenset({
     "power", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "cbrt", "sin", "cos",
     "tan", "sinh", "cosh", "tanh", "arcsin", "arccos", "arctan", "arcsinh", "arccosh",
-    "arctanh", "arctan2", "hypot", "fmod",
+    "arctanh", "arctan2", "hypot", "fmod", "angle",
     "matmul", "einsum", "cholesky", "solve_factors", "factored_solve", "lu_factor", "det",
     "slogdet", "solve", "solve_triangular", "inv", "qr", "eigh", "svd"})
 
