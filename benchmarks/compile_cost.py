@@ -8,9 +8,8 @@ in fresh processes:
 - fgrad, ``compile="background"``, a second process on the cache the first
   filled;
 - fgrad, ``compile="sync"`` (the plotted rows, jit-rnn and jit-chain): every
-  compile on the calling thread, at the call that needs it (the kernels at
-  the first call, the whole graph at the 10th), as jit did before it had
-  tiers;
+  compile on the calling thread at the first call (the kernels and the
+  program);
 - fgrad, ``compile="never"``: NumPy calls, nothing compiled;
 - jax.jit, when jax is installed.
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(__file__))   # test helper modules (primitive_specs)
-# jit compiles on the calling thread in tests, at the calls it did before it had
-# tiers (kernels at the first call, the whole graph at the 10th), so that a test
-# checks the code it means to; tests of background compilation ask for it
+# jit compiles on the calling thread in tests (the kernels and the program at
+# the first call), so that a test checks the code it means to; tests of
+# background compilation ask for it
 os.environ.setdefault("FGRAD_JIT_COMPILE", "sync")
 
 import fgrad  # noqa: E402

@@ -22,6 +22,8 @@ import collections
 
 # every buffer starts at a multiple of this (a cache line, and any SIMD load's alignment)
 ALIGNMENT = 64
+# the most buffers a plan also places largest-first (quadratic in their number)
+MAX_REORDERED = 4000
 
 
 Step = collections.namedtuple("Step", "reads writes in_place views")
@@ -42,10 +44,10 @@ class BufferPlan:
 
     __slots__ = ("offsets", "arena_bytes", "peak_live_bytes", "in_place", "views", "homes")
 
-    def __init__(self, offsets, arena_bytes, peak_live_bytes, in_place, views, homes=None):
+    def __init__(self, offsets, arena_bytes, peak_live_bytes, in_place, views, homes):
         self.offsets, self.arena_bytes = offsets, arena_bytes
         self.peak_live_bytes, self.in_place, self.views = peak_live_bytes, in_place, views
-        self.homes = homes or {}
+        self.homes = homes
 
     def __repr__(self):
         return (f"<BufferPlan: {len(self.offsets)} values in {self.arena_bytes} bytes, "
@@ -171,22 +173,15 @@ def plan_buffers(steps, nbytes, placed=(), regions=(), movable=None):
     return BufferPlan(offsets, arena, peak, in_place, views, homes)
 
 
-# the most buffers a plan also places largest-first (quadratic in their number)
-MAX_REORDERED = 4000
-
-
 def _place(blocks, order):
     """Offsets of ``blocks`` (``[size, first step, last step]``), each placed
     in ``order`` at the lowest offset free of the blocks placed before it
     that live at some step it does: ``({block: offset}, arena size)``."""
     offsets, done, arena = {}, [], 0
     for b in order:
-        size, first, last = blocks[b]
-        offset = _first_fit([(offsets[o], blocks[o][0]) for o in done
-                             if blocks[o][1] <= last and first <= blocks[o][2]], size)
-        offsets[b] = offset
+        offsets[b] = offset = _lowest_free(blocks, offsets, done, b)
         done.append(b)
-        arena = max(arena, offset + size)
+        arena = max(arena, offset + blocks[b][0])
     return offsets, arena
 
 
@@ -199,15 +194,22 @@ def _place_in_regions(blocks, regions, movable):
     for name, size, step in sorted(regions, key=lambda r: -r[1]):
         inside = []
         for b in by_size:
-            length, first, last = blocks[b]
+            length, _, last = blocks[b]
             if b in home_of or last >= step or length > size:
                 continue
-            offset = _first_fit([(offsets[o], blocks[o][0]) for o in inside
-                                 if blocks[o][1] <= last and first <= blocks[o][2]], length)
+            offset = _lowest_free(blocks, offsets, inside, b)
             if offset + length <= size:
                 home_of[b], offsets[b] = name, offset
                 inside.append(b)
     return home_of, offsets
+
+
+def _lowest_free(blocks, offsets, placed, b):
+    """The lowest offset where block ``b`` fits beside the ``placed`` blocks
+    whose lifetimes overlap its own."""
+    size, first, last = blocks[b]
+    return _first_fit([(offsets[o], blocks[o][0]) for o in placed
+                       if blocks[o][1] <= last and first <= blocks[o][2]], size)
 
 
 def _first_fit(blocks, size):

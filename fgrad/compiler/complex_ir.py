@@ -142,7 +142,7 @@ def _multiply(ir, b, x, y):
         # (subtracted for the real part, added for the imaginary one)
         return make(ir, b, _fma(ir, b, a, d, b.fneg(b.fmul(c, e))),
                     _fma(ir, b, a, e, b.fmul(c, d)))
-    return make(ir, b, b.fsub(b.fmul(a, d), b.fmul(c, e)), b.fadd(b.fmul(a, e), b.fmul(c, d)))
+    return _plain_multiply(ir, b, x, y)
 
 
 def _divide(ir, b, x, y):
@@ -289,9 +289,7 @@ def complex_operation(ir, b, name, args, dtype, libm_call):
     part = part_dtype(dtype)
     x = args[0]
     if name in ("add", "subtract"):
-        emit = b.fadd if name == "add" else b.fsub
-        (a, c), (d, e) = parts(b, x), parts(b, args[1])
-        return make(ir, b, emit(a, d), emit(c, e)), dtype
+        return _partwise(ir, b, b.fadd if name == "add" else b.fsub, x, args[1]), dtype
     if name == "multiply":
         return _multiply(ir, b, x, args[1]), dtype
     if name == "square":
@@ -359,5 +357,10 @@ def complex_operation(ir, b, name, args, dtype, libm_call):
 
 def add(ir, b, x, y):
     """``x + y`` of complex values (a sum's step)."""
+    return _partwise(ir, b, b.fadd, x, y)
+
+
+def _partwise(ir, b, emit, x, y):
+    """``emit`` (an add or a subtract) of the real parts and of the imaginary ones."""
     (a, c), (d, e) = parts(b, x), parts(b, y)
-    return make(ir, b, b.fadd(a, d), b.fadd(c, e))
+    return make(ir, b, emit(a, d), emit(c, e))

@@ -66,7 +66,7 @@ from fgrad.core.graph import Equation, Graph, Literal, Var
 from fgrad.core.trace import Primitive
 
 FUSE_ENV = "FGRAD_JIT_FUSE"
-# compiled kernels kept in memory (by source); older ones are dropped
+# compiled kernels kept in memory (by their `KernelSpec`); older ones are dropped
 KERNEL_CACHE_SIZE = 256
 # longest run of operations in one kernel: a longer group is cut into pieces.
 # A kernel written as IR (`fgrad.compiler.kernel_ir`) compiles in about 0.1 s
@@ -641,7 +641,7 @@ def _make_call(kernel, inputs, modes, outputs, reduced, shape):
         flat += [f"o{j}" for j in range(len(outputs))]     # C-contiguous
         results = [f"o{j}" for j in range(len(outputs))]
     for r, v in enumerate(reduced):
-        namespace[f"A{r}"] = np.dtype(_accumulator_dtype(v))
+        namespace[f"A{r}"] = accumulator_dtype(v.aval.dtype)
         lines.append(f"    r{r} = empty(1, A{r})")
         flat.append(f"r{r}")
     lines.append(f"    run({size}, {', '.join(flat)})")
@@ -746,10 +746,6 @@ class KernelPlan:
                    if self.packed else [np.dtype(v.aval.dtype).name for v in self.outputs]))
             self._source = kernel_text(self.spec, signature)
         return self._source
-
-
-def _accumulator_dtype(var):
-    return accumulator_dtype(var.aval.dtype).name
 
 
 def plan_kernels(graph):

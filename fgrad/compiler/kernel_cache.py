@@ -8,7 +8,7 @@ per-user directory, so a second process loads them instead of compiling:
   it is created with mode 0700, and a directory that is not the user's own,
   or that others may read or write, is not used;
 - one file per compiled function, its machine code behind the SHA-256 of
-  itself (`read_object`, `write_object`), named by a key its caller makes
+  its key and itself (`read_object`, `write_object`), named by a key its caller makes
   of what the code depends on (the IR, the CPU, LLVM's version, the BLAS
   provider);
 - a file is checked before it is used: a truncated or corrupt one is deleted,
@@ -57,7 +57,6 @@ def cache_dir():
                      root, info.st_uid, info.st_mode & 0o777, CACHE_ENV)
         return None
     return root
-
 
 
 def read_object(key):

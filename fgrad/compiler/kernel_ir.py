@@ -689,11 +689,6 @@ def reduction_step(ir, b, kind, acc, x, dtype):
     return b.select(take, x, acc)
 
 
-def function_name(text):
-    """A name for the kernel of IR ``text``: its digest."""
-    return "fgrad_kernel_" + hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
 @functools.lru_cache(maxsize=1)
 def writer_digest():
     """The SHA-256 of the code that writes kernels' IR: this module's,

@@ -214,9 +214,10 @@ def pays(steps, code):
     pays the copy (LeNet's gradient, its im2col's 10 MB among them, peaked
     at 30 MB as a program, 15.6 MB interpreted).
     """
-    if _callouts_ns(steps) and _calls_blas(steps) or _largest_callout(steps) > KEEP_ARENA_BYTES:
+    callouts_ns = _callouts_ns(steps)
+    if callouts_ns and _calls_blas(steps) or _largest_callout(steps) > KEEP_ARENA_BYTES:
         return False
-    return PROGRAM_CALL_NS + _callouts_ns(steps) < _calls_ns(code)
+    return PROGRAM_CALL_NS + callouts_ns < _calls_ns(code)
 
 
 def _largest_callout(steps):
@@ -448,9 +449,7 @@ def program_steps(graph, label=""):
     stacked_by = {eqn.outvars[0] for eqn in graph.eqns if eqn.prim is transpose_p
                   and type(eqn.invars[0]) is Var and eqn.invars[0] in stacked}
     # a scan's ys that nothing reads are not kept (the body still computes them)
-    read_by, outputs = _readers(graph)
-    unread = {v for eqn in graph.eqns for v in eqn.outvars
-              if v not in read_by and v not in outputs}
+    unread = {v for eqn in graph.eqns for v in eqn.outvars if not readers[v]}
     steps = []
     for k, eqn in enumerate(graph.eqns):
         if k in at_last:
