@@ -614,6 +614,44 @@ def store(ir, b, ptr, index, value, dtype):
     b.store(value, b.gep(ptr, [index]))
 
 
+def contiguous_strides(shape):
+    """A C-contiguous array's strides, in elements.
+
+    >>> contiguous_strides((2, 3, 4))
+    (12, 4, 1)
+    """
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def broadcast_strides(shape, out_shape):
+    """The strides (in elements) at which a C-contiguous array of ``shape``
+    is read broadcast to ``out_shape``: 0 along the axes broadcasting adds
+    or stretches.
+
+    >>> broadcast_strides((3, 1), (2, 3, 4))
+    (0, 1, 0)
+    """
+    return (0,) * (len(out_shape) - len(shape)) + tuple(
+        0 if n == 1 else s for n, s in zip(shape, contiguous_strides(shape)))
+
+
+def strided_offset(ir, b, index, strides):
+    """The i64 offset ``sum(index[d] * strides[d])`` of multi-index ``index``
+    (i64 values) in an array of ``strides`` (elements), the axes of stride 0
+    left out. ``index`` may be a generator: each axis's index is then
+    written just before its term."""
+    i64 = ir.IntType(64)
+    total = ir.Constant(i64, 0)
+    for i, s in zip(index, strides):
+        if s:
+            total = b.add(total, b.mul(i, ir.Constant(i64, s)))
+    return total
+
+
 def counted(ir, b, count, body, name, start=None):
     """``for name in range(start, count): body(name)`` at builder ``b``
     (``start`` 0 when None; both i64 values); body may add blocks."""

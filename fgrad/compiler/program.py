@@ -90,7 +90,9 @@ from fgrad.compiler.cpu_fusion import (
 from fgrad.compiler.fusion import plan_groups, reader_counts
 from fgrad.compiler.kernel_ir import (
     KernelSpec,
+    broadcast_strides,
     constant,
+    contiguous_strides,
     convert,
     copy_dtype,
     counted,
@@ -100,6 +102,7 @@ from fgrad.compiler.kernel_ir import (
     reduction_step,
     storage_type,
     store,
+    strided_offset,
     value_type,
 )
 from fgrad.compiler.native import array_data_offset, compile_ir
@@ -381,14 +384,6 @@ class _Callout:
         return self.eqn.outvars
 
 
-def _contiguous_strides(shape):
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
-
-
 def _copyable(aval):
     dtype = np.dtype(aval.dtype)
     return dtype.kind != "O" and dtype.itemsize in _COPY_ITEMSIZES
@@ -522,7 +517,7 @@ def _lower(parts, fresh):
         for v in graph.outvars:
             if type(v) is not Var or v not in made or v in results:
                 copy = Var(v.aval)
-                steps.append(_Copy(v, copy, _contiguous_strides(v.aval.shape)))
+                steps.append(_Copy(v, copy, contiguous_strides(v.aval.shape)))
                 v = copy
             results.append(v)
         placed.update(v for v in graph.invars if v not in first)
@@ -636,8 +631,8 @@ def _gemm_shapes(eqn):
         return None
     batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
     # the batch axes' strides in matrices, times each matrix's size
-    a_strides = tuple(s * m * k for s in _broadcast_strides(a_shape[:-2], batch))
-    b_strides = tuple(s * k * n for s in _broadcast_strides(b_shape[:-2], batch))
+    a_strides = tuple(s * m * k for s in broadcast_strides(a_shape[:-2], batch))
+    b_strides = tuple(s * k * n for s in broadcast_strides(b_shape[:-2], batch))
     return m, n, k, batch, a_strides, b_strides
 
 
@@ -645,12 +640,12 @@ def _read_strides(eqn):
     """``(strides, start)``: the element strides a `_Copy` reads its source
     at, per output axis, and the element it starts from."""
     x, out = eqn.invars[0].aval, eqn.outvars[0].aval
-    strides = _contiguous_strides(x.shape)
+    strides = contiguous_strides(x.shape)
     if eqn.prim is transpose_p:
         return tuple(strides[a] for a in eqn.params["axes"]), 0
     if eqn.prim is getitem_p:
         return _view_of(x.shape, eqn.params["spec"])[:2]
-    return _broadcast_strides(x.shape, out.shape), 0
+    return broadcast_strides(x.shape, out.shape), 0
 
 
 def _pieces(eqn):
@@ -661,7 +656,7 @@ def _pieces(eqn):
     if not _copyable(out) or any(np.dtype(v.aval.dtype) != np.dtype(out.dtype)
                                  for v in eqn.invars):
         return None
-    out_strides = _contiguous_strides(out.shape)
+    out_strides = contiguous_strides(out.shape)
     if eqn.prim is scatter_add_p:
         if len(eqn.invars) != 1 or any(item[0] == "array" for item in eqn.params["spec"]):
             return None
@@ -670,11 +665,11 @@ def _pieces(eqn):
         if len(ct.aval.shape) > len(shape) or any(
                 n not in (1, m) for n, m in zip(ct.aval.shape[::-1], shape[::-1])):
             return None
-        return [(ct, shape, _broadcast_strides(ct.aval.shape, shape), strides, start)], True
+        return [(ct, shape, broadcast_strides(ct.aval.shape, shape), strides, start)], True
     axis, at, pieces = eqn.params["axis"] % max(len(out.shape), 1), 0, []
     for x in eqn.invars:
         shape = tuple(x.aval.shape)
-        pieces.append((x, shape, _contiguous_strides(shape), out_strides, at * out_strides[axis]))
+        pieces.append((x, shape, contiguous_strides(shape), out_strides, at * out_strides[axis]))
         at += shape[axis]
     return pieces, False
 
@@ -685,19 +680,12 @@ def _view_of(shape, spec):
     # NumPy's own indexing of a stand-in of one-byte elements (zero-strided
     # memory: nothing is read) gives the view's strides and offset
     stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape,
-                                               _contiguous_strides(shape))
+                                               contiguous_strides(shape))
     index = build_index(spec, ())
     # (an Ellipsis makes an index of integers only give a 0-d view, not a scalar)
     view = stand_in[index if Ellipsis in index else index + (Ellipsis,)]
     start = view.__array_interface__["data"][0] - stand_in.__array_interface__["data"][0]
     return view.strides, start, view.shape
-
-
-def _broadcast_strides(shape, out_shape):
-    strides = _contiguous_strides(shape)
-    aligned = (0,) * (len(out_shape) - len(shape)) + tuple(
-        0 if n == 1 else s for n, s in zip(shape, strides))
-    return aligned
 
 
 def _kernel_steps(graph, members, reductions, readers):
@@ -708,7 +696,7 @@ def _kernel_steps(graph, members, reductions, readers):
         if mode == "copy":              # broadcast out to a full array first
             full = Var(type(inputs[j].aval)(shape, inputs[j].aval.dtype))
             steps.append(_Copy(inputs[j], full,
-                               _broadcast_strides(inputs[j].aval.shape, shape)))
+                               broadcast_strides(inputs[j].aval.shape, shape)))
             inputs[j], modes[j] = full, "full"
     # the outputs each a pointer of their own (not rows of one array)
     spec = KernelSpec(spec.inputs, spec.inner, spec.ops, spec.reductions, spec.outputs,
@@ -897,7 +885,7 @@ def compile_program(graph, steps=None):
         copy_to = Var(v.aval)
         places.where[copy_to] = ("out", len(places.outputs))
         places.outputs.append(copy_to)
-        final.append(_Copy(v, copy_to, _contiguous_strides(v.aval.shape)))
+        final.append(_Copy(v, copy_to, contiguous_strides(v.aval.shape)))
     steps += final
     placed = set(places.where) - {v for v in places.where if type(v) is int}
     plan = plan_buffers([_plan_step(s) for s in steps], _nbytes, placed=placed,
@@ -1035,8 +1023,8 @@ class _Emitter:
             to = b.gep(dst, [ir.Constant(i64, start)]) if start else dst
 
             def move(index, src=src, to=to, src_strides=src_strides, dst_strides=dst_strides):
-                b.store(b.load(b.gep(src, [_dot(ir, b, index, src_strides)])),
-                        b.gep(to, [_dot(ir, b, index, dst_strides)]))
+                b.store(b.load(b.gep(src, [strided_offset(ir, b, index, src_strides)])),
+                        b.gep(to, [strided_offset(ir, b, index, dst_strides)]))
             _nested(ir, b, shape, move)
 
     def copy(self, src, dst, strides, start=None, out_strides=None, out_start=None):
@@ -1050,11 +1038,11 @@ class _Emitter:
         src, dst = self.pointer(src, item), self.pointer(dst, item)
         src = src if start is None else b.gep(src, [start])
         dst = dst if out_start is None else b.gep(dst, [out_start])
-        out_strides = out_strides or _contiguous_strides(shape)
+        out_strides = out_strides or contiguous_strides(shape)
 
         def move(index):
-            b.store(b.load(b.gep(src, [_dot(ir, b, index, strides)])),
-                    b.gep(dst, [_dot(ir, b, index, out_strides)]))
+            b.store(b.load(b.gep(src, [strided_offset(ir, b, index, strides)])),
+                    b.gep(dst, [strided_offset(ir, b, index, out_strides)]))
         _nested(ir, b, shape, move)
 
     def emit(self, steps):
@@ -1123,15 +1111,6 @@ class _Emitter:
         b.position_at_end(go_on)
 
 
-def _dot(ir, b, index, strides):
-    i64 = ir.IntType(64)
-    total = ir.Constant(i64, 0)
-    for i, s in zip(index, strides):
-        if s:
-            total = b.add(total, b.mul(i, ir.Constant(i64, s)))
-    return total
-
-
 def _nested(ir, b, shape, body, name="d"):
     """``body(index)`` for every multi-index of ``shape``, in C order."""
     def level(d, index):
@@ -1176,9 +1155,9 @@ def _gemm_ir(ir, b, step, table, a, b_, c):
     flag_b, ld_b = (yes, k) if "b" in step.transposed else (no, n)
 
     def call(index):
-        at_a = _dot(ir, b, index, step.a_strides)
-        at_b = _dot(ir, b, index, step.b_strides)
-        at_c = _dot(ir, b, index, [s * mn for s in _contiguous_strides(step.batch)])
+        at_a = strided_offset(ir, b, index, step.a_strides)
+        at_b = strided_offset(ir, b, index, step.b_strides)
+        at_c = strided_offset(ir, b, index, [s * mn for s in contiguous_strides(step.batch)])
         b.call(gemm, [flag_b, flag_a, n, m, k, one, b.gep(b_, [at_b]), ld_b,
                       b.gep(a, [at_a]), ld_a, zero, b.gep(c, [at_c]), n])
     _nested(ir, b, step.batch, call, "g")
@@ -1191,21 +1170,21 @@ def _reduce_ir(ir, b, step, src, dst, alloca):
     x_dtype, out_dtype = np.dtype(step.src.aval.dtype), np.dtype(step.dst.aval.dtype)
     acc_dtype = accumulator_dtype(out_dtype) if step.kind == "sum" else out_dtype
     kept = [d for d in range(len(shape)) if d not in step.axes]
-    strides = _contiguous_strides(shape)
-    kept_strides = _contiguous_strides([shape[d] for d in kept])
+    strides = contiguous_strides(shape)
+    kept_strides = contiguous_strides([shape[d] for d in kept])
     acc = alloca(value_type(ir, acc_dtype))
 
     def outer(index):
         b.store(reduction_start(ir, step.kind, acc_dtype), acc)
 
         def inner(reduced):
-            at = _dot(ir, b, index + reduced, [strides[d] for d in kept] +
-                      [strides[d] for d in step.axes])
+            at = strided_offset(ir, b, index + reduced, [strides[d] for d in kept] +
+                                [strides[d] for d in step.axes])
             x = convert(ir, b, load(ir, b, src, at, x_dtype, "x"), x_dtype, acc_dtype)
             b.store(reduction_step(ir, b, step.kind, b.load(acc), x, acc_dtype), acc)
         _nested(ir, b, [shape[d] for d in step.axes], inner, "r")
         value = convert(ir, b, b.load(acc), acc_dtype, out_dtype)
-        store(ir, b, dst, _dot(ir, b, index, kept_strides), value, out_dtype)
+        store(ir, b, dst, strided_offset(ir, b, index, kept_strides), value, out_dtype)
     _nested(ir, b, [shape[d] for d in kept], outer, "k")
 
 

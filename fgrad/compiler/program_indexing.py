@@ -41,7 +41,14 @@ import math
 import numpy as np
 
 from fgrad.compiler import complex_ir
-from fgrad.compiler.kernel_ir import copy_dtype, counted, storage_type
+from fgrad.compiler.kernel_ir import (
+    broadcast_strides,
+    contiguous_strides,
+    copy_dtype,
+    counted,
+    storage_type,
+    strided_offset,
+)
 from fgrad.compiler.native_steps import NativeStep, call_out_if, new_flag, raise_flag
 from fgrad.core.graph import Literal
 from fgrad.primitives.indexing import getitem_p, scatter_add_p, set_p
@@ -177,7 +184,7 @@ class _Indexed(NativeStep):
         m, last = math.prod(shape), self.axes[-1]
         whole = [d for d in range(last) if d not in self.axes]
         adjacent = self.axes == tuple(range(self.axes[0], last + 1))
-        strides = [math.prod(self.full[d + 1:]) for d in range(len(self.full))]
+        strides = contiguous_strides(self.full)
         flag = new_flag(ir, b, alloca)
 
         def const(n):
@@ -231,19 +238,17 @@ class _Indexed(NativeStep):
 def _read_at(ir, b, j, own, shape):
     """Where element ``j`` (i64) of ``shape`` is in an index array of shape
     ``own`` broadcast to it: ``j`` itself when the shapes are one, else the
-    sum over its axes of (the axis's index) * (its stride, 0 where
-    broadcast)."""
-    own = (1,) * (len(shape) - len(own)) + tuple(own)
-    if own == tuple(shape):
+    offset of ``j``'s multi-index (each axis's index ``j // period % size``)
+    at the index array's broadcast strides."""
+    if (1,) * (len(shape) - len(own)) + tuple(own) == tuple(shape):
         return j
     i64 = ir.IntType(64)
-    at, period, stride = ir.Constant(i64, 0), 1, 1
-    for n, size in zip(reversed(own), reversed(shape)):
-        if n != 1:
-            axis_index = b.urem(b.udiv(j, ir.Constant(i64, period)), ir.Constant(i64, size))
-            at = b.add(at, b.mul(axis_index, ir.Constant(i64, stride)))
-        period, stride = period * size, stride * n
-    return at
+    strides = broadcast_strides(own, shape)[::-1]
+    index = (b.urem(b.udiv(j, ir.Constant(i64, period)), ir.Constant(i64, size))
+             if stride else None
+             for stride, period, size in zip(strides, contiguous_strides(shape)[::-1],
+                                             reversed(shape)))
+    return strided_offset(ir, b, index, strides)
 
 
 class Gather(_Indexed):

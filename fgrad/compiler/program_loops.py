@@ -27,7 +27,7 @@ import collections
 
 import numpy as np
 
-from fgrad.compiler.kernel_ir import convert, counted, load
+from fgrad.compiler.kernel_ir import contiguous_strides, convert, counted, load
 
 # the control-flow primitives (defined above the compiler, in fgrad.transforms),
 # known by name and family (the compiler sits below them)
@@ -210,11 +210,6 @@ def _nbytes(v):
     return int(np.prod(v.aval.shape, dtype=np.int64)) * np.dtype(v.aval.dtype).itemsize
 
 
-def _element_strides(shape):
-    """A C-contiguous array's strides, in elements."""
-    return [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
-
-
 def _memcpy(e, dst, src, nbytes, dst_at=None, src_at=None):
     """Copy ``nbytes`` from ``src`` to ``dst`` (values), each from byte
     ``*_at`` (an i64, or None: 0) of its memory."""
@@ -249,7 +244,7 @@ def _scan_ir(e, step):
             size = _nbytes(inner)
             if outer in step.sources:       # step `at` of a transpose of the source
                 source, axes = step.sources[outer]
-                strides = _element_strides(source.aval.shape)
+                strides = contiguous_strides(source.aval.shape)
                 e.copy(source, inner, [strides[a] for a in axes[1:]],
                        b.mul(at, ir.Constant(i64, strides[axes[0]])))
             else:
@@ -261,8 +256,8 @@ def _scan_ir(e, step):
                 continue
             if y in step.targets:           # row `at` of the ys, into their transpose
                 target, axes = step.targets[y]
-                strides = _element_strides(target.aval.shape)
-                e.copy(result, target, _element_strides(result.aval.shape),
+                strides = contiguous_strides(target.aval.shape)
+                e.copy(result, target, contiguous_strides(result.aval.shape),
                        out_strides=[strides[axes.index(a)] for a in range(1, len(axes))],
                        out_start=b.mul(at, ir.Constant(i64, strides[axes.index(0)])))
             else:
