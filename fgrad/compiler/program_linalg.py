@@ -224,6 +224,48 @@ def _note_failure(ir, b, info, flag):
     raise_flag(ir, b, flag, b.icmp_signed("!=", b.load(info), ir.Constant(ir.IntType(32), 0)))
 
 
+_F64 = np.dtype(np.float64)
+_I32 = np.dtype(np.int32)
+
+
+def _scratch(like, shape, dtype=_F64):
+    """A value of ``shape`` and ``dtype`` of the kind of aval ``like``: a
+    step's scratch, which the buffer plan places."""
+    return Var(type(like)(tuple(shape), np.dtype(dtype)))
+
+
+def _columns_in(ir, b, src, base, shape, dst, dtype, target=_F64):
+    """The C-ordered ``shape`` matrix at element ``base`` of ``src`` (of
+    ``dtype``) into ``dst`` in column-major order, as ``target`` values."""
+    rows, cols = (ir.Constant(ir.IntType(64), n) for n in shape)
+
+    def row(i):
+        def col(j):
+            x = b.load(_at(ir, b, src, b.add(base, b.add(b.mul(i, cols), j))))
+            b.store(convert(ir, b, x, dtype, target), _at(ir, b, dst, b.add(b.mul(j, rows), i)))
+        counted(ir, b, cols, col, "cin.j")
+    counted(ir, b, rows, row, "cin.i")
+
+
+def _columns_out(ir, b, src, ld, dst, base, shape, dtype, source=_F64, upper=False):
+    """The column-major matrix ``src`` of ``source`` values (leading
+    dimension ``ld``) into the C-ordered ``shape`` matrix at element ``base``
+    of ``dst``, rounded to ``dtype``; below the diagonal zeros where ``upper``."""
+    i64 = ir.IntType(64)
+    rows, cols = (ir.Constant(i64, n) for n in shape)
+    zero = ir.Constant(storage_type(ir, dtype), 0.0)
+
+    def row(i):
+        def col(j):
+            x = convert(ir, b, b.load(_at(ir, b, src, b.add(b.mul(j, ir.Constant(i64, ld)), i))),
+                        source, dtype)
+            if upper:
+                x = b.select(b.icmp_signed("<", j, i), zero, x)
+            b.store(x, _at(ir, b, dst, b.add(base, b.add(b.mul(i, cols), j))))
+        counted(ir, b, cols, col, "cout.j")
+    counted(ir, b, rows, row, "cout.i")
+
+
 # ---------------------------------------------------------------------------
 # The steps
 # ---------------------------------------------------------------------------
@@ -280,21 +322,6 @@ class LUSolve(NativeStep):
         info = alloca(i32)
         factors, pivots, src, dst = pointer(lu), pointer(piv), pointer(rhs), pointer(x)
         cols = pointer(self.scratch[0]) if self.scratch else dst
-        c_n, c_k = ir.Constant(i64, n), ir.Constant(i64, k)
-
-        def transposed(frm, to, base, back):
-            # element (i, j) of the C-ordered n x k block at ``base``, and
-            # of the column-major one in ``cols``
-            def row(i):
-                def col(j):
-                    c_order = _at(ir, b, frm if not back else to,
-                                  b.add(base, b.add(b.mul(i, c_k), j)))
-                    column = _at(ir, b, cols, b.add(b.mul(j, c_n), i))
-                    source, target = (column, c_order) if back else (c_order, column)
-                    b.store(b.load(source), target)
-                counted(ir, b, c_k, col, "rs.j")
-            counted(ir, b, c_n, row, "rs.i")
-
         if not self.scratch:
             counted(ir, b, ir.Constant(i64, count * n),
                     lambda i: b.store(b.load(_at(ir, b, src, i)), _at(ir, b, dst, i)),
@@ -303,12 +330,12 @@ class LUSolve(NativeStep):
         def matrix(m):
             base = _offset(ir, b, m, n * k)
             if self.scratch:
-                transposed(src, None, base, back=False)
+                _columns_in(ir, b, src, base, (n, k), cols, dtype, dtype)
             b.call(getrs, [trans, size, columns, _at(ir, b, factors, _offset(ir, b, m, n * n)),
                            size, _at(ir, b, pivots, _offset(ir, b, m, n)),
                            cols if self.scratch else _at(ir, b, dst, base), size, info])
             if self.scratch:
-                transposed(None, dst, base, back=True)
+                _columns_out(ir, b, cols, n, dst, base, (n, k), dtype, dtype)
         counted(ir, b, ir.Constant(i64, count), matrix, "rs.matrix")
 
 
@@ -430,11 +457,7 @@ class Determinant(NativeStep):
         log, exp = (_libm(ir, b, name, typ) for name in ("log", "exp"))
 
         def matrix(m):
-            base = _offset(ir, b, m, n * n)
-            counted(ir, b, c_n, lambda i: counted(ir, b, c_n, lambda j: b.store(
-                convert(ir, b, b.load(_at(ir, b, src, b.add(base, b.add(b.mul(i, c_n), j)))),
-                        a.aval.dtype, dtype),
-                _at(ir, b, cols, b.add(b.mul(j, c_n), i))), "dt.j"), "dt.i")
+            _columns_in(ir, b, src, _offset(ir, b, m, n * n), (n, n), cols, a.aval.dtype)
             b.call(getrf, [size, size, cols, size, pivots, info])
             b.store(one, sign)
             b.store(zero, logdet)
@@ -471,9 +494,7 @@ def _determinant(eqn, index):
     if not _float_matrix(a.aval) or any(v.aval.dtype != a.aval.dtype for v in eqn.outvars):
         return None
     n = a.aval.shape[-1]
-    work = Var(type(a.aval)((n, n), np.dtype(np.float64)))
-    piv = Var(type(a.aval)((n,), np.dtype(np.int32)))
-    return Determinant(index, eqn, [work, piv])
+    return Determinant(index, eqn, [_scratch(a.aval, (n, n)), _scratch(a.aval, (n,), _I32)])
 
 
 def _lapack_sized(aval):
@@ -493,9 +514,9 @@ def _lu_factor(eqn, index):
     if _lapack_sized(a.aval):
         return LUFactor(index, eqn)
     n, count = a.aval.shape[-1], math.prod(a.aval.shape[:-2])
-    return LanesFactor(index, eqn, [Var(type(a.aval)((n * n * lanes(a.aval.dtype),),
-                                                     a.aval.dtype)),
-                                    Var(type(a.aval)((count,), _I32))])
+    return LanesFactor(index, eqn, [_scratch(a.aval, (n * n * lanes(a.aval.dtype),),
+                                             a.aval.dtype),
+                                    _scratch(a.aval, (count,), _I32)])
 
 
 def _lu_solve(eqn, index):
@@ -516,7 +537,7 @@ def _lu_solve(eqn, index):
     # column-major order, ``getrs``, and back; more, the LU kernels' loops
     if math.prod(x.aval.shape[:-2]) * n * n * k >= BLAS_THREADED_WORK:
         return LanesSolve(index, eqn)
-    return LUSolve(index, eqn, [Var(type(x.aval)((n, k), x.aval.dtype))])
+    return LUSolve(index, eqn, [_scratch(x.aval, (n, k), x.aval.dtype)])
 
 
 def _cholesky(eqn, index):
@@ -545,46 +566,6 @@ _STEPS = {solve_factors_p: _lu_factor, factored_solve_p: _lu_solve, cholesky_p: 
 # converge) runs the equation again by NumPy's code, which raises NumPy's
 # LinAlgError.
 
-_F64 = np.dtype(np.float64)
-_I32 = np.dtype(np.int32)
-
-
-def _columns_in(ir, b, src, base, shape, dst, dtype):
-    """The C-ordered ``shape`` matrix at element ``base`` of ``src`` (of
-    ``dtype``) into ``dst`` in column-major order, as float64."""
-    rows, cols = (ir.Constant(ir.IntType(64), n) for n in shape)
-
-    def row(i):
-        def col(j):
-            x = b.load(_at(ir, b, src, b.add(base, b.add(b.mul(i, cols), j))))
-            b.store(convert(ir, b, x, dtype, _F64), _at(ir, b, dst, b.add(b.mul(j, rows), i)))
-        counted(ir, b, cols, col, "cin.j")
-    counted(ir, b, rows, row, "cin.i")
-
-
-def _columns_out(ir, b, src, ld, dst, base, shape, dtype, upper=False):
-    """The column-major float64 matrix ``src`` (leading dimension ``ld``)
-    into the C-ordered ``shape`` matrix at element ``base`` of ``dst``,
-    rounded to ``dtype``; below the diagonal zeros where ``upper``."""
-    i64 = ir.IntType(64)
-    rows, cols = (ir.Constant(i64, n) for n in shape)
-    zero = ir.Constant(storage_type(ir, dtype), 0.0)
-
-    def row(i):
-        def col(j):
-            x = convert(ir, b, b.load(_at(ir, b, src, b.add(b.mul(j, ir.Constant(i64, ld)), i))),
-                        _F64, dtype)
-            if upper:
-                x = b.select(b.icmp_signed("<", j, i), zero, x)
-            b.store(x, _at(ir, b, dst, b.add(base, b.add(b.mul(i, cols), j))))
-        counted(ir, b, cols, col, "cout.j")
-    counted(ir, b, rows, row, "cout.i")
-
-
-def _scratch(like, shape, dtype=_F64):
-    return Var(type(like)(tuple(shape), np.dtype(dtype)))
-
-
 def _workspace(name, arguments, *sizes):
     """The workspace sizes LAPACK's ``name`` asks for: ``arguments`` with
     ``"work"`` and ``"iwork"`` (queried, their lengths -1) and ``"info"`` in
@@ -599,10 +580,37 @@ def _workspace(name, arguments, *sizes):
     return max(int(work[0]), 1, *sizes), max(iwork[0], 1)
 
 
+class _Fortran:
+    """What the IR of a LAPACK call needs where a `_Lapack` step writes it:
+    builder ``b``, values' data (``pointer``), the routines (`routine`) and
+    the constant cells of Fortran's arguments (`int`, `char`), which it
+    takes by reference; ``slots``: the step's own stack slots
+    (`_Lapack.slots`)."""
+
+    def __init__(self, ir, b, pointer, table, slots):
+        self.ir, self.b, self.pointer, self.table, self.slots = ir, b, pointer, table, slots
+
+    def int(self, value):
+        return constant_cell(self.ir, self.b, self.ir.IntType(32), value)
+
+    def char(self, c):
+        return constant_cell(self.ir, self.b, self.ir.IntType(8), ord(c))
+
+    def routine(self, name, pattern):
+        """The float64 routine ``name`` (``"gesv"``) of arguments ``pattern``,
+        pointers each: ``"c"`` a character, ``"i"`` an integer, ``"f"`` a float64."""
+        ir = self.ir
+        kinds = {"c": ir.IntType(8), "i": ir.IntType(32), "f": ir.DoubleType()}
+        return _routine(ir, self.b, self.table, name, _F64,
+                        [kinds[k].as_pointer() for k in pattern])
+
+
 class _Lapack(NativeStep):
     """A LAPACK call on each matrix of a stack, on float64 scratch copies
     (`_columns_in`), the results copied out (`_columns_out`); ``work`` and
-    ``iwork`` the workspace lengths queried."""
+    ``iwork`` the workspace lengths queried. A step writes its call
+    (``call(f, info)``, ``f`` a `_Fortran`) and the copies of its results
+    (``results(f, m)``, ``m`` the matrix's index)."""
 
     calls_blas = True
 
@@ -610,33 +618,28 @@ class _Lapack(NativeStep):
         super().__init__(index, eqn, scratch)
         self.work, self.iwork = work, iwork
 
+    def slots(self, ir, alloca):
+        """Stack slots of the step's own, besides ``info`` (made by ``alloca``)."""
+        return ()
+
     def emit(self, ir, b, pointer, table, call_out, alloca):
+        f = _Fortran(ir, b, pointer, table, self.slots(ir, alloca))
         (a,) = self.eqn.invars
         count, size = math.prod(a.aval.shape[:-2]), math.prod(a.aval.shape[-2:])
         i32, i64 = ir.IntType(32), ir.IntType(64)
         info, flag = alloca(i32), new_flag(ir, b, alloca)
-        self.cell = lambda value: constant_cell(ir, b, i32, value)
-        self.char = lambda c: constant_cell(ir, b, ir.IntType(8), ord(c))
-        self.routine = lambda name, arguments: _routine(ir, b, table, name, _F64, arguments)
         src = pointer(a)
 
         def matrix(m):
             _columns_in(ir, b, src, _offset(ir, b, m, size), a.aval.shape[-2:],
                         pointer(self.scratch[0]), a.aval.dtype)
-            self.call(ir, b, pointer, info)
+            self.call(f, info)
             if self.fallback:
                 _note_failure(ir, b, info, flag)
-            self.results(ir, b, pointer, m)
+            self.results(f, m)
         counted(ir, b, ir.Constant(i64, count), matrix, f"{type(self).__name__}.matrix")
         if self.fallback:
             call_out_if(ir, b, flag, call_out)
-
-    @staticmethod
-    def types(ir, pattern):
-        """IR pointer types of a routine's arguments: ``"c"`` a character,
-        ``"i"`` an integer, ``"f"`` a float64."""
-        kinds = {"c": ir.IntType(8), "i": ir.IntType(32), "f": ir.DoubleType()}
-        return [kinds[k].as_pointer() for k in pattern]
 
 
 class Inverse(_Lapack):
@@ -644,10 +647,10 @@ class Inverse(_Lapack):
 
     fallback = True
 
-    def call(self, ir, b, pointer, info):
-        (a,) = self.eqn.invars
-        n = a.aval.shape[-1]
-        cols, x, piv = (pointer(v) for v in self.scratch)
+    def call(self, f, info):
+        ir, b = f.ir, f.b
+        n = self.eqn.invars[0].aval.shape[-1]
+        cols, x, piv = (f.pointer(v) for v in self.scratch)
         i64, c_n = ir.IntType(64), ir.Constant(ir.IntType(64), n)
 
         def row(i):
@@ -655,15 +658,14 @@ class Inverse(_Lapack):
                 b.uitofp(b.icmp_signed("==", i, j), ir.DoubleType()),
                 _at(ir, b, x, b.add(b.mul(i, c_n), j))), "id.j")
         counted(ir, b, ir.Constant(i64, n), row, "id.i")
-        gesv = self.routine("gesv", self.types(ir, "iifiifii"))
-        b.call(gesv, [self.cell(n), self.cell(n), cols, self.cell(n), piv, x, self.cell(n),
-                      info])
+        gesv = f.routine("gesv", "iifiifii")
+        b.call(gesv, [f.int(n), f.int(n), cols, f.int(n), piv, x, f.int(n), info])
 
-    def results(self, ir, b, pointer, m):
+    def results(self, f, m):
         (out,) = self.eqn.outvars
         n = out.aval.shape[-1]
-        _columns_out(ir, b, pointer(self.scratch[1]), n, pointer(out),
-                     _offset(ir, b, m, n * n), (n, n), out.aval.dtype)
+        _columns_out(f.ir, f.b, f.pointer(self.scratch[1]), n, f.pointer(out),
+                     _offset(f.ir, f.b, m, n * n), (n, n), out.aval.dtype)
 
 
 class Eigh(_Lapack):
@@ -671,49 +673,48 @@ class Eigh(_Lapack):
 
     fallback = True
 
-    def call(self, ir, b, pointer, info):
+    def call(self, f, info):
         n = self.eqn.invars[0].aval.shape[-1]
-        cols, w, work, iwork = (pointer(v) for v in self.scratch)
-        syevd = self.routine("syevd", self.types(ir, "ccififfiiii"))
-        b.call(syevd, [self.char("V"), self.char("L"), self.cell(n), cols, self.cell(n), w,
-                       work, self.cell(self.work), iwork, self.cell(self.iwork), info])
+        cols, w, work, iwork = (f.pointer(v) for v in self.scratch)
+        syevd = f.routine("syevd", "ccififfiiii")
+        f.b.call(syevd, [f.char("V"), f.char("L"), f.int(n), cols, f.int(n), w,
+                         work, f.int(self.work), iwork, f.int(self.iwork), info])
 
-    def results(self, ir, b, pointer, m):
+    def results(self, f, m):
         w, v = self.eqn.outvars
         n = v.aval.shape[-1]
-        _columns_out(ir, b, pointer(self.scratch[1]), 1, pointer(w), _offset(ir, b, m, n),
-                     (1, n), w.aval.dtype)
-        _columns_out(ir, b, pointer(self.scratch[0]), n, pointer(v), _offset(ir, b, m, n * n),
-                     (n, n), v.aval.dtype)
+        _columns_out(f.ir, f.b, f.pointer(self.scratch[1]), 1, f.pointer(w),
+                     _offset(f.ir, f.b, m, n), (1, n), w.aval.dtype)
+        _columns_out(f.ir, f.b, f.pointer(self.scratch[0]), n, f.pointer(v),
+                     _offset(f.ir, f.b, m, n * n), (n, n), v.aval.dtype)
 
 
 class QR(_Lapack):
     """``qr`` (reduced): ``geqrf``, ``r`` its upper triangle, then ``orgqr``
-    in place for ``q``."""
+    in place for ``q`` (its ``info`` a slot of its own, unread: only
+    ``geqrf`` can fail)."""
 
-    def call(self, ir, b, pointer, info):
+    def slots(self, ir, alloca):
+        return (alloca(ir.IntType(32)),)
+
+    def call(self, f, info):
         m, n = self.eqn.invars[0].aval.shape[-2:]
-        cols, tau, work = (pointer(v) for v in self.scratch)
-        geqrf = self.routine("geqrf", self.types(ir, "iififfii"))
-        b.call(geqrf, [self.cell(m), self.cell(n), cols, self.cell(m), tau, work,
-                       self.cell(self.work), info])
+        cols, tau, work = (f.pointer(v) for v in self.scratch)
+        geqrf = f.routine("geqrf", "iififfii")
+        f.b.call(geqrf, [f.int(m), f.int(n), cols, f.int(m), tau, work, f.int(self.work), info])
 
-    def results(self, ir, b, pointer, index):
+    def results(self, f, index):
         (m, n), (q, r) = self.eqn.invars[0].aval.shape[-2:], self.eqn.outvars
         k = min(m, n)
-        cols, tau, work = (pointer(v) for v in self.scratch)
-        _columns_out(ir, b, cols, m, pointer(r), _offset(ir, b, index, k * n), (k, n),
-                     r.aval.dtype, upper=True)
-        orgqr = self.routine("orgqr", self.types(ir, "iiififfii"))
-        info = self.scratch_info
-        b.call(orgqr, [self.cell(m), self.cell(k), self.cell(k), cols, self.cell(m), tau, work,
-                       self.cell(self.work), info])
-        _columns_out(ir, b, cols, m, pointer(q), _offset(ir, b, index, m * k), (m, k),
-                     q.aval.dtype)
-
-    def emit(self, ir, b, pointer, table, call_out, alloca):
-        self.scratch_info = alloca(ir.IntType(32))
-        super().emit(ir, b, pointer, table, call_out, alloca)
+        cols, tau, work = (f.pointer(v) for v in self.scratch)
+        _columns_out(f.ir, f.b, cols, m, f.pointer(r), _offset(f.ir, f.b, index, k * n),
+                     (k, n), r.aval.dtype, upper=True)
+        orgqr = f.routine("orgqr", "iiififfii")
+        (info,) = f.slots
+        f.b.call(orgqr, [f.int(m), f.int(k), f.int(k), cols, f.int(m), tau, work,
+                         f.int(self.work), info])
+        _columns_out(f.ir, f.b, cols, m, f.pointer(q), _offset(f.ir, f.b, index, m * k),
+                     (m, k), q.aval.dtype)
 
 
 class SVD(_Lapack):
@@ -721,25 +722,26 @@ class SVD(_Lapack):
 
     fallback = True
 
-    def call(self, ir, b, pointer, info):
+    def call(self, f, info):
         (m, n), (u, _, vh) = self.eqn.invars[0].aval.shape[-2:], self.eqn.outvars
-        cols, s, u_cols, vt, work, iwork = (pointer(v) for v in self.scratch)
-        gesdd = self.routine("gesdd", self.types(ir, "ciififfififiii"))
+        cols, s, u_cols, vt, work, iwork = (f.pointer(v) for v in self.scratch)
+        gesdd = f.routine("gesdd", "ciififfififiii")
         full = self.eqn.params["full_matrices"]
-        b.call(gesdd, [self.char("A" if full else "S"), self.cell(m), self.cell(n), cols,
-                       self.cell(m), s, u_cols, self.cell(m), vt,
-                       self.cell(vh.aval.shape[-2]), work, self.cell(self.work), iwork, info])
+        f.b.call(gesdd, [f.char("A" if full else "S"), f.int(m), f.int(n), cols,
+                         f.int(m), s, u_cols, f.int(m), vt,
+                         f.int(vh.aval.shape[-2]), work, f.int(self.work), iwork, info])
 
-    def results(self, ir, b, pointer, index):
+    def results(self, f, index):
         u, s, vh = self.eqn.outvars
         m, n = self.eqn.invars[0].aval.shape[-2:]
         k, mu, nv = min(m, n), u.aval.shape[-1], vh.aval.shape[-2]
-        _, s_cols, u_cols, vt = (pointer(v) for v in self.scratch[:4])
-        _columns_out(ir, b, u_cols, m, pointer(u), _offset(ir, b, index, m * mu), (m, mu),
+        _, s_cols, u_cols, vt = (f.pointer(v) for v in self.scratch[:4])
+        ir, b = f.ir, f.b
+        _columns_out(ir, b, u_cols, m, f.pointer(u), _offset(ir, b, index, m * mu), (m, mu),
                      u.aval.dtype)
-        _columns_out(ir, b, s_cols, 1, pointer(s), _offset(ir, b, index, k), (1, k),
+        _columns_out(ir, b, s_cols, 1, f.pointer(s), _offset(ir, b, index, k), (1, k),
                      s.aval.dtype)
-        _columns_out(ir, b, vt, nv, pointer(vh), _offset(ir, b, index, nv * n), (nv, n),
+        _columns_out(ir, b, vt, nv, f.pointer(vh), _offset(ir, b, index, nv * n), (nv, n),
                      vh.aval.dtype)
 
 
