@@ -26,12 +26,12 @@ import os
 
 import numpy as np
 
-# the dtypes gemm multiplies (`gemm_index`: its entry in the table)
-GEMM_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
-COMPLEX_GEMMS = {np.dtype(np.complex128): "zgemm", np.dtype(np.complex64): "cgemm"}
-GEMM_DTYPES += tuple(COMPLEX_GEMMS)
 # the Fortran type prefix of each dtype the routines below take
 PREFIXES = {np.dtype(np.float64): "d", np.dtype(np.float32): "s"}
+# and of the complex ones, which gemm alone takes
+COMPLEX_PREFIXES = {np.dtype(np.complex128): "z", np.dtype(np.complex64): "c"}
+# the dtypes gemm multiplies
+GEMM_DTYPES = tuple(PREFIXES) + tuple(COMPLEX_PREFIXES)
 # every routine in the table, in its order: (module, name)
 ROUTINES = (("blas", "dgemm"), ("blas", "sgemm"),
             ("lapack", "dgetrf"), ("lapack", "sgetrf"),
@@ -41,7 +41,7 @@ ROUTINES = (("blas", "dgemm"), ("blas", "sgemm"),
             # inverse, eigenvectors and factors in float64 too
             ("lapack", "dgesv"), ("lapack", "dsyevd"), ("lapack", "dgeqrf"),
             ("lapack", "dorgqr"), ("lapack", "dgesdd"))
-ROUTINES += tuple(("blas", name) for name in COMPLEX_GEMMS.values())
+ROUTINES += tuple(("blas", prefix + "gemm") for prefix in COMPLEX_PREFIXES.values())
 # the largest size Fortran's (32-bit) integers pass
 MAX_BLAS_INT = 2 ** 31 - 1
 # OpenBLAS runs a call on its threads only above about this many
@@ -53,29 +53,22 @@ _log = logging.getLogger("fgrad.jit")
 
 def routine_index(name, dtype):
     """The position in `gemm_table` of routine ``name`` (``"getrf"``) for
-    ``dtype`` (a key of `PREFIXES`).
+    ``dtype`` (a key of `PREFIXES`, or of `COMPLEX_PREFIXES` for ``"gemm"``).
 
     >>> routine_index("gemm", np.float32), routine_index("getrf", np.float64)
     (1, 2)
-    """
-    return [n for _, n in ROUTINES].index(PREFIXES[np.dtype(dtype)] + name)
-
-
-def gemm_index(dtype):
-    """The position in `gemm_table` of gemm for ``dtype`` (one of `GEMM_DTYPES`).
-
-    >>> gemm_index(np.float64), ROUTINES[gemm_index(np.complex64)]
-    (0, ('blas', 'cgemm'))
+    >>> ROUTINES[routine_index("gemm", np.complex64)]
+    ('blas', 'cgemm')
     """
     dtype = np.dtype(dtype)
-    name = COMPLEX_GEMMS[dtype] if dtype in COMPLEX_GEMMS else PREFIXES[dtype] + "gemm"
-    return [n for _, n in ROUTINES].index(name)
+    prefix = PREFIXES[dtype] if dtype in PREFIXES else COMPLEX_PREFIXES[dtype]
+    return [n for _, n in ROUTINES].index(prefix + name)
 
 
 @functools.lru_cache(maxsize=1)
 def gemm_table():
     """A read-only ``uint64`` array of the addresses of SciPy's `ROUTINES`
-    (in order: `gemm_index` and `routine_index` find them),
+    (in order: `routine_index` finds them),
     or None without SciPy's Cython BLAS and LAPACK.
 
     >>> table = gemm_table()

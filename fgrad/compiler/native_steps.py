@@ -41,15 +41,17 @@ class NativeStep:
         raise NotImplementedError
 
 
-def constant_cell(ir, b, typ, value):
+def constant_cell(ir, b, typ, value, initializer=None):
     """A constant global of IR type ``typ`` holding ``value``: what a Fortran
-    argument (passed by reference) points at."""
+    argument (passed by reference) points at. ``initializer``: the IR
+    constant of ``value`` where it is not ``ir.Constant(typ, value)`` (a
+    complex number's, `fgrad.compiler.kernel_ir.constant`)."""
     name = f"cell_{typ}_{value}".replace(".", "_").replace("-", "m")
     module = b.module
     if name not in module.globals:
         slot = ir.GlobalVariable(module, typ, name)
-        slot.initializer, slot.global_constant = ir.Constant(typ, value), True
-        slot.linkage = "internal"
+        slot.initializer = ir.Constant(typ, value) if initializer is None else initializer
+        slot.global_constant, slot.linkage = True, "internal"
     return module.globals[name]
 
 

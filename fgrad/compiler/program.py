@@ -71,8 +71,8 @@ from fgrad.compiler.blas import (
     GEMM_DTYPES,
     MAX_BLAS_INT,
     ROUTINES,
-    gemm_index,
     gemm_table,
+    routine_index,
 )
 from fgrad.compiler.blas import provider as blas_provider
 from fgrad.compiler.buffer_plan import Step, plan_buffers
@@ -108,7 +108,7 @@ from fgrad.compiler.kernel_ir import (
 from fgrad.compiler.native import array_data_offset, compile_ir
 from fgrad.compiler.native import available as native_available
 from fgrad.compiler.native import say_unavailable
-from fgrad.compiler.native_steps import NativeStep
+from fgrad.compiler.native_steps import NativeStep, constant_cell
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program_checks import check_step
 from fgrad.compiler.program_indexing import indexing_step
@@ -1132,26 +1132,17 @@ def _gemm_ir(ir, b, step, table, a, b_, c):
     iptr, fptr, cptr = i32.as_pointer(), item.as_pointer(), i8.as_pointer()
     gemm_type = ir.FunctionType(ir.VoidType(), [cptr, cptr, iptr, iptr, iptr, fptr, fptr,
                                                 iptr, fptr, iptr, fptr, fptr, iptr])
-    address = b.load(b.gep(table, [ir.Constant(i64, gemm_index(dtype))]))
+    address = b.load(b.gep(table, [ir.Constant(i64, routine_index("gemm", dtype))]))
     gemm = b.inttoptr(address, gemm_type.as_pointer())
 
-    def cell(typ, value, of=None):
-        # Fortran takes every argument by reference: a constant global each
-        # (``of``: the dtype of a number, complex ones included)
-        name = f"blas_{typ}_{value}".replace(".", "_").replace("-", "m")
-        if name not in b.module.globals:
-            slot = ir.GlobalVariable(b.module, typ, name)
-            slot.initializer = ir.Constant(typ, value) if of is None \
-                else constant(ir, value, of)
-            slot.global_constant, slot.linkage = True, "internal"
-        return b.module.globals[name]
-    no, yes = cell(i8, ord("N")), cell(i8, ord("T"))
-    m, n, k = cell(i32, step.m), cell(i32, step.n), cell(i32, step.k)
-    one, zero = cell(item, 1.0, dtype), cell(item, 0.0, dtype)
+    # Fortran takes every argument by reference: a constant global each
+    no, yes = (constant_cell(ir, b, i8, ord(c)) for c in "NT")
+    m, n, k = (constant_cell(ir, b, i32, x) for x in (step.m, step.n, step.k))
+    one, zero = (constant_cell(ir, b, item, x, constant(ir, x, dtype)) for x in (1.0, 0.0))
     mn = step.m * step.n
     # a transposed operand's storage, read column-major, is the operand
     # itself: gemm transposes it back ("T"), its rows as long as before
-    flag_a, ld_a = (yes, cell(i32, step.m)) if "a" in step.transposed else (no, k)
+    flag_a, ld_a = (yes, m) if "a" in step.transposed else (no, k)
     flag_b, ld_b = (yes, k) if "b" in step.transposed else (no, n)
 
     def call(index):
