@@ -411,7 +411,7 @@ _INTEGER_OPERATIONS = {
 }
 
 
-def kernel_ir(spec, name, object_offset=None):
+def kernel_ir(spec, name, object_offset):
     """The LLVM IR text of ``spec`` (a `KernelSpec`) as function ``name``:
     ``void name(i64 n, in0, len0, in1, len1, ..., outputs, results)`` where
     each input is a pointer to its first element and its length, the
@@ -458,9 +458,8 @@ def define_kernel(ir, module, spec, name, object_offset=None):
         arg.name = arg_name
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     if object_offset is not None:
-        offset = ir.Constant(i64, object_offset)
-        args = [arg if not isinstance(want, ir.PointerType) else b.load(
-                    b.bitcast(b.gep(arg, [offset]), want.as_pointer()), name=f"{arg.name}.data")
+        args = [arg if not isinstance(want, ir.PointerType) else data_pointer(
+                    ir, b, arg, want.pointee, object_offset, f"{arg.name}.data")
                 for arg, want in zip(args, params)]
     n = args[0]
     in_ptrs = args[1:1 + 2 * len(spec.inputs):2]
@@ -672,6 +671,18 @@ def counted(ir, b, count, body, name, start=None):
     b.position_at_end(after)
 
 
+def data_pointer(ir, b, obj, element, object_offset, name=""):
+    """The data of the array argument ``obj`` (an i8*) as a pointer to
+    ``element`` (an IR type): the NumPy array object's data pointer, read at
+    byte ``object_offset`` (`fgrad.compiler.native.array_data_offset`), or,
+    with ``object_offset`` None, ``obj`` itself (a pointer to the data: a
+    compiled program's functions take those); ``name`` names the value read."""
+    if object_offset is None:
+        return b.bitcast(obj, element.as_pointer())
+    at = b.gep(obj, [ir.Constant(ir.IntType(64), object_offset)])
+    return b.load(b.bitcast(at, element.as_pointer().as_pointer()), name=name)
+
+
 def array_function(ir, name, dtype, ints, arrays, object_offset):
     """The module and entry builder of ``void name(i64 *ints, *arrays)``, for
     loops written by hand: each of ``arrays`` is a NumPy array object of
@@ -693,9 +704,7 @@ def array_function(ir, name, dtype, ints, arrays, object_offset):
     for arg, arg_name in zip(fn.args, tuple(ints) + tuple(arrays)):
         arg.name = arg_name
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    offset = ir.Constant(i64, object_offset)
-    data = {arg_name: b.load(b.bitcast(b.gep(obj, [offset]), item.as_pointer().as_pointer()),
-                             name=f"{arg_name}.data")
+    data = {arg_name: data_pointer(ir, b, obj, item, object_offset, f"{arg_name}.data")
             for arg_name, obj in zip(arrays, fn.args[len(ints):])}
     return module, b, dict(zip(ints, fn.args)), data, item
 

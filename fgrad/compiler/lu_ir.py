@@ -22,7 +22,7 @@ neighbours.
 """
 import numpy as np
 
-from fgrad.compiler.kernel_ir import counted
+from fgrad.compiler.kernel_ir import counted, data_pointer
 
 #: bytes of one SIMD register: the lanes are as many elements as fill it
 REGISTER_BYTES = 32
@@ -67,13 +67,7 @@ def factor_ir(dtype, object_offset, name="lu_factor", module=None):
     def const(value):
         return ir.Constant(i64, value)
 
-    def data(obj, element):
-        if object_offset is None:
-            return b.bitcast(obj, element.as_pointer())
-        field = b.bitcast(b.gep(obj, [const(object_offset)]), element.as_pointer().as_pointer())
-        return b.load(field)
-
-    a, lu, piv, info, work = (data(obj, t) for obj, t in
+    a, lu, piv, info, work = (data_pointer(ir, b, obj, t, object_offset) for obj, t in
                               zip(objects, (item, item, i32, i32, item)))
     # (llvmlite's declare_intrinsic names scalar overloads only)
     fabs_name = f"llvm.fabs.v{width}f{8 * np.dtype(dtype).itemsize}"
@@ -208,9 +202,7 @@ def getrf_loop_ir(dtype, object_offset, name="lu_getrf"):
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64] * 3 + [i8p] * 3), name)
     count, n, address, *objects = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    offset = ir.Constant(i64, object_offset)
-    lu, piv, info = (b.load(b.bitcast(b.gep(obj, [offset]), i8p.as_pointer()))
-                     for obj in objects)
+    lu, piv, info = (data_pointer(ir, b, obj, i8, object_offset) for obj in objects)
     getrf = b.inttoptr(address, ir.FunctionType(ir.VoidType(), [i32p, i32p, i8p, i32p,
                                                                 i32p, i32p]).as_pointer())
     size = b.alloca(i32)                # Fortran takes every argument by reference
@@ -310,11 +302,8 @@ def solve_ir(dtype, transpose, object_offset, name="lu_solve", module=None):
     count, n, k, lu_step, piv_step, b_step, *objects = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     s = _Scalars(ir, b, dtype)
-    lu_all, piv_all, b_all, x_all = (
-        b.bitcast(obj, t.as_pointer()) if object_offset is None else
-        b.load(b.bitcast(b.gep(obj, [ir.Constant(i64, object_offset)]),
-                         t.as_pointer().as_pointer()))
-        for obj, t in zip(objects, (s.item, i32, s.item, s.item)))
+    lu_all, piv_all, b_all, x_all = (data_pointer(ir, b, obj, t, object_offset)
+                                     for obj, t in zip(objects, (s.item, i32, s.item, s.item)))
     one = i64(1)
     parts = i64(s.parts)
 

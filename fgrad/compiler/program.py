@@ -96,6 +96,7 @@ from fgrad.compiler.kernel_ir import (
     convert,
     copy_dtype,
     counted,
+    data_pointer,
     define_kernel,
     load,
     reduction_start,
@@ -940,8 +941,7 @@ def program_ir(steps, places, n_in, n_out, n_const):
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p] * n_arrays + [i64]),
                      "program")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    offset = ir.Constant(i64, array_data_offset())
-    data = [b.load(b.bitcast(b.gep(obj, [offset]), i8p.as_pointer()))
+    data = [data_pointer(ir, b, obj, ir.IntType(8), array_data_offset())
             for obj in fn.args[:n_arrays]]
     bases = {"in": data[:n_in], "out": data[n_in:n_in + n_out], "arena": data[n_in + n_out],
              "const": data[n_in + n_out + 1:-1]}
