@@ -43,6 +43,7 @@ import numpy as np
 from fgrad.compiler import complex_ir
 from fgrad.compiler.kernel_ir import (
     broadcast_strides,
+    constant,
     contiguous_strides,
     copy_dtype,
     counted,
@@ -88,7 +89,7 @@ def indexing_step(eqn, index):
             or any(full[a] == 0 for a in where[0]):
         return None
     if eqn.prim is getitem_p:
-        return Gather(index, eqn, where, tuple(full))
+        return Gather(index, eqn, where, tuple(full), shape)
     if eqn.prim is set_p:
         values = eqn.invars[1]
         block = _indexed_shape(full, where[0], shape)
@@ -99,10 +100,10 @@ def indexing_step(eqn, index):
         if np.dtype(source.aval.dtype) != dtype or not fits or (
                 np.dtype(values.aval.dtype) != dtype and _exact_literal(values, dtype) is None):
             return None
-        return Set(index, eqn, where, tuple(full))
+        return Set(index, eqn, where, tuple(full), shape)
     if dtype not in _ADDABLE or np.dtype(source.aval.dtype) != dtype:
         return None
-    return ScatterAdd(index, eqn, where, tuple(full))
+    return ScatterAdd(index, eqn, where, tuple(full), shape)
 
 
 def _exact_literal(v, dtype):
@@ -162,13 +163,13 @@ class _Indexed(NativeStep):
     its axes ``where[0]`` (``where[1][k]``: the array of axis
     ``where[0][k]``), the other axes whole: blocks of the axes after the
     last indexed one, for each element of the arrays broadcast together
-    and each index of the whole axes before that one."""
+    (to ``shape``) and each index of the whole axes before that one."""
 
     fallback = True         # an index out of bounds: NumPy's IndexError
 
-    def __init__(self, index, eqn, where, full):
+    def __init__(self, index, eqn, where, full, shape):
         super().__init__(index, eqn)
-        (self.axes, self.order), self.full = where, full
+        (self.axes, self.order), self.full, self.shape = where, full, shape
         self.inner = math.prod(full[self.axes[-1] + 1:])
 
     def _loops(self, ir, b, pointer, body, call_out, alloca):
@@ -180,7 +181,7 @@ class _Indexed(NativeStep):
         i64 = ir.IntType(64)
         indices = self.eqn.invars[len(self.eqn.invars) - len(self.order):]
         starts = [pointer(idx) for idx in indices]
-        shape = np.broadcast_shapes(*[tuple(idx.aval.shape) for idx in indices])
+        shape = self.shape
         m, last = math.prod(shape), self.axes[-1]
         whole = [d for d in range(last) if d not in self.axes]
         adjacent = self.axes == tuple(range(self.axes[0], last + 1))
@@ -309,13 +310,9 @@ class Set(_Indexed):
         counted(ir, b, ir.Constant(i64, math.prod(self.full)),
                 lambda i: b.store(b.load(b.gep(src, [i])), b.gep(dst, [i])), "ix.copy")
         inner = self.inner
-        block = _indexed_shape(
-            self.full, self.axes, np.broadcast_shapes(
-                *[tuple(i.aval.shape) for i in self.eqn.invars[2:]]))
+        block = _indexed_shape(self.full, self.axes, self.shape)
         if np.dtype(values.aval.dtype) != dtype:
-            value = _exact_literal(values, dtype).reshape(1).view(bits)[0]
-            one = ir.Constant(storage_type(ir, bits), [value.real, value.imag]
-                              if bits.kind == "c" else int(value))
+            one = constant(ir, _exact_literal(values, dtype).reshape(1).view(bits)[0], bits)
 
             def read(at):
                 return one
