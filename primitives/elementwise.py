@@ -14,7 +14,7 @@ import numpy as np
 from fgrad.core.backend import array_module
 from fgrad.core.trace import Primitive, ShapedArray, Tracer, Zero, get_aval
 
-from fgrad.primitives.base import elementwise_abstract
+from fgrad.primitives.base import elementwise_abstract, result_dtype
 from fgrad.primitives.batching import broadcasting_batch_rule, unary_batch_rule
 
 FAMILY = "primitives/elementwise.py"
@@ -191,7 +191,12 @@ def _power_dx(x, y):
     # constant 1, as JAX's integer-exponent rule and autograd have it. The
     # exponent is what is switched, to 1, so that no inf remains for a second
     # derivative to multiply by zero; everywhere else it is exactly y - 1, and
-    # the mixed derivative keeps its 1 / x at y == 0.
+    # the mixed derivative keeps its 1 / x at y == 0. ``y`` is first cast to
+    # the power's dtype, as JAX's rule casts it: NumPy's promotion takes a
+    # Python number as x's dtype (float32 x ** 3 is float32) but not an
+    # array of one (float32 x ** an int64 array is float64), and the switched
+    # exponent is an array: uncast, float32 x ** 3 had float64 derivatives.
+    y = _cast(y, result_dtype(np.power, [get_aval(x), get_aval(y)]))
     both_zero = where(equal(x, 0), equal(y, 0), False)
     return y * power(x, where(both_zero, 1, y - 1))
 

@@ -33,3 +33,29 @@ def test_power_away_from_zero_keeps_its_mixed_derivative_at_a_zero_exponent():
     # d/dy (y x ** (y - 1)) = x ** (y - 1) (1 + y log x): 1 / x at y == 0
     h = fgrad.hessian(lambda x, y: x ** y, (0, 1))(2.0, 0.0)
     np.testing.assert_allclose(np.array(h, float), [[0.0, 0.5], [0.5, np.log(2.0) ** 2]])
+
+
+@pytest.mark.parametrize("y", [3, 2.5, -1, 0, np.float32(3.0)])
+def test_a_float32_power_by_a_python_number_differentiates_in_float32(y):
+    # NumPy keeps float32 x ** 3 in float32 (a Python number takes x's dtype),
+    # and so do its derivative and every step computing it, as in JAX
+    x = np.array([0.5, 2.0, 1.5], np.float32)
+
+    def f(x):
+        return fnp.sum(x ** y)
+    for d in (fgrad.grad(f), fgrad.jit(fgrad.grad(f)), fgrad.hessian(f),
+              fgrad.jit(fgrad.hessian(f)), lambda x: fgrad.jvp(f, (x,), (np.ones_like(x),))[1]):
+        assert np.asarray(d(x)).dtype == np.float32
+    for g in (fgrad.grad(f), fgrad.hessian(f)):
+        graph = fgrad.make_graph(g)(x)
+        assert {str(v.aval.dtype) for e in graph.eqns for v in e.outvars
+                if np.dtype(v.aval.dtype).kind == "f"} == {"float32"}, str(graph)
+    np.testing.assert_allclose(fgrad.grad(f)(x), y * x.astype(float) ** (y - 1), rtol=1e-6)
+
+
+def test_a_float32_power_by_an_int64_array_differentiates_in_float64_as_numpy_computes_it():
+    x, y = np.array([0.5, 2.0], np.float32), np.array([3, 2])
+    assert (x ** y).dtype == np.float64
+    graph = fgrad.make_graph(fgrad.grad(lambda x: fnp.sum(x ** y)))(x)
+    assert "float64" in {str(v.aval.dtype) for e in graph.eqns for v in e.outvars}
+    assert fgrad.grad(lambda x: fnp.sum(x ** y))(x).dtype == np.float32
