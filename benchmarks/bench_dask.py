@@ -226,7 +226,8 @@ def speed(repeats):
     print(f"\nThe task stream of {repeats} more calls per cluster (medians over the calls):\n")
     print("| loss | workers | chunk tasks per worker | compute per chunk | overlap | "
           "CPU / chunk time | page faults per chunk | before the first chunk | "
-          "after the last chunk | bytes between workers |\n|---|---|---|---|---|---|---|---|---|---|")
+          "after the last chunk | bytes between workers |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
     for (n, loss), f in streams.items():
         print(f"| {loss} | {n} | {f['per_worker']} | {f['per_chunk'] * 1e3:.1f} ms | "
               f"{f['overlap']:.2f} | {f['on_core']:.2f} | {f['faults']:.0f} | "

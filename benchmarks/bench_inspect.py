@@ -10,7 +10,7 @@ own sequential code, not a hand-written NumPy gradient.
 
 | name | graph |
 |---|---|
-| `branches` | grad of 4 independent branches, each 5 x (multiply, add, tanh) then a sum, on 10^6 elements |
+| `branches` | grad of 4 independent branches of 5 x (multiply, add, tanh), summed; 10^6 elements |
 | `matmuls` | grad of 4 independent chains of 3 matmuls of 1000x1000 with tanh between |
 | `tiny` | grad of a chain of 200 elementwise equations on 16 elements |
 """

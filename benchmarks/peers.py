@@ -79,7 +79,8 @@ def _load_autograd() -> Peer:
         autograd = importlib.import_module("autograd")
         anp = importlib.import_module("autograd.numpy")
     except ImportError as exc:
-        return Peer("autograd", reason=f"not installed, skipped ({_error_text(exc)}); {INSTALL_HINT}")
+        return Peer("autograd",
+                    reason=f"not installed, skipped ({_error_text(exc)}); {INSTALL_HINT}")
     return Peer("autograd", autograd, anp, version("autograd"), numpy_based=True)
 
 

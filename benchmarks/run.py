@@ -106,13 +106,15 @@ def measure(workload, lib: str, fn, floor_result, floor_time: Timing | None, pee
     except Exception as exc:  # noqa: BLE001 - one library failing must not stop the table
         warnings.append(f"{workload.name} / {lib}: {type(exc).__name__}: {exc}\n"
                         + "".join(traceback.format_exception(exc)[-3:]).rstrip())
-        return row(workload.name, lib, "-", "", "", "", "", "", f"error: {type(exc).__name__}"), None
+        return row(workload.name, lib, "-", "", "", "", "", "",
+                   f"error: {type(exc).__name__}"), None
     if workload.unchecked:
         note = f"unchecked: {workload.unchecked}"
     elif floor_result is not None:
         mismatch = compare(result, floor_result)
         if mismatch:
-            warnings.append(f"WARNING {workload.name} / {lib}: result differs from floor: {mismatch}")
+            warnings.append(f"WARNING {workload.name} / {lib}: result differs from floor: "
+                            f"{mismatch}")
             note = "MISMATCH vs floor"
     del result
 
@@ -177,11 +179,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="shorter timing loops and fewer repeats (whole run well under a minute)")
+                        help="shorter timing loops and fewer repeats "
+                             "(whole run well under a minute)")
     parser.add_argument("--only", metavar="NAME",
                         help="comma-separated workload names or prefixes")
     parser.add_argument("--libs", metavar="LIB",
-                        help=f"comma-separated libraries to run besides the floor ({', '.join(ORDER[1:])})")
+                        help="comma-separated libraries to run besides the floor "
+                             f"({', '.join(ORDER[1:])})")
     parser.add_argument("--list", action="store_true", help="list workloads and exit")
     parser.add_argument("--best", action="store_true",
                         help="report each row's fastest repeat instead of the median "
@@ -229,7 +233,8 @@ def main(argv=None) -> None:
         print(f"  {w.name:12} {w.description}")
     print()
     print("floor = hand-written NumPy gradient (row 'numpy'); 'vs floor' = time / floor time;")
-    print("spread = half the (max-min) range of the repeats; mem = tracemalloc peak during one call.")
+    print("spread = half the (max-min) range of the repeats; "
+          "mem = tracemalloc peak during one call.")
     print()
     print(row(*(title for title, _ in COLUMNS)))
     print(row(*("-" * max(width, len(title)) for title, width in COLUMNS)))

@@ -5,9 +5,10 @@ scikit-learn's bundled 8x8 digits (1797 images, no download). A two-layer
 convolutional network (conv 3x3 -> relu -> max-pool, twice, then dropout and a
 dense layer) is trained with Adam on `fgrad.value_and_grad` of a cross-entropy
 loss, with a progress bar showing the running loss; its random numbers (initial
-weights, batches, dropout masks) come from one `fgrad.random` key. At the end it prints the test accuracy,
-the time per training step of eager ``grad`` and of ``jit(grad)`` (where
-`fgrad.jit` exists), and writes the loss curve to a PNG.
+weights, batches, dropout masks) come from one `fgrad.random` key. At the end
+it prints the test accuracy, the time per training step of eager ``grad`` and
+of ``jit(grad)`` (where `fgrad.jit` exists), and writes the loss curve to a
+PNG.
 
 ``--quick`` (or ``--steps N``) makes a short run for CI.
 """

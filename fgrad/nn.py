@@ -3,9 +3,10 @@
 Everything here is a pure function of arrays: no layer objects, no hidden state.
 Randomness (dropout, initializers) comes from an explicit `fgrad.random` key
 (eagerly, a ``numpy.random.Generator`` or an integer seed too), and batch
-normalisation returns its updated statistics instead of storing them. Each function is either a primitive
-with its own fused rules (``primitives/nn.py``) or a composition of primitives,
-so every function here works under ``grad``, ``jvp`` and their compositions.
+normalisation returns its updated statistics instead of storing them. Each
+function is either a primitive with its own fused rules (``primitives/nn.py``)
+or a composition of primitives, so every function here works under ``grad``,
+``jvp`` and their compositions.
 
 >>> import numpy as np, fgrad
 >>> logits = np.array([[2.0, 0.5, -1.0]])

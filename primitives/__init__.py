@@ -14,7 +14,8 @@ here imports from a layer above the core; control-flow primitives, whose rules
 stage and transform whole graphs, live with the transformations
 (`fgrad.transforms.control_flow`).
 """
-from fgrad.primitives import creation, elementwise, indexing, products, reductions, shape  # noqa: F401
+from fgrad.primitives import creation, elementwise, indexing, products  # noqa: F401
+from fgrad.primitives import reductions, shape  # noqa: F401
 from fgrad.primitives import nn  # noqa: F401
 from fgrad.primitives import einsum, fft, linalg, special  # noqa: F401
 from fgrad.primitives import bessel, eig, float_steps, search  # noqa: F401

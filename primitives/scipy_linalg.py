@@ -148,7 +148,7 @@ def _lu_vjp(ct, ans, a, perm):
             + _upper(matmul(_upper(ct), transpose(up))))
     z = solve_triangular(low, ct_f, True, 1)                          # L^-T ct_f
     w = transpose(solve_triangular(up, transpose(z), False, 0))       # ... U^-T
-    return cast_like(getitem(w, argsort_p.bind(perm, axis=0, kind=None)), get_aval(a))          # P^T w
+    return cast_like(getitem(w, argsort_p.bind(perm, axis=0, kind=None)), get_aval(a))  # P^T w
 
 
 lu_factor_p.def_jvp(_lu_jvp, None)

@@ -6,8 +6,9 @@
 number of inputs it waits for and the equations that read its outputs. A call
 counts dependencies down as equations finish and hands each equation whose
 inputs all exist to a worker thread. All bookkeeping stays on the calling
-thread, so it needs no locks: workers only compute. NumPy and CuPy release the GIL inside large kernels, so independent
-matmuls, reductions and elementwise chains overlap.
+thread, so it needs no locks: workers only compute. NumPy and CuPy release the
+GIL inside large kernels, so independent matmuls, reductions and elementwise
+chains overlap.
 
 Equations on small arrays (under `PARALLEL_MIN_SIZE` elements) run on the
 calling thread, where a thread hop would cost more than the work; a graph with

@@ -668,11 +668,11 @@ class Tracer:
         raise NumpyFunctionError(
             f"a traced array ({self.aval}) cannot be converted to a NumPy array"
             f"{Tracer.where_called()}: that would drop its derivative silently. Use "
-            "fgrad.numpy functions on it (import fgrad.numpy as fnp), or fgrad.stop_gradient(x) and "
-            "then convert if you mean to treat it as a constant. Writing it into a "
-            "NumPy array (out[i] = x) converts it too: make out with "
-            "fnp.zeros_like(x), a traced array that takes the update, or write "
-            "out = fgrad.at(out)[i].set(x).")
+            "fgrad.numpy functions on it (import fgrad.numpy as fnp), or "
+            "fgrad.stop_gradient(x) and then convert if you mean to treat it as a "
+            "constant. Writing it into a NumPy array (out[i] = x) converts it too: "
+            "make out with fnp.zeros_like(x), a traced array that takes the update, "
+            "or write out = fgrad.at(out)[i].set(x).")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         fnp = Tracer.numpy_namespace

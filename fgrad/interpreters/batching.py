@@ -4,9 +4,10 @@ A `BatchTracer` carries a value holding every example and the position of its
 batch axis, or `not_mapped` (None) for a value every example shares: a
 constant made with ``device=x.device``, or what such values alone compute. That
 one is still a tracer, so that Array API code sees one namespace, and it has a
-value, which code may read as outside vmap. Each primitive applied to batch tracers calls the ``batch`` column of
-its row, ``prim.batch(args, dims, **params) -> (out, out_dim)``, which binds
-primitives on the whole batch at once, so no Python loop over examples runs.
+value, which code may read as outside vmap. Each primitive applied to batch
+tracers calls the ``batch`` column of its row, ``prim.batch(args, dims,
+**params) -> (out, out_dim)``, which binds primitives on the whole batch at
+once, so no Python loop over examples runs.
 
 A primitive without a batching rule (a user's `fgrad.primitive`) falls back to
 a loop over examples, with a one-time warning naming it.

@@ -15,8 +15,9 @@ call; smaller ones when a structure comes back, so a one-off call never pays
 for staging. When a structure of `FUSED_MIN_BYTES` or more comes back, its
 sweep is compiled again with elementwise groups fused into LLVM kernels (as
 under ``jit``), which read each large array once and compute sin, cos, exp and
-tanh with SIMD code; a one-off call never waits for a kernel to compile. Anything the compiler cannot stage (a rule that branches on a
-value, a one-off custom rule) keeps the eager sweep.
+tanh with SIMD code; a one-off call never waits for a kernel to compile.
+Anything the compiler cannot stage (a rule that branches on a value, a one-off
+custom rule) keeps the eager sweep.
 
 Under ``vmap`` (``vmap(grad(f))``, per-example gradients) the residuals are
 batch tracers of the vmap below: the sweep is staged on one example's shapes,

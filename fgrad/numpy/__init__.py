@@ -454,7 +454,16 @@ def empty_like(prototype, dtype=None, *, device=None):
 
 # -- einsum and the products built on it, linalg, fft --------------------------------
 from fgrad.numpy import fft, linalg  # noqa: E402
-from fgrad.numpy._products import cross, einsum, einsum_path, inner, kron, outer, tensordot, vdot  # noqa: E402,F401
+from fgrad.numpy._products import (  # noqa: E402,F401
+    cross,
+    einsum,
+    einsum_path,
+    inner,
+    kron,
+    outer,
+    tensordot,
+    vdot,
+)
 from fgrad.numpy._products import dot  # noqa: E402,F401
 
 spacing, nextafter = _float_steps.spacing, _float_steps.nextafter

@@ -3,9 +3,9 @@
 
 Floating-point error control, printing options, scalar types and dtype
 queries (``common_type`` and ``iterable`` read only a tracer's dtype and
-length), integer index arithmetic (``ravel_multi_index``), and window or index builders that take only integers: none has an
-array input to differentiate, so the object is NumPy's own (``fnp.errstate is
-numpy.errstate``).
+length), integer index arithmetic (``ravel_multi_index``), and window or index
+builders that take only integers: none has an array input to differentiate, so
+the object is NumPy's own (``fnp.errstate is numpy.errstate``).
 """
 import numpy as _np
 

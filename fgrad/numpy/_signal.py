@@ -139,10 +139,11 @@ def interp(x, xp, fp, left=None, right=None, period=None):
 
     Differentiable in ``x`` (the slope of the segment ``x`` falls in; 0
     outside ``[xp[0], xp[-1]]``), in ``fp`` (and ``left``/``right``) and in
-    the knots ``xp`` (moving a segment's ends moves the line). At a knot the derivative in ``x`` is the slope of the
-    segment to its right (at the last knot, to its left). ``xp`` must be
-    increasing (with ``period`` it is sorted modulo the period), as in NumPy.
-    The result is float64 (complex128 for complex ``fp``), as NumPy's is.
+    the knots ``xp`` (moving a segment's ends moves the line). At a knot the
+    derivative in ``x`` is the slope of the segment to its right (at the last
+    knot, to its left). ``xp`` must be increasing (with ``period`` it is sorted
+    modulo the period), as in NumPy. The result is float64 (complex128 for
+    complex ``fp``), as NumPy's is.
 
     >>> interp(_np.array([0.5, 2.5, 9.0]), _np.array([0.0, 1.0, 3.0]),
     ...        _np.array([0.0, 2.0, 0.0]))
