@@ -110,6 +110,43 @@ def test_pinv_takes_the_standard_s_rtol():
         fgrad.jit(lambda m, t: fnp.linalg.pinv(m, rtol=t))(a, tol)
 
 
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_sort_and_argsort_take_the_standard_s_descending(transform):
+    # scikit-learn's roc_curve asks fgrad.numpy for argsort(y, descending=True):
+    # largest first, and with stable=True equal elements in their order
+    a = np.array([[2.0, 3.0, 2.0, 1.0, 3.0], [0.0, -1.0, 0.0, 5.0, 0.0]])
+    want = np.array([[1, 4, 0, 2, 3], [3, 0, 2, 4, 1]])
+    assert fnp.argsort(a, descending=True, stable=True).tolist() == want.tolist()
+    xp = namespace(transform)
+    assert xp.argsort(a, axis=1, descending=True, stable=True).tolist() == want.tolist()
+    assert xp.argsort(a.T, axis=0, descending=True, stable=True).tolist() == want.T.tolist()
+    assert xp.sort(a, descending=True).tolist() == (-np.sort(-a)).tolist()
+    assert fnp.argsort(np.array([1, 3, 2], np.uint8), descending=True).tolist() == [1, 2, 0]
+    # the derivative of each sorted element reaches the element it came from
+    check_grads(lambda x: fnp.sort(x, axis=0, descending=True) * np.arange(2.0)[:, None],
+                (X,))
+
+
+def test_unique_values_come_smallest_first():
+    # NumPy 2.4's own unique_values gives [1, 0] for [0, 1]; scikit-learn's
+    # LabelEncoder searches its classes, as array_api_compat's NumPy sorts them
+    x = np.array([0, 1, 1, 0, 3])
+    assert np.unique_values(np.array([0, 1])).tolist() == [1, 0]      # the reason
+    xp = namespace("grad")                  # jit and vmap cannot: data-dependent shapes
+    assert fnp.unique_values(x).tolist() == xp.unique_values(x).tolist() == [0, 1, 3]
+    values, counts = xp.unique_counts(x)
+    assert values.tolist() == [0, 1, 3] and counts.tolist() == [2, 2, 1]
+    values, inverse = fnp.unique_inverse(x.reshape(5, 1))
+    assert values[inverse].tolist() == x.reshape(5, 1).tolist()
+    assert [a.tolist() for a in fnp.unique_all(x)] == [[0, 1, 3], [0, 1, 4], [0, 1, 1, 0, 2],
+                                                        [2, 2, 1]]
+
+    def f(p):                               # of a traced value (a constant of grad's)
+        assert fnp.unique_values(fnp.asarray(x, device=p.device)).tolist() == [0, 1, 3]
+        return fnp.sum(p)
+    fgrad.grad(f)(X)
+
+
 def test_solve_and_det_of_empty_matrices_differentiate():
     empty = np.zeros((0, 0))
     _, pullback = fgrad.vjp(fnp.linalg.solve, empty, np.zeros(0))
