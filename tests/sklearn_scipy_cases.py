@@ -147,6 +147,8 @@ def test_estimators_with_data_dependent_code_are_refused_by_jit_naming_the_line(
     with sklearn.config_context(assume_finite=True):
         with pytest.raises(ConcretizationError, match=rf"site-packages/sklearn/.*{filename}:\d+"):
             fgrad.jit(apply)(x)
+        with pytest.raises(BatchedConversionError, match=rf"sklearn/.*{filename}:\d+"):
+            fgrad.vmap(apply)(np.stack([x, 2 * x]))
 
 
 def test_label_encoder_encodes_labels_on_a_traced_value_s_device_as_numpy_s():
