@@ -8,6 +8,7 @@ import numpy as np
 
 from fgrad.core.backend import array_module
 from fgrad.core.trace import Primitive, ShapedArray, Tracer, get_aval
+from fgrad.core.tree import tree_flatten, tree_unflatten
 
 FAMILY = "primitives/creation.py"
 
@@ -46,13 +47,17 @@ stop_gradient_p = Primitive("stop_gradient", lambda x: x,
 
 
 def stop_gradient(x):
-    """``x``, treated as a constant by every transformation (zero derivative).
+    """``x``, treated as a constant by every transformation (zero derivative);
+    of a pytree (a tuple of arrays, as a function returns), each of its leaves.
 
     >>> import fgrad, fgrad.numpy as fnp
     >>> float(fgrad.grad(lambda x: x * fgrad.stop_gradient(x))(3.0))
     3.0
     """
-    return stop_gradient_p.bind(x)
+    if isinstance(x, (Tracer, np.ndarray)):
+        return stop_gradient_p.bind(x)
+    leaves, tree = tree_flatten(x)
+    return tree_unflatten(tree, [stop_gradient_p.bind(leaf) for leaf in leaves])
 
 
 def _full_like_batch(args, dims, fill_value, dtype):

@@ -34,6 +34,7 @@ import fgrad  # noqa: E402
 import fgrad.numpy as fnp  # noqa: E402
 from fgrad.errors import (  # noqa: E402
     ArrayNamespaceError,
+    BatchedConversionError,
     ConcretizationError,
     DerivativeConversionError,
     ImmutableArrayError,
@@ -59,23 +60,24 @@ def on(x, data):
 
 
 # -- estimators ------------------------------------------------------------------------
-# name -> (the estimator, its input, whether fit, predict and transform run under
-# jit and vmap, i.e. its code has no data-dependent shapes or branches on values)
+# name -> (the estimator, its input, True where fit, predict and transform run
+# under jit and vmap, i.e. its code has no data-dependent shapes or branches on
+# values; else the file of the line fgrad's error names there)
 ESTIMATORS = {
     "Binarizer": (preprocessing.Binarizer(threshold=0.1), X, True),
     "GaussianNB": (naive_bayes.GaussianNB(), X, True),
     "KernelCenterer": (preprocessing.KernelCenterer(), X @ X.T, True),
     "LinearDiscriminantAnalysis": (discriminant_analysis.LinearDiscriminantAnalysis(),
-                                   X, False),
-    "MinMaxScaler": (preprocessing.MinMaxScaler(), X, False),
+                                   X, "discriminant_analysis.py"),
+    "MinMaxScaler": (preprocessing.MinMaxScaler(), X, "_array_api.py"),
     "Normalizer": (preprocessing.Normalizer(), X, True),
     "Nystroem": (kernel_approximation.Nystroem(n_components=5, random_state=0), X, True),
     "PCA": (decomposition.PCA(n_components=2), X, True),
     "PolynomialFeatures": (preprocessing.PolynomialFeatures(), X, True),
-    "Ridge": (linear_model.Ridge(), X, False),
-    "RidgeCV": (linear_model.RidgeCV(), X, False),
-    "RidgeClassifierCV": (linear_model.RidgeClassifierCV(), X, False),
-    "StandardScaler": (preprocessing.StandardScaler(), X, False),
+    "Ridge": (linear_model.Ridge(), X, "_ridge.py"),
+    "RidgeCV": (linear_model.RidgeCV(), X, "_ridge.py"),
+    "RidgeClassifierCV": (linear_model.RidgeClassifierCV(), X, "_ridge.py"),
+    "StandardScaler": (preprocessing.StandardScaler(), X, "extmath.py"),
 }
 # estimators whose tags declare Array API support but whose fit leaves the
 # standard: name -> (estimator, the file of the line fgrad's error names)
@@ -127,7 +129,7 @@ def test_estimators_fit_and_predict_under_grad_and_jvp(name):
     check_grads(apply, (ESTIMATORS[name][1],), order=1, modes=("fwd", "rev"))
 
 
-@pytest.mark.parametrize("name", sorted(n for n, e in ESTIMATORS.items() if e[2]))
+@pytest.mark.parametrize("name", sorted(n for n, e in ESTIMATORS.items() if e[2] is True))
 def test_estimators_without_data_dependent_shapes_run_under_jit_and_vmap(name):
     apply, x = _fit_and_apply(name), ESTIMATORS[name][1]
     expected = apply(x)
@@ -139,12 +141,31 @@ def test_estimators_without_data_dependent_shapes_run_under_jit_and_vmap(name):
                                    rtol=1e-10)
 
 
-@pytest.mark.parametrize("name", sorted(n for n, e in ESTIMATORS.items() if not e[2]))
+@pytest.mark.parametrize("name", sorted(n for n, e in ESTIMATORS.items() if e[2] is not True))
 def test_estimators_with_data_dependent_code_are_refused_by_jit_naming_the_line(name):
-    apply, x = _fit_and_apply(name), ESTIMATORS[name][1]
+    apply, x, filename = _fit_and_apply(name), ESTIMATORS[name][1], ESTIMATORS[name][2]
     with sklearn.config_context(assume_finite=True):
-        with pytest.raises(ConcretizationError, match=r"site-packages/sklearn/.*\.py:\d+"):
+        with pytest.raises(ConcretizationError, match=rf"site-packages/sklearn/.*{filename}:\d+"):
             fgrad.jit(apply)(x)
+        with pytest.raises(BatchedConversionError, match=rf"sklearn/.*{filename}:\d+"):
+            fgrad.vmap(apply)(np.stack([x, 2 * x]))
+
+
+def test_label_encoder_encodes_labels_on_a_traced_value_s_device_as_numpy_s():
+    labels = np.array([3, 1, 3, 7, 1])
+    want = preprocessing.LabelEncoder().fit(labels)
+
+    def encode(x):
+        encoder = preprocessing.LabelEncoder().fit(on(x, labels))
+        codes = encoder.transform(on(x, labels))
+        assert encoder.classes_.tolist() == want.classes_.tolist() == [1, 3, 7]
+        assert codes.tolist() == want.transform(labels).tolist()
+        assert encoder.inverse_transform(codes).tolist() == labels.tolist()
+        return x * 1.0
+    fgrad.grad(lambda x: fnp.sum(encode(x)))(X)
+    fgrad.jvp(encode, (X,), (X,))
+    fgrad.jit(encode)(X)                    # constants' values are known under jit
+    fgrad.vmap(encode)(np.stack([X, X]))
 
 
 @pytest.mark.parametrize("name", sorted(LEAVES_THE_STANDARD))
@@ -208,10 +229,11 @@ def test_pipeline_influence_of_each_training_point():
 
 
 # -- metrics --------------------------------------------------------------------------
-# name -> (the metric of (y_true, y_pred) as an array, whether it runs under jit
-# and vmap): sklearn's metrics return a Python float when they reduce to one
-# number, so the differentiable form is the per-output one
-# (multioutput="raw_values") or a distance matrix
+# name -> (the metric of (y_true, y_pred) as an array, True where it runs under
+# jit and vmap, else the file of the line fgrad's error names): sklearn's metrics
+# return a Python float when they reduce to one number, so the differentiable
+# form is the per-output one (multioutput="raw_values") or a distance or kernel
+# matrix
 Y_PRED = Y_REGRESSION + 0.1 * RNG.normal(size=30)
 
 
@@ -224,26 +246,95 @@ def as_matrices(metric):
 
 
 METRICS = {
-    "r2_score": (per_output(metrics.r2_score), False),
-    "explained_variance_score": (per_output(metrics.explained_variance_score), False),
+    "r2_score": (per_output(metrics.r2_score), "_regression.py"),
+    "explained_variance_score": (per_output(metrics.explained_variance_score), "_regression.py"),
+    "d2_absolute_error_score": (per_output(metrics.d2_absolute_error_score), "_regression.py"),
+    "d2_pinball_score": (per_output(metrics.d2_pinball_score), "_regression.py"),
     "mean_squared_error": (per_output(metrics.mean_squared_error), True),
+    "root_mean_squared_error": (per_output(metrics.root_mean_squared_error), True),
     "mean_absolute_error": (per_output(metrics.mean_absolute_error), True),
+    "median_absolute_error": (per_output(metrics.median_absolute_error), True),
     "mean_pinball_loss": (per_output(metrics.mean_pinball_loss), True),
     "mean_absolute_percentage_error": (per_output(metrics.mean_absolute_percentage_error),
                                        True),
-    "mean_squared_log_error": (per_output(metrics.mean_squared_log_error), False),
+    "mean_squared_log_error": (per_output(metrics.mean_squared_log_error), "_regression.py"),
+    "root_mean_squared_log_error": (per_output(metrics.root_mean_squared_log_error),
+                                    "_regression.py"),
     "cosine_similarity": (as_matrices(metrics.pairwise.cosine_similarity), True),
+    "cosine_distances": (as_matrices(metrics.pairwise.cosine_distances), True),
     "euclidean_distances": (as_matrices(metrics.pairwise.euclidean_distances), True),
+    "manhattan_distances": (as_matrices(metrics.pairwise.manhattan_distances), True),
+    "pairwise_distances": (as_matrices(metrics.pairwise_distances), True),
     "paired_euclidean_distances": (as_matrices(metrics.pairwise.paired_euclidean_distances),
                                    True),
+    "paired_cosine_distances": (as_matrices(metrics.pairwise.paired_cosine_distances), True),
+    "paired_manhattan_distances": (as_matrices(metrics.pairwise.paired_manhattan_distances),
+                                   True),
+    "linear_kernel": (as_matrices(metrics.pairwise.linear_kernel), True),
+    "polynomial_kernel": (as_matrices(metrics.pairwise.polynomial_kernel), True),
+    "rbf_kernel": (as_matrices(metrics.pairwise.rbf_kernel), True),
+    "laplacian_kernel": (as_matrices(metrics.pairwise.laplacian_kernel), True),
+    "sigmoid_kernel": (as_matrices(metrics.pairwise.sigmoid_kernel), True),
+    "pairwise_kernels": (as_matrices(metrics.pairwise.pairwise_kernels), True),
+    # of non-negative data; `if xp.any(X < 0)` reads the values
+    "chi2_kernel": (as_matrices(metrics.pairwise.chi2_kernel), "pairwise.py"),
+    "additive_chi2_kernel": (as_matrices(metrics.pairwise.additive_chi2_kernel), "pairwise.py"),
 }
-# metrics that reduce to a Python float: name -> (metric, y_true, y_pred)
+# metrics that return float(...) of their result: name -> (metric, y_true, y_pred)
 PROBABILITIES = 1 / (1 + np.exp(-X[:, 0]))
 FLOAT_METRICS = {
     "log_loss": (metrics.log_loss, Y_CLASSES, PROBABILITIES),
+    "d2_log_loss_score": (metrics.d2_log_loss_score, Y_CLASSES, PROBABILITIES),
     "brier_score_loss": (metrics.brier_score_loss, Y_CLASSES, PROBABILITIES),
+    "d2_brier_score": (metrics.d2_brier_score, Y_CLASSES, PROBABILITIES),
     "mean_poisson_deviance": (metrics.mean_poisson_deviance, Y_REGRESSION, Y_PRED),
+    "mean_gamma_deviance": (metrics.mean_gamma_deviance, Y_REGRESSION, Y_PRED),
+    "mean_tweedie_deviance": (metrics.mean_tweedie_deviance, Y_REGRESSION, Y_PRED),
+    "d2_tweedie_score": (metrics.d2_tweedie_score, Y_REGRESSION, Y_PRED),
+    "max_error": (metrics.max_error, Y_REGRESSION, Y_PRED),
 }
+
+
+def of_labels(metric, **options):
+    """``metric`` of the labels that traced probabilities predict."""
+    return lambda p: metric(on(p, Y_CLASSES), fnp.astype(p > 0.5, Y_CLASSES.dtype),
+                            **options)
+
+
+def of_scores(metric):
+    return lambda p: metric(on(p, Y_CLASSES), p)
+
+
+# metrics with no derivative to give: of labels, of the order of scores (a
+# curve's steps), or indices. name -> (a function of traced probabilities, True
+# where it runs under jit and vmap, else the file of the line fgrad's error names)
+NO_DERIVATIVE = {
+    "accuracy_score": (of_labels(metrics.accuracy_score), "_unique.py"),
+    "balanced_accuracy_score": (of_labels(metrics.balanced_accuracy_score), "_array_api.py"),
+    "cohen_kappa_score": (of_labels(metrics.cohen_kappa_score), "_array_api.py"),
+    "confusion_matrix": (of_labels(metrics.confusion_matrix), "_array_api.py"),
+    "multilabel_confusion_matrix": (of_labels(metrics.multilabel_confusion_matrix), "_unique.py"),
+    "f1_score": (of_labels(metrics.f1_score), "_unique.py"),
+    "fbeta_score": (of_labels(metrics.fbeta_score, beta=2.0), "_unique.py"),
+    "precision_score": (of_labels(metrics.precision_score), "_unique.py"),
+    "recall_score": (of_labels(metrics.recall_score), "_unique.py"),
+    "jaccard_score": (of_labels(metrics.jaccard_score), "_unique.py"),
+    "hamming_loss": (of_labels(metrics.hamming_loss), "_unique.py"),
+    "zero_one_loss": (of_labels(metrics.zero_one_loss), "_unique.py"),
+    "average_precision_score": (of_scores(metrics.average_precision_score), "_ranking.py"),
+    "roc_curve": (of_scores(metrics.roc_curve), "_ranking.py"),
+    "det_curve": (of_scores(metrics.det_curve), "_ranking.py"),
+    "precision_recall_curve": (of_scores(metrics.precision_recall_curve), "_ranking.py"),
+    "pairwise_distances_argmin": (
+        lambda p: metrics.pairwise_distances_argmin(p.reshape(6, 5),
+                                                    on(p, Y_PRED.reshape(6, 5))), True),
+}
+
+
+def test_the_tables_name_every_metric_scikit_learn_tests_with_array_api():
+    common = pytest.importorskip("sklearn.metrics.tests.test_common")
+    tested = {getattr(m, "func", m).__name__ for m in common.array_api_metric_checkers}
+    assert tested == set(METRICS) | set(FLOAT_METRICS) | set(NO_DERIVATIVE)
 
 
 def _metric_of_predictions(name):
@@ -260,9 +351,12 @@ def test_metrics_in_the_predictions(name):
 def test_metrics_under_jit_and_vmap_or_refused_naming_the_line(name):
     metric = _metric_of_predictions(name)
     with sklearn.config_context(assume_finite=True):
-        if not METRICS[name][1]:
-            with pytest.raises(ConcretizationError, match=r"sklearn/.*\.py:\d+"):
+        filename = METRICS[name][1]
+        if filename is not True:
+            with pytest.raises(ConcretizationError, match=rf"sklearn/.*{filename}:\d+"):
                 fgrad.jit(metric)(Y_PRED)
+            with pytest.raises(BatchedConversionError, match=rf"sklearn/.*{filename}:\d+"):
+                fgrad.vmap(metric)(np.stack([Y_PRED, 2 * Y_PRED]))
             return
         np.testing.assert_allclose(fgrad.jit(metric)(Y_PRED), metric(Y_PRED), rtol=1e-10)
         np.testing.assert_allclose(fgrad.vmap(metric)(np.stack([Y_PRED, 2 * Y_PRED]))[0],
@@ -272,8 +366,49 @@ def test_metrics_under_jit_and_vmap_or_refused_naming_the_line(name):
 @pytest.mark.parametrize("name", sorted(FLOAT_METRICS))
 def test_metrics_that_return_a_python_float_are_refused_naming_the_line(name):
     metric, y_true, y_pred = FLOAT_METRICS[name]
+
+    def of_predictions(p):
+        return metric(on(p, y_true), p)
+    assert of_predictions(y_pred) == metric(y_true, y_pred)     # outside: as NumPy's
     with pytest.raises(DerivativeConversionError, match=r"sklearn/metrics/.*float\("):
-        fgrad.grad(lambda p: metric(on(p, y_true), p))(y_pred)
+        fgrad.grad(of_predictions)(y_pred)
+    with pytest.raises(DerivativeConversionError, match=r"sklearn/metrics/.*float\("):
+        fgrad.jvp(of_predictions, (y_pred,), (np.ones_like(y_pred),))
+    with sklearn.config_context(assume_finite=True):
+        with pytest.raises(ConcretizationError, match=r"sklearn/.*\.py:\d+"):
+            fgrad.jit(of_predictions)(y_pred)
+        with pytest.raises(BatchedConversionError, match=r"sklearn/.*\.py:\d+"):
+            fgrad.vmap(of_predictions)(np.stack([y_pred, y_pred]))
+
+
+def _leaves(result):
+    return [np.asarray(leaf) for leaf in fgrad.tree.tree_leaves(result)]
+
+
+@pytest.mark.parametrize("name", sorted(NO_DERIVATIVE))
+def test_metrics_without_a_derivative_run_on_traced_values(name):
+    metric, filename = NO_DERIVATIVE[name]
+    want = _leaves(metric(PROBABILITIES))
+    seen = []
+
+    def loss(p):
+        seen.append(_leaves(fgrad.stop_gradient(metric(p))))
+        return fnp.sum(p)
+    assert np.array_equal(fgrad.grad(loss)(PROBABILITIES), np.ones(30))
+    for got, expected in zip(seen[0], want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+    with sklearn.config_context(assume_finite=True):
+        if filename is True:
+            for got, expected in zip(_leaves(fgrad.jit(metric)(PROBABILITIES)), want,
+                                     strict=True):
+                np.testing.assert_array_equal(got, expected)
+            return
+        with pytest.raises((ConcretizationError, NumpyFunctionError),
+                           match=rf"sklearn/.*{filename}:\d+"):
+            fgrad.jit(metric)(PROBABILITIES)
+        with pytest.raises((BatchedConversionError, NumpyFunctionError),
+                           match=rf"sklearn/.*{filename}:\d+"):
+            fgrad.vmap(metric)(np.stack([PROBABILITIES, PROBABILITIES]))
 
 
 # -- SciPy ----------------------------------------------------------------------------

@@ -105,6 +105,16 @@ def test_a_value_without_derivative_converts_as_the_array_it_stands_for(transfor
         fgrad.grad(lambda x: float(x[0, 0]) * x[0, 0])(X)
 
 
+def test_a_float_computed_without_derivative_converts_however_large():
+    # large temporaries are reused in place by reverse mode (tests make every
+    # array "large"): such a product of values with no derivative still has none
+    def f(x):
+        counts = fnp.astype(x > 0, np.float64)
+        assert float(fnp.sum(counts * 2.0 + 1.0)) == 2.0 * np.sum(X > 0) + X.size
+        return fnp.sum(x)
+    assert np.array_equal(fgrad.grad(f)(X), np.ones_like(X))
+
+
 def test_a_0_d_mask_selects_as_in_numpy():
     def f(x):
         s = fnp.array(fnp.sum(x))                   # 0-d
@@ -197,3 +207,19 @@ def test_a_conversion_error_names_the_line_that_converted():
     with pytest.raises(DerivativeConversionError,
                        match=r"test_array_api_devices\.py:\d+: `return float\(fnp\.sum"):
         fgrad.grad(f)(X)
+
+
+@pytest.mark.parametrize("transform", ["jit", "vmap"])
+def test_a_value_jit_or_vmap_cannot_read_names_the_line_that_read_it(transform):
+    def branches(x):
+        if fnp.sum(x) > 0:                      # the line the message names
+            return x
+        return -x
+
+    def counts(x):
+        return fnp.unique(x > 0)                # the line the message names
+    error = {"jit": fgrad.errors.ConcretizationError,
+             "vmap": fgrad.errors.BatchedConversionError}[transform]
+    for f, code in ((branches, r"if fnp\.sum\(x\) > 0"), (counts, r"fnp\.unique")):
+        with pytest.raises(error, match=rf"test_array_api_devices\.py:\d+: `[^`]*{code}"):
+            TRANSFORMS[transform](f, X)

@@ -14,6 +14,7 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
+from fgrad.core.trace import Tracer
 from fgrad.errors import (
     BatchedConversionError,
     ConcretizationError,
@@ -146,16 +147,9 @@ def _seen_inside(transform, attribute):
     return seen[0]
 
 
-# methods of integer arrays: under grad and jvp integers carry no derivative and
-# are NumPy arrays, so only jit and vmap make integer tracers
-INTEGER_ONLY = {"choose"}
-
-
 @pytest.mark.parametrize("transform", TRANSFORMS)
 @pytest.mark.parametrize("name", sorted(VALUES))
 def test_attribute_gives_numpy_result(name, transform):
-    if name in INTEGER_ONLY and transform in ("vjp", "jvp"):
-        pytest.skip("integer values are NumPy arrays under grad and jvp")
     if VALUES[name] is None:                # shape, dtype, ...: read on the tracer
         assert _seen_inside(transform, name) == getattr(X, name)
         return
@@ -230,12 +224,16 @@ def test_in_place_operator_gives_numpy_result(symbol, transform):
     _assert_same(TRANSFORMS[transform](f, X), f(X.copy()))
 
 
-@pytest.mark.parametrize("symbol", ["&", "|", "^", "<<", ">>"])
-def test_in_place_integer_operators(symbol):
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("symbol", ["&", "|", "^", "<<", ">>", "%", "//"])
+def test_in_place_integer_operators(symbol, transform):
     f = _in_place_operator(symbol, 3)
-    g = lambda a: f(_ints(a))                              # noqa: E731
-    for transform in ("jit", "vmap"):
-        _assert_same(TRANSFORMS[transform](g, X), g(X.copy()))
+
+    def g(a):
+        out = f(_ints(a))
+        assert isinstance(out, Tracer) and out.dtype == np.int64  # integer tracers too
+        return out
+    _assert_same(TRANSFORMS[transform](g, X), f(_ints(X)))
 
 
 @pytest.mark.parametrize("name", ["sum", "mean", "std", "var", "cumsum", "cumprod",
@@ -294,3 +292,59 @@ def test_array_api_compat_finds_the_namespace():
         return xp.sum(a)
     for transform in TRANSFORMS.values():
         _assert_same(transform(f, X), np.sum(X))
+
+
+# -- the special methods of numpy.ndarray ---------------------------------------------
+
+# ndarray's special methods a tracer does not have, and why: the rest must be there
+NOT_ON_TRACERS = {
+    "__array_finalize__": "a hook for ndarray's subclasses, which tracers are not",
+    "__array_wrap__": "a hook for ndarray's subclasses, which tracers are not",
+    "__array_interface__": "memory: absent, as getattr of strides or flags finds",
+    "__array_struct__": "memory: absent, as getattr of strides or flags finds",
+    "__class_getitem__": "ndarray[Any, dtype] is a type annotation",
+    "__setstate__": "unpickling a tracer's value makes a NumPy array",
+}
+
+
+def _tracer_types():
+    seen = {}
+
+    def record(name):
+        def f(a):
+            seen[name] = type(a)
+            return a * 1.0
+        return f
+    for name, transform in TRANSFORMS.items():
+        transform(record(name), X)
+    return seen
+
+
+def test_every_ndarray_special_method_is_on_every_tracer_type():
+    special = {n for n in dir(np.ndarray) if n.startswith("__")}
+    assert set(NOT_ON_TRACERS) <= special
+    for name, cls in _tracer_types().items():
+        missing = {n for n in special - set(NOT_ON_TRACERS) if not hasattr(cls, n)}
+        assert not missing, (name, cls, missing)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_dlpack_pickle_and_del_act_as_numpy(transform):
+    def f(a):
+        mask = a > 0                        # no derivative: it converts everywhere
+        assert a.__dlpack_device__() == X.__dlpack_device__() == (1, 0)
+        with pytest.raises(ValueError, match="cannot delete array elements"):
+            del a[0]
+        if transform in ("vjp", "jvp"):
+            assert np.from_dlpack(mask).tolist() == (X > 0).tolist()
+            assert pickle.loads(pickle.dumps(mask)).tolist() == (X > 0).tolist()
+        return a * 1.0
+    TRANSFORMS[transform](f, X)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("convert", [pickle.dumps, np.from_dlpack])
+def test_dlpack_and_pickle_of_a_traced_value_are_refused(convert, transform):
+    error, words = _TRACED_VALUE[transform]
+    with pytest.raises(error, match=words):
+        TRANSFORMS[transform](lambda a: convert(a), X)

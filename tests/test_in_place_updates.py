@@ -144,6 +144,20 @@ def test_at_of_array_api_extra_works_on_tracers():
     check_grads(f, (x,), order=1)
 
 
+def test_at_of_array_api_extra_with_copy_false_and_true():
+    xpx = pytest.importorskip("array_api_extra")
+
+    def f(x):
+        y = x * 1.0
+        z = xpx.at(y)[0].set(7.0 * x[2], copy=False)     # must write into y
+        w = xpx.at(y, 1).multiply(2.0, copy=True)        # must leave y as it is
+        v = xpx.at(y, slice(1, None)).min(0.5)
+        return y + z + w + 10.0 * v
+    x = X[0, :3].copy()
+    _all_transforms(f, x)
+    check_grads(lambda x: fnp.sum(f(x) ** 2), (x,), order=1)
+
+
 # -- views fgrad cannot follow, and other refusals -----------------------------------
 
 def test_writing_into_a_reshaped_view_is_refused():

@@ -172,6 +172,17 @@ def test_stop_gradient():
     np.testing.assert_allclose(t, np.sum(x))
 
 
+def test_stop_gradient_of_a_pytree_stops_each_leaf():
+    # a tuple passed whole once came back as it was, derivatives and all
+    def f(x):
+        pair = fgrad.stop_gradient((x, {"twice": 2 * x}))
+        return fnp.sum(x * pair[0] + pair[1]["twice"])
+    x = np.array([1.0, 2.0])
+    for grad in (fgrad.grad, lambda f: fgrad.jit(fgrad.grad(f))):
+        np.testing.assert_allclose(grad(f)(x), x)
+    assert fgrad.stop_gradient([x, 1.0])[0] is not None
+
+
 def test_nested_grad_does_not_confuse_perturbations():
     # d/dx [x * d/dy (x + y)] = d/dx [x * 1] = 1   (perturbation confusion test)
     f = lambda x: x * fgrad.grad(lambda y: x + y)(1.0)

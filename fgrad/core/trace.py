@@ -659,7 +659,8 @@ class Tracer:
             # NumPy converts an index to an array, so `x[i]` with a NumPy x lands here
             raise NumpyFunctionError(
                 f"a traced integer array ({self.aval}) cannot be converted to a NumPy "
-                "array: under jit it has no value yet, under vmap one per example. If "
+                f"array{Tracer.where_called()}: under jit it has no value yet, under "
+                "vmap one per example. If "
                 "it is an index into a NumPy array x (x[i]), index with fgrad instead: "
                 "fnp.take(x, i, axis=0), or fgrad.lax.dynamic_index_in_dim(x, i, "
                 "keepdims=False) (fnp.asarray(x) leaves a NumPy array as it is, so "

@@ -31,7 +31,8 @@ __all__ = ["BatchTrace", "BatchTracer", "batch_graph", "not_mapped"]
 
 
 def _conversion_message(what, aval):
-    return (f"{what} was applied to a value batched by vmap ({aval} per example): "
+    return (f"{what} was applied to a value batched by vmap ({aval} per example)"
+            f"{Tracer.where_called()}: "
             "it holds one value per example, so Python cannot branch on it or turn "
             "it into one number. Select per example with fgrad.numpy.where(cond, "
             "a, b), or use fgrad.lax.cond for control flow; if the value does not "

@@ -320,6 +320,8 @@ class ReverseTrace(Trace):
             py, ny = y, None
         if py.__class__ is not np.ndarray and py.__class__ not in PY_SCALARS:
             return None
+        if x.node is None and ny is None:
+            return None                         # no derivative: a constant, as in bind
         if 0 in prim.residuals((True, ny is not None))[0]:
             return None                         # the VJP reads x
         # x.primal, the name px, and getrefcount's own argument: nothing else

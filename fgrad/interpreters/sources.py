@@ -15,12 +15,17 @@ FGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRIMITIVES_DIR = os.path.join(os.path.dirname(FGRAD_DIR), "primitives")
 
 
+def _is_fgrads(filename):
+    # fgrad's files, and the code jit generates (codegen's "<fgrad.jit ...>")
+    return filename.startswith((FGRAD_DIR, PRIMITIVES_DIR, "<fgrad."))
+
+
 def user_source():
     """``(filename, lineno)`` of the innermost frame outside fgrad's own code."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (name.startswith(FGRAD_DIR) or name.startswith(PRIMITIVES_DIR)):
+        if not _is_fgrads(name):
             return name, frame.f_lineno
         frame = frame.f_back
     return None
@@ -30,8 +35,7 @@ def user_stacklevel():
     """The ``stacklevel`` that points a warning issued by the caller at the
     user's line, however many of fgrad's frames lie between."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and (frame.f_code.co_filename.startswith(FGRAD_DIR)
-                                 or frame.f_code.co_filename.startswith(PRIMITIVES_DIR)):
+    while frame is not None and _is_fgrads(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     return level
 

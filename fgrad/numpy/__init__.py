@@ -50,7 +50,6 @@ absolute = abs = _ew.absolute
 sign = _ew.sign
 equal, not_equal, less, less_equal, greater, greater_equal = (
     _ew.equal, _ew.not_equal, _ew.less, _ew.less_equal, _ew.greater, _ew.greater_equal)
-where = _ew.where
 real, conj = _ew.real, _ew.conj
 conjugate = conj
 stop_gradient = _creation.stop_gradient
@@ -477,6 +476,24 @@ permute_dims, concat, pow = transpose, concatenate, power
 _wrap_namespace(globals(), _SEQUENCE_FUNCTIONS)
 _wrap_namespace(linalg.__dict__, ("multi_dot",))
 _wrap_namespace(fft.__dict__, ())
+
+_ONLY_CONDITION = object()
+
+
+def where(condition, x1=_ONLY_CONDITION, x2=_ONLY_CONDITION, /):
+    """``x1`` where ``condition`` holds, else ``x2`` (differentiable in both);
+    with the condition alone, NumPy's ``where(condition)``: `nonzero`.
+
+    >>> import fgrad.numpy as fnp, numpy as np
+    >>> fnp.where(np.array([True, False]), 1.0, 2.0), fnp.where(np.array([0, 3]))
+    (array([1., 2.]), (array([1]),))
+    """
+    if x1 is _ONLY_CONDITION and x2 is _ONLY_CONDITION:
+        return nonzero(condition)
+    if x1 is _ONLY_CONDITION or x2 is _ONLY_CONDITION:
+        raise ValueError("where: pass both x1 and x2, or the condition alone")
+    return _ew.where(condition, x1, x2)
+
 
 # the standard's ``device=``: Array API code makes its arrays on its input's device
 # (``xp.zeros(n, device=x.device)``), which for a traced x makes constants of its

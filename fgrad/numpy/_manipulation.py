@@ -275,10 +275,16 @@ def take_along_axis(arr, indices, axis):
     return _indexing.getitem(arr, tuple(index))
 
 
-def sort(a, axis=-1, kind=None, stable=None):
-    """``a`` sorted along ``axis``: a gather by the sorting permutation, so the
-    derivative of each output element goes to the input element it came from."""
-    if not isinstance(a, _Tracer):
+def sort(a, axis=-1, kind=None, stable=None, *, descending=False):
+    """``a`` sorted along ``axis`` (largest first with the Array API's
+    ``descending=True``): a gather by the sorting permutation, so the derivative
+    of each output element goes to the input element it came from.
+
+    >>> import fgrad.numpy as fnp, numpy as np
+    >>> fnp.sort(np.array([2.0, 3.0, 1.0]), descending=True)
+    array([3., 2., 1.])
+    """
+    if not isinstance(a, _Tracer) and not descending:
         xp = _xp(a)
         if xp is _np:
             return xp.sort(_plain_array(a), axis=axis, kind=kind, stable=stable)
@@ -287,9 +293,22 @@ def sort(a, axis=-1, kind=None, stable=None):
     if axis is None:
         a, axis = ravel(a), 0
     axis = _axis(axis, _get_aval(a).ndim)
+    return take_along_axis(a, sorting_permutation(a, axis, kind, stable, descending), axis)
+
+
+def sorting_permutation(a, axis, kind=None, stable=None, descending=False):
+    """The indices that sort ``a`` along the (normalized) ``axis``; for
+    ``descending``, largest first with equal elements in their order in ``a``
+    (as the Array API's stable sort asks): the ascending order of ``a``
+    reversed, itself reversed and counted from the end."""
     kind = "stable" if stable or kind in ("stable", "mergesort") else None
-    perm = _red.argsort_p.bind(a, axis=axis, kind=kind)
-    return take_along_axis(a, perm, axis)
+    if not descending:
+        return _red.argsort_p.bind(a, axis=axis, kind=kind)
+    ndim = _get_aval(a).ndim
+    backwards = tuple(slice(None, None, -1) if i == axis else slice(None)
+                      for i in range(ndim))
+    perm = _red.argsort_p.bind(_indexing.getitem(a, backwards), axis=axis, kind=kind)
+    return (_get_aval(a).shape[axis] - 1) - _indexing.getitem(perm, backwards)
 
 
 def flip(m, axis=None):

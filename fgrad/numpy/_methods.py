@@ -185,6 +185,36 @@ Tracer.dump = lambda self, file: self.value_for(".dump()").dump(file)
 Tracer.dumps = lambda self: self.value_for(".dumps()").dumps()
 
 
+def _reduce(self):
+    # pickle saves the value, as x.dumps() does (unpickled, a NumPy array)
+    return np.asarray(self.value_for("pickle.dumps()")).__reduce__()
+
+
+def _dlpack(self, **kwargs):
+    # the standard's export to another library: a conversion, as np.asarray(x)
+    return np.asarray(self.value_for("__dlpack__() (an export to another "
+                                     "library)")).__dlpack__(**kwargs)
+
+
+def _dlpack_device(self):
+    value = self
+    while isinstance(value, Tracer):
+        value = value.carried()
+    # a value staged by jit has no data yet: it runs where its inputs are (the host)
+    device = getattr(value, "__dlpack_device__", None)
+    return (1, 0) if device is None else device()       # 1: DLPack's kDLCPU
+
+
+def _delitem(self, key):
+    raise ValueError("cannot delete array elements")    # NumPy's own refusal
+
+
+Tracer.__reduce__ = _reduce
+Tracer.__dlpack__ = _dlpack
+Tracer.__dlpack_device__ = _dlpack_device
+Tracer.__delitem__ = _delitem
+
+
 # -- methods that call fgrad.numpy functions --------------------------------------
 
 def _no_out(out, name):

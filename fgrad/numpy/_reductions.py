@@ -475,13 +475,18 @@ def argmin(a, axis=None, keepdims=False):
                               keepdims=bool(keepdims))
 
 
-def argsort(a, axis=-1, kind=None, stable=None):
-    """The permutation that sorts ``a`` along ``axis`` (no derivative)."""
+def argsort(a, axis=-1, kind=None, stable=None, *, descending=False):
+    """The permutation that sorts ``a`` along ``axis`` (no derivative); with the
+    Array API's ``descending=True``, largest first, ties in their order in ``a``.
+
+    >>> import fgrad.numpy as fnp, numpy as np
+    >>> fnp.argsort(np.array([2.0, 3.0, 2.0]), descending=True, stable=True)
+    array([1, 0, 2])
+    """
     if axis is None:
         a, axis = _shape.reshape(a, (-1,)), 0
-    kind = "stable" if stable or kind in ("stable", "mergesort") else None
-    return _red.argsort_p.bind(a, axis=_normalize_axis(axis, _get_aval(a).ndim)[0],
-                               kind=kind)
+    axis = _normalize_axis(axis, _get_aval(a).ndim)[0]
+    return _fshape.sorting_permutation(a, axis, kind, stable, descending)
 
 
 def count_nonzero(a, axis=None, keepdims=False):

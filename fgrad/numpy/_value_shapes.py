@@ -62,15 +62,15 @@ def _concrete(x, name):
             x = x.concrete()
     except _ConcretizationError:
         raise _ConcretizationError(
-            f"fgrad.numpy.{name}: the shape of its result depends on the values, which "
-            "jit does not know (it traces with shapes only). Call it outside the jitted "
-            "function, on concrete arrays, or under grad/jvp alone, where the values "
-            f"are known.{sized}") from None
+            f"fgrad.numpy.{name}{_Tracer.where_called()}: the shape of its result "
+            "depends on the values, which jit does not know (it traces with shapes "
+            "only). Call it outside the jitted function, on concrete arrays, or under "
+            f"grad/jvp alone, where the values are known.{sized}") from None
     except _BatchedConversionError:
         raise _BatchedConversionError(
-            f"fgrad.numpy.{name}: the shape of its result depends on the values, so "
-            "under vmap each example would give a different shape. Call it per "
-            f"example in a Python loop, outside vmap.{sized}") from None
+            f"fgrad.numpy.{name}{_Tracer.where_called()}: the shape of its result "
+            "depends on the values, so under vmap each example would give a different "
+            f"shape. Call it per example in a Python loop, outside vmap.{sized}") from None
     return x
 
 
@@ -175,36 +175,36 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     return (picked, *out[1:]) if isinstance(out, tuple) else picked
 
 
-# NumPy 2's unique_* take no size; ``size=`` / ``fill_value=`` are JAX's, as in `unique`
+# NumPy 2's unique_* take no size; ``size=`` / ``fill_value=`` are JAX's, as in
+# `unique`. Their values come smallest first: NumPy 2.3's own may come in any order
+# (the standard allows it: NumPy's hash table gives [1, 0] for [0, 1]), but Array API
+# code searches them (scikit-learn's LabelEncoder: ``searchsorted(classes_, y)``),
+# as array_api_compat's NumPy namespace, which sorts, lets it
 
 def unique_values(x, /, *, size=None, fill_value=None):
-    """The distinct values of ``x`` (NaNs each distinct), in any order: NumPy 2's
-    ``unique_values``."""
-    if not _contains_tracer(x) and size is None:
-        return _xp(x).unique_values(x)
-    return unique(x, equal_nan=False, sorted=False, size=size, fill_value=fill_value)
+    """The distinct values of ``x`` (NaNs each distinct), smallest first: NumPy
+    2's ``unique_values``, sorted.
+
+    >>> unique_values(_np.array([1, 0, 1]))
+    array([0, 1])
+    """
+    return unique(x, equal_nan=False, size=size, fill_value=fill_value)
 
 
 def unique_counts(x, /, *, size=None, fill_value=None):
     """``(values, counts)`` of the distinct values (a named tuple, NumPy 2)."""
-    if not _contains_tracer(x) and size is None:
-        return _xp(x).unique_counts(x)
     return UniqueCountsResult(*unique(x, return_counts=True, equal_nan=False, size=size,
                                       fill_value=fill_value))
 
 
 def unique_inverse(x, /, *, size=None, fill_value=None):
     """``(values, inverse_indices)``: ``values[inverse_indices]`` rebuilds ``x``."""
-    if not _contains_tracer(x) and size is None:
-        return _xp(x).unique_inverse(x)
     return UniqueInverseResult(*unique(x, return_inverse=True, equal_nan=False, size=size,
                                        fill_value=fill_value))
 
 
 def unique_all(x, /, *, size=None, fill_value=None):
     """``(values, indices, inverse_indices, counts)`` (a named tuple, NumPy 2)."""
-    if not _contains_tracer(x) and size is None:
-        return _xp(x).unique_all(x)
     return UniqueAllResult(*unique(x, return_index=True, return_inverse=True,
                                    return_counts=True, equal_nan=False, size=size,
                                    fill_value=fill_value))

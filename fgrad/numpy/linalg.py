@@ -33,7 +33,6 @@ from collections import namedtuple as _namedtuple
 import numpy as _np
 
 from fgrad.core.backend import array_module as _xp
-from fgrad.core.errors import ConcretizationError as _ConcretizationError
 from fgrad.core.trace import Tracer as _Tracer
 from fgrad.core.trace import get_aval as _get_aval
 from fgrad.core.trace import known_value as _known_value
@@ -45,6 +44,7 @@ from fgrad.numpy._products import cross as _cross
 from fgrad.numpy._products import outer as _outer
 from fgrad.numpy._products import tensordot  # noqa: F401  (re-exported)
 from fgrad.numpy._reductions import safe_sqrt as _safe_sqrt
+from fgrad.primitives import creation as _creation
 from fgrad.primitives import eig as _eig
 from fgrad.primitives import einsum as _einsum
 from fgrad.primitives import elementwise as _ew
@@ -238,6 +238,10 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=_np._NoValue):
     if rtol is None:
         return _la.pinv(a, max(aval.shape[-2:]) * _np.finfo(aval.dtype).eps, hermitian)
     # one tolerance per matrix (an array broadcast against the leading axes)
+    if isinstance(rtol, _Tracer) and _known_value(rtol) is None:
+        if not aval.size:                   # nothing to cut: the empty result
+            return _la.pinv(a, None, hermitian)
+        return _pinv_cut_by_traced_tolerance(a, rtol)
     tol = _tolerance_value(rtol)
     tols = _xp(tol).broadcast_to(tol, aval.shape[:-2]).ravel()
     if tols.size == 0 or (tols == tols[0]).all():
@@ -249,14 +253,23 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=_np._NoValue):
                           aval.shape[:-2] + (aval.shape[-1], aval.shape[-2]))
 
 
+def _pinv_cut_by_traced_tolerance(a, rtol):
+    """pinv of ``a`` whose cut-off ``rtol`` has no value here (under jit, or one
+    per example under vmap): from the SVD, as NumPy computes it, the singular
+    values at or below ``rtol`` times the largest taken as zero. Its derivative
+    is the SVD's (distinct singular values); ``rtol`` is not differentiated."""
+    u, s, vh = svd(a, full_matrices=False)
+    rtol = _creation.stop_gradient(_asarray(rtol))
+    kept = _ew.greater(s, rtol[..., None] * _red.max_(s, -1, True))
+    inverse = _ew.where(kept, 1.0 / _ew.where(kept, s, 1.0), 0.0)
+    return _matmul(_ew.conj(matrix_transpose(vh)) * inverse[..., None, :],
+                   _ew.conj(matrix_transpose(u)))
+
+
 def _tolerance_value(tol):
     # a cut-off, not differentiated (the result is piecewise constant in it); an
     # array is read for its value where the transformation has one
     value = _known_value(tol) if isinstance(tol, _Tracer) else tol
-    if value is None:
-        raise _ConcretizationError(
-            "fgrad.numpy.linalg.pinv needs the value of rtol, which is traced here "
-            "(under jit or vmap): pass it as a Python float, or a static argument")
     return _xp(value).asarray(value)
 
 
