@@ -8,8 +8,8 @@ compiled fgrad's kernels before, took 0.35-0.8 s to start a process, then
 about a second of CPU to type and lower `jit-elem`'s two kernels where LLVM
 needs 0.1 s):
 
-- `compile_ir` optimises the IR at -O3 for the host CPU, in an LLVM context
-  of its own (another thread may be compiling), and emits machine code; the
+- `compile_ir` optimises the IR at -O3 for the host CPU (loop strength
+  reduction off: `_llvm`), in an LLVM context of its own (another thread may be compiling), and emits machine code; the
   disk cache keeps that code (`fgrad.compiler.kernel_cache`), keyed by the
   IR, the CPU and its features, LLVM's and llvmlite's versions (and what else
   the caller names: `compile_ir`), so a second process loads a kernel in
@@ -35,7 +35,8 @@ import numpy as np
 
 from fgrad.compiler.kernel_cache import read_object, write_object
 
-_FORMAT = 2
+# the machine code's format: 3 since loop strength reduction is off
+_FORMAT = 3
 # ctypes types of the parameter kinds `compile_ir` takes
 _ARGTYPES = {"i64": ctypes.c_int64, "array": ctypes.py_object}
 _log = logging.getLogger("fgrad.jit")
@@ -125,6 +126,13 @@ def _llvm():
     import llvmlite.binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    # no loop strength reduction (a pass of LLVM's code generator): on
+    # fgrad's loops it took up to 70% of the code generator's time (hmc's
+    # normal draws: 0.27 s of 0.37 s; ode-lv-jit's program 0.27 s of 0.63 s)
+    # and the code ran as fast or faster without it (rwm-vmap8 2.3 -> 1.8
+    # ms of CPU a call, the other loop rows alike within 5%). The option is
+    # LLVM's, for the process: other llvmlite users in it (numba) get it too
+    llvm.set_option("fgrad", "-disable-lsr")
     host = (llvm.get_process_triple(), llvm.get_host_cpu_name(),
             llvm.get_host_cpu_features().flatten(),
             f"llvm {llvm.llvm_version_info} llvmlite {llvmlite.__version__}")

@@ -39,10 +39,11 @@ operations. The pipeline:
 3. **IR and machine code.** One LLVM function
    ``program(inputs..., outputs..., arena, constants..., BLAS table,
    callout)``, every array passed as its NumPy object (`fgrad.compiler.native`), compiled at
-   -O3 for this CPU; the disk cache keys its machine code on the IR, the CPU
-   and its features, the LLVM and llvmlite versions and the BLAS the table
-   reaches (`fgrad.compiler.blas.provider`), so a second process loads it in
-   milliseconds.
+   -O3 for this CPU; the disk cache keys its machine code on the graph and
+   the buffer plan (`fgrad.compiler.program_key`; on the IR where the graph
+   has no canonical form), the CPU and its features, the LLVM and llvmlite
+   versions and the BLAS the table reaches (`fgrad.compiler.blas.provider`),
+   so a second process loads it in milliseconds without writing the IR.
 
 Results are the interpreted tier's, bitwise for the elementwise loops (the
 same IR the fused kernels run; complex values by NumPy's algorithms,
@@ -113,6 +114,7 @@ from fgrad.compiler.native_steps import NativeStep, constant_cell
 from fgrad.compiler.passes import optimize
 from fgrad.compiler.program_checks import check_step
 from fgrad.compiler.program_indexing import indexing_step
+from fgrad.compiler.program_key import program_key
 from fgrad.compiler.program_linalg import einsums_as_products, linalg_step
 from fgrad.compiler.program_loops import (
     Loop,
@@ -122,6 +124,7 @@ from fgrad.compiler.program_loops import (
     loop_ir,
     loop_kind,
     loop_step,
+    memcpy,
     trips,
 )
 from fgrad.compiler.random_ir import DrawStep, draw_mode
@@ -908,14 +911,17 @@ def compile_program(graph, steps=None):
                          if isinstance(s, NativeStep) and s.fallback]
     for j, s in enumerate(called):
         s.id = j
-    ir_text = program_ir(steps, places, n_in, n_out, n_const)
+    # the disk cache is looked up by the graph's key where it has one, and
+    # the IR written only if the machine code is not there
+    write_ir = functools.partial(program_ir, steps, places, n_in, n_out, n_const)
+    key = program_key(graph, list(_every_step(steps)), places, plan, called)
     # no unrolling: most of a program's loops (copies, reductions) have
     # constant trip counts, which LLVM unrolled at great length (mlp8's
     # gradient: 1.9 s to compile, 58 kB of code; 0.8 s, 11 kB without)
     # keyed on the BLAS too: the cached code calls SciPy's wrappers through the table
-    native = compile_ir(ir_text, "program",
-                        ["array"] * (n_in + n_out + 2 + n_const) + ["i64"], unroll=False,
-                        depends=[f"blas {blas_provider()}"])
+    native = compile_ir(write_ir if key is not None else write_ir(), "program",
+                        ["array"] * (n_in + n_out + 2 + n_const) + ["i64"], key=key,
+                        unroll=False, depends=[f"blas {blas_provider()}"])
     program = Program()
     program.graph, program.steps, program.plan, program.native = graph, steps, plan, native
     program.callouts = [f"{s.index}: {s.eqn.prim.name}" for s in callouts]
@@ -1035,10 +1041,19 @@ class _Emitter:
         ir, b = self.ir, self.b
         shape = tuple(dst.aval.shape if out_strides is None else src.aval.shape)
         item = copy_dtype(dst.aval.dtype)
+        out_strides = out_strides or contiguous_strides(shape)
+        if tuple(strides) == tuple(out_strides) == contiguous_strides(shape):
+            # contiguous on both sides (a row of a stack, a slice of rows):
+            # one memcpy, which LLVM expands or calls, where a loop cost it
+            # vectorising (jit-rnn's 48 slices: a third of its loop passes)
+            size = ir.Constant(ir.IntType(64), item.itemsize)
+            memcpy(self, dst, src, math.prod(shape) * item.itemsize,
+                   dst_at=None if out_start is None else b.mul(out_start, size),
+                   src_at=None if start is None else b.mul(start, size))
+            return
         src, dst = self.pointer(src, item), self.pointer(dst, item)
         src = src if start is None else b.gep(src, [start])
         dst = dst if out_start is None else b.gep(dst, [out_start])
-        out_strides = out_strides or contiguous_strides(shape)
 
         def move(index):
             b.store(b.load(b.gep(src, [strided_offset(ir, b, index, strides)])),

@@ -210,23 +210,23 @@ def _nbytes(v):
     return int(np.prod(v.aval.shape, dtype=np.int64)) * np.dtype(v.aval.dtype).itemsize
 
 
-def _memcpy(e, dst, src, nbytes, dst_at=None, src_at=None):
+def memcpy(e, dst, src, nbytes, dst_at=None, src_at=None):
     """Copy ``nbytes`` from ``src`` to ``dst`` (values), each from byte
     ``*_at`` (an i64, or None: 0) of its memory."""
     ir, b = e.ir, e.b
     if not nbytes:
         return
     i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
-    memcpy = b.module.declare_intrinsic("llvm.memcpy", [i8p, i8p, i64])
+    intrinsic = b.module.declare_intrinsic("llvm.memcpy", [i8p, i8p, i64])
     to, src_ptr = e.pointer(dst, np.uint8), e.pointer(src, np.uint8)
     to = to if dst_at is None else b.gep(to, [dst_at])
     src_ptr = src_ptr if src_at is None else b.gep(src_ptr, [src_at])
-    b.call(memcpy, [to, src_ptr, ir.Constant(i64, nbytes), ir.Constant(ir.IntType(1), 0)])
+    b.call(intrinsic, [to, src_ptr, ir.Constant(i64, nbytes), ir.Constant(ir.IntType(1), 0)])
 
 
 def _copy_all(e, sources, targets):
     for source, target in zip(sources, targets):
-        _memcpy(e, target, source, _nbytes(target))
+        memcpy(e, target, source, _nbytes(target))
 
 
 def _scan_ir(e, step):
@@ -248,7 +248,7 @@ def _scan_ir(e, step):
                 e.copy(source, inner, [strides[a] for a in axes[1:]],
                        b.mul(at, ir.Constant(i64, strides[axes[0]])))
             else:
-                _memcpy(e, inner, outer, size, src_at=b.mul(at, ir.Constant(i64, size)))
+                memcpy(e, inner, outer, size, src_at=b.mul(at, ir.Constant(i64, size)))
         e.emit(part.steps)
         for y, result in zip(ys, part.results[n_carry:]):
             size = _nbytes(result)
@@ -261,7 +261,7 @@ def _scan_ir(e, step):
                        out_strides=[strides[axes.index(a)] for a in range(1, len(axes))],
                        out_start=b.mul(at, ir.Constant(i64, strides[axes.index(0)])))
             else:
-                _memcpy(e, y, result, size, dst_at=b.mul(at, ir.Constant(i64, size)))
+                memcpy(e, y, result, size, dst_at=b.mul(at, ir.Constant(i64, size)))
         _copy_all(e, part.results[:n_carry], carries)
     counted(ir, b, ir.Constant(i64, length), iteration, f"scan{step.label}")
 
