@@ -147,8 +147,9 @@ _COPY_ITEMSIZES = (1, 2, 4, 8, 16)
 # arenas at most this large are kept between calls (`_make_call`)
 KEEP_ARENA_BYTES = 1 << 20
 # a program one of whose callouts makes an array this large keeps its values
-# in arrays of their own, not in an arena (`_Locations.heap`)
+# of HEAP_BYTES or more in arrays of their own, not in its arena (`_Locations.heap`)
 HEAP_CALLOUT_BYTES = KEEP_ARENA_BYTES + 1
+HEAP_BYTES = 1 << 16
 # the arena of the last call whose arena was larger, kept for the next such
 # call of any program: one, process-wide (`_spare_arena`)
 _SPARE_ARENAS = []
@@ -184,6 +185,8 @@ def enabled():
 # beside its body's calls (the Python loop, the body's call, the slicing).
 PROGRAM_CALL_NS = 3000
 CALLOUT_NS = 4000
+# a step's array made, or let go of, by a call back (`_Locations.heap`)
+HEAP_STEP_NS = 2000
 LOOP_STEP_NS = 3000
 
 
@@ -216,22 +219,27 @@ def pays(steps, code):
     as a program against 34 ms in the kernels tier, with BLAS's default
     threads on 2 cores (23 and 25 ms on one thread).
 
-    Nor does one whose callouts make arrays larger than `KEEP_ARENA_BYTES`:
-    NumPy makes a callout's results, which are then copied into the
-    program's buffers, so the program holds each twice for a moment, and
-    pays the copy (LeNet's gradient, its im2col's 10 MB among them, peaked
-    at 30 MB as a program, 15.6 MB interpreted).
+    A program whose callouts make large arrays keeps its values in arrays
+    of their own (`_Locations.heap`), made by calls back into Python:
+    `HEAP_STEP_NS` a step that writes one. (It was not built before that: a callout's result
+    was copied into the arena, and LeNet's gradient peaked at 30 MB as a
+    program, 15.6 MB interpreted.)
     """
     callouts_ns = _callouts_ns(steps)
-    if callouts_ns and _calls_blas(steps) or _largest_callout(steps) > KEEP_ARENA_BYTES:
+    if callouts_ns and _calls_blas(steps):
         return False
+    if _keeps_arrays_apart(steps):
+        callouts_ns += HEAP_STEP_NS * sum(
+            1 for s in steps if not isinstance(s, (_View, _Callout))
+            and any(type(v) is Var and _nbytes(v) >= HEAP_BYTES for v in s.writes()))
     return PROGRAM_CALL_NS + callouts_ns < _calls_ns(code)
 
 
-def _largest_callout(steps):
-    """The bytes of the largest array a callout among ``steps`` makes."""
-    return max((_nbytes(v) for s in _every_step(steps) if isinstance(s, _Callout)
-                for v in s.writes() if _in_memory(v)), default=0)
+def _keeps_arrays_apart(steps):
+    """Whether a top-level callout among ``steps`` makes an array of
+    `HEAP_CALLOUT_BYTES` or more (`_Locations.heap`)."""
+    return max((_nbytes(v) for s in steps if isinstance(s, _Callout)
+                for v in s.writes() if _in_memory(v)), default=-1) >= HEAP_CALLOUT_BYTES
 
 
 def _calls_blas(steps):
@@ -844,9 +852,9 @@ class _Locations:
 
     def heap(self, steps):
         """``steps`` with `_Heap` steps added, where a top-level callout makes
-        an array of `HEAP_CALLOUT_BYTES` or more: then each top-level array
-        value that has no place yet (an output's included) lives in an array
-        of its own, ``("heap", j)`` (Python object ``j`` of the call, its
+        an array of `HEAP_CALLOUT_BYTES` or more: then each top-level value of
+        `HEAP_BYTES` or more that has no place yet (an output included) lives
+        in an array of its own, ``("heap", j)`` (Python object ``j`` of the call, its
         address at arena byte `slot` ``(j)``), made before the step that
         writes it (a callout's result: the array its NumPy code made,
         adopted), shared by views of it and by an elementwise loop's result
@@ -858,8 +866,7 @@ class _Locations:
         at 1.7-1.9 times the interpreted tier's memory."""
         self.slots, self.slots_at, self.slots_view = {}, 0, None
         self.heap_outputs = {}      # output j -> the heap array it is
-        if max((_nbytes(v) for s in steps if isinstance(s, _Callout)
-                for v in s.writes() if _in_memory(v)), default=-1) < HEAP_CALLOUT_BYTES:
+        if not _keeps_arrays_apart(steps):
             return steps
         last_read = {}
         for k, s in enumerate(steps):
@@ -879,7 +886,7 @@ class _Locations:
                 continue
             for v in s.writes():
                 if type(v) is not Var or self.where.get(v, ("out",))[0] != "out" \
-                        or not _in_memory(v):
+                        or not _in_memory(v) or _nbytes(v) < HEAP_BYTES:
                     continue
                 output = self.where.get(v, ("", None))[1]
                 taken = next(self._dying(s, v, k, members, last_read), None)
