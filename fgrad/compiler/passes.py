@@ -454,8 +454,9 @@ def _scan_parts(values, params):
     return list(values[:n]), list(values[n:m]), list(values[m:])
 
 
-def _fresh(graph):
-    """``graph`` with new variables (two scans may share one body)."""
+def renamed(graph):
+    """``graph`` with new variables: a copy that can stand beside ``graph``
+    (two scans may share one body; a program lowers one body per loop)."""
     new = {}
 
     def fresh(v):
@@ -472,7 +473,7 @@ def _merged_scans(a, b, subst):
     """The scan computing scan ``a``'s and scan ``b``'s results, or None
     where they compute no carry or ``ys`` alike; ``subst`` maps each result
     of ``b`` that ``a`` computes to ``a``'s (`merge_sibling_scans`)."""
-    pa, pb, body_b = a.params, b.params, _fresh(b.params["body"])
+    pa, pb, body_b = a.params, b.params, renamed(b.params["body"])
     a_ops, b_ops = _scan_parts(a.invars, pa), _scan_parts(b.invars, pb)
     a_in, b_in = _scan_parts(pa["body"].invars, pa), _scan_parts(body_b.invars, pb)
     shared = {}                         # b's body input -> a's, for an operand both read

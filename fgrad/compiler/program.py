@@ -111,7 +111,7 @@ from fgrad.compiler.native import array_data_offset, compile_ir
 from fgrad.compiler.native import available as native_available
 from fgrad.compiler.native import say_unavailable
 from fgrad.compiler.native_steps import NativeStep
-from fgrad.compiler.passes import optimize
+from fgrad.compiler.passes import optimize, renamed
 from fgrad.compiler.program_checks import check_step
 from fgrad.compiler.program_indexing import indexing_step
 from fgrad.compiler.program_linalg import einsums_as_products, linalg_step
@@ -545,7 +545,7 @@ def _lower(parts, fresh):
     over carries in any order."""
     lowered, plan_steps, placed, first = [], [], set(), None
     for graph, label in parts:
-        graph = _renamed(optimize(graph, np))
+        graph = renamed(optimize(graph, np))
         if first is None:
             first = graph.invars[len(graph.invars) - fresh:]
         steps = program_steps(graph, label)
@@ -567,20 +567,6 @@ def _lower(parts, fresh):
     if first:
         plan_steps.insert(0, Step([], first, {}, {}))
     return lowered, plan_buffers(plan_steps, _nbytes, placed=placed)
-
-
-def _renamed(graph):
-    """``graph`` with new variables."""
-    renamed = {}
-
-    def new(v):
-        if type(v) is Var and v not in renamed:
-            renamed[v] = Var(v.aval)
-        return renamed.get(v, v) if type(v) is Var else v
-    invars = [new(v) for v in graph.invars]
-    eqns = [Equation(e.prim, [new(v) for v in e.invars], [new(v) for v in e.outvars],
-                     e.params) for e in graph.eqns]
-    return Graph(invars, eqns, [new(v) for v in graph.outvars])
 
 
 def _readers(graph):
