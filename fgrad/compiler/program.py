@@ -137,11 +137,13 @@ PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
 # of bools (the predicate of a vmapped while loop): the max and the min
 _BOOL_REDUCTIONS = {any_p: "max", all_p: "min"}
-# custom_linear_solve's and custom_root's primitives (defined above the
-# compiler): the identity on their first ``n`` operands (the solution, the
-# root), which the graph computed before them; their rules are derivatives
+# custom_linear_solve's and custom_root's primitives and checkpoint's remat
+# barrier (defined above the compiler): the identity on their first ``n``
+# operands (the solution, the root, the inputs recomputed from), which the
+# graph computed before them; their rules are derivatives (or an ordering)
 _IDENTITIES = {("linear_solve", "fgrad/transforms/linear_solve.py"),
-               ("implicit_root", "fgrad/transforms/roots.py")}
+               ("implicit_root", "fgrad/transforms/roots.py"),
+               ("remat_barrier", "fgrad/transforms/jit.py")}
 # dtypes a copy moves as integers of their size (16 bytes: as two floats)
 _COPY_ITEMSIZES = (1, 2, 4, 8, 16)
 # arenas at most this large are kept between calls (`_make_call`)
