@@ -20,6 +20,7 @@ from hypothesis.extra import numpy as hnp
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.ode.status import raise_if_failed
+from fgrad.transforms.jit import remat_barrier_p
 # the building blocks are fgrad's public strategies (one copy, exercised here);
 # the spec modules import them from here (`from primitive_specs import arrays`)
 from fgrad.testing.strategies import (  # noqa: F401
@@ -390,6 +391,17 @@ def _checkpoint(name):
     f = fgrad.checkpoint(lambda x: fnp.exp(fnp.sin(x)) * x)
     return shapes(max_dims=2).flatmap(arrays).map(
         lambda x: Case(f, (x,), lambda x: np.exp(np.sin(x)) * x))
+
+
+@spec("remat_barrier")
+def _remat_barrier(name):
+    # checkpoint's recomputation reads its inputs through it (and the
+    # cotangents, for ordering only): the identity on the first n operands
+    def f(x, y):
+        (a,) = remat_barrier_p.bind(x, y, n=1)
+        return fnp.sin(a) * y
+    return shapes(max_dims=2).flatmap(lambda s: st.tuples(arrays(s), arrays(s))).map(
+        lambda xy: Case(f, xy, lambda x, y: np.sin(x) * y))
 
 
 # -- structured control flow: staged under jit, so the primitives are bound -----------

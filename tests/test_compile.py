@@ -5,6 +5,7 @@ import pytest
 import fgrad
 import fgrad.numpy as fnp
 from fgrad.compiler import passes as C
+from fgrad.compiler.codegen import generate
 from fgrad.core.graph import Literal
 from fgrad.core.graph import Equation, Graph, Var
 from fgrad.primitives.elementwise import exp_p
@@ -234,3 +235,56 @@ def test_jit_grad_has_no_more_equations_than_needed():
     optimized = C.optimize(staged)
     assert len(optimized.eqns) < len(staged.eqns)
     assert "full_like" not in _names(optimized)
+
+
+def _rnn_loss(w, xs):
+    def step(h, x):
+        h = fnp.tanh(h * w + x)
+        return h, h
+    _, hs = fgrad.lax.scan(step, fnp.zeros(3), xs)
+    return fnp.sum(hs * hs)
+
+
+def _scans(graph):
+    return [e for e in graph.eqns if e.prim.name == "scan"]
+
+
+def test_a_gradients_forward_scan_runs_once():
+    # value_and_grad stages the primal scan, then the same loop again keeping
+    # residuals: the two are one loop, its tanh computed once a step
+    args = (np.linspace(0.1, 0.9, 3), np.linspace(-1, 1, 15).reshape(5, 3))
+    staged = fgrad.make_graph(fgrad.value_and_grad(_rnn_loss))(*args)
+    assert [e.params["reverse"] for e in _scans(staged)] == [False, False, True]
+    optimized = C.optimize(staged)
+    forward, backward = _scans(optimized)
+    assert not forward.params["reverse"] and backward.params["reverse"]
+    assert _names(forward.params["body"]).count("tanh") == 1
+    value, grad = generate(optimized, np).fn(*args)
+    want_value, want_grad = fgrad.value_and_grad(_rnn_loss)(*args)
+    np.testing.assert_allclose(value, want_value, rtol=1e-14)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-14)
+
+
+def test_scans_that_compute_nothing_alike_stay_apart():
+    def f(xs):
+        _, a = fgrad.lax.scan(lambda c, x: (c + x, c), 0.0, xs)
+        _, b = fgrad.lax.scan(lambda c, x: (c * x, c), 0.0, xs)      # same start
+        _, c = fgrad.lax.scan(lambda c, x: (c + x, c), 1.0, xs)      # same step
+        return a, b, c
+    assert len(_scans(C.optimize(fgrad.make_graph(f)(np.ones(4))))) == 3
+
+
+def test_merged_scans_keep_the_carries_that_differ_apart():
+    # the second scan's first carry is the first scan's; its second starts
+    # alike but steps otherwise: one loop, three carries
+    def f(xs):
+        c1, a = fgrad.lax.scan(lambda c, x: (c + x, c * 2.0), 0.5, xs)
+        (c2, d), b = fgrad.lax.scan(lambda c, x: ((c[0] + x, c[1] * x), c[0] * 2.0),
+                                    (0.5, 0.5), xs)
+        return c1, a, c2, d, b
+    xs = np.linspace(1.0, 2.0, 4)
+    optimized = C.optimize(fgrad.make_graph(f)(xs))
+    (scan,) = _scans(optimized)
+    assert scan.params["n_carry"] == 2
+    for got, want in zip(generate(optimized, np).fn(xs), f(xs)):
+        np.testing.assert_array_equal(got, want)

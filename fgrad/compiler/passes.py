@@ -13,7 +13,9 @@ simpler one computing the same outputs, in time linear in its equations.
 4. ``sink_negations``: ``x @ -y`` becomes ``-(x @ y)`` where the product is
    the smaller array, so the negated operand need not be made;
 5. ``eliminate_common_subexpressions``: identical equations are computed once;
-6. ``eliminate_dead_code``: equations no output depends on are dropped.
+6. ``merge_sibling_scans``: two scans computing some carry or ``ys`` alike
+   (a gradient's primal loop and its residual-keeping loop) run as one;
+7. ``eliminate_dead_code``: equations no output depends on are dropped.
 """
 import functools
 
@@ -391,7 +393,144 @@ def eliminate_common_subexpressions(graph):
 
 
 # ---------------------------------------------------------------------------
-# 6. Dead code
+# 6. Sibling scans
+# ---------------------------------------------------------------------------
+
+
+def merge_sibling_scans(graph):
+    """Two scans of one length and direction that compute some carry or
+    ``ys`` alike run as one, where the later reads only values made before
+    the earlier: a gradient stages its primal scan and then the same loop
+    again keeping residuals, and ran the forward loop twice.
+
+    The merged body is the two bodies side by side, an operand both read (a
+    constant, an ``xs``) read once. Two carries that start from one value
+    are taken to be one; after common-subexpression elimination of the body,
+    those whose next values are then one value are one carry at every step
+    (by induction), and the others are taken apart again. A ``ys`` computed
+    alike is kept once.
+    """
+    if sum(1 for e in graph.eqns if e.prim.name == "scan") < 2:
+        return graph
+    eqns, subst = [], {}
+    read = substituter(subst)
+    made_at = {}                        # value -> the position of its equation in eqns
+    for eqn in graph.eqns:
+        eqn = Equation(eqn.prim, [read(v) for v in eqn.invars], eqn.outvars, eqn.params)
+        merged = None
+        if _mergeable_scan(eqn):
+            after = max((made_at.get(v, -1) for v in eqn.invars if type(v) is Var), default=-1)
+            for k in range(after + 1, len(eqns)):
+                if _mergeable_scan(eqns[k]) and all(
+                        eqns[k].params[p] == eqn.params[p] for p in ("length", "reverse")):
+                    merged = _merged_scans(eqns[k], eqn, subst)
+                    if merged is not None:
+                        eqns[k] = merged
+                        made_at.update((v, k) for v in merged.outvars)
+                        break
+        if merged is None:
+            made_at.update((v, len(eqns)) for v in eqn.outvars)
+            eqns.append(eqn)
+    return _rebuild(graph, eqns, subst)
+
+
+def _mergeable_scan(eqn):
+    return eqn.prim.name == "scan" and not _has_effects(eqn.params["body"])
+
+
+def _has_effects(graph):
+    """Whether an equation of ``graph``, or of a graph inside one, has an effect."""
+    for e in graph.eqns:
+        inner = [p for v in e.params.values()
+                 for p in (v if isinstance(v, (tuple, list)) else (v,)) if type(p) is Graph]
+        if effectful(e.prim) or any(map(_has_effects, inner)):
+            return True
+    return False
+
+
+def _scan_parts(values, params):
+    """``(consts, carries, xs)`` of a scan's operands, or of its body's inputs."""
+    n, m = params["n_consts"], params["n_consts"] + params["n_carry"]
+    return list(values[:n]), list(values[n:m]), list(values[m:])
+
+
+def renamed(graph):
+    """``graph`` with new variables: a copy that can stand beside ``graph``
+    (two scans may share one body; a program lowers one body per loop)."""
+    new = {}
+
+    def fresh(v):
+        if type(v) is Var and v not in new:
+            new[v] = Var(v.aval)
+        return new.get(v, v) if type(v) is Var else v
+    invars = [fresh(v) for v in graph.invars]
+    eqns = [Equation(e.prim, [fresh(v) for v in e.invars], [fresh(v) for v in e.outvars],
+                     e.params) for e in graph.eqns]
+    return Graph(invars, eqns, [fresh(v) for v in graph.outvars])
+
+
+def _merged_scans(a, b, subst):
+    """The scan computing scan ``a``'s and scan ``b``'s results, or None
+    where they compute no carry or ``ys`` alike; ``subst`` maps each result
+    of ``b`` that ``a`` computes to ``a``'s (`merge_sibling_scans`)."""
+    pa, pb, body_b = a.params, b.params, renamed(b.params["body"])
+    a_ops, b_ops = _scan_parts(a.invars, pa), _scan_parts(b.invars, pb)
+    a_in, b_in = _scan_parts(pa["body"].invars, pa), _scan_parts(body_b.invars, pb)
+    shared = {}                         # b's body input -> a's, for an operand both read
+    for part in (0, 2):
+        mine = {}
+        for v, inner in zip(a_ops[part], a_in[part]):
+            mine.setdefault(_operand_key(v), inner)
+        shared.update((inner, mine[_operand_key(v)]) for v, inner in zip(b_ops[part], b_in[part])
+                      if _operand_key(v) in mine)
+    starts = {}
+    for i, v in enumerate(a_ops[1]):
+        starts.setdefault(_operand_key(v), i)
+    carries = {j: starts[_operand_key(v)] for j, v in enumerate(b_ops[1])
+               if _operand_key(v) in starts}  # b's carry j -> a's carry i, taken one
+    n_a, n_b = pa["n_carry"], pb["n_carry"]
+    while True:
+        rename = dict(shared)
+        rename.update((b_in[1][j], a_in[1][i]) for j, i in carries.items())
+        body = eliminate_common_subexpressions(Graph(
+            pa["body"].invars, pa["body"].eqns + [
+                Equation(e.prim, [rename.get(v, v) if type(v) is Var else v for v in e.invars],
+                         e.outvars, e.params) for e in body_b.eqns],
+            pa["body"].outvars + [rename.get(v, v) if type(v) is Var else v
+                                  for v in body_b.outvars]))
+        outs_a, outs_b = body.outvars[:len(a.outvars)], body.outvars[len(a.outvars):]
+        apart = [j for j, i in carries.items()
+                 if _operand_key(outs_b[j]) != _operand_key(outs_a[i])]
+        if not apart:
+            break
+        for j in apart:
+            del carries[j]
+    made = {}
+    for i in range(n_a, len(outs_a)):
+        made.setdefault(_operand_key(outs_a[i]), i)
+    ys = {j: made[_operand_key(y)] for j, y in enumerate(outs_b)
+          if j >= n_b and _operand_key(y) in made}
+    if not carries and not ys:
+        return None
+    for j, i in list(carries.items()) + list(ys.items()):
+        subst[b.outvars[j]] = a.outvars[i]
+    kept = [[k for k, inner in enumerate(part) if inner not in rename] for part in b_in]
+    kept_out = [j for j in range(len(b.outvars)) if j not in carries and j not in ys]
+    invars, operands = [], []
+    for part in range(3):
+        invars += a_in[part] + [b_in[part][k] for k in kept[part]]
+        operands += a_ops[part] + [b_ops[part][k] for k in kept[part]]
+    outvars = (outs_a[:n_a] + [outs_b[j] for j in kept_out if j < n_b] + outs_a[n_a:]
+               + [outs_b[j] for j in kept_out if j >= n_b])
+    results = (a.outvars[:n_a] + [b.outvars[j] for j in kept_out if j < n_b] + a.outvars[n_a:]
+               + [b.outvars[j] for j in kept_out if j >= n_b])
+    body = eliminate_dead_code(Graph(invars, body.eqns, outvars))
+    return Equation(a.prim, operands, results, dict(
+        pa, body=body, n_consts=len(a_in[0]) + len(kept[0]), n_carry=n_a + len(kept[1])))
+
+
+# ---------------------------------------------------------------------------
+# 7. Dead code
 # ---------------------------------------------------------------------------
 
 
@@ -414,4 +553,5 @@ def optimize(graph, xp=np):
     graph = propagate_zeros(graph, xp)
     graph = sink_negations(graph)
     graph = eliminate_common_subexpressions(graph)
+    graph = merge_sibling_scans(graph)
     return eliminate_dead_code(graph)

@@ -35,7 +35,11 @@ operations. The pipeline:
    one arena (`fgrad.compiler.buffer_plan`): a buffer dies after its last
    reader and a later value reuses its bytes; an elementwise loop writes its
    result into a dying operand of the same shape and dtype. Each output has
-   an array of its own, written in place by the step that computes it.
+   an array of its own, written in place by the step that computes it. A
+   program one of whose callouts makes an array over `KEEP_ARENA_BYTES`
+   keeps its values in arrays of their own instead, each made before the
+   step that writes it (a callout's result: the array NumPy made) and let go
+   after its last reader, as the interpreted tier does (`_Locations.heap`).
 3. **IR and machine code.** One LLVM function
    ``program(inputs..., outputs..., arena, constants..., BLAS table,
    callout)``, every array passed as its NumPy object (`fgrad.compiler.native`), compiled at
@@ -58,6 +62,7 @@ estimates it faster (`fgrad.compiler.tiers`; ``FGRAD_JIT_PROGRAM=0`` turns
 this off, ``=all`` builds one for every graph); a compile that fails is
 logged and the graph runs on as before.
 """
+import collections
 import ctypes
 import functools
 import math
@@ -111,7 +116,7 @@ from fgrad.compiler.native import array_data_offset, compile_ir
 from fgrad.compiler.native import available as native_available
 from fgrad.compiler.native import say_unavailable
 from fgrad.compiler.native_steps import NativeStep, constant_cell
-from fgrad.compiler.passes import optimize
+from fgrad.compiler.passes import optimize, renamed
 from fgrad.compiler.program_checks import check_step
 from fgrad.compiler.program_indexing import indexing_step
 from fgrad.compiler.program_key import program_key
@@ -139,15 +144,21 @@ PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
 # of bools (the predicate of a vmapped while loop): the max and the min
 _BOOL_REDUCTIONS = {any_p: "max", all_p: "min"}
-# custom_linear_solve's and custom_root's primitives (defined above the
-# compiler): the identity on their first ``n`` operands (the solution, the
-# root), which the graph computed before them; their rules are derivatives
+# custom_linear_solve's and custom_root's primitives and checkpoint's remat
+# barrier (defined above the compiler): the identity on their first ``n``
+# operands (the solution, the root, the inputs recomputed from), which the
+# graph computed before them; their rules are derivatives (or an ordering)
 _IDENTITIES = {("linear_solve", "fgrad/transforms/linear_solve.py"),
-               ("implicit_root", "fgrad/transforms/roots.py")}
+               ("implicit_root", "fgrad/transforms/roots.py"),
+               ("remat_barrier", "fgrad/transforms/jit.py")}
 # dtypes a copy moves as integers of their size (16 bytes: as two floats)
 _COPY_ITEMSIZES = (1, 2, 4, 8, 16)
 # arenas at most this large are kept between calls (`_make_call`)
 KEEP_ARENA_BYTES = 1 << 20
+# a program one of whose callouts makes an array this large keeps its values
+# of HEAP_BYTES or more in arrays of their own, not in its arena (`_Locations.heap`)
+HEAP_CALLOUT_BYTES = KEEP_ARENA_BYTES + 1
+HEAP_BYTES = 1 << 16
 # the arena of the last call whose arena was larger, kept for the next such
 # call of any program: one, process-wide (`_spare_arena`)
 _SPARE_ARENAS = []
@@ -183,6 +194,8 @@ def enabled():
 # beside its body's calls (the Python loop, the body's call, the slicing).
 PROGRAM_CALL_NS = 3000
 CALLOUT_NS = 4000
+# a step's array made, or let go of, by a call back (`_Locations.heap`)
+HEAP_STEP_NS = 2000
 LOOP_STEP_NS = 3000
 
 
@@ -215,22 +228,27 @@ def pays(steps, code):
     as a program against 34 ms in the kernels tier, with BLAS's default
     threads on 2 cores (23 and 25 ms on one thread).
 
-    Nor does one whose callouts make arrays larger than `KEEP_ARENA_BYTES`:
-    NumPy makes a callout's results, which are then copied into the
-    program's buffers, so the program holds each twice for a moment, and
-    pays the copy (LeNet's gradient, its im2col's 10 MB among them, peaked
-    at 30 MB as a program, 15.6 MB interpreted).
+    A program whose callouts make large arrays keeps its values in arrays
+    of their own (`_Locations.heap`), made by calls back into Python:
+    `HEAP_STEP_NS` a step that writes one. (It was not built before that: a callout's result
+    was copied into the arena, and LeNet's gradient peaked at 30 MB as a
+    program, 15.6 MB interpreted.)
     """
     callouts_ns = _callouts_ns(steps)
-    if callouts_ns and _calls_blas(steps) or _largest_callout(steps) > KEEP_ARENA_BYTES:
+    if callouts_ns and _calls_blas(steps):
         return False
+    if _keeps_arrays_apart(steps):
+        callouts_ns += HEAP_STEP_NS * sum(
+            1 for s in steps if not isinstance(s, (_View, _Callout))
+            and any(type(v) is Var and _nbytes(v) >= HEAP_BYTES for v in s.writes()))
     return PROGRAM_CALL_NS + callouts_ns < _calls_ns(code)
 
 
-def _largest_callout(steps):
-    """The bytes of the largest array a callout among ``steps`` makes."""
-    return max((_nbytes(v) for s in _every_step(steps) if isinstance(s, _Callout)
-                for v in s.writes() if _in_memory(v)), default=0)
+def _keeps_arrays_apart(steps):
+    """Whether a top-level callout among ``steps`` makes an array of
+    `HEAP_CALLOUT_BYTES` or more (`_Locations.heap`)."""
+    return max((_nbytes(v) for s in steps if isinstance(s, _Callout)
+                for v in s.writes() if _in_memory(v)), default=-1) >= HEAP_CALLOUT_BYTES
 
 
 def _calls_blas(steps):
@@ -380,12 +398,28 @@ class _Callout:
 
     def __init__(self, index, eqn):
         self.index, self.eqn, self.id = index, eqn, None
+        self.drops = []         # heap arrays let go after it (`_Locations.heap`)
 
     def reads(self):
         return self.eqn.invars
 
     def writes(self):
         return self.eqn.outvars
+
+
+class _Heap:
+    """A call back into Python that lets go of the call's arrays ``frees``
+    (their last reader has run) and makes ``allocs`` (``(object, slot,
+    shape, dtype)``: the next step writes them): `_Locations.heap`."""
+
+    def __init__(self, index, frees, allocs):
+        self.index, self.frees, self.allocs, self.id = index, frees, allocs, None
+
+    def reads(self):
+        return []
+
+    def writes(self):
+        return []
 
 
 def _copyable(aval):
@@ -512,7 +546,7 @@ def _lower(parts, fresh):
     over carries in any order."""
     lowered, plan_steps, placed, first = [], [], set(), None
     for graph, label in parts:
-        graph = _renamed(optimize(graph, np))
+        graph = renamed(optimize(graph, np))
         if first is None:
             first = graph.invars[len(graph.invars) - fresh:]
         steps = program_steps(graph, label)
@@ -534,20 +568,6 @@ def _lower(parts, fresh):
     if first:
         plan_steps.insert(0, Step([], first, {}, {}))
     return lowered, plan_buffers(plan_steps, _nbytes, placed=placed)
-
-
-def _renamed(graph):
-    """``graph`` with new variables."""
-    renamed = {}
-
-    def new(v):
-        if type(v) is Var and v not in renamed:
-            renamed[v] = Var(v.aval)
-        return renamed.get(v, v) if type(v) is Var else v
-    invars = [new(v) for v in graph.invars]
-    eqns = [Equation(e.prim, [new(v) for v in e.invars], [new(v) for v in e.outvars],
-                     e.params) for e in graph.eqns]
-    return Graph(invars, eqns, [new(v) for v in graph.outvars])
 
 
 def _readers(graph):
@@ -769,8 +789,9 @@ def _in_memory(v):
 class _Locations:
     """Where each value lives: ``("in", j)``, ``("out", j)``, ``("const", j)``,
     ``("arena", offset)``, ``("in out", (j, offset))`` (in output ``j``'s
-    memory before it is written: `_output_regions`), or ``("py", j)`` for a
-    Python object (`_in_memory`)."""
+    memory before it is written: `_output_regions`), ``("py", j)`` for a
+    Python object (`_in_memory`), or ``("heap", j)`` for an array a callout
+    made, kept as Python object ``j`` (`heap`)."""
 
     def __init__(self, graph, steps):
         self.where = {}
@@ -808,6 +829,96 @@ class _Locations:
 
     def of(self, v):
         return self.where[id(v) if type(v) is Literal else v]
+
+    def heap(self, steps):
+        """``steps`` with `_Heap` steps added, where a top-level callout makes
+        an array of `HEAP_CALLOUT_BYTES` or more: then each top-level value of
+        `HEAP_BYTES` or more that has no place yet (an output included) lives
+        in an array of its own, ``("heap", j)`` (Python object ``j`` of the call, its
+        address at arena byte `slot` ``(j)``), made before the step that
+        writes it (a callout's result: the array its NumPy code made,
+        adopted), shared by views of it and by an elementwise loop's result
+        written over it as it dies (`_in_place`), and let go after its last
+        reader, as the interpreted tier makes and lets go of its arrays. In
+        an arena instead, a callout's result is held twice for a moment
+        (NumPy's array, copied into the arena), and the arena, made before
+        the call, holds every buffer from the start: LeNet's gradient peaked
+        at 1.7-1.9 times the interpreted tier's memory."""
+        self.slots, self.slots_at, self.slots_view = {}, 0, None
+        self.heap_outputs = {}      # output j -> the heap array it is
+        if not _keeps_arrays_apart(steps):
+            return steps
+        last_read = {}
+        for k, s in enumerate(steps):
+            for v in s.reads():
+                if type(v) is Var:
+                    last_read[v] = k
+        last_read.update((v, math.inf) for v in self.outputs)     # returned: kept
+        members, born, allocs, frees = {}, {}, collections.defaultdict(list), {}
+
+        def join(v, j):
+            self.where[v] = ("heap", j)
+            members[j].append(v)
+        for k, s in enumerate(steps):
+            if isinstance(s, _View):
+                if type(s.src) is Var and self.where.get(s.src, ("",))[0] == "heap":
+                    join(s.dst, self.where[s.src][1])
+                continue
+            for v in s.writes():
+                if type(v) is not Var or self.where.get(v, ("out",))[0] != "out" \
+                        or not _in_memory(v) or _nbytes(v) < HEAP_BYTES:
+                    continue
+                output = self.where.get(v, ("", None))[1]
+                taken = next(self._dying(s, v, k, members, last_read), None)
+                if output is not None:
+                    self.heap_outputs[output] = self.objects if taken is None else taken
+                if taken is not None:
+                    join(v, taken)
+                    continue
+                j = self.objects
+                self.objects += 1
+                self.slots[j] = len(self.slots), tuple(v.aval.shape), np.dtype(v.aval.dtype)
+                members[j], born[j] = [], k
+                join(v, j)
+                if not isinstance(s, _Callout):
+                    allocs[k].append((j, self.slots[j][0]) + self.slots[j][1:])
+        for j, vs in members.items():
+            frees.setdefault(max([born[j]] + [last_read.get(v, -1) for v in vs]), []).append(j)
+        placed = []
+        for k, s in enumerate(steps):
+            placed.append(_Heap(f"{k}h", [], allocs[k]))
+            placed.append(s)
+            if isinstance(s, _Callout):
+                s.drops = frees.get(k, [])
+            else:
+                placed.append(_Heap(f"{k}f", frees.get(k, []), []))
+        # what one step lets go of and the next makes: one call back
+        merged = []
+        for s in placed:
+            if isinstance(s, _Heap) and merged and isinstance(merged[-1], _Heap):
+                merged[-1] = _Heap(merged[-1].index, merged[-1].frees + s.frees,
+                                   merged[-1].allocs + s.allocs)
+            else:
+                merged.append(s)
+        return [s for s in merged if not isinstance(s, _Heap) or s.frees or s.allocs]
+
+    def _dying(self, step, v, k, members, last_read):
+        """The heap arrays whose buffer ``v`` may take at step ``k``
+        (`_in_place`): read once by the step, which reads them last."""
+        def heap_array(r):
+            kind, at = self.where.get(r, ("", None))
+            return at if kind == "heap" else None
+        reads = collections.Counter(heap_array(r) for r in set(step.reads()) if type(r) is Var)
+        for r in _in_place(step).get(v, ()):
+            j = heap_array(r)
+            if j is not None and reads[j] == 1 \
+                    and self.slots[j][1:] == (tuple(v.aval.shape), np.dtype(v.aval.dtype)) \
+                    and max(last_read.get(u, -1) for u in members[j]) == k:
+                yield j
+
+    def slot(self, j):
+        """The arena byte holding the address of heap array ``j`` (`heap`)."""
+        return self.slots_at + 8 * self.slots[j][0]
 
     def place_loops(self, steps):
         """Where the values of the loops among ``steps`` live (their
@@ -890,11 +1001,15 @@ def compile_program(graph, steps=None):
         places.where[copy_to] = ("out", len(places.outputs))
         places.outputs.append(copy_to)
         final.append(_Copy(v, copy_to, contiguous_strides(v.aval.shape)))
-    steps += final
+    steps = places.heap(steps + final)
     placed = set(places.where) - {v for v in places.where if type(v) is int}
     plan = plan_buffers([_plan_step(s) for s in steps], _nbytes, placed=placed,
-                        regions=_output_regions(steps, places.outputs),
+                        regions=[r for r in _output_regions(steps, places.outputs)
+                                 if r[0] not in places.heap_outputs],
                         movable=_native_only(steps).__contains__)
+    if places.slots:            # the heap arrays' addresses, after the plan's buffers
+        places.slots_at = -(-plan.arena_bytes // 8) * 8
+        plan.arena_bytes = places.slots_at + 8 * len(places.slots)
     for v, offset in plan.offsets.items():
         home = plan.homes.get(v)
         places.where[v] = ("arena", offset) if home is None else ("in out", (home, offset))
@@ -907,8 +1022,8 @@ def compile_program(graph, steps=None):
     callouts = [s for s in _every_step(steps) if isinstance(s, _Callout)]
     # a native step that meets a case it does not handle (a singular matrix,
     # an index out of bounds) runs its equation's NumPy code, which raises
-    called = callouts + [s for s in _every_step(steps)
-                         if isinstance(s, NativeStep) and s.fallback]
+    called = callouts + [s for s in _every_step(steps) if isinstance(s, _Heap)
+                         or isinstance(s, NativeStep) and s.fallback]
     for j, s in enumerate(called):
         s.id = j
     # the disk cache is looked up by the graph's key where it has one, and
@@ -982,6 +1097,14 @@ class _Emitter:
             base = b.gep(self.bases["arena"], [ir.Constant(ir.IntType(64), at)])
         elif kind == "in out":      # in an output's memory, before it is written
             base = b.gep(self.bases["out"][at[0]], [ir.Constant(ir.IntType(64), at[1])])
+        elif kind == "heap":        # an array of its own: its data, read through its object
+            i8p = ir.IntType(8).as_pointer()
+            slot = b.gep(self.bases["arena"], [ir.Constant(ir.IntType(64),
+                                                           self.places.slot(at))])
+            array = b.load(b.bitcast(slot, i8p.as_pointer()))
+            base = b.load(b.bitcast(b.gep(array, [ir.Constant(ir.IntType(64),
+                                                              array_data_offset())]),
+                                    i8p.as_pointer()))
         else:
             base = self.bases[kind][at]
         dtype = v.aval.dtype if dtype is None else dtype
@@ -1111,7 +1234,7 @@ class _Emitter:
                           functools.partial(self.call_out, step), self.alloca)
             elif isinstance(step, Loop):
                 loop_ir(self, step)
-            elif isinstance(step, _Callout):
+            elif isinstance(step, (_Callout, _Heap)):
                 self.call_out(step)
             # a view: nothing to do
 
@@ -1215,7 +1338,13 @@ def _callback(callouts, places, arena_views):
     ``arena_views`` collects the ``(offset, shape, dtype)`` of each view of
     the arena a callout reads or writes (each arena comes with them made)."""
     frames = _Frames()
-    runs = {s.id: _callout_runner(s.eqn, places, arena_views) for s in callouts}
+    if places.slots:
+        places.slots_view = len(arena_views)
+        arena_views.append((places.slots_at, (len(places.slots),), np.dtype(np.uint64)))
+    runs = {s.id: _heap_runner(s, places.slots_view) if isinstance(s, _Heap) else
+            _callout_runner(s.eqn, places, arena_views,
+                            s.drops if isinstance(s, _Callout) else None)
+            for s in callouts}
 
     def callout(index):
         try:
@@ -1227,7 +1356,24 @@ def _callback(callouts, places, arena_views):
     return _CALLOUT_TYPE(callout), frames
 
 
-def _callout_runner(eqn, places, arena_views):
+def _heap_runner(step, slots):
+    frees, allocs = step.frees, step.allocs
+
+    def run(frame):
+        objects = frame[4]
+        for j in frees:
+            objects[j] = None
+        for j, slot, shape, dtype in allocs:
+            objects[j] = array = np.empty(shape, dtype)
+            frame[2][slots][slot] = id(array)
+    return run
+
+
+def _callout_runner(eqn, places, arena_views, drops=None):
+    """``frame -> None``: runs ``eqn``'s NumPy code on the program's memory;
+    a callout step's (``drops``: the heap arrays let go after it, None for a
+    native step's fallback, whose heap results are made before it) adopts
+    the heap results it makes (`_Locations.heap`)."""
     fn = eqn.prim.lowering(np, **eqn.params) if eqn.prim.lowering is not None \
         and not getattr(eqn.prim, "ufunc_name", None) else None
     if fn is None:
@@ -1235,6 +1381,8 @@ def _callout_runner(eqn, places, arena_views):
     readers = [_reader(v, places, arena_views) for v in eqn.invars]
     writers = [_reader(v, places, arena_views) for v in eqn.outvars]
     multiple = eqn.prim.multiple_results
+    if drops is not None and (drops or any(places.of(v)[0] == "heap" for v in eqn.outvars)):
+        return _adopting_runner(eqn, fn, readers, writers, places, drops)
 
     if isinstance(fn, np.ufunc) and len(writers) == 1 and _in_memory(eqn.outvars[0]):
         # straight into the program's buffer (np.matmul is one): no array
@@ -1257,6 +1405,50 @@ def _callout_runner(eqn, places, arena_views):
     return run
 
 
+def _adopting_runner(eqn, fn, readers, writers, places, drops):
+    """A callout some of whose results are adopted (`_Locations.heap`):
+    kept as the call's Python objects, their addresses in the arena's
+    slots (an array's address: the program reads its data pointer); then
+    the adopted arrays whose last reader it is let go."""
+    outs, slots = [], places.slots_view
+    for v, write in zip(eqn.outvars, writers):
+        kind, at = places.of(v)
+        slot = places.slots[at][0] if kind == "heap" else None
+        outs.append((kind, at, write, slot, tuple(v.aval.shape), np.dtype(v.aval.dtype)))
+    multiple = eqn.prim.multiple_results
+
+    def run(frame):
+        args = [read(frame) for read in readers]
+        values = fn(*args)
+        for (kind, at, write, slot, shape, dtype), value in zip(
+                outs, values if multiple else (values,)):
+            if kind == "py":
+                frame[4][at] = value
+            elif kind == "heap":
+                frame[4][at] = value = _adopted(value, shape, dtype, args)
+                frame[2][slots][slot] = id(value)
+            else:
+                np.copyto(write(frame), value, casting="unsafe")
+        for j in drops:
+            frame[4][j] = None
+    return run
+
+
+def _adopted(value, shape, dtype, args):
+    """A callout's result as an array the program reads by its data pointer
+    while it lives: ``value`` itself where it is a C-ordered array of
+    ``shape`` and ``dtype`` sharing no memory with the callout's operands
+    ``args`` (which the program may write over while it lives), else a copy."""
+    if type(value) is np.ndarray and value.dtype == dtype and value.shape == shape \
+            and value.flags.c_contiguous and value.flags.aligned \
+            and not any(type(a) is np.ndarray and np.may_share_memory(value, a)
+                        for a in args):
+        return value
+    copy = np.empty(shape, dtype)
+    np.copyto(copy, value, casting="unsafe")
+    return copy
+
+
 def _reader(v, places, arena_views):
     """``frame -> the value of v`` (an array viewing the program's memory)."""
     if type(v) is Literal:
@@ -1264,8 +1456,10 @@ def _reader(v, places, arena_views):
         return lambda frame: value
     kind, at = places.of(v)
     shape, dtype = tuple(v.aval.shape), np.dtype(v.aval.dtype)
-    if kind == "py":
+    if kind == "py" or kind == "heap" and places.slots[at][1:] == (shape, dtype):
         return lambda frame: frame[4][at]
+    if kind == "heap":                # a reshape's view of an array, or another's result in it
+        return lambda frame: frame[4][at].view(dtype).reshape(shape)
     if kind == "arena":
         j = len(arena_views)
         arena_views.append((at, shape, dtype))
@@ -1323,6 +1517,7 @@ def _make_call(graph, places, plan, native, callback, final, arena_views):
                  "ndarray": np.ndarray, "contiguous": _c_contiguous,
                  "new_arena": _arena_maker(plan.arena_bytes, arena_views),
                  "free": [], "CONSTS": tuple(places.consts), "copy": np.copy,
+                 "NOTHING": np.empty(0),
                  "BLAS": _BLAS_TABLE if gemm_table() is None else gemm_table()}
     keep = plan.arena_bytes <= KEEP_ARENA_BYTES
     lines = checked_call_header(expected, namespace, what="a compiled program")
@@ -1333,7 +1528,9 @@ def _make_call(graph, places, plan, native, callback, final, arena_views):
     outs = []
     for j, v in enumerate(places.outputs):
         namespace[f"S{j}o"], namespace[f"D{j}o"] = tuple(v.aval.shape), np.dtype(v.aval.dtype)
-        lines.append(f"    o{j} = empty(S{j}o, D{j}o)")
+        # one the program makes when it writes it (`_Locations.heap`) is not passed
+        lines.append(f"    o{j} = NOTHING" if j in places.heap_outputs
+                     else f"    o{j} = empty(S{j}o, D{j}o)")
         outs.append(f"o{j}")
     if keep:
         lines += ["    try:",
@@ -1352,9 +1549,13 @@ def _make_call(graph, places, plan, native, callback, final, arena_views):
             ctypes.cast(native.c_function, ctypes.c_void_p).value)
         namespace["CALLOUT"], namespace["frames"] = ctypes.cast(callback[0], ctypes.c_void_p
                                                                  ).value, callback[1]
+        # the callback lives as long as the call does (a call kept without
+        # its Program called freed machine code)
+        namespace["CALLBACK"] = callback[0]
         namespace["raise_from"] = _raise_callout_error
-        lines += [f"    frames.stack.append(([{', '.join(args)}], [{', '.join(outs)}], "
-                  f"views, CONSTS, [None] * {places.objects}))",
+        lines += [f"    objects = [None] * {places.objects}",
+                  f"    frames.stack.append(([{', '.join(args)}], [{', '.join(outs)}], "
+                  "views, CONSTS, objects))",
                   "    try:",
                   f"        run({', '.join(call_args + ['CALLOUT'])})",
                   "    finally:",
@@ -1380,6 +1581,8 @@ def _make_call(graph, places, plan, native, callback, final, arena_views):
         kind, at = places.of(v)
         if kind == "in":
             results.append(args[at])
+        elif kind == "heap":         # made by the program (`_Locations.heap`)
+            results.append(f"objects[{at}][()]" if not v.aval.shape else f"objects[{at}]")
         else:
             results.append(f"o{at}[()]" if not v.aval.shape else f"o{at}")
     lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")

@@ -69,7 +69,11 @@ def program_key(graph, steps, places, plan, called):
                     where = places.where.get(id(v) if type(v) is Literal else v)
                     lines.append(f"{writer.typed(v)} at {where!r}")
         for s in called:
-            lines.append(f"callout {s.id}: {s.index} " + writer.equation(s.eqn))
+            if hasattr(s, "eqn"):
+                lines.append(f"callout {s.id}: {s.index} " + writer.equation(s.eqn))
+            else:       # a call that makes and lets go of a callout program's arrays
+                lines.append(f"heap {s.id}: {s.index} frees {s.frees!r} "
+                             f"allocs {s.allocs!r}")
     except _NoCanonicalForm:
         return None
     return "\n".join(lines)

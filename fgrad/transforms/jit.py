@@ -218,6 +218,31 @@ def _call_primitive(name):
 jit_call_p = _call_primitive("jit_call")
 checkpoint_p = _call_primitive("checkpoint")
 
+# The identity on its first ``n`` operands; the rest it only reads. A
+# checkpoint's recomputation reads its inputs through one that also reads the
+# output cotangents: a staged gradient, cut into forward and backward passes
+# by dependence on the cotangents, then recomputes in its backward pass, and
+# common-subexpression elimination cannot take the forward pass's values for
+# the recomputed ones (both kept the forward pass's intermediates alive: no
+# memory saved under jit). Compiled programs read it as views.
+remat_barrier_p = Primitive("remat_barrier", lambda *args, n: tuple(args[:n]),
+                            lambda *avals, n: tuple(avals[:n]), multiple_results=True,
+                            family="fgrad/transforms/jit.py")
+remat_barrier_p.def_vjp_joint(
+    lambda ct, ans, needed, *args, n: tuple(ct) + (None,) * (len(args) - n))
+remat_barrier_p.def_jvp_joint(lambda tangents, ans, *args, n: tuple(tangents[:n]))
+remat_barrier_p.batch = lambda args, dims, n: (remat_barrier_p.bind(*args, n=n),
+                                               tuple(dims[:n]))
+
+
+def _checkpoint_vjp(ct, ans, needed, *args, graph, name):
+    ready = [c for c in ct if type(c) is not Zero and c is not None]
+    args = remat_barrier_p.bind(*args, *ready, n=len(args))
+    return _call_vjp(ct, ans, needed, *args, graph=graph, name=name)
+
+
+checkpoint_p.def_vjp_joint(_checkpoint_vjp)
+
 # ---------------------------------------------------------------------------
 # grad of a jitted function: compiled forward with residuals, compiled backward
 # ---------------------------------------------------------------------------
@@ -1020,9 +1045,9 @@ def checkpoint(fun):
     Reverse mode stores only the inputs and outputs of a checkpointed call; the
     VJP re-runs ``fun`` on those inputs. That trades compute for memory in deep
     chains. ``fun`` is staged like a jitted function (so value-dependent Python
-    control flow needs `fgrad.lax`). Under `jit` the compiler may merge the
-    recomputation with the original (common subexpressions), so the saving is
-    for eager ``grad``.
+    control flow needs `fgrad.lax`). Under `jit` too the recomputation runs in
+    the backward pass, never merged with the original (a `remat_barrier_p`
+    on its inputs).
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> layer = fgrad.checkpoint(lambda x: fnp.tanh(fnp.sin(x) * 2.0))
