@@ -440,7 +440,8 @@ def program_steps(graph, label=""):
     """The graph's steps (elementwise loops, reductions, copies, views, loops
     and callouts), in an order that respects every dependency; ``label``
     prefixes each equation's index in the callouts' names."""
-    # products as matmuls (program_linalg)
+    # products as matmuls (program_linalg); views for undone transposes;
+    # reshapes and stacks after the elementwise work around them
     graph = _layout_late(_transposes_undone(einsums_as_products(graph)))
     groups = attach_reductions(graph, plan_groups(graph, can_fuse=cpu_fusable, min_size=1))
     readers = reader_counts(graph)
@@ -552,7 +553,7 @@ def _layout_late(graph):
     intermediates to memory for the next to read (GradBench's ba: 15 loops)."""
     if not any(eqn.prim in _LAYOUT for eqn in graph.eqns):
         return graph
-    held = {}                   # the output of a layout equation not placed yet: it
+    held = {}                   # output -> its layout equation, not placed yet
     eqns = []
 
     def place(eqn):
