@@ -942,3 +942,47 @@ def test_a_program_calling_blas_and_calling_out_is_not_built_where_it_must_pay()
     small = np.eye(3) * 0.5                     # a product too small to wake them
     with_small_gemm = looped(lambda y: y @ small, 3)
     assert pays(program_steps(with_small_gemm), with_small_gemm)
+
+
+def _kinds(compiled):
+    return [type(s).__name__ for s in compiled.steps]
+
+
+def test_stacked_jvps_are_computed_before_their_stacks():
+    # each jvp stacks its results (the tangent of a stack), between the
+    # jvps; the stacks wait for the loop, which computes every column with
+    # its intermediates in registers
+    x = np.linspace(0.5, 2.0, 7)
+
+    def columns(a, b):
+        def f(a, b):
+            return fnp.stack([fnp.sin(a) * b, a / (a + b)])
+        return fnp.stack([fgrad.jvp(lambda a: f(a, b), (a,), (fnp.ones_like(a),))[1],
+                          fgrad.jvp(lambda b: f(a, b), (b,), (fnp.ones_like(b),))[1]])
+    compiled, got, want = _both(columns, x, x[::-1].copy())
+    kinds = _kinds(compiled)
+    assert compiled.callouts == [] and "_Kernel" not in kinds[kinds.index("_Pieces"):]
+    _agree_as_computed(compiled, got, want)
+
+
+def test_an_operand_broadcast_in_two_ways_is_read_in_place():
+    # the row sets the inner loop, so the column is read at offsets, not
+    # broadcast out to a full array first
+    x, column, row = (np.arange(24.0).reshape(2, 4, 3), np.arange(8.0).reshape(2, 4, 1),
+                      np.arange(12.0).reshape(4, 3))
+    compiled, got, want = _both(lambda x, c, r: x * c + r, x, column, row)
+    assert _kinds(compiled) == ["_Kernel"]
+    _agree_as_computed(compiled, got, want)
+
+
+def test_a_transpose_undone_through_a_reshape_is_a_view():
+    # a vmapped product moves the batch axis to the front and back again
+    x = np.arange(60.0).reshape(5, 12)
+
+    def f(x):
+        moved = fnp.transpose(x.reshape(5, 3, 4), (1, 0, 2))          # (3, 5, 4)
+        back = fnp.transpose(moved, (1, 0, 2)).reshape(5, 3, 2, 2)
+        return fnp.transpose(back, (0, 1, 2, 3)) * 2.0, moved
+    compiled, got, want = _both(f, x)
+    assert _kinds(compiled).count("_Copy") == 1          # `moved`, an output
+    _agree(got, want, exact=True)

@@ -776,13 +776,13 @@ def plan_kernels(graph):
             if not worth_fusing([graph.eqns[k] for k in run + reds], len(inputs),
                                 len(outputs), math.prod(shape)):
                 continue
-            spec, modes = _broadcast_in_place(spec, inputs, modes, shape)
+            spec, modes = broadcast_in_place(spec, inputs, modes, shape)
             plans.append(KernelPlan(max(run + reds), sorted(run + reds), spec, inputs, modes,
                                     outputs, reduced, shape))
     return plans
 
 
-def _broadcast_in_place(spec, inputs, modes, shape):
+def broadcast_in_place(spec, inputs, modes, shape):
     """``(spec, modes)`` with each input `kernel_source` would broadcast out
     to a full array first (mode "copy") read in place instead: mode "at",
     at the offset `broadcast_offset` gives (its index in ``spec``).

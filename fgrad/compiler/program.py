@@ -88,6 +88,7 @@ from fgrad.compiler.cpu_fusion import (
     KERNEL_CALL_NS,
     NUMPY_CALL_NS,
     attach_reductions,
+    broadcast_in_place,
     checked_call_header,
     cpu_fusable,
     cpu_fused_p,
@@ -116,7 +117,7 @@ from fgrad.compiler.native import array_data_offset, compile_ir
 from fgrad.compiler.native import available as native_available
 from fgrad.compiler.native import say_unavailable
 from fgrad.compiler.native_steps import NativeStep, constant_cell
-from fgrad.compiler.passes import optimize, renamed
+from fgrad.compiler.passes import eliminate_dead_code, optimize, renamed
 from fgrad.compiler.program_checks import check_step
 from fgrad.compiler.program_indexing import indexing_step
 from fgrad.compiler.program_key import program_key
@@ -142,6 +143,9 @@ from fgrad.primitives.shape import broadcast_to_p, concatenate_p, reshape_p, tra
 
 PROGRAM_ENV = "FGRAD_JIT_PROGRAM"
 _REDUCTIONS = {sum_p: "sum", max_p: "max", min_p: "min"}
+# equations that lay out values (views and copies), moved down to their
+# first reader before elementwise equations are grouped (`_layout_late`)
+_LAYOUT = (reshape_p, concatenate_p, transpose_p, broadcast_to_p)
 # of bools (the predicate of a vmapped while loop): the max and the min
 _BOOL_REDUCTIONS = {any_p: "max", all_p: "min"}
 # custom_linear_solve's and custom_root's primitives and checkpoint's remat
@@ -469,7 +473,9 @@ def program_steps(graph, label=""):
     """The graph's steps (elementwise loops, reductions, copies, views, loops
     and callouts), in an order that respects every dependency; ``label``
     prefixes each equation's index in the callouts' names."""
-    graph = einsums_as_products(graph)     # products as matmuls (program_linalg)
+    # products as matmuls (program_linalg); views for undone transposes;
+    # reshapes and stacks after the elementwise work around them
+    graph = _layout_late(_transposes_undone(einsums_as_products(graph)))
     groups = attach_reductions(graph, plan_groups(graph, can_fuse=cpu_fusable, min_size=1))
     readers = reader_counts(graph)
     # a group runs where its last member (or the last full reduction of it) was
@@ -533,6 +539,80 @@ def program_steps(graph, label=""):
         else:
             steps.append(_Callout(f"{label}{k}", eqn))
     return steps
+
+
+def _transposes_undone(graph):
+    """``graph`` with each transpose whose result, followed back through
+    reshapes and transposes, is an earlier value in its own order (a
+    vmapped einsum's batch axis moved to the front and back again) a
+    reshape of that value: a view where the transpose was a copy (ht's
+    Jacobian: two copies of 3.4 million elements). The transposes it made
+    unread are dropped."""
+    # value -> (the value whose buffer it views, its elements' offsets in it)
+    origin = {}
+    eqns, changed = [], False
+    for eqn in graph.eqns:
+        x = eqn.invars[0] if eqn.invars else None
+        if eqn.prim not in (reshape_p, transpose_p) or type(x) is not Var:
+            eqns.append(eqn)
+            continue
+        out = eqn.outvars[0]
+        base, offsets = origin.get(x) or (x, np.lib.stride_tricks.as_strided(
+            np.zeros(1, np.uint8), x.aval.shape, _contiguous_strides(x.aval.shape)))
+        if eqn.prim is transpose_p:
+            viewed = offsets.transpose(eqn.params["axes"])
+        else:
+            try:
+                viewed = np.reshape(offsets, out.aval.shape, copy=False)
+            except ValueError:          # not a view of it: a buffer of its own
+                eqns.append(eqn)
+                continue
+        origin[out] = (base, viewed)
+        if eqn.prim is transpose_p and base is not x and viewed.flags.c_contiguous:
+            eqn = Equation(reshape_p, [base], [out], {"shape": tuple(out.aval.shape)})
+            changed = True
+        eqns.append(eqn)
+    if not changed:
+        return graph
+    return eliminate_dead_code(Graph(graph.invars, eqns, graph.outvars))
+
+
+def _layout_late(graph):
+    """``graph`` with each layout equation (`_LAYOUT`) moved down to just
+    before its first reader. An equation that reads an elementwise group
+    closes it (`fgrad.compiler.fusion.plan_groups`): the stack of each
+    ``jvp``'s result, written between the ``jvp``s, split what is one loop
+    over the elements into one loop per ``jvp``, each writing its
+    intermediates to memory for the next to read (GradBench's ba: 15 loops)."""
+    if not any(eqn.prim in _LAYOUT for eqn in graph.eqns):
+        return graph
+    held = {}                   # output -> its layout equation, not placed yet
+    eqns = []
+
+    def place(eqn):
+        # the held equations ``eqn`` reads (and those they read) first, in order
+        stack, ready = [eqn], []
+        while stack:
+            top = stack[-1]
+            waiting = [held[v] for v in top.invars if type(v) is Var and v in held]
+            if waiting:
+                for w in waiting:
+                    held.pop(w.outvars[0], None)
+                stack += waiting[::-1]
+                continue
+            ready.append(stack.pop())
+        eqns.extend(ready)
+
+    for eqn in graph.eqns:
+        if eqn.prim in _LAYOUT and len(eqn.outvars) == 1:
+            held[eqn.outvars[0]] = eqn
+        else:
+            place(eqn)
+    for eqn in list(held.values()):
+        if held.get(eqn.outvars[0]) is eqn:
+            del held[eqn.outvars[0]]
+            place(eqn)
+    return Graph(graph.invars, eqns, graph.outvars)
 
 
 def _lower(parts, fresh):
@@ -715,18 +795,14 @@ def _view_of(shape, spec):
 def _kernel_steps(graph, members, reductions, readers):
     spec, inputs, modes, outputs, reduced = kernel_source(graph, members, reductions, readers)
     shape = tuple(graph.eqns[members[-1]].outvars[0].aval.shape)
-    steps = []
-    for j, mode in enumerate(modes):
-        if mode == "copy":              # broadcast out to a full array first
-            full = Var(type(inputs[j].aval)(shape, inputs[j].aval.dtype))
-            steps.append(_Copy(inputs[j], full,
-                               broadcast_strides(inputs[j].aval.shape, shape)))
-            inputs[j], modes[j] = full, "full"
+    # an input broadcast in no way the loop reads directly is read in place
+    # at offsets, not broadcast out to a full array first (ht's Jacobian: six
+    # copies of (28, 12800, 3), each written and read once)
+    spec, modes = broadcast_in_place(spec, inputs, modes, shape)
     # the outputs each a pointer of their own (not rows of one array)
     spec = KernelSpec(spec.inputs, spec.inner, spec.ops, spec.reductions, spec.outputs,
                       False, spec.vectorised)
-    steps.append(_Kernel(spec, inputs, modes, outputs, reduced, math.prod(shape)))
-    return steps
+    return [_Kernel(spec, inputs, modes, outputs, reduced, math.prod(shape))]
 
 
 def _in_place(step):

@@ -59,9 +59,13 @@ def weight_error(weight):
 
 
 def observed(problem):
-    """The 15 differentiated inputs of each observation, one array per input."""
+    """The 15 differentiated inputs of each observation, one array per input.
+
+    Each is gathered from a transposed copy of the parameters, so that every
+    array is contiguous: a compiled program copies a strided input first."""
     cams, points, weights, _, obs = problem
-    return [*cams[obs[:, 0]].T, *points[obs[:, 1]].T, weights]
+    return [*np.ascontiguousarray(cams.T)[:, obs[:, 0]],
+            *np.ascontiguousarray(points.T)[:, obs[:, 1]], weights]
 
 
 def objective_errors(parameters, features):
@@ -72,22 +76,20 @@ def objective_errors(parameters, features):
 def jacobian_blocks(parameters, features):
     """Each observation's 2 x 15 Jacobian block, as (observations, 2, 15).
 
-    An observation's errors depend on its own inputs only, so one ``jvp`` with
-    the tangent of input ``j`` set to one for every observation gives column
+    An observation's errors depend on its own inputs only, so one ``jvp`` in
+    input ``j`` (the others held fixed) with a tangent of ones gives column
     ``j`` of all the blocks at once."""
-    def errors(*inputs):
-        return reprojection_error(inputs[:11], inputs[11:14], inputs[14], features)
+    def column(j):
+        def errors(x):
+            inputs = parameters[:j] + [x] + parameters[j + 1:]
+            return reprojection_error(inputs[:11], inputs[11:14], inputs[14], features)
+        return fgrad.jvp(errors, (parameters[j],), (fnp.ones_like(parameters[j]),))[1]
 
-    columns = []
-    for j in range(len(parameters)):
-        tangents = [fnp.ones_like(x) if i == j else fnp.zeros_like(x)
-                    for i, x in enumerate(parameters)]
-        columns.append(fgrad.jvp(errors, tuple(parameters), tuple(tangents))[1])
-    return fnp.transpose(fnp.stack(columns), (2, 1, 0))
+    return fnp.transpose(fnp.stack([column(j) for j in range(len(parameters))]), (2, 1, 0))
 
 
-_objective = fgrad.jit(objective_errors)
-_blocks = fgrad.jit(jacobian_blocks)
+_objective = fgrad.jit(objective_errors, compile="sync")
+_blocks = fgrad.jit(jacobian_blocks, compile="sync")
 _weight_derivatives = fgrad.jit(fgrad.vmap(fgrad.grad(weight_error)))
 
 
@@ -96,18 +98,25 @@ def objective_of(problem):
 
 
 def sparse_jacobian(problem):
-    """The Jacobian in compressed sparse rows: (row offsets, columns, values)."""
+    """The Jacobian in compressed sparse rows: (row offsets, columns, values).
+
+    Rows ``2i`` and ``2i + 1`` hold observation ``i``'s block (15 entries
+    each), then row ``2p + i`` its weight error's derivative; each array is
+    filled in place, not concatenated from pieces."""
     cams, points, weights, features, obs = problem
     n, m, p = len(cams), len(points), len(weights)
-    parameters = observed(problem)
-    values = np.concatenate([_blocks(parameters, features).ravel(),
-                             _weight_derivatives(weights)])
-    columns_of_row = np.concatenate([N_CAM * obs[:, :1] + np.arange(N_CAM),
-                                     N_CAM * n + 3 * obs[:, 1:] + np.arange(3),
-                                     N_CAM * n + 3 * m + np.arange(p)[:, None]], axis=1)
-    columns = np.concatenate([np.repeat(columns_of_row, 2, axis=0).ravel(),
-                              N_CAM * n + 3 * m + np.arange(p)])
-    offsets = np.concatenate([15 * np.arange(2 * p + 1), 30 * p + np.arange(1, p + 1)])
+    values = np.empty(31 * p)
+    values[:30 * p] = _blocks(observed(problem), features).reshape(-1)
+    values[30 * p:] = _weight_derivatives(weights)
+    columns = np.empty(31 * p, dtype=np.intp)
+    blocks = columns[:30 * p].reshape(p, 2, 15)
+    blocks[:, :, :N_CAM] = (N_CAM * obs[:, 0])[:, None, None] + np.arange(N_CAM)
+    blocks[:, :, N_CAM:14] = (N_CAM * n + 3 * obs[:, 1])[:, None, None] + np.arange(3)
+    columns[30 * p:] = N_CAM * n + 3 * m + np.arange(p)
+    blocks[:, :, 14] = columns[30 * p:, None]
+    offsets = np.empty(3 * p + 1, dtype=np.intp)
+    offsets[:2 * p + 1] = 15 * np.arange(2 * p + 1)
+    offsets[2 * p + 1:] = 30 * p + np.arange(1, p + 1)
     return offsets, columns, values
 
 

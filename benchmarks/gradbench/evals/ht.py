@@ -95,9 +95,10 @@ def residuals(theta, us, model, data):
     vertices = vertex_positions(theta, model)
     if data["triangles"] is None:
         return data["points"] - vertices[data["correspondences"]]
-    corners = vertices[data["triangles"]]                        # (points, 3 corners, 3)
+    # each corner of each point's triangle, (points, 3)
+    corners = [vertices[data["triangles"][:, k]] for k in range(3)]
     u0, u1 = us[:, 0:1], us[:, 1:2]
-    on_hand = u0 * corners[:, 0] + u1 * corners[:, 1] + (1 - u0 - u1) * corners[:, 2]
+    on_hand = u0 * corners[0] + u1 * corners[1] + (1 - u0 - u1) * corners[2]
     return data["points"] - on_hand
 
 
@@ -135,7 +136,7 @@ def _prepare(raw):
             "correspondences": correspondences, "triangles": triangles}
     theta = np.asarray(raw["theta"], dtype=np.float64)
     run_objective = fgrad.jit(lambda t, u: residuals(t, u, model, data).ravel())
-    run_jacobian = fgrad.jit(lambda t, u: jacobian_columns(t, u, model, data))
+    run_jacobian = fgrad.jit(lambda t, u: jacobian_columns(t, u, model, data), compile="sync")
     return theta, us, run_objective, run_jacobian
 
 
