@@ -127,6 +127,24 @@ def test_copies_reductions_and_arithmetic_are_bitwise_the_interpreted_tiers():
     assert [c.split(": ")[1] for c in compiled.callouts] == ["cumsum"]
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "uint8"])
+def test_column_reductions_and_row_extrema_are_numpys(dtype):
+    # a sum or extremum over leading axes accumulates rows in place, one over
+    # the last axes keeps an accumulator per vector lane: NumPy's values, a
+    # NaN anywhere in a row or column winning, lengths off the lanes' count
+    x = (np.arange(3 * 37 * 5) % 23 - 11.5).reshape(3, 37, 5).astype(dtype)
+    if dtype.startswith("float"):
+        x[1, 30, 2] = np.nan
+
+    def f(x):
+        return (fnp.sum(x, axis=0), fnp.max(x, axis=(0, 1)), fnp.min(x, axis=1),
+                fnp.max(x, axis=2), fnp.min(x.reshape(3, 185), axis=1),
+                fnp.max(x, axis=(1, 2)))
+    compiled, got, want = _both(f, x)
+    _agree(got, want, exact=True)
+    assert compiled.callouts == []
+
+
 def test_callouts_are_listed_by_compile_info(monkeypatch):
     monkeypatch.setenv(PROGRAM_ENV, "all")
     f = fgrad.jit(lambda x: fnp.cumsum(fnp.sin(x), axis=0) * 2.0)

@@ -151,6 +151,41 @@ CASES.update({
 })
 
 
+def _shifted(x, y):
+    # GradBench's ode right-hand side: y shifted by one, a one in front
+    return x * fnp.concatenate([fnp.ones(1), y[:-1]])
+
+
+def _rk4(x):
+    def step(_, y):
+        k1 = _shifted(x, y)
+        k2 = _shifted(x, y + 0.25 * k1)
+        return y + 0.5 * (k1 + k2)
+    return lax.fori_loop(0, 6, step, fnp.zeros_like(x))
+
+
+# shifts: a slice read into a concatenate's piece and a scatter_add's (its
+# cotangent), made of zeros only around the piece; xs read and ys written
+# in their rows of the stacked arrays, or copied where a callout reads them
+CASES.update({
+    "a shift in a loop, and its gradient (GradBench's ode)": (
+        fgrad.grad(lambda x: _rk4(x)[-1]), (np.linspace(0.5, 1.5, 9),), True),
+    "ys of several shapes written in their rows, read by the next scan": (
+        lambda x: lax.scan(lambda c, xi: (c, (fnp.sum(xi * xi, axis=1), xi[::-1] * c)),
+                           x[0], lax.scan(lambda c, xi: (c + xi, xi * 2.0 - c), x[:1] * 0.0,
+                                          x.reshape(5, 1, 3))[1].reshape(5, 3)[:, None]),
+        (_X,), False),
+})
+
+
+def test_a_slice_a_callout_reads_is_copied_into_the_loops_scratch():
+    def f(x):
+        return lax.scan(lambda c, xi: (c + fnp.cumsum(xi), fnp.cumsum(xi) * 2.0), x[0], x)
+    compiled, got, want = _both(f, _X)
+    _agree(got, want, exact=True)
+    assert [c.split(": ")[1] for c in compiled.callouts] == ["cumsum"]
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_loops_are_lowered_in_place_and_agree_with_the_interpreted_tier(name):
     fun, args, exact = CASES[name]

@@ -9,9 +9,12 @@ operations. The pipeline:
    own IR writer (`fgrad.compiler.kernel_ir.define_kernel`), down to groups
    of one equation, since a call inside the program costs nothing;
    ``sum``, ``max`` and ``min`` over any axes are loops with the accumulator
-   in a register; ``transpose``, ``broadcast_to`` and basic indexing are
-   strided copies, as are ``concatenate`` and ``scatter_add`` at a basic
-   index (pieces copied into one buffer); ``reshape``, ``stop_gradient``
+   in a register (a row of them in the output where the last axis is kept,
+   one per vector lane for a ``max`` or ``min`` over the last axes);
+   ``transpose``, ``broadcast_to`` and basic indexing are strided copies,
+   as are ``concatenate`` and ``scatter_add`` at a basic index (pieces
+   copied into one buffer, a piece that is a basic index of another value
+   read from that value); ``reshape``, ``stop_gradient``
    and custom_linear_solve's and custom_root's identities are views; ``any``/``all`` of bools
    are reductions; ``scan``, ``while_loop`` and ``cond`` are lowered in
    place, their bodies steps like these (`fgrad.compiler.program_loops`);
@@ -379,10 +382,12 @@ class _Gemm:
 
 class _Pieces:
     """``dst`` made of pieces: zeros first where ``zeros``, then each piece
-    ``(src, shape, src_strides, dst_strides, dst_start)`` copied, element
-    ``i`` (a multi-index of ``shape``) of it from ``src``'s element
-    ``i . src_strides`` to ``dst``'s ``dst_start + i . dst_strides`` (a
-    concatenate, a scatter_add at a basic index)."""
+    ``(src, shape, src_strides, dst_strides, dst_start, src_start)`` copied,
+    element ``i`` (a multi-index of ``shape``) of it from ``src``'s element
+    ``src_start + i . src_strides`` to ``dst``'s ``dst_start + i .
+    dst_strides`` (a concatenate, a scatter_add at a basic index; a piece
+    that is a basic index of another value read from that value:
+    `_sliced_into_pieces`)."""
 
     def __init__(self, dst, pieces, zeros=False):
         self.dst, self.pieces, self.zeros = dst, pieces, zeros
@@ -485,6 +490,8 @@ def program_steps(graph, label=""):
     folded = _folded_transposes(graph)
     sliced = _sliced_transposes(graph)
     stacked = _stacked_transposes(graph, set(folded) | set(sliced))
+    in_pieces = {v: read for v, read in _sliced_into_pieces(graph).items()
+                 if read[0] not in folded and read[0] not in sliced}
     stacked_by = {eqn.outvars[0] for eqn in graph.eqns if eqn.prim is transpose_p
                   and type(eqn.invars[0]) is Var and eqn.invars[0] in stacked}
     # a scan's ys that nothing reads are not kept (the body still computes them)
@@ -496,7 +503,7 @@ def program_steps(graph, label=""):
             continue
         if k in in_group or eqn.prim is transpose_p and (
                 eqn.outvars[0] in folded or eqn.outvars[0] in sliced
-                or eqn.outvars[0] in stacked_by):
+                or eqn.outvars[0] in stacked_by) or eqn.outvars and eqn.outvars[0] in in_pieces:
             continue
         # LAPACK calls, gathers and scatters, checks: steps of modules of their own
         native = linalg_step(eqn, f"{label}{k}") or indexing_step(eqn, f"{label}{k}") \
@@ -519,7 +526,7 @@ def program_steps(graph, label=""):
             steps += [_View(x, out) for x, out in zip(eqn.invars, eqn.outvars)]
             continue
         if how == "pieces":
-            steps.append(_Pieces(eqn.outvars[0], *_pieces(eqn)))
+            steps.append(_Pieces(eqn.outvars[0], *_pieces(eqn, in_pieces)))
             continue
         if how == "draw":
             steps.append(DrawStep(eqn))
@@ -558,7 +565,7 @@ def _transposes_undone(graph):
             continue
         out = eqn.outvars[0]
         base, offsets = origin.get(x) or (x, np.lib.stride_tricks.as_strided(
-            np.zeros(1, np.uint8), x.aval.shape, _contiguous_strides(x.aval.shape)))
+            np.zeros(1, np.uint8), x.aval.shape, contiguous_strides(x.aval.shape)))
         if eqn.prim is transpose_p:
             viewed = offsets.transpose(eqn.params["axes"])
         else:
@@ -696,6 +703,26 @@ def _sliced_transposes(graph):
             and all(as_xs(*read) for read in readers.get(eqn.outvars[0], [(eqn, -1)]))}
 
 
+def _sliced_into_pieces(graph):
+    """{value: (its source, strides, start)} for each basic index read only
+    as a piece of concatenates and scatter_adds that `_Pieces` computes:
+    each piece is read from the source through the index's strides, and the
+    indexed value is never made (a shift, ``concatenate([a, y[:-1]])``, and
+    its cotangent, copied once where they were copied twice)."""
+    readers, outputs = _readers(graph)
+    sliced = {}
+    for eqn in graph.eqns:
+        if eqn.prim is not getitem_p or type(eqn.invars[0]) is not Var \
+                or _lowering(eqn) != "copy" or eqn.outvars[0] in outputs:
+            continue
+        found = readers.get(eqn.outvars[0], [])
+        if found and all(e.prim in (concatenate_p, scatter_add_p) and _lowering(e) == "pieces"
+                         for e, _ in found):
+            strides, start = _read_strides(eqn)
+            sliced[eqn.outvars[0]] = (eqn.invars[0], strides, start)
+    return sliced
+
+
 def _stacked_transposes(graph, skipped):
     """{a scan's ``ys`` value: (its transpose, the axes)} for each ``ys``
     read only by one transpose: the scan writes each step's rows into the
@@ -752,10 +779,21 @@ def _read_strides(eqn):
     return broadcast_strides(x.shape, out.shape), 0
 
 
-def _pieces(eqn):
+def _pieces(eqn, sliced=None):
     """``(pieces, zeros)`` of a `_Pieces` step computing a concatenate or a
     scatter_add at a basic index (integers, slices: no element twice), or
-    None: operands of the result's dtype, copyable."""
+    None: operands of the result's dtype, copyable. An operand in ``sliced``
+    (`_sliced_into_pieces`) is read from its source through its strides."""
+    sliced = sliced or {}
+
+    def source(x, strides):
+        # (value, strides, start) to read operand x, read at ``strides`` if it were made
+        if type(x) is not Var or x not in sliced:
+            return x, strides, 0
+        src, view_strides, start = sliced[x]
+        return src, tuple(0 if s == 0 else v for s, v in
+                          zip(strides, (0,) * (len(strides) - len(view_strides))
+                              + tuple(view_strides))), start
     out = eqn.outvars[0].aval
     if not _copyable(out) or any(np.dtype(v.aval.dtype) != np.dtype(out.dtype)
                                  for v in eqn.invars):
@@ -769,11 +807,14 @@ def _pieces(eqn):
         if len(ct.aval.shape) > len(shape) or any(
                 n not in (1, m) for n, m in zip(ct.aval.shape[::-1], shape[::-1])):
             return None
-        return [(ct, shape, broadcast_strides(ct.aval.shape, shape), strides, start)], True
+        src, src_strides, src_start = source(ct, broadcast_strides(ct.aval.shape, shape))
+        return [(src, shape, src_strides, strides, start, src_start)], True
     axis, at, pieces = eqn.params["axis"] % max(len(out.shape), 1), 0, []
     for x in eqn.invars:
         shape = tuple(x.aval.shape)
-        pieces.append((x, shape, contiguous_strides(shape), out_strides, at * out_strides[axis]))
+        src, src_strides, src_start = source(x, contiguous_strides(shape))
+        pieces.append((src, shape, src_strides, out_strides, at * out_strides[axis],
+                       src_start))
         at += shape[axis]
     return pieces, False
 
@@ -1165,9 +1206,15 @@ class _Emitter:
         self.blas_table, self.callout_fn = blas_table, callout_fn
         self.exit_block = fn.append_basic_block("fail")
         self.kernels = {}       # spec -> its function: an unrolled loop's steps share one
+        self.rows = {}          # value -> (value, byte offset): where a loop put it
 
     def pointer(self, v, dtype=None):
         ir, b = self.ir, self.b
+        dtype = v.aval.dtype if dtype is None else dtype
+        if v in self.rows:          # a row of another value (`by_pointer`)
+            outer, at = self.rows[v]
+            base = b.gep(self.pointer(outer, np.uint8), [at])
+            return b.bitcast(base, storage_type(ir, dtype).as_pointer())
         kind, at = self.places.of(v)
         if kind == "arena":
             base = b.gep(self.bases["arena"], [ir.Constant(ir.IntType(64), at)])
@@ -1183,8 +1230,20 @@ class _Emitter:
                                     i8p.as_pointer()))
         else:
             base = self.bases[kind][at]
-        dtype = v.aval.dtype if dtype is None else dtype
         return b.bitcast(base, storage_type(ir, dtype).as_pointer())
+
+    @staticmethod
+    def by_pointer(steps):
+        """The values of ``steps`` that only steps reading and writing by
+        `pointer` touch, no view, loop or callout: a loop may place one in a
+        row of another value (``rows``), its steps then reading or writing
+        it there."""
+        seen, other = set(), set()
+        for s in steps:
+            values = [v for v in list(s.reads()) + list(s.writes()) if type(v) is Var]
+            direct = isinstance(s, _POINTER_ONLY) and not isinstance(s, _View)
+            (seen if direct else other).update(values)
+        return seen - other
 
     def apart(self, written, arrays):
         """Whether each value in ``written`` lives in memory that no other
@@ -1220,11 +1279,24 @@ class _Emitter:
         item = copy_dtype(step.dst.aval.dtype)
         dst = self.pointer(step.dst, item)
         if step.zeros:
-            _nested(ir, b, (math.prod(step.dst.aval.shape),),
-                    lambda index: b.store(ir.Constant(storage_type(ir, item), None),
-                                          b.gep(dst, index)))
-        for src, shape, src_strides, dst_strides, start in step.pieces:
+            # zeros where no piece goes: around a piece that is one run of dst
+            # (a cotangent's slice), else everywhere before the pieces
+            total, runs = math.prod(step.dst.aval.shape), [(0, None)]
+            if len(step.pieces) == 1:
+                _, shape, _, dst_strides, start, _ = step.pieces[0]
+                if all(s == c for n, s, c in zip(shape, dst_strides, contiguous_strides(shape))
+                       if n != 1):
+                    runs = [(0, start), (start + math.prod(shape), total)]
+            for begin, end in runs:
+                end = total if end is None else end
+                if end > begin:
+                    counted(ir, b, ir.Constant(i64, end),
+                            lambda index: b.store(ir.Constant(storage_type(ir, item), None),
+                                                  b.gep(dst, [index])),
+                            "z", start=ir.Constant(i64, begin))
+        for src, shape, src_strides, dst_strides, start, src_start in step.pieces:
             src = self.pointer(src, item)
+            src = b.gep(src, [ir.Constant(i64, src_start)]) if src_start else src
             to = b.gep(dst, [ir.Constant(i64, start)]) if start else dst
 
             def move(index, src=src, to=to, src_strides=src_strides, dst_strides=dst_strides):
@@ -1370,10 +1442,25 @@ def _gemm_ir(ir, b, step, table, a, b_, c):
 
 def _reduce_ir(ir, b, step, src, dst, alloca):
     """Loops over the kept axes, and inside them over the reduced ones with the
-    accumulator in a register: each output element sums its inputs in order."""
+    accumulator in a register: each output element sums its inputs in order.
+
+    Two orders run faster and give each output element the same result:
+    where the last axis is kept, the reduced axes loop outside it and each
+    row of outputs accumulates in place (`_reduce_rows`: a column sum reads
+    its input in memory order, a loop LLVM vectorises); a min or max over
+    the last axes keeps one accumulator per vector lane (`_reduce_lanes`),
+    where one accumulator is one compare at a time."""
     shape = tuple(step.src.aval.shape)
     x_dtype, out_dtype = np.dtype(step.src.aval.dtype), np.dtype(step.dst.aval.dtype)
     acc_dtype = accumulator_dtype(out_dtype) if step.kind == "sum" else out_dtype
+    if shape and max(step.axes, default=len(shape)) < len(shape) - 1 \
+            and acc_dtype == out_dtype:
+        _reduce_rows(ir, b, step, src, dst, acc_dtype)
+        return
+    if step.kind != "sum" and x_dtype.kind in "fiu" \
+            and step.axes == tuple(range(len(shape) - len(step.axes), len(shape))):
+        _reduce_lanes(ir, b, step, src, dst, alloca)
+        return
     kept = [d for d in range(len(shape)) if d not in step.axes]
     strides = contiguous_strides(shape)
     kept_strides = contiguous_strides([shape[d] for d in kept])
@@ -1391,6 +1478,83 @@ def _reduce_ir(ir, b, step, src, dst, alloca):
         value = convert(ir, b, b.load(acc), acc_dtype, out_dtype)
         store(ir, b, dst, strided_offset(ir, b, index, kept_strides), value, out_dtype)
     _nested(ir, b, [shape[d] for d in kept], outer, "k")
+
+
+def _reduce_rows(ir, b, step, src, dst, acc_dtype):
+    """A reduction whose last axis is kept, accumulating in its output: for
+    each index of the kept axes before the last reduced one, the output row
+    starts at the reduction's start, and each reduced index (in order) adds
+    a row of the input to it. Each output element takes its inputs in the
+    order `_reduce_ir`'s loops take them."""
+    shape = tuple(step.src.aval.shape)
+    x_dtype = np.dtype(step.src.aval.dtype)
+    last = max(step.axes)
+    outer = [d for d in range(last) if d not in step.axes]
+    inner = list(range(last + 1, len(shape)))
+    strides = contiguous_strides(shape)
+    out_strides = contiguous_strides([shape[d] for d in outer + inner])
+
+    def rows(index):
+        def start(within):
+            at = strided_offset(ir, b, index + within, out_strides)
+            store(ir, b, dst, at, reduction_start(ir, step.kind, acc_dtype), acc_dtype)
+        _nested(ir, b, [shape[d] for d in inner], start, "s")
+
+        def add_row(reduced):
+            def element(within):
+                at = strided_offset(ir, b, index + reduced + within, [strides[d] for d in outer]
+                          + [strides[d] for d in step.axes] + [strides[d] for d in inner])
+                to = strided_offset(ir, b, index + within, out_strides)
+                x = convert(ir, b, load(ir, b, src, at, x_dtype, "x"), x_dtype, acc_dtype)
+                acc = load(ir, b, dst, to, acc_dtype, "acc")
+                store(ir, b, dst, to, reduction_step(ir, b, step.kind, acc, x, acc_dtype),
+                      acc_dtype)
+            _nested(ir, b, [shape[d] for d in inner], element, "i")
+        _nested(ir, b, [shape[d] for d in step.axes], add_row, "r")
+    _nested(ir, b, [shape[d] for d in outer], rows, "k")
+
+
+def _reduce_lanes(ir, b, step, src, dst, alloca):
+    """A min or max over the last axes, with one accumulator per lane of a
+    64-byte vector over each run of reduced elements, folded in lane order
+    at its end, the leftover elements after: the same extremum as one
+    accumulator (a NaN still wins; of equal zeros, another may be kept)."""
+    shape = tuple(step.src.aval.shape)
+    dtype = np.dtype(step.src.aval.dtype)
+    i64 = ir.IntType(64)
+    count = math.prod(shape[d] for d in step.axes)
+    lanes = 64 // dtype.itemsize
+    scalar = value_type(ir, dtype)
+    vector = ir.VectorType(scalar, lanes)
+    start = reduction_start(ir, step.kind, dtype)
+
+    def one(index):
+        base = b.mul(index, ir.Constant(i64, count))
+        acc = alloca(vector)
+        b.store(ir.Constant(vector, [start.constant] * lanes), acc)
+
+        def block(j):
+            at = b.add(base, b.mul(j, ir.Constant(i64, lanes)))
+            x = b.load(b.bitcast(b.gep(src, [at]), vector.as_pointer()), align=dtype.itemsize)
+            b.store(reduction_step(ir, b, step.kind, b.load(acc), x, dtype), acc)
+        counted(ir, b, ir.Constant(i64, count // lanes), block, "v")
+        folded = b.load(acc)
+        value = start
+        for lane in range(lanes):
+            value = reduction_step(ir, b, step.kind, value,
+                                   b.extract_element(folded, ir.Constant(ir.IntType(32), lane)),
+                                   dtype)
+        slot = alloca(scalar)
+        b.store(value, slot)
+
+        def rest(t):
+            x = load(ir, b, src, b.add(base, t), dtype, "x")
+            b.store(reduction_step(ir, b, step.kind, b.load(slot), x, dtype), slot)
+        counted(ir, b, ir.Constant(i64, count), rest, "t",
+                start=ir.Constant(i64, count // lanes * lanes))
+        store(ir, b, dst, index, b.load(slot), dtype)
+    kept = math.prod(shape[d] for d in range(len(shape)) if d not in step.axes)
+    counted(ir, b, ir.Constant(i64, kept), one, "k")
 
 
 # ---------------------------------------------------------------------------

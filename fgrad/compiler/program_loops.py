@@ -15,10 +15,12 @@ a callout, run from inside the loop), and no Python runs between iterations.
   (`fgrad.compiler.buffer_plan`) once for every iteration: values do not
   outlive an iteration. A while loop's predicate and body share one plan
   (they run one after the other); a cond's branches share the region.
-- **Slices**: a scan copies step ``i`` of each ``xs`` operand into the
-  scratch region before the body runs, and the body's ``y`` results into
-  row ``i`` of the stacked outputs after it, so that a callout in the body
-  sees ordinary arrays.
+- **Slices**: a scan's body reads step ``i`` of each ``xs`` operand in
+  place, and writes its ``y`` results into row ``i`` of the stacked outputs,
+  where only steps that take pointers touch them; a slice or ``y`` that a
+  callout, a view or an inner loop reads is copied into the scratch region
+  before the body runs, or out of it after, so that those see the arrays
+  the plan placed.
 
 This module knows the loops' structure; the program (`lower` and the
 emitter passed in) knows how to lower a graph and write a step.
@@ -230,6 +232,10 @@ def _copy_all(e, sources, targets):
 
 
 def _scan_ir(e, step):
+    """A scan: each iteration's slice of an ``xs`` operand is read where it
+    is, and each ``y`` written in its row of the stacked output, where the
+    body's steps reach them by pointer alone (``e.by_pointer``); else
+    copied, into the scratch region before the body and out of it after."""
     ir, b = e.ir, e.b
     i64 = ir.IntType(64)
     p = step.eqn.params
@@ -237,9 +243,11 @@ def _scan_ir(e, step):
     carries, ys = step.eqn.outvars[:n_carry], step.eqn.outvars[n_carry:]
     _copy_all(e, step.eqn.invars[n_consts:n_consts + n_carry], carries)
     (part,) = step.parts
+    in_place = e.by_pointer(part.steps)
 
     def iteration(i):
         at = b.sub(ir.Constant(i64, length - 1), i) if p["reverse"] else i
+        placed = []
         for outer, inner in step.slices:
             size = _nbytes(inner)
             if outer in step.sources:       # step `at` of a transpose of the source
@@ -247,12 +255,21 @@ def _scan_ir(e, step):
                 strides = contiguous_strides(source.aval.shape)
                 e.copy(source, inner, [strides[a] for a in axes[1:]],
                        b.mul(at, ir.Constant(i64, strides[axes[0]])))
+            elif inner in in_place:
+                e.rows[inner] = (outer, b.mul(at, ir.Constant(i64, size)))
+                placed.append(inner)
             else:
                 memcpy(e, inner, outer, size, src_at=b.mul(at, ir.Constant(i64, size)))
+        written = []
+        for y, result in zip(ys, part.results[n_carry:]):
+            if y not in step.dropped and y not in step.targets and result in in_place:
+                e.rows[result] = (y, b.mul(at, ir.Constant(i64, _nbytes(result))))
+                placed.append(result)
+                written.append(result)
         e.emit(part.steps)
         for y, result in zip(ys, part.results[n_carry:]):
             size = _nbytes(result)
-            if y in step.dropped:
+            if y in step.dropped or result in written:
                 continue
             if y in step.targets:           # row `at` of the ys, into their transpose
                 target, axes = step.targets[y]
@@ -263,6 +280,8 @@ def _scan_ir(e, step):
             else:
                 memcpy(e, y, result, size, dst_at=b.mul(at, ir.Constant(i64, size)))
         _copy_all(e, part.results[:n_carry], carries)
+        for v in placed:
+            del e.rows[v]
     counted(ir, b, ir.Constant(i64, length), iteration, f"scan{step.label}")
 
 

@@ -33,8 +33,8 @@ def _prepare(raw):
             np.asarray(raw["centroids"], dtype=np.float64))
 
 
-_cost = fgrad.jit(kmeans_cost)
-_direction = fgrad.jit(newton_direction)
+_cost = fgrad.jit(kmeans_cost, compile="sync")
+_direction = fgrad.jit(newton_direction, compile="sync")
 
 # The eval's two functions are called ``cost`` and ``dir``.
 cost = timed(prepare=_prepare, output=float)(lambda args: _cost(*args))
