@@ -191,13 +191,17 @@ def _power_dx(x, y):
     # constant 1, as JAX's integer-exponent rule and autograd have it. The
     # exponent is what is switched, to 1, so that no inf remains for a second
     # derivative to multiply by zero; everywhere else it is exactly y - 1, and
-    # the mixed derivative keeps its 1 / x at y == 0. ``y`` is first cast to
-    # the power's dtype, as JAX's rule casts it: NumPy's promotion takes a
-    # Python number as x's dtype (float32 x ** 3 is float32) but not an
-    # array of one (float32 x ** an int64 array is float64), and the switched
-    # exponent is an array: uncast, float32 x ** 3 had float64 derivatives.
-    y = _cast(y, result_dtype(np.power, [get_aval(x), get_aval(y)]))
+    # the mixed derivative keeps its 1 / x at y == 0. The switched exponent
+    # is cast to the power's dtype, as JAX's rule casts it: NumPy's promotion
+    # takes a Python number as x's dtype (float32 x ** 3 is float32) but not
+    # an array of one (float32 x ** an int64 array is float64): uncast,
+    # float32 x ** 3 had float64 derivatives. An array ``y`` is cast too; a
+    # Python number stays one (it goes with any backend, a NumPy scalar not).
+    dtype = result_dtype(np.power, [get_aval(x), get_aval(y)])
     both_zero = where(equal(x, 0), equal(y, 0), False)
+    if isinstance(y, (bool, int, float, complex)):
+        return y * power(x, where(both_zero, dtype.type(1), dtype.type(y - 1)))
+    y = _cast(y, dtype)
     return y * power(x, where(both_zero, 1, y - 1))
 
 

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 
+from fgrad.core.backend import array_module
 from fgrad.core.errors import (
     ArrayNamespaceError,
     DeviceError,
@@ -186,14 +187,16 @@ Tracer.dumps = lambda self: self.value_for(".dumps()").dumps()
 
 
 def _reduce(self):
-    # pickle saves the value, as x.dumps() does (unpickled, a NumPy array)
-    return np.asarray(self.value_for("pickle.dumps()")).__reduce__()
+    # pickle saves the value, as x.dumps() does (unpickled, an array of the
+    # value's own library: NumPy's, or CuPy's on a GPU)
+    value = self.value_for("pickle.dumps()")
+    return array_module(value).asarray(value).__reduce__()
 
 
 def _dlpack(self, **kwargs):
     # the standard's export to another library: a conversion, as np.asarray(x)
-    return np.asarray(self.value_for("__dlpack__() (an export to another "
-                                     "library)")).__dlpack__(**kwargs)
+    value = self.value_for("__dlpack__() (an export to another library)")
+    return array_module(value).asarray(value).__dlpack__(**kwargs)
 
 
 def _dlpack_device(self):
