@@ -32,6 +32,7 @@ import sys
 
 import numpy as np
 
+import fgrad.primitives
 from fgrad.compiler.program_loops import Scratch
 from fgrad.core.graph import Graph, Literal, Var
 from fgrad.core.trace import ShapedArray, primitive_table
@@ -190,18 +191,23 @@ def _value(value):
 def source_digest():
     """The SHA-256 of fgrad's own ``.py`` files (their paths and contents):
     the version of every lowering and IR writer a program's code comes from.
+    ``fgrad.primitives`` is read where it lies (in a development install, the
+    repository's ``primitives/``, outside the ``fgrad`` folder).
 
     >>> len(source_digest())
     64
     """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rules = os.path.dirname(os.path.abspath(fgrad.primitives.__file__))
     digest = hashlib.sha256()
-    for folder, subfolders, files in os.walk(root):
-        subfolders.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                digest.update(os.path.relpath(path, root).encode() + b"\0")
-                with open(path, "rb") as f:
-                    digest.update(f.read() + b"\0")
+    for top in [root] + ([] if rules.startswith(root + os.sep) else [rules]):
+        for folder, subfolders, files in os.walk(top):
+            subfolders.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    digest.update(os.path.relpath(path, os.path.dirname(top)).encode()
+                                  + b"\0")
+                    with open(path, "rb") as f:
+                        digest.update(f.read() + b"\0")
     return digest.hexdigest()
