@@ -779,6 +779,18 @@ def test_gathers_and_scatters_of_one_index_array_are_loops(dtype):
         _agree(got, want, exact=True)
 
 
+def test_a_scatter_add_of_values_broadcast_to_its_blocks_reads_them_broadcast():
+    # a vmapped sort's gradient adds one cotangent row, the same for every
+    # example, at each example's order (a (4,) scatter-added as (3, 4)
+    # blocks): the program read rows past the values' end for examples 1, 2
+    w = np.array([1.0, 2.0, 3.0, 4.0])
+    x = np.array([[0.3, -0.2, 0.9, 0.1], [0.5, 0.4, -0.7, 0.2], [0.1, 0.2, 0.3, -0.4]])
+    compiled, got, want = _both(fgrad.vmap(fgrad.grad(lambda v: fnp.sum(fnp.sort(v) * w))), x)
+    assert "ScatterAdd" in {type(s).__name__ for s in compiled.steps}
+    _agree(got, want, exact=True)
+    np.testing.assert_array_equal(got[0], [[3, 1, 4, 2], [4, 3, 1, 2], [2, 3, 4, 1]])
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "uint8", "bool"])
 def test_sets_of_one_index_array_are_loops(dtype):
     x = (np.arange(20) % 7).reshape(4, 5).astype(dtype)

@@ -92,18 +92,22 @@ def indexing_step(eqn, index):
         return Gather(index, eqn, where, tuple(full), shape)
     if eqn.prim is set_p:
         values = eqn.invars[1]
-        block = _indexed_shape(full, where[0], shape)
-        try:
-            fits = np.broadcast_shapes(tuple(values.aval.shape), block) == block
-        except ValueError:
-            return None
+        fits = _broadcasts_to(values, _indexed_shape(full, where[0], shape))
         if np.dtype(source.aval.dtype) != dtype or not fits or (
                 np.dtype(values.aval.dtype) != dtype and _exact_literal(values, dtype) is None):
             return None
         return Set(index, eqn, where, tuple(full), shape)
-    if dtype not in _ADDABLE or np.dtype(source.aval.dtype) != dtype:
+    if dtype not in _ADDABLE or np.dtype(source.aval.dtype) != dtype \
+            or not _broadcasts_to(source, _indexed_shape(full, where[0], shape)):
         return None
     return ScatterAdd(index, eqn, where, tuple(full), shape)
+
+
+def _broadcasts_to(values, block):
+    try:
+        return np.broadcast_shapes(tuple(values.aval.shape), block) == block
+    except ValueError:
+        return False
 
 
 def _exact_literal(v, dtype):
@@ -286,12 +290,15 @@ class ScatterAdd(_Indexed):
         inner = self.inner
         add = {"f": b.fadd, "c": functools.partial(complex_ir.add, ir, b)}.get(
             dtype.kind, b.add)
+        # the added values may be broadcast to the block (a cotangent the
+        # same for every example of a vmapped sort's gradient)
+        block = _indexed_shape(self.full, self.axes, self.shape)
 
         def accumulate(at_full, at_compact):
             def one(t):
                 target = b.gep(dst, [b.add(at_full, t)])
-                b.store(add(b.load(target), b.load(b.gep(src, [b.add(at_compact, t)]))),
-                        target)
+                at = _read_at(ir, b, b.add(at_compact, t), ct.aval.shape, block)
+                b.store(add(b.load(target), b.load(b.gep(src, [at]))), target)
             counted(ir, b, ir.Constant(i64, inner), one, "ix.t")
         self._loops(ir, b, pointer, accumulate, call_out, alloca)
 
