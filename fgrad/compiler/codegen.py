@@ -92,6 +92,13 @@ class Compiled:
 
 _INF = math.inf
 _LINECACHE_LIMIT = 1 << 20
+# linecache names of generated code whose `Compiled` is gone, dropped from
+# linecache at the next registration (`_register_lines`), not by the
+# finalizer itself: a finalizer runs inside any allocation, and one that
+# removed a key while linecache.checkcache walked its list of keys made it
+# raise KeyError (a doctest, pdb or traceback beside a jitted function
+# being collected). Bounded: emptied at every registration.
+_RETIRED_LINES = []
 
 
 # ufuncs whose positional output NumPy 2.4 deprecates (it reads as a third operand)
@@ -318,10 +325,15 @@ def generate(graph, xp=np, name="staged", reuse_buffers=True, donated=()):
     # line, for as long as the code lives: linecache never drops an entry it
     # cannot reload from a file, so a program jitting fresh functions would grow
     if len(source) < _LINECACHE_LIMIT:
-        linecache.cache[filename] = (len(source), None, source.splitlines(True),
-                                     filename)
-        weakref.finalize(compiled, linecache.cache.pop, filename, None)
+        _register_lines(compiled, filename, source)
     return compiled
+
+
+def _register_lines(compiled, filename, source):
+    while _RETIRED_LINES:
+        linecache.cache.pop(_RETIRED_LINES.pop(), None)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    weakref.finalize(compiled, _RETIRED_LINES.append, filename)
 
 
 def _copy(x):
