@@ -315,7 +315,10 @@ def test_any_mix_of_broadcast_inputs_matches_numpy(shapes, backward):
         for got, want in zip(fgrad.jit(g)(*args), g(*args)):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
     else:
-        _same(fgrad.jit(f)(*args), _unfused(f, *args))
+        # the vector tanh may differ from NumPy's in its last bit, and the sum
+        # of two terms of order one can cancel: an absolute tolerance too
+        np.testing.assert_allclose(fgrad.jit(f)(*args), _unfused(f, *args),
+                                   rtol=1e-13, atol=1e-14)
 
 
 @fused_only
