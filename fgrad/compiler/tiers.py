@@ -8,20 +8,27 @@ faster than the one before and dearer to build, all compiled by LLVM
   (`fgrad.compiler.codegen`); built at the first call in milliseconds, with no
   compiler involved;
 - ``"kernels"``: the same code with each fusable elementwise group one fused
-  kernel (`fgrad.compiler.cpu_fusion`); built from the second call (the
-  first, which staged the graph, returns before any compile starts);
+  kernel (`fgrad.compiler.cpu_fusion`);
 - ``"program"``: unless ``FGRAD_JIT_PROGRAM=0``, the whole graph as one
   function (`fgrad.compiler.program`), loops, products and callouts
-  included, built right after the kernels where
-  `fgrad.compiler.program.pays` estimates it faster than the kernels' code
-  (``FGRAD_JIT_PROGRAM=all``: wherever it compiles). The last tier: where
-  no program is built, the kernels are final.
+  included, where `fgrad.compiler.program.pays` estimates it faster than the
+  kernels' code (``FGRAD_JIT_PROGRAM=all``: wherever it compiles).
+
+Compiles start at the second call (the first, which staged the graph,
+returns before any starts). The program, where one may be built, comes
+first: lowered, and estimated against the kernels planned (not built), it is
+built in their place where it pays, and the kernels, which it would replace,
+are not built at all, nor those of the loop bodies and branches that it runs
+(their tiers wait for it: `holders_of`). The kernels are built, and are the
+last tier, where it does not pay (the program is estimated again against
+them, and built after them where it pays then) or its compile fails, and
+where no program may be built.
 
 With ``compile="background"`` (the default) the kernels and the program are
 built on a compile thread while the calls go on in the best tier ready; a
 finished tier replaces the running one in one attribute store, so a call runs
 one tier or the next, whole, whichever thread makes it. ``"sync"`` builds
-both on the calling thread at the first call, as jit did before it had tiers;
+them on the calling thread at the first call, as jit did before it had tiers;
 ``"never"`` stays in the NumPy tier (no compiler is loaded). The environment
 variable ``FGRAD_JIT_COMPILE`` sets the default.
 
