@@ -107,6 +107,16 @@ def _kernels_compiled(records):
     return [r for r in records if "kernels tier compiled" in r.getMessage()]
 
 
+def _called_until_compiled(f, args, caplog):
+    """``f``'s first result, once a second call has asked for its tiers and
+    they are built (logged into ``caplog``)."""
+    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
+        first = f(*args)
+        f(*args)
+        assert f.wait_compiled()
+    return first
+
+
 @compiles
 @pytest.mark.parametrize("mode", ["background", "sync"])
 def test_a_loop_whose_program_pays_compiles_no_kernels(mode, monkeypatch, caplog):
@@ -146,10 +156,7 @@ def test_a_loop_whose_program_fails_to_compile_runs_its_kernels(caplog):
     n = program.MAX_ARGUMENTS
     f = fgrad.jit(loop_and_doubled)
     xs = [np.linspace(0.0, 1.0, 1000) + k for k in range(n)]
-    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
-        first = f(xs)
-        f(xs)
-        assert f.wait_compiled()
+    first = _called_until_compiled(f, (xs,), caplog)
     assert "program tier failed (NotImplementedError" in caplog.text
     (info,) = f.compile_info()
     assert info.tier == "kernels" and info.cpu_seconds["kernels"] > 0
@@ -169,10 +176,7 @@ def test_a_loop_whose_program_does_not_pay_runs_its_kernels(monkeypatch, caplog)
     body = lambda i, y: fnp.cumsum(fnp.cumsum(fnp.cumsum(_damped(i, y))))  # noqa: E731
     f = fgrad.jit(lambda x: lax.fori_loop(0, 3, body, x))
     x = np.linspace(0.0, 1e-3, 1000)
-    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
-        first = f(x)
-        f(x)
-        assert f.wait_compiled()
+    first = _called_until_compiled(f, (x,), caplog)
     assert "program tier not built" in caplog.text
     (info,) = f.compile_info()
     assert info.tier == "numpy" and "program" not in info.seconds   # the body's kernels run
