@@ -297,10 +297,10 @@ class Tiers:
     # -- building ------------------------------------------------------------
 
     def start_at_next_call(self):
-        """Ask for the kernels when the next call begins: the first call (it
-        has just staged the graph) then returns without a compile thread
-        starting beside it, which cost it about 1 ms, and a first call is
-        no slower than with ``compile="never"``."""
+        """Ask for the tiers (`start`) when the next call begins: the first
+        call (it has just staged the graph) then returns without a compile
+        thread starting beside it, which cost it about 1 ms, and a first call
+        is no slower than with ``compile="never"``."""
         current = self.fn
 
         def first_of_the_rest(*args):
