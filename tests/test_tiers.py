@@ -14,7 +14,8 @@ import pytest
 
 import fgrad
 import fgrad.numpy as fnp
-from fgrad.compiler import cpu_fusion, parallel
+from fgrad import lax
+from fgrad.compiler import cpu_fusion, parallel, program
 from fgrad.compiler.program import PROGRAM_ENV
 from fgrad.compiler.tiers import COMPILE_SWITCH_INTERVAL, CompileQueue, in_background, wait_all
 
@@ -95,6 +96,94 @@ def test_each_tier_gives_numpys_bits_where_the_operations_are_the_same(
         # a sum is taken in order by compiled code, pairwise by NumPy
         np.testing.assert_allclose(result[0], want[0], rtol=1e-5 if dtype == np.float32
                                    else 1e-13)
+
+
+def _damped(i, y):
+    # a loop body of one elementwise group, worth a kernel at 1000 elements
+    return (y * 0.5 - 1.0) * y * -0.9 + 0.05
+
+
+def _kernels_compiled(records):
+    return [r for r in records if "kernels tier compiled" in r.getMessage()]
+
+
+def _called_until_compiled(f, args, caplog):
+    """``f``'s first result, once a second call has asked for its tiers and
+    they are built (logged into ``caplog``)."""
+    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
+        first = f(*args)
+        f(*args)
+        assert f.wait_compiled()
+    return first
+
+
+@compiles
+@pytest.mark.parametrize("mode", ["background", "sync"])
+def test_a_loop_whose_program_pays_compiles_no_kernels(mode, monkeypatch, caplog):
+    # the program replaces the kernels (the graph's and its loop body's): they
+    # are not built before it
+    monkeypatch.setenv(PROGRAM_ENV, "1")
+    loss = lambda x: fnp.sum(lax.fori_loop(0, 5, _damped, fnp.exp(x) * 0.5 + x))  # noqa: E731
+    f = fgrad.jit(fgrad.value_and_grad(loss), compile=mode)
+    x = np.linspace(-1.0, 1.0, 1000)
+    with caplog.at_level(logging.INFO, logger="fgrad.jit"):
+        first = f(x)
+        # the first call staged the graph: nothing compiles yet, not even the
+        # kernels of the loop body it ran
+        assert mode == "sync" or not f.compile_info()[0].compiling
+        f(x)
+        assert f.wait_compiled()
+    (info,) = f.compile_info()
+    assert info.tier == "program" and "kernels" not in info.seconds
+    assert "kernels" not in info.cpu_seconds and info.cpu_seconds["program"] > 0
+    assert not _kernels_compiled(caplog.records)
+    want = fgrad.jit(fgrad.value_and_grad(loss), compile="never")(x)
+    for got in (first, f(x)):
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
+    # lowering asks for the kernels, which calls then do not run
+    lowered = f.lower(x)
+    assert lowered.kernels and lowered.tier == "program"
+
+
+@compiles
+def test_a_loop_whose_program_fails_to_compile_runs_its_kernels(caplog):
+    # the program (forced, and too many arguments for ctypes) fails: the
+    # graph's kernels and its loop body's, held for it, are built instead
+    def loop_and_doubled(xs):
+        return [lax.fori_loop(0, 2, _damped, fnp.cos(xs[0]) * 2.0 + xs[0])] + \
+            [x * 2.0 for x in xs[1:]]
+    n = program.MAX_ARGUMENTS
+    f = fgrad.jit(loop_and_doubled)
+    xs = [np.linspace(0.0, 1.0, 1000) + k for k in range(n)]
+    first = _called_until_compiled(f, (xs,), caplog)
+    assert "program tier failed (NotImplementedError" in caplog.text
+    (info,) = f.compile_info()
+    assert info.tier == "kernels" and info.cpu_seconds["kernels"] > 0
+    # the function's kernel and its loop body's
+    assert len(_kernels_compiled(caplog.records)) == 2
+    want = _damped(1, _damped(0, np.cos(xs[0]) * 2.0 + xs[0]))
+    for got in (first, f(xs)):
+        np.testing.assert_allclose(got[0], want, rtol=1e-12)
+        np.testing.assert_array_equal(got[-1], xs[-1] * 2.0)
+
+
+@compiles
+def test_a_loop_whose_program_does_not_pay_runs_its_kernels(monkeypatch, caplog):
+    # a body of callouts (cumulative sums) is cheaper as NumPy calls than
+    # called out of a program: its kernels are the last tier
+    monkeypatch.setenv(PROGRAM_ENV, "1")
+    body = lambda i, y: fnp.cumsum(fnp.cumsum(fnp.cumsum(_damped(i, y))))  # noqa: E731
+    f = fgrad.jit(lambda x: lax.fori_loop(0, 3, body, x))
+    x = np.linspace(0.0, 1e-3, 1000)
+    first = _called_until_compiled(f, (x,), caplog)
+    assert "program tier not built" in caplog.text
+    (info,) = f.compile_info()
+    assert info.tier == "numpy" and "program" not in info.seconds   # the body's kernels run
+    assert info.cpu_seconds["kernels"] > 0 and len(_kernels_compiled(caplog.records)) == 1
+    want = fgrad.jit(lambda x: lax.fori_loop(0, 3, body, x), compile="never")(x)
+    np.testing.assert_allclose(first, want, rtol=1e-12)
+    np.testing.assert_allclose(f(x), want, rtol=1e-12)
 
 
 def _fan_out(w, x):

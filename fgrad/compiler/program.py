@@ -206,11 +206,14 @@ HEAP_STEP_NS = 2000
 LOOP_STEP_NS = 3000
 
 
-def pays(steps, code):
+def pays(steps, code, plans=()):
     """Whether a program of ``steps`` (`program_steps`) is estimated faster
     than the per-equation code of graph ``code`` (the kernels tier's): a
     graph of many callouts is not (a callout in a loop's body counts once an
     iteration), nor one of a few NumPy calls; a loop of a few steps is.
+    Before the kernels are built, ``code`` is the graph they will fuse and
+    ``plans`` its `fgrad.compiler.cpu_fusion.plan_kernels`: each plan's
+    equations count as one kernel's call.
 
     >>> import numpy as np, fgrad, fgrad.numpy as fnp
     >>> g = fgrad.make_graph(lambda x: fnp.exp(fnp.sin(x) * 2.0) + x * x)(np.ones(3))
@@ -248,7 +251,8 @@ def pays(steps, code):
         callouts_ns += HEAP_STEP_NS * sum(
             1 for s in steps if not isinstance(s, (_View, _Callout))
             and any(type(v) is Var and _nbytes(v) >= HEAP_BYTES for v in s.writes()))
-    return PROGRAM_CALL_NS + callouts_ns < _calls_ns(code)
+    fused_ns = sum(len(p.replaced) * NUMPY_CALL_NS - KERNEL_CALL_NS for p in plans)
+    return PROGRAM_CALL_NS + callouts_ns < _calls_ns(code) - fused_ns
 
 
 def _keeps_arrays_apart(steps):

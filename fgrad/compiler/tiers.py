@@ -8,20 +8,27 @@ faster than the one before and dearer to build, all compiled by LLVM
   (`fgrad.compiler.codegen`); built at the first call in milliseconds, with no
   compiler involved;
 - ``"kernels"``: the same code with each fusable elementwise group one fused
-  kernel (`fgrad.compiler.cpu_fusion`); built from the second call (the
-  first, which staged the graph, returns before any compile starts);
+  kernel (`fgrad.compiler.cpu_fusion`);
 - ``"program"``: unless ``FGRAD_JIT_PROGRAM=0``, the whole graph as one
   function (`fgrad.compiler.program`), loops, products and callouts
-  included, built right after the kernels where
-  `fgrad.compiler.program.pays` estimates it faster than the kernels' code
-  (``FGRAD_JIT_PROGRAM=all``: wherever it compiles). The last tier: where
-  no program is built, the kernels are final.
+  included, where `fgrad.compiler.program.pays` estimates it faster than the
+  kernels' code (``FGRAD_JIT_PROGRAM=all``: wherever it compiles).
+
+Compiles start at the second call (the first, which staged the graph,
+returns before any starts). The program, where one may be built, comes
+first: lowered, and estimated against the kernels planned (not built), it is
+built in their place where it pays, and the kernels, which it would replace,
+are not built at all, nor those of the loop bodies and branches that it runs
+(their tiers wait for it: `holders_of`). The kernels are built, and are the
+last tier, where it does not pay (the program is estimated again against
+them, and built after them where it pays then) or its compile fails, and
+where no program may be built.
 
 With ``compile="background"`` (the default) the kernels and the program are
 built on a compile thread while the calls go on in the best tier ready; a
 finished tier replaces the running one in one attribute store, so a call runs
 one tier or the next, whole, whichever thread makes it. ``"sync"`` builds
-both on the calling thread at the first call, as jit did before it had tiers;
+them on the calling thread at the first call, as jit did before it had tiers;
 ``"never"`` stays in the NumPy tier (no compiler is loaded). The environment
 variable ``FGRAD_JIT_COMPILE`` sets the default.
 
@@ -51,8 +58,12 @@ from fgrad.compiler.native import start as start_llvm
 from fgrad.compiler.parallel import parallel_or_sequential
 from fgrad.compiler.program import compile_program, pays, program_steps
 from fgrad.compiler.program import enabled as program_enabled
+from fgrad.compiler.program_loops import loop_graphs
 
 COMPILE_ENV = "FGRAD_JIT_COMPILE"
+# the key, in a loop body's or branch's ``graph.compiled``, of the tiers of
+# the graphs holding it that may build it into their programs (`holders_of`)
+_HOLDERS = "held by"
 # the interpreter's switch interval while a compile job runs (seconds; the
 # default is 0.005). The compile thread lets go of the GIL at every file it
 # reads and every call into LLVM, and a caller running Python meanwhile then
@@ -204,6 +215,22 @@ def wait_all(timeout=None):
     return _QUEUE.wait(timeout)
 
 
+def holders_of(graph):
+    """The `Tiers` of the graphs that hold loop body or branch ``graph`` and
+    may build it into their programs: its kernels wait for them
+    (`Tiers.start`)."""
+    return graph.compiled.get(_HOLDERS, ())
+
+
+def _loop_graphs_in(graph):
+    """The loop bodies, predicates and branches of ``graph``, at any depth."""
+    found = []
+    for eqn in graph.eqns:
+        for inner in loop_graphs(eqn):
+            found += [inner] + _loop_graphs_in(inner)
+    return found
+
+
 class Tiers:
     """One optimised graph's code in tiers; ``fn`` runs the best one built.
 
@@ -222,9 +249,17 @@ class Tiers:
     the program as it is: the tiers and the calls at which they are built
     are those of the sequential code, so a call computes the bits that the
     sequential code's call computes.
+
+    Where a program may be built, it is asked for first, and built in place
+    of the kernels where it is estimated to pay against the kernels planned
+    (`fgrad.compiler.program.pays`): the kernels, which it would replace,
+    are built only where it does not pay or its compile fails. Until then the
+    graph's loop bodies and branches (whose tiers name this one among
+    ``held_by``, `holders_of`) build no kernels either: the program runs
+    them.
     """
 
-    def __init__(self, graph, xp, name, fuse, whole, mode, parallel=False):
+    def __init__(self, graph, xp, name, fuse, whole, mode, parallel=False, held_by=()):
         self.graph, self.xp, self.name, self.mode = graph, xp, name, mode
         self.parallel = parallel
         self.compiled = generate(graph, xp)
@@ -239,6 +274,14 @@ class Tiers:
         self._done = set()          # tiers built, or found not to pay
         self._lock = threading.Condition()
         self.fn = self._runner(self.compiled)
+        # the tiers of the graphs that hold this loop body (`holders_of`); the
+        # loop bodies' tiers that wait for this graph's program, and whether
+        # it has let them go (the kernels are its last tier)
+        self._held_by = held_by
+        self._holding, self._let_go = weakref.WeakSet(), False
+        if self._program:
+            for inner in _loop_graphs_in(graph):
+                inner.compiled.setdefault(_HOLDERS, weakref.WeakSet()).add(self)
 
     def __call__(self, *args):
         return self.fn(*args)
@@ -254,10 +297,10 @@ class Tiers:
     # -- building ------------------------------------------------------------
 
     def start_at_next_call(self):
-        """Ask for the kernels when the next call begins: the first call (it
-        has just staged the graph) then returns without a compile thread
-        starting beside it, which cost it about 1 ms, and a first call is
-        no slower than with ``compile="never"``."""
+        """Ask for the tiers (`start`) when the next call begins: the first
+        call (it has just staged the graph) then returns without a compile
+        thread starting beside it, which cost it about 1 ms, and a first call
+        is no slower than with ``compile="never"``."""
         current = self.fn
 
         def first_of_the_rest(*args):
@@ -269,17 +312,47 @@ class Tiers:
         self.fn = first_of_the_rest
 
     def start(self):
-        """Ask for the kernels and the program (idempotent)."""
+        """Ask for the program (which asks for the kernels where it is not
+        built in their place), else for the kernels unless a graph holding
+        this loop body may build it into its program (idempotent)."""
         if self._fuse:
-            self._ask("kernels")
             if self._program:
                 self._ask("program")
+            elif not self._held():
+                self._ask("kernels")
 
-    def _ask(self, tier):
+    def _held(self):
+        """Whether every graph holding this loop body (none: False) may still
+        build it into its program; each that may keeps it, to start it if it
+        lets it go."""
+        holders = list(self._held_by)
+        return bool(holders) and all(holder._hold(self) for holder in holders)
+
+    def _hold(self, inner):
+        with self._lock:
+            if not self._let_go:
+                self._holding.add(inner)
+            return not self._let_go
+
+    def _let_go_of_loops(self):
+        """No program replaces the kernels: the loop bodies held build theirs."""
+        with self._lock:
+            self._let_go = True
+            held = list(self._holding)
+        for inner in held:
+            inner.start()
+
+    def _claim(self, tier):
+        """Mark ``tier`` asked for; False if it was asked for or built already."""
         with self._lock:
             if tier in self._queued or tier in self._done:
-                return
+                return False
             self._queued.add(tier)
+            return True
+
+    def _ask(self, tier):
+        if not self._claim(tier):
+            return
         if self.mode == "sync":
             self._build(tier)
             return
@@ -301,55 +374,102 @@ class Tiers:
             self._promote(tier, None, None, None)     # exiting: not compiled
 
     def _build(self, tier):
+        if tier == "kernels":
+            self._build_kernels()
+        else:
+            self._build_program()
+
+    def _build_kernels(self):
         thread = threading.current_thread().name
         code = fn = seconds = None
-        cpu_start = time.thread_time()
         try:
-            if tier == "kernels":
-                plans = plan_kernels(self.graph)
-                if plans:               # else nothing to compile: LLVM not needed
-                    self._start_llvm(thread)
-                    start_time, cpu_start = time.perf_counter(), time.thread_time()
-                    code = generate(fuse_for_cpu(self.graph, plans), self.xp)
-                    fn, seconds = code.fn, time.perf_counter() - start_time
-                    what = f"{len(plans)} kernel{'s' * (len(plans) != 1)}"
-            else:               # the program
+            plans = plan_kernels(self.graph)
+            if plans:               # else nothing to compile: LLVM not needed
+                self._start_llvm(thread)
+                start_time, cpu_start = time.perf_counter(), time.thread_time()
+                code = generate(fuse_for_cpu(self.graph, plans), self.xp)
+                fn, seconds = code.fn, time.perf_counter() - start_time
+                self._compiled("kernels", seconds, time.thread_time() - cpu_start,
+                               f"{len(plans)} kernel{'s' * (len(plans) != 1)}", thread)
+        except Exception as error:  # noqa: BLE001 -- LLVM refused: keep the tier running
+            code = fn = seconds = None
+            self._failed("kernels", error)
+            if self.mode == "sync":
+                self._promote("kernels", None, None, None)
+                raise
+        self._promote("kernels", code, fn, seconds)
+
+    def _build_program(self):
+        """The program where it pays; asked for before the kernels, in their
+        place: they are built (and the program estimated again against them)
+        only where it is not estimated to pay against the kernels planned, or
+        after its compile failed."""
+        thread = threading.current_thread().name
+        fn = seconds = steps = None
+        try:
+            try:
                 # the lowering counts as compile time (LLVM's start-up apart)
                 lowering, lowering_cpu = time.perf_counter(), time.thread_time()
                 steps = program_steps(self.graph)
                 lowering, lowering_cpu = (time.perf_counter() - lowering,
                                           time.thread_time() - lowering_cpu)
-                kernels = self.compiled.graph   # the kernels' code, which it would replace
-                if self._program == "all" or pays(steps, kernels):
-                    self._start_llvm(thread)
-                    start_time = time.perf_counter() - lowering
-                    cpu_start = time.thread_time() - lowering_cpu
-                    self.program = compile_program(self.graph, steps)
-                    fn, seconds = self.program.call, time.perf_counter() - start_time
-                    callouts = len(self.program.callouts)
-                    what = f"{len(self.graph.eqns)} equations, {callouts} callout" + \
-                        "s" * (callouts != 1)
-                else:
-                    _log.info("fgrad.jit: %s: program tier not built: its callouts cost "
-                              "more than the %d calls it would replace, or make large "
-                              "arrays (fgrad.compiler.program.pays)", self.name,
-                              len(kernels.eqns))
-            if fn is not None:
-                # said before the tier runs, so that a caller waiting for it
-                # finds the line logged
-                _log.info("fgrad.jit: %s: %s tier compiled in %.2f s (%s, %s thread)",
-                          self.name, tier, seconds, what, thread)
-                self.cpu_seconds[tier] = time.thread_time() - cpu_start
-        except Exception as error:  # noqa: BLE001 -- LLVM refused: keep the tier running
-            self.error = error
-            code = fn = seconds = None
-            _log.warning("fgrad.jit: %s: %s tier failed (%s: %s); running the %s tier",
-                         self.name, tier, type(error).__name__,
-                         str(error).splitlines()[0][:200] if str(error) else "", self.tier)
-            if self.mode == "sync" and tier == "kernels":
-                self._promote(tier, None, None, None)
-                raise
-        self._promote(tier, code, fn, seconds)
+                fn, seconds = self._program_if_it_pays(steps, lowering, lowering_cpu, thread)
+            except Exception as error:  # noqa: BLE001 -- LLVM refused: the kernels go on
+                fn, steps = None, None
+                self._failed("program", error)
+            if fn is None:
+                self._let_go_of_loops()
+            if fn is None and self._claim("kernels"):
+                self._build_kernels()
+                if steps is not None:       # estimated again against the kernels built
+                    try:
+                        fn, seconds = self._program_if_it_pays(steps, lowering, lowering_cpu,
+                                                               thread)
+                    except Exception as error:  # noqa: BLE001
+                        fn = None
+                        self._failed("program", error)
+            if fn is None and steps is not None:
+                _log.info("fgrad.jit: %s: program tier not built: its callouts cost "
+                          "more than the %d calls it would replace, or make large "
+                          "arrays (fgrad.compiler.program.pays)", self.name,
+                          len(self.compiled.graph.eqns))
+        finally:
+            self._promote("program", None, fn, seconds)
+
+    def _program_if_it_pays(self, steps, lowering, lowering_cpu, thread):
+        """``(fn, seconds)`` of the program of ``steps`` where it is estimated
+        to pay against the kernels (those planned, before they are built),
+        else ``(None, None)``."""
+        if self._program != "all":
+            if "kernels" in self._done:
+                paying = pays(steps, self.compiled.graph)
+            else:
+                paying = pays(steps, self.graph, plan_kernels(self.graph))
+            if not paying:
+                return None, None
+        self._start_llvm(thread)
+        start_time = time.perf_counter() - lowering
+        cpu_start = time.thread_time() - lowering_cpu
+        self.program = compile_program(self.graph, steps)
+        seconds = time.perf_counter() - start_time
+        callouts = len(self.program.callouts)
+        self._compiled("program", seconds, time.thread_time() - cpu_start,
+                       f"{len(self.graph.eqns)} equations, {callouts} callout"
+                       + "s" * (callouts != 1), thread)
+        return self.program.call, seconds
+
+    def _compiled(self, tier, seconds, cpu_seconds, what, thread):
+        # said before the tier runs, so that a caller waiting for it finds
+        # the line logged
+        _log.info("fgrad.jit: %s: %s tier compiled in %.2f s (%s, %s thread)",
+                  self.name, tier, seconds, what, thread)
+        self.cpu_seconds[tier] = cpu_seconds
+
+    def _failed(self, tier, error):
+        self.error = error
+        _log.warning("fgrad.jit: %s: %s tier failed (%s: %s); running the %s tier",
+                     self.name, tier, type(error).__name__,
+                     str(error).splitlines()[0][:200] if str(error) else "", self.tier)
 
     def _start_llvm(self, thread):
         """Load LLVM (`fgrad.compiler.native.start`), counting its start-up,
@@ -367,25 +487,26 @@ class Tiers:
             self._done.add(tier)
             if seconds is not None:
                 self.seconds[tier] = seconds
+            if code is not None:        # the kernels, also when the program runs
+                self.compiled = code
             if fn is not None and TIERS.index(tier) > TIERS.index(self.tier):
-                if code is not None:
-                    self.compiled = code
-                    fn = self._runner(code)
                 self.tier = tier
-                self.fn = fn
+                self.fn = fn if code is None else self._runner(code)
             self._lock.notify_all()
 
     def finish(self, timeout=None, program=True):
-        """Build every tier left (the program not at all with
-        ``program=False``) and wait for them; False on timeout."""
-        if self._fuse:
+        """Build every tier left (`start`) and wait for them; False on
+        timeout. ``program=False`` builds the kernels (also where the
+        program replaced them), not the program."""
+        if program:
+            self.start()
+        elif self._fuse:
             self._ask("kernels")
-            if program and self._program:
-                self._ask("program")
         return self.wait(timeout)
 
     def wait(self, timeout=None):
-        """Wait for the tiers asked for; False on timeout."""
+        """Wait for the tiers asked for, and those of the loop bodies this
+        graph let go of; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while self._queued:
@@ -393,7 +514,10 @@ class Tiers:
                 if left is not None and left <= 0:
                     return False
                 self._lock.wait(left)
-        return True
+            inner = list(self._holding) if self._let_go else []
+        return all(tiers.wait(None if deadline is None else max(0.0, deadline -
+                                                                 time.monotonic()))
+                   for tiers in inner)
 
     @property
     def compiling(self):

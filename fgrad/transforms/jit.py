@@ -30,7 +30,7 @@ from fgrad.compiler.codegen import compile_graph
 from fgrad.compiler.cpu_fusion import cpu_kernels
 from fgrad.compiler.cpu_fusion import enabled as cpu_fusion_enabled
 from fgrad.compiler.parallel import parallel_or_sequential
-from fgrad.compiler.tiers import MODES, Tiers, default_mode
+from fgrad.compiler.tiers import MODES, Tiers, default_mode, holders_of
 from fgrad.compiler.passes import (
     effectful,
     eliminate_dead_code,
@@ -118,7 +118,7 @@ def compiled_for(graph, xp, parallel=False, whole=True, name="staged", start=Tru
         # so that the two compute the same bits
         compiled = graph.compiled.setdefault(key, Tiers(
             optimized, xp, name, fuse, whole, graph.compiled.get(_MODE) or default_mode(),
-            parallel))
+            parallel, held_by=() if whole else holders_of(graph)))
         if start or compiled.mode == "sync":     # sync: the first call runs kernels
             compiled.start()
     return compiled
