@@ -406,6 +406,15 @@ def test_the_plan_reuses_dead_buffers_and_takes_dying_operands():
     assert plan.arena_bytes == plan.peak_live_bytes == 256
 
 
+def test_a_value_two_steps_write_keeps_one_buffer_from_the_first():
+    # a loop writes part of s, a later step the rest (`_written_in_place`):
+    # s lives from the first, and the value made between them is elsewhere
+    steps = [Step(["x"], ["s"], {}, {}), Step(["x"], ["t"], {}, {}),
+             Step(["t"], ["s"], {}, {}), Step(["s"], ["y"], {}, {})]
+    plan = plan_buffers(steps, lambda v: 100, placed={"x", "y"})
+    assert plan.offsets == {"s": 0, "t": 128} and plan.arena_bytes == 256
+
+
 def _peak(fn, *args):
     gc.collect()
     tracemalloc.start()
