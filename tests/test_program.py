@@ -406,6 +406,15 @@ def test_the_plan_reuses_dead_buffers_and_takes_dying_operands():
     assert plan.arena_bytes == plan.peak_live_bytes == 256
 
 
+def test_a_value_two_steps_write_keeps_one_buffer_from_the_first():
+    # a loop writes part of s, a later step the rest (`_written_in_place`):
+    # s lives from the first, and the value made between them is elsewhere
+    steps = [Step(["x"], ["s"], {}, {}), Step(["x"], ["t"], {}, {}),
+             Step(["t"], ["s"], {}, {}), Step(["s"], ["y"], {}, {})]
+    plan = plan_buffers(steps, lambda v: 100, placed={"x", "y"})
+    assert plan.offsets == {"s": 0, "t": 128} and plan.arena_bytes == 256
+
+
 def _peak(fn, *args):
     gc.collect()
     tracemalloc.start()
@@ -978,10 +987,11 @@ def _kinds(compiled):
     return [type(s).__name__ for s in compiled.steps]
 
 
-def test_stacked_jvps_are_computed_before_their_stacks():
+def test_stacked_jvps_are_written_into_their_stack_by_one_loop():
     # each jvp stacks its results (the tangent of a stack), between the
     # jvps; the stacks wait for the loop, which computes every column with
-    # its intermediates in registers
+    # its intermediates in registers and writes it straight into its place
+    # in the stack of stacks (`_written_in_place`): no copy is left
     x = np.linspace(0.5, 2.0, 7)
 
     def columns(a, b):
@@ -990,8 +1000,55 @@ def test_stacked_jvps_are_computed_before_their_stacks():
         return fnp.stack([fgrad.jvp(lambda a: f(a, b), (a,), (fnp.ones_like(a),))[1],
                           fgrad.jvp(lambda b: f(a, b), (b,), (fnp.ones_like(b),))[1]])
     compiled, got, want = _both(columns, x, x[::-1].copy())
+    assert compiled.callouts == [] and set(_kinds(compiled)) == {"_Kernel"}
+    _agree_as_computed(compiled, got, want)
+
+
+def test_a_loops_results_go_straight_into_a_transposed_stack():
+    # GradBench's ba: columns of jvps stacked, transposed to (observations,
+    # 2, columns) and flattened beside another piece. The one loop writes
+    # each of its results at a stride into the returned array: no stack,
+    # no transpose, no concatenate is copied
+    x = np.linspace(0.5, 2.0, 300)
+
+    def values(a, b):
+        columns = [fnp.stack([fnp.sin(a) * b + j, fnp.cos(a) / (b + j)]) for j in range(8)]
+        stacked = fnp.transpose(fnp.stack(columns), (2, 1, 0))
+        return fnp.concatenate([fnp.reshape(stacked, -1), b * b - 1.0])
+    compiled, got, want = _both(values, x, x[::-1].copy())
+    assert compiled.callouts == [] and set(_kinds(compiled)) == {"_Kernel"}
+    strides = [stride for s in compiled.steps for stride in s.spec.out_strides]
+    assert sorted(strides) == [1] + [16] * 16
+    _agree_as_computed(compiled, got, want)
+
+
+def test_a_loop_with_many_results_calls_the_vector_functions():
+    # the kernels' tier calls them from loops of at most 12 results (it
+    # cannot tell the arrays apart); a program's loop, whose results are
+    # noalias, whatever their number
+    x = np.linspace(-3.0, 3.0, 300)
+    compiled, got, want = _both(lambda a: [fnp.sin(a) * k for k in range(1, 15)], x)
+    (kernel,) = compiled.steps
+    assert len(kernel.outputs) == 14 and kernel.spec.vectorised
+    _agree_as_computed(compiled, got, want)
+
+
+def test_values_read_elsewhere_or_unevenly_placed_are_copied_into_the_stack():
+    # the result returned itself, the input, and a (3, 4) result whose
+    # transpose it is not in order in: each copied, into the returned array
+    # where the others are written straight
+    x = np.linspace(0.5, 2.0, 12)
+
+    def values(a, b):
+        y = fnp.sin(a) * b
+        grid = fnp.reshape(a * b + 1.0, (3, 4))
+        rows = fnp.transpose(fnp.stack([y, b, a / b]))
+        return fnp.concatenate([fnp.reshape(rows, -1), fnp.reshape(grid.T, -1)]), y
+    compiled, got, want = _both(values, x, x[::-1].copy())
     kinds = _kinds(compiled)
-    assert compiled.callouts == [] and "_Kernel" not in kinds[kinds.index("_Pieces"):]
+    assert compiled.callouts == [] and "_Pieces" in kinds and any(s.placed for s in
+                                                                  compiled.steps
+                                                                  if hasattr(s, "placed"))
     _agree_as_computed(compiled, got, want)
 
 

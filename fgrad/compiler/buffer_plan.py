@@ -120,7 +120,8 @@ def plan_buffers(steps, nbytes, placed=(), regions=(), movable=None):
         read_twice = {v for v, n in collections.Counter(
             owner(v) for v in set(step.reads)).items() if n > 1}
         for v in step.writes:
-            if v in placed:
+            # (a value a later step writes more of already has its buffer)
+            if v in placed or v in block_of:
                 continue
             source = step.views.get(v)
             if source is not None and owner(source) not in placed:

@@ -80,15 +80,20 @@ class KernelSpec:
     j's length) or ``("prefix", j)`` (over ``n`` divided by it). ``ops``
     are `Op` s; ``reductions`` ``(kind, arg, acc_dtype)`` triples (kind
     ``sum``, ``max`` or ``min``, arg as in `Op`); ``outputs`` the operations
-    written out (as rows of one array when ``packed``). With ``vectorised``
+    written out (as rows of one array when ``packed``), element ``i`` of
+    each at ``i`` times its ``out_strides`` entry (None: all 1; a compiled
+    program's output written straight into a larger array,
+    `fgrad.compiler.program`). With ``vectorised``
     the loop runs first with the vector functions, checking each argument's
     range, and again with the C library's if one was out of it.
     """
 
-    def __init__(self, inputs, inner, ops, reductions, outputs, packed, vectorised):
+    def __init__(self, inputs, inner, ops, reductions, outputs, packed, vectorised,
+                 out_strides=None):
         self.inputs, self.inner, self.ops = inputs, inner, ops
         self.reductions, self.outputs = reductions, outputs
         self.packed, self.vectorised = packed, vectorised
+        self.out_strides = out_strides
         self._key = None
 
     def key(self):
@@ -104,7 +109,7 @@ class KernelSpec:
                 tuple((op.name, tuple(map(arg, op.args)), tuple(op.arg_dtypes),
                        op.out_dtype, op.vector) for op in self.ops),
                 tuple((kind, arg(a), acc) for kind, a, acc in self.reductions),
-                tuple(self.outputs), self.packed, self.vectorised)
+                tuple(self.outputs), self.packed, self.vectorised, self.out_strides)
         return self._key
 
     def __eq__(self, other):
@@ -472,6 +477,7 @@ def define_kernel(ir, module, spec, name, object_offset=None):
     else:
         out_ptrs, rest = rest[:len(spec.outputs)], rest[len(spec.outputs):]
     result_ptrs = rest
+    out_strides = spec.out_strides or (1,) * len(spec.outputs)
     vector_fns = vector_functions(module) if spec.vectorised else {}
 
     # the inner loop's length, and the inputs read once
@@ -539,8 +545,9 @@ def define_kernel(ir, module, spec, name, object_offset=None):
             b.store(reduction_step(ir, b, kind, b.load(slot), x, acc), slot)
         # written last, once every input of the element is read (an output
         # may go into a dying input's buffer)
-        for t, ptr in zip(spec.outputs, out_ptrs):
-            store(ir, b, ptr, i, values[t], spec.ops[t].out_dtype)
+        for t, ptr, stride in zip(spec.outputs, out_ptrs, out_strides):
+            at = i if stride == 1 else b.mul(i, ir.Constant(i64, stride))
+            store(ir, b, ptr, at, values[t], spec.ops[t].out_dtype)
 
     def loop(fast):
         if m is None:

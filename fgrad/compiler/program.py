@@ -15,7 +15,10 @@ operations. The pipeline:
    as are ``concatenate`` and ``scatter_add`` at a basic index (pieces
    copied into one buffer, a piece that is a basic index of another value
    read from that value); ``reshape``, ``stop_gradient``
-   and custom_linear_solve's and custom_root's identities are views; ``any``/``all`` of bools
+   and custom_linear_solve's and custom_root's identities are views (a value
+   that only concatenates, reshapes and transposes move into a larger one
+   is written there by the step that computes it, a loop's result at a
+   stride: `_written_in_place`); ``any``/``all`` of bools
    are reductions; ``scan``, ``while_loop`` and ``cond`` are lowered in
    place, their bodies steps like these (`fgrad.compiler.program_loops`);
    a float or complex ``matmul`` is BLAS's gemm (SciPy's, `fgrad.compiler.blas`),
@@ -89,6 +92,7 @@ from fgrad.compiler.complex_ir import accumulator_dtype
 from fgrad.compiler.cpu_fusion import (
     ALL_KERNEL_DTYPES,
     KERNEL_CALL_NS,
+    MIN_VECTOR_ELEMENTS,
     NUMPY_CALL_NS,
     attach_reductions,
     broadcast_in_place,
@@ -310,17 +314,25 @@ def _calls_ns(graph):
 class _Kernel:
     """An elementwise group: ``spec`` over ``inputs`` (their ``modes``),
     writing ``outputs`` and the values of the full reductions ending it
-    (``reduced``); ``size`` elements."""
+    (``reduced``); ``size`` elements. ``placed`` maps an output's position
+    to ``(value, element)``: that output is written into the value's memory
+    from that element on, at its ``spec.out_strides`` entry (`_written_in_place`)."""
 
-    def __init__(self, spec, inputs, modes, outputs, reduced, size):
+    def __init__(self, spec, inputs, modes, outputs, reduced, size, placed=None):
         self.spec, self.inputs, self.modes = spec, inputs, modes
         self.outputs, self.reduced, self.size = outputs, reduced, size
+        self.placed = placed or {}
 
     def reads(self):
         return self.inputs
 
+    def targets(self):
+        """The values whose memory the outputs are written into, each once."""
+        return list(dict.fromkeys(self.placed[j][0] if j in self.placed else v
+                                  for j, v in enumerate(self.outputs)))
+
     def writes(self):
-        return self.outputs + self.reduced
+        return self.targets() + self.reduced
 
 
 class _Copy:
@@ -747,6 +759,159 @@ def _stacked_transposes(graph, skipped):
     return stacked
 
 
+def _written_in_place(steps, graph):
+    """``steps`` with each value that concatenates, reshapes and a transposing
+    copy only move into a larger value written there at once by the step
+    that computes it: an elementwise loop's output at a stride
+    (`KernelSpec.out_strides`), a concatenate's pieces at their strides in
+    it; the moves left out. GradBench's ba: 15 ``jvp`` s of one loop,
+    stacked by twos and fifteens and transposed to (observations, 2, 15),
+    were three copies of the whole Jacobian after the loop. Not where a
+    callout runs (it may read any value through Python)."""
+    if any(isinstance(s, _Callout) for s in steps):
+        return steps
+    returned = {v for v in graph.outvars if type(v) is Var}
+    reads = collections.Counter(v for s in steps for v in s.reads() if type(v) is Var)
+    writer = {v: s for s in steps for v in s.writes()}
+
+    def moved_only(x):
+        # read once, by the step moving it, not returned, and computed by a
+        # step that can write it elsewhere
+        if type(x) is not Var or reads[x] != 1 or x in returned or x not in writer:
+            return False
+        s = writer[x]
+        return isinstance(s, (_Kernel, _View)) or isinstance(s, _Pieces) and _boxes(s) \
+            is not None and None not in _boxes(s) or isinstance(s, _Copy) \
+            and _transposed_axes(s) is not None
+
+    # value -> (the value it is moved into, the offsets of its elements there:
+    # a view of a stand-in of that value's shape, one byte an element)
+    into = {}
+
+    def home(v):
+        return into.get(v) or (v, _stand_in(v.aval.shape))
+    for s in reversed(steps):
+        if isinstance(s, _Copy) and moved_only(s.src) and not isinstance(writer[s.src], _View):
+            axes = _transposed_axes(s)
+            if axes is not None:
+                final, stand_in = home(s.dst)
+                into[s.src] = final, stand_in.transpose(np.argsort(axes))
+        elif isinstance(s, _View) and s.dst in into and moved_only(s.src):
+            final, stand_in = into[s.dst]
+            try:
+                into[s.src] = final, np.reshape(stand_in, s.src.aval.shape, copy=False)
+            except ValueError:          # not a view of it
+                pass
+        elif isinstance(s, _Pieces) and _boxes(s) is not None:
+            final, stand_in = home(s.dst)
+            for (src, shape, src_strides, _, _, src_start), box in zip(s.pieces, _boxes(s)):
+                whole = type(src) is Var and tuple(src.aval.shape) == tuple(shape) \
+                    and src_start == 0 and tuple(src_strides) == contiguous_strides(shape)
+                if box is not None and whole and moved_only(src):
+                    into[src] = final, stand_in[box]
+    # where the step computing a value can write it in place, it does
+    done, placed_steps = {}, []
+    for s in steps:
+        if isinstance(s, _Kernel):
+            placed, strides = {}, []
+            for j, v in enumerate(s.outputs):
+                flat = _flat_stride(into[v][1]) if v in into else None
+                if flat is not None:
+                    done[v] = into[v]
+                    placed[j] = (into[v][0], flat[0])
+                strides.append(1 if flat is None else flat[1])
+            if placed:
+                spec = s.spec
+                s = _Kernel(KernelSpec(spec.inputs, spec.inner, spec.ops, spec.reductions,
+                                       spec.outputs, spec.packed, spec.vectorised,
+                                       tuple(strides)),
+                            s.inputs, s.modes, s.outputs, s.reduced, s.size, placed)
+        elif isinstance(s, _View) and s.src in done and s.dst in into:
+            done[s.dst] = into[s.dst]
+            continue
+        elif isinstance(s, _Copy) and s.src in done:
+            if s.dst in into:
+                done[s.dst] = into[s.dst]
+            continue
+        elif isinstance(s, _Pieces) and (s.dst in into or any(
+                type(src) is Var and src in done for src, *_ in s.pieces)):
+            final, stand_in = home(s.dst)
+            if s.dst in into:
+                done[s.dst] = into[s.dst]
+            pieces = []
+            for (src, shape, src_strides, dst_strides, start, src_start), box in zip(
+                    s.pieces, _boxes(s) or [None] * len(s.pieces)):
+                if type(src) is Var and src in done:
+                    continue
+                if final is not s.dst:
+                    at = stand_in[box]
+                    dst_strides, start = at.strides, _stand_in_start(at)
+                pieces.append((src, shape, src_strides, dst_strides, start, src_start))
+            if not pieces:
+                continue
+            s = _Pieces(final, pieces, s.zeros)
+        placed_steps.append(s)
+    return placed_steps
+
+
+def _stand_in(shape):
+    """A view of no memory, of ``shape``, C-contiguous with one-byte elements:
+    its strides and offsets are element counts (`_written_in_place`)."""
+    return np.lib.stride_tricks.as_strided(_BYTE, shape, contiguous_strides(shape))
+
+
+_BYTE = np.zeros(1, np.uint8)
+
+
+def _stand_in_start(view):
+    return view.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
+
+
+def _flat_stride(view):
+    """``(start, stride)`` of the elements of stand-in ``view`` in C order,
+    if they are evenly spaced, else None."""
+    try:
+        flat = np.reshape(view, -1, copy=False)
+    except ValueError:
+        return None
+    return _stand_in_start(view), flat.strides[0] if flat.size > 1 else 1
+
+
+def _boxes(s):
+    """The index of each piece of concatenate step ``s`` in its result (a
+    tuple of slices; None for a piece not placed as a box), or None for a
+    scatter_add."""
+    if s.zeros:
+        return None
+    shape = tuple(s.dst.aval.shape)
+    boxes = []
+    for _, piece, _, dst_strides, start, _ in s.pieces:
+        if len(piece) != len(shape) or math.prod(piece) == 0 \
+                or tuple(dst_strides) != contiguous_strides(shape):
+            boxes.append(None)
+            continue
+        begin = np.unravel_index(start, shape)
+        boxes.append(tuple(slice(int(b), int(b) + n) for b, n in zip(begin, piece)))
+    return boxes
+
+
+def _transposed_axes(s):
+    """The axes of the transpose that copy step ``s`` makes of its source
+    (`_Copy`), or None if it is another copy."""
+    shape, strides = tuple(s.src.aval.shape), contiguous_strides(s.src.aval.shape)
+    if s.start or math.prod(shape) != math.prod(s.dst.aval.shape) \
+            or len(shape) != len(s.dst.aval.shape):
+        return None
+    axes = []
+    for n, stride in zip(s.dst.aval.shape, s.strides):
+        found = [a for a in range(len(shape)) if a not in axes and shape[a] == n
+                 and (strides[a] == stride or n == 1)]
+        if not found:
+            return None
+        axes.append(found[0])
+    return axes
+
+
 def _gemm_shapes(eqn):
     """``(m, n, k, batch, a_strides, b_strides)`` of a matmul that BLAS's gemm
     computes (`_Gemm`), or None: operands and result all float64 or all
@@ -844,9 +1009,15 @@ def _kernel_steps(graph, members, reductions, readers):
     # at offsets, not broadcast out to a full array first (ht's Jacobian: six
     # copies of (28, 12800, 3), each written and read once)
     spec, modes = broadcast_in_place(spec, inputs, modes, shape)
-    # the outputs each a pointer of their own (not rows of one array)
+    # the outputs each a pointer of their own (not rows of one array); the
+    # vector functions whatever the number of outputs (the kernels' tier caps
+    # it, `MAX_VECTOR_OUTPUTS`): LLVM needs no address checks here, each
+    # output being noalias where it shares no memory (`_Emitter.apart`),
+    # which a vectorised loop's always do (it writes into no operand,
+    # `_in_place`). GradBench's ba: 26 outputs, 54 -> 43 ms at ba3
+    vectorised = any(op.vector for op in spec.ops) and math.prod(shape) >= MIN_VECTOR_ELEMENTS
     spec = KernelSpec(spec.inputs, spec.inner, spec.ops, spec.reductions, spec.outputs,
-                      False, spec.vectorised)
+                      False, vectorised)
     return [_Kernel(spec, inputs, modes, outputs, reduced, math.prod(shape))]
 
 
@@ -1110,7 +1281,7 @@ def compile_program(graph, steps=None):
     ...     assert np.allclose(out, 4 * np.sin(1.0)) and program.callouts == []
     """
     start_time = time.perf_counter()
-    steps = list(program_steps(graph) if steps is None else steps)
+    steps = _written_in_place(list(program_steps(graph) if steps is None else steps), graph)
     places = _Locations(graph, steps)
     # an output that is a view (of an input, an output or the arena) is
     # copied into an array of its own at the end
@@ -1340,7 +1511,9 @@ class _Emitter:
         i64 = ir.IntType(64)
         for step in steps:
             if isinstance(step, _Kernel):
-                apart = self.apart(step.outputs, step.outputs + step.inputs)
+                # outputs placed in one value write elements of their own
+                targets = step.targets()
+                apart = self.apart(targets, targets + step.inputs)
                 kernel = self.kernels.get((step.spec, apart))
                 if kernel is None:
                     kernel = self.kernels[step.spec, apart] = define_kernel(
@@ -1360,7 +1533,9 @@ class _Emitter:
                 args = [ir.Constant(i64, step.size)]
                 for v in step.inputs:
                     args += [pointer(v), ir.Constant(i64, math.prod(v.aval.shape))]
-                args += [pointer(v) for v in step.outputs]
+                args += [pointer(v) if j not in step.placed else
+                         b.gep(pointer(step.placed[j][0]), [ir.Constant(i64, step.placed[j][1])])
+                         for j, v in enumerate(step.outputs)]
                 # each reduction's accumulator (float64 for a float) comes back
                 # in a slot, and goes to its value converted
                 slots = [self.alloca(value_type(ir, acc)) for _, _, acc in step.spec.reductions]

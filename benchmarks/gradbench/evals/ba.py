@@ -8,7 +8,10 @@ The input describes one camera, point, weight and feature, to be repeated ``n``,
 the eval asks: the first 30 and the last entry of the Jacobian in compressed
 sparse row form.  Each observation's 2 x 15 block (11 camera parameters, 3
 point coordinates, its weight) comes from 15 ``jvp``s of the reprojection
-error written elementwise over all observations (`jacobian_blocks`).
+error written elementwise over all observations (`jacobian_blocks`); one
+jitted function gathers each observation's parameters and returns every
+value of the Jacobian (`jacobian_values`), so that the compiled program
+writes each straight into the array returned.
 """
 
 import numpy as np
@@ -58,14 +61,11 @@ def weight_error(weight):
     return 1 - weight * weight
 
 
-def observed(problem):
-    """The 15 differentiated inputs of each observation, one array per input.
-
-    Each is gathered from a transposed copy of the parameters, so that every
-    array is contiguous: a compiled program copies a strided input first."""
-    cams, points, weights, _, obs = problem
-    return [*np.ascontiguousarray(cams.T)[:, obs[:, 0]],
-            *np.ascontiguousarray(points.T)[:, obs[:, 1]], weights]
+def observed(cams, points, weights, obs):
+    """The 15 differentiated inputs of each observation, one array per input:
+    each camera and point parameter gathered for every observation."""
+    return [cams[:, k][obs[:, 0]] for k in range(N_CAM)] + \
+        [points[:, k][obs[:, 1]] for k in range(3)] + [weights]
 
 
 def objective_errors(parameters, features):
@@ -88,35 +88,50 @@ def jacobian_blocks(parameters, features):
     return fnp.transpose(fnp.stack([column(j) for j in range(len(parameters))]), (2, 1, 0))
 
 
-_objective = fgrad.jit(objective_errors, compile="sync")
-_blocks = fgrad.jit(jacobian_blocks, compile="sync")
-_weight_derivatives = fgrad.jit(fgrad.vmap(fgrad.grad(weight_error)))
+def objective_of_problem(cams, points, weights, features, obs):
+    return objective_errors(observed(cams, points, weights, obs), features)
+
+
+def jacobian_values(cams, points, weights, features, obs):
+    """The Jacobian's nonzero values in compressed sparse row order: each
+    observation's block, row by row, then each weight error's derivative."""
+    blocks = jacobian_blocks(observed(cams, points, weights, obs), features)
+    return fnp.concatenate([fnp.reshape(blocks, -1),
+                            fgrad.vmap(fgrad.grad(weight_error))(weights)])
+
+
+_objective = fgrad.jit(objective_of_problem, compile="sync")
+_values = fgrad.jit(jacobian_values, compile="sync")
 
 
 def objective_of(problem):
-    return _objective(observed(problem), problem[3])
+    return _objective(*problem)
 
 
 def sparse_jacobian(problem):
     """The Jacobian in compressed sparse rows: (row offsets, columns, values).
 
     Rows ``2i`` and ``2i + 1`` hold observation ``i``'s block (15 entries
-    each), then row ``2p + i`` its weight error's derivative; each array is
-    filled in place, not concatenated from pieces."""
+    each), then row ``2p + i`` its weight error's derivative; the columns
+    and offsets are filled in place, not concatenated from pieces."""
     cams, points, weights, features, obs = problem
     n, m, p = len(cams), len(points), len(weights)
-    values = np.empty(31 * p)
-    values[:30 * p] = _blocks(observed(problem), features).reshape(-1)
-    values[30 * p:] = _weight_derivatives(weights)
-    columns = np.empty(31 * p, dtype=np.intp)
+    values = _values(*problem)
+    # 32-bit indices where they fit, as SciPy's sparse matrices and ADBench's
+    # C++ (half the memory to write)
+    index = np.int32 if max(31 * p, N_CAM * n + 3 * m + p) <= np.iinfo(np.int32).max \
+        else np.intp
+    columns = np.empty(31 * p, dtype=index)
     blocks = columns[:30 * p].reshape(p, 2, 15)
-    blocks[:, :, :N_CAM] = (N_CAM * obs[:, 0])[:, None, None] + np.arange(N_CAM)
-    blocks[:, :, N_CAM:14] = (N_CAM * n + 3 * obs[:, 1])[:, None, None] + np.arange(3)
-    columns[30 * p:] = N_CAM * n + 3 * m + np.arange(p)
+    blocks[:, :, :N_CAM] = (N_CAM * obs[:, 0]).astype(index)[:, None, None] + \
+        np.arange(N_CAM, dtype=index)
+    blocks[:, :, N_CAM:14] = (N_CAM * n + 3 * obs[:, 1]).astype(index)[:, None, None] + \
+        np.arange(3, dtype=index)
+    columns[30 * p:] = N_CAM * n + 3 * m + np.arange(p, dtype=index)
     blocks[:, :, 14] = columns[30 * p:, None]
-    offsets = np.empty(3 * p + 1, dtype=np.intp)
-    offsets[:2 * p + 1] = 15 * np.arange(2 * p + 1)
-    offsets[2 * p + 1:] = 30 * p + np.arange(1, p + 1)
+    offsets = np.empty(3 * p + 1, dtype=index)
+    offsets[:2 * p + 1] = 15 * np.arange(2 * p + 1, dtype=index)
+    offsets[2 * p + 1:] = 30 * p + np.arange(1, p + 1, dtype=index)
     return offsets, columns, values
 
 
