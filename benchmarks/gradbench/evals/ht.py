@@ -132,8 +132,16 @@ def _prepare(raw):
     us = np.asarray(raw["us"], dtype=np.float64).reshape(-1, 2)
     triangles = np.asarray(raw_model["triangles"], dtype=np.intp)[correspondences] \
         if len(us) else None
+    # only the vertices some point lies on (or at) are posed: the model's
+    # others do not enter the residuals (hand1 reads 300 of 10,000)
+    seen = correspondences if triangles is None else triangles
+    used, at = np.unique(seen, return_inverse=True)
+    for name in ("base_positions", "weights"):
+        model[name] = model[name][used]
+    at = at.reshape(seen.shape)
     data = {"points": np.asarray(raw["data"]["points"], dtype=np.float64),
-            "correspondences": correspondences, "triangles": triangles}
+            "correspondences": at if triangles is None else None,
+            "triangles": None if triangles is None else at}
     theta = np.asarray(raw["theta"], dtype=np.float64)
     run_objective = fgrad.jit(lambda t, u: residuals(t, u, model, data).ravel())
     run_jacobian = fgrad.jit(lambda t, u: jacobian_columns(t, u, model, data), compile="sync")
