@@ -44,6 +44,31 @@ def pose_layout(n_bones):
     return layout
 
 
+@functools.lru_cache(maxsize=None)
+def bone_levels(parents):
+    """The bones by depth in the tree: the roots, then for each further depth
+    its bones and where their parents are among the bones before it (in this
+    order), and where each bone ends up in that order.
+
+    >>> roots, levels, bone_order = bone_levels((-1, 0, 1, 0))
+    >>> roots, [(bones.tolist(), parents.tolist()) for bones, parents in levels]
+    (array([0]), [([1, 3], [0, 0]), ([2], [1])])
+    >>> bone_order.tolist()
+    [0, 1, 3, 2]
+    """
+    depth = []
+    for parent in parents:
+        depth.append(0 if parent == -1 else depth[parent] + 1)
+    order = sorted(range(len(parents)), key=lambda bone: depth[bone])
+    at = {bone: position for position, bone in enumerate(order)}
+    levels = []
+    for level in range(1, max(depth) + 1):
+        bones = [bone for bone in order if depth[bone] == level]
+        levels.append((np.array(bones), np.array([at[parents[bone]] for bone in bones])))
+    roots = np.array([bone for bone in order if depth[bone] == 0])
+    return roots, levels, np.array([at[bone] for bone in range(len(parents))])
+
+
 def euler_rotations(angles):
     """Rz @ Ry @ Rx for each row (x, z, y) of ``angles``: (bones, 3, 3)."""
     tx, tz, ty = angles[:, 0], angles[:, 1], angles[:, 2]
@@ -76,11 +101,13 @@ def vertex_positions(theta, model):
     rotations = euler_rotations(pose[3:])
     base = model["base_relatives"]
     relatives = fnp.concatenate([base[:, :, :3] @ rotations, base[:, :, 3:]], axis=2)
-    absolutes = []
-    for bone, parent in enumerate(model["parents"]):
-        absolutes.append(relatives[bone] if parent == -1
-                         else absolutes[parent] @ relatives[bone])
-    transforms = (fnp.stack(absolutes) @ model["inverse_base_absolutes"])[:, :3, :]
+    # each bone's transform is its parent's times its own: all the bones of one
+    # depth in the tree at once (five products for the hand's 22 bones)
+    roots, levels, bone_order = bone_levels(model["parents"])
+    absolutes = relatives[roots]
+    for bones, parents in levels:
+        absolutes = fnp.concatenate([absolutes, absolutes[parents] @ relatives[bones]])
+    transforms = (absolutes[bone_order] @ model["inverse_base_absolutes"])[:, :3, :]
     # each vertex moves by the weighted sum of its bones' transforms (einsum, not @:
     # NumPy runs a stack of small matrix products far slower than one large one)
     blended = fnp.einsum("vb,bk->vk", model["weights"], transforms.reshape(-1, 12))
