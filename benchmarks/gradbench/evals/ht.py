@@ -70,15 +70,14 @@ def bone_levels(parents):
 
 
 def euler_rotations(angles):
-    """Rz @ Ry @ Rx for each row (x, z, y) of ``angles``: (bones, 3, 3)."""
+    """Rz @ Ry @ Rx for each row (x, z, y) of ``angles``: (bones, 3, 3), the
+    product written out."""
     tx, tz, ty = angles[:, 0], angles[:, 1], angles[:, 2]
-    zero, one = fnp.zeros_like(tx), fnp.ones_like(tx)
     cx, sx, cy, sy, cz, sz = (fnp.cos(tx), fnp.sin(tx), fnp.cos(ty), fnp.sin(ty),
                               fnp.cos(tz), fnp.sin(tz))
-    rx = fnp.stack([one, zero, zero, zero, cx, -sx, zero, sx, cx], axis=1).reshape(-1, 3, 3)
-    ry = fnp.stack([cy, zero, sy, zero, one, zero, -sy, zero, cy], axis=1).reshape(-1, 3, 3)
-    rz = fnp.stack([cz, -sz, zero, sz, cz, zero, zero, zero, one], axis=1).reshape(-1, 3, 3)
-    return rz @ ry @ rx
+    return fnp.stack([cz * cy, cz * sy * sx - sz * cx, cz * sy * cx + sz * sx,
+                      sz * cy, sz * sy * sx + cz * cx, sz * sy * cx - cz * sx,
+                      -sy, cy * sx, cy * cx], axis=1).reshape(-1, 3, 3)
 
 
 def angle_axis_rotation(angle_axis):
