@@ -226,6 +226,25 @@ def test_ht_jacobian_columns_against_finite_differences(complicated):
     np.testing.assert_allclose(columns, expected, rtol=1e-5, atol=1e-8 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("complicated", [False, True])
+def test_ht_prepared_functions_pose_only_the_vertices_used_and_agree(complicated):
+    theta, us, model, data = _hand(complicated)
+    table = RNG.integers(0, 6, (12, 3))         # triangles on half of the 12 vertices
+    correspondences = RNG.integers(0, 6, 5)
+    data = dict(data, correspondences=correspondences,
+                triangles=table[correspondences] if complicated else None)
+    raw = {"theta": theta, "us": us.ravel(),
+           "data": {"model": dict(model, triangles=table), "points": data["points"],
+                    "correspondences": correspondences}}
+    theta, us, run_objective, run_jacobian = ht._prepare(raw)
+    np.testing.assert_allclose(run_objective(theta, us),
+                               np.asarray(ht.residuals(theta, us, model, data)).ravel(),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(run_jacobian(theta, us),
+                               ht.jacobian_columns(theta, us, model, data),
+                               rtol=1e-12, atol=1e-12)
+
+
 def test_ht_angle_axis_rotation_is_orthogonal_and_identity_near_zero():
     rotation = np.asarray(ht.angle_axis_rotation(np.array([0.3, -0.2, 0.5])))
     np.testing.assert_allclose(rotation @ rotation.T, np.eye(3), atol=1e-12)

@@ -24,9 +24,18 @@ import benchmarks  # noqa: F401  (side effect: thread pinning)
 import functools
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
+
+# NumPy asks the kernel for transparent huge pages for every array of 4 MiB or
+# more (read once, when NumPy loads: nothing above imports it). Where THP's
+# defrag setting is "madvise", each such page fault may first compact memory:
+# on this project's benchmark machine, growing the process by 50 MB took
+# 0.3-0.5 s of CPU that way and 0.02-0.05 s without, which gmm's largest
+# gradient paid at its first runs (over a second). PyTorch's allocator does not ask.
+os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 
 EVALS_PACKAGE = "benchmarks.gradbench.evals"
 

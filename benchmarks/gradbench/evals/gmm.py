@@ -41,10 +41,13 @@ def log_posterior(params, x, gamma, m):
     diagonal = fnp.exp(q)
     lower = l[:, index] * mask if d > 1 else fnp.zeros((k, d, d))
     Q = lower + diagonal[:, :, None] * fnp.eye(d)                   # (k, d, d)
-    centered = x[None, :, :] - mu[:, None, :]                       # (k, n, d)
-    mahalanobis = fnp.sum((centered @ fnp.swapaxes(Q, 1, 2)) ** 2, axis=2)   # (k, n)
-    beta = alpha[:, None] + fnp.sum(q, axis=1)[:, None] - mahalanobis / 2
-    likelihood = (fnp.sum(logsumexp(beta, axis=0))
+    # Q (x - mu) as Q x - Q mu: every component's Q x is one matrix product, and
+    # no (k, n, d) array of centred points is made (or differentiated)
+    Qx = (x @ Q.reshape(k * d, d).T).reshape(n, k, d)
+    Qmu = fnp.einsum("kij,kj->ki", Q, mu)                           # (k, d)
+    mahalanobis = fnp.sum((Qx - Qmu) ** 2, axis=2)                  # (n, k)
+    beta = alpha + fnp.sum(q, axis=1) - mahalanobis / 2
+    likelihood = (fnp.sum(logsumexp(beta, axis=1))
                   - n * (d / 2 * math.log(2 * math.pi) + logsumexp(alpha)))
     dof = d + m + 1
     prior = (k * (dof * d * math.log(gamma / math.sqrt(2)) - multigammaln(dof / 2, d))

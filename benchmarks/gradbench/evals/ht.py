@@ -44,16 +44,40 @@ def pose_layout(n_bones):
     return layout
 
 
+@functools.lru_cache(maxsize=None)
+def bone_levels(parents):
+    """The bones by depth in the tree: the roots, then for each further depth
+    its bones and where their parents are among the bones before it (in this
+    order), and where each bone ends up in that order.
+
+    >>> roots, levels, bone_order = bone_levels((-1, 0, 1, 0))
+    >>> roots, [(bones.tolist(), parents.tolist()) for bones, parents in levels]
+    (array([0]), [([1, 3], [0, 0]), ([2], [1])])
+    >>> bone_order.tolist()
+    [0, 1, 3, 2]
+    """
+    depth = []
+    for parent in parents:
+        depth.append(0 if parent == -1 else depth[parent] + 1)
+    order = sorted(range(len(parents)), key=lambda bone: depth[bone])
+    at = {bone: position for position, bone in enumerate(order)}
+    levels = []
+    for level in range(1, max(depth) + 1):
+        bones = [bone for bone in order if depth[bone] == level]
+        levels.append((np.array(bones), np.array([at[parents[bone]] for bone in bones])))
+    roots = np.array([bone for bone in order if depth[bone] == 0])
+    return roots, levels, np.array([at[bone] for bone in range(len(parents))])
+
+
 def euler_rotations(angles):
-    """Rz @ Ry @ Rx for each row (x, z, y) of ``angles``: (bones, 3, 3)."""
+    """Rz @ Ry @ Rx for each row (x, z, y) of ``angles``: (bones, 3, 3), the
+    product written out."""
     tx, tz, ty = angles[:, 0], angles[:, 1], angles[:, 2]
-    zero, one = fnp.zeros_like(tx), fnp.ones_like(tx)
     cx, sx, cy, sy, cz, sz = (fnp.cos(tx), fnp.sin(tx), fnp.cos(ty), fnp.sin(ty),
                               fnp.cos(tz), fnp.sin(tz))
-    rx = fnp.stack([one, zero, zero, zero, cx, -sx, zero, sx, cx], axis=1).reshape(-1, 3, 3)
-    ry = fnp.stack([cy, zero, sy, zero, one, zero, -sy, zero, cy], axis=1).reshape(-1, 3, 3)
-    rz = fnp.stack([cz, -sz, zero, sz, cz, zero, zero, zero, one], axis=1).reshape(-1, 3, 3)
-    return rz @ ry @ rx
+    return fnp.stack([cz * cy, cz * sy * sx - sz * cx, cz * sy * cx + sz * sx,
+                      sz * cy, sz * sy * sx + cz * cx, sz * sy * cx - cz * sx,
+                      -sy, cy * sx, cy * cx], axis=1).reshape(-1, 3, 3)
 
 
 def angle_axis_rotation(angle_axis):
@@ -76,11 +100,13 @@ def vertex_positions(theta, model):
     rotations = euler_rotations(pose[3:])
     base = model["base_relatives"]
     relatives = fnp.concatenate([base[:, :, :3] @ rotations, base[:, :, 3:]], axis=2)
-    absolutes = []
-    for bone, parent in enumerate(model["parents"]):
-        absolutes.append(relatives[bone] if parent == -1
-                         else absolutes[parent] @ relatives[bone])
-    transforms = (fnp.stack(absolutes) @ model["inverse_base_absolutes"])[:, :3, :]
+    # each bone's transform is its parent's times its own: all the bones of one
+    # depth in the tree at once (five products for the hand's 22 bones)
+    roots, levels, bone_order = bone_levels(model["parents"])
+    absolutes = relatives[roots]
+    for bones, parents in levels:
+        absolutes = fnp.concatenate([absolutes, absolutes[parents] @ relatives[bones]])
+    transforms = (absolutes[bone_order] @ model["inverse_base_absolutes"])[:, :3, :]
     # each vertex moves by the weighted sum of its bones' transforms (einsum, not @:
     # NumPy runs a stack of small matrix products far slower than one large one)
     blended = fnp.einsum("vb,bk->vk", model["weights"], transforms.reshape(-1, 12))
@@ -132,8 +158,16 @@ def _prepare(raw):
     us = np.asarray(raw["us"], dtype=np.float64).reshape(-1, 2)
     triangles = np.asarray(raw_model["triangles"], dtype=np.intp)[correspondences] \
         if len(us) else None
+    # only the vertices some point lies on (or at) are posed: the model's
+    # others do not enter the residuals (hand1 reads 300 of 10,000)
+    seen = correspondences if triangles is None else triangles
+    used, at = np.unique(seen, return_inverse=True)
+    for name in ("base_positions", "weights"):
+        model[name] = model[name][used]
+    at = at.reshape(seen.shape)
     data = {"points": np.asarray(raw["data"]["points"], dtype=np.float64),
-            "correspondences": correspondences, "triangles": triangles}
+            "correspondences": at if triangles is None else None,
+            "triangles": None if triangles is None else at}
     theta = np.asarray(raw["theta"], dtype=np.float64)
     run_objective = fgrad.jit(lambda t, u: residuals(t, u, model, data).ravel())
     run_jacobian = fgrad.jit(lambda t, u: jacobian_columns(t, u, model, data), compile="sync")
