@@ -47,8 +47,34 @@ MAX_BLAS_INT = 2 ** 31 - 1
 # OpenBLAS runs a call on its threads only above about this many
 # multiply-adds (m * n * k); below it neither pool wakes
 BLAS_THREADED_WORK = 1 << 16
+# what OpenBLAS (NumPy's and SciPy's) and MKL read for their thread counts, in
+# OpenBLAS's order of precedence
+_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS",
+                     "OMP_NUM_THREADS")
 
 _log = logging.getLogger("fgrad.jit")
+
+
+def blas_on_one_thread():
+    """Whether BLAS runs on one thread: the environment says so (the first
+    of `_THREAD_VARIABLES` set), or the machine has one CPU. Then no BLAS
+    thread pool exists to be kept spinning (`fgrad.compiler.program.pays`).
+    A limit set at run time (threadpoolctl) is not seen: the answer errs
+    towards more threads.
+
+    >>> import os
+    >>> blas_on_one_thread() == (os.cpu_count() == 1 or next(
+    ...     (os.environ[v].strip() == "1" for v in _THREAD_VARIABLES if os.environ.get(v)),
+    ...     False))
+    True
+    """
+    if os.cpu_count() == 1:
+        return True
+    for variable in _THREAD_VARIABLES:
+        value = os.environ.get(variable, "").strip()
+        if value:
+            return value == "1"
+    return False
 
 
 def routine_index(name, dtype):

@@ -83,6 +83,7 @@ from fgrad.compiler.blas import (
     GEMM_DTYPES,
     MAX_BLAS_INT,
     ROUTINES,
+    blas_on_one_thread,
     gemm_table,
     routine_index,
 )
@@ -240,7 +241,8 @@ def pays(steps, code, plans=()):
     program switching between them (its gemm, then a callout's NumPy
     product) kept both spinning: LeNet's jitted gradient took 152 ms a call
     as a program against 34 ms in the kernels tier, with BLAS's default
-    threads on 2 cores (23 and 25 ms on one thread).
+    threads on 2 cores (23 and 25 ms on one thread). On one thread
+    (`fgrad.compiler.blas.blas_on_one_thread`) there is no pool to spin.
 
     A program whose callouts make large arrays keeps its values in arrays
     of their own (`_Locations.heap`), made by calls back into Python:
@@ -249,7 +251,7 @@ def pays(steps, code, plans=()):
     program, 15.6 MB interpreted.)
     """
     callouts_ns = _callouts_ns(steps)
-    if callouts_ns and _calls_blas(steps):
+    if callouts_ns and not blas_on_one_thread() and _calls_blas(steps):
         return False
     if _keeps_arrays_apart(steps):
         callouts_ns += HEAP_STEP_NS * sum(
