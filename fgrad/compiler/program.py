@@ -99,6 +99,7 @@ from fgrad.compiler.cpu_fusion import (
 )
 from fgrad.compiler.fusion import plan_groups, reader_counts
 from fgrad.compiler.kernel_ir import (
+    FEW_ELEMENTS,
     KernelSpec,
     broadcast_strides,
     constant,
@@ -1287,13 +1288,17 @@ class _Emitter:
                 if all(s == c for n, s, c in zip(shape, dst_strides, contiguous_strides(shape))
                        if n != 1):
                     runs = [(0, start), (start + math.prod(shape), total)]
+            # one memset a run (all bytes 0: 0.0, 0, False), not a loop LLVM
+            # has to recognise as one (ode-lv-vmap's program wrote 75)
+            i8p = ir.IntType(8).as_pointer()
+            memset = b.module.declare_intrinsic("llvm.memset", [i8p, i64])
             for begin, end in runs:
                 end = total if end is None else end
                 if end > begin:
-                    counted(ir, b, ir.Constant(i64, end),
-                            lambda index: b.store(ir.Constant(storage_type(ir, item), None),
-                                                  b.gep(dst, [index])),
-                            "z", start=ir.Constant(i64, begin))
+                    to = b.gep(b.bitcast(dst, i8p), [ir.Constant(i64, begin * item.itemsize)])
+                    b.call(memset, [to, ir.Constant(ir.IntType(8), 0),
+                                    ir.Constant(i64, (end - begin) * item.itemsize),
+                                    ir.Constant(ir.IntType(1), 0)])
         for src, shape, src_strides, dst_strides, start, src_start in step.pieces:
             src = self.pointer(src, item)
             src = b.gep(src, [ir.Constant(i64, src_start)]) if src_start else src
@@ -1302,7 +1307,7 @@ class _Emitter:
             def move(index, src=src, to=to, src_strides=src_strides, dst_strides=dst_strides):
                 b.store(b.load(b.gep(src, [strided_offset(ir, b, index, src_strides)])),
                         b.gep(to, [strided_offset(ir, b, index, dst_strides)]))
-            _nested(ir, b, shape, move)
+            _nested(ir, b, shape, move, scalar=True)
 
     def copy(self, src, dst, strides, start=None, out_strides=None, out_start=None):
         """``dst`` from ``src``, element ``i`` (a multi-index of ``dst``'s
@@ -1329,7 +1334,10 @@ class _Emitter:
         def move(index):
             b.store(b.load(b.gep(src, [strided_offset(ir, b, index, strides)])),
                     b.gep(dst, [strided_offset(ir, b, index, out_strides)]))
-        _nested(ir, b, shape, move)
+        # left scalar: vectorising strided moves (gathers, shuffles) was a
+        # third of LLVM's time on ode-lv-vmap's program (its 166 column
+        # copies of 32 elements), and the calls ran as fast without it
+        _nested(ir, b, shape, move, scalar=True)
 
     def emit(self, steps):
         ir, b, pointer = self.ir, self.b, self.pointer
@@ -1337,10 +1345,11 @@ class _Emitter:
         for step in steps:
             if isinstance(step, _Kernel):
                 apart = self.apart(step.outputs, step.outputs + step.inputs)
-                kernel = self.kernels.get((step.spec, apart))
+                few = step.size <= FEW_ELEMENTS
+                kernel = self.kernels.get((step.spec, apart, few))
                 if kernel is None:
-                    kernel = self.kernels[step.spec, apart] = define_kernel(
-                        ir, b.module, step.spec, f"kernel{len(self.kernels)}")
+                    kernel = self.kernels[step.spec, apart, few] = define_kernel(
+                        ir, b.module, step.spec, f"kernel{len(self.kernels)}", few=few)
                     # kept a function of its own, called with its sizes: with the
                     # sizes propagated in as constants (inlined, or internal) LLVM
                     # vectorised jit-elem's loop worse, 25 ms against 12-15 ms
@@ -1397,14 +1406,15 @@ class _Emitter:
         b.position_at_end(go_on)
 
 
-def _nested(ir, b, shape, body, name="d"):
-    """``body(index)`` for every multi-index of ``shape``, in C order."""
+def _nested(ir, b, shape, body, name="d", scalar=False):
+    """``body(index)`` for every multi-index of ``shape``, in C order
+    (loops LLVM neither vectorises nor unrolls if ``scalar``: `counted`)."""
     def level(d, index):
         if d == len(shape):
             body(index)
             return
         counted(ir, b, ir.Constant(ir.IntType(64), shape[d]),
-                lambda i: level(d + 1, index + [i]), f"{name}{d}")
+                lambda i: level(d + 1, index + [i]), f"{name}{d}", scalar=scalar)
     level(0, [])
 
 
