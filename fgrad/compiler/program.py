@@ -1151,10 +1151,16 @@ def compile_program(graph, steps=None):
     # no unrolling: most of a program's loops (copies, reductions) have
     # constant trip counts, which LLVM unrolled at great length (mlp8's
     # gradient: 1.9 s to compile, 58 kB of code; 0.8 s, 11 kB without)
+    # straight-line vectorising only with a kernel of the vector functions
+    # (`fgrad.compiler.vector_math`): it found next to nothing to do in the
+    # rest (ode-lv-vmap's program: 0.5 kB of its 115 kB of code, 0.2 s of
+    # its 1.2 s of passes), but ode-node-batch's tanh loop ran 4% slower
+    # without it
+    slp = any(isinstance(s, _Kernel) and s.spec.vectorised for s in _every_step(steps))
     # keyed on the BLAS too: the cached code calls SciPy's wrappers through the table
     native = compile_ir(write_ir if key is not None else write_ir(), "program",
                         ["array"] * (n_in + n_out + 2 + n_const) + ["i64"], key=key,
-                        unroll=False, depends=[f"blas {blas_provider()}"])
+                        unroll=False, slp=slp, depends=[f"blas {blas_provider()}"])
     program = Program()
     program.graph, program.steps, program.plan, program.native = graph, steps, plan, native
     program.callouts = [f"{s.index}: {s.eqn.prim.name}" for s in callouts]
