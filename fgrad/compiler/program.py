@@ -193,6 +193,12 @@ def enabled():
     return how
 
 
+# a strided copy of this many elements or fewer is left scalar (`counted`):
+# vectorising such moves (gathers, shuffles) was a third of LLVM's time on
+# ode-lv-vmap's program (its 166 column copies of 32 elements), and its calls
+# ran as fast without; jit-rnn's transposes of 256 elements ran slower
+SCALAR_COPY_ELEMENTS = 64
+
 # What a program's call costs beside the work, roughly (on one x86-64 core):
 # the checks, the outputs and the ctypes call; and each callout, a round trip
 # from machine code into Python and back (the ctypes callback, the views, the
@@ -1313,7 +1319,7 @@ class _Emitter:
             def move(index, src=src, to=to, src_strides=src_strides, dst_strides=dst_strides):
                 b.store(b.load(b.gep(src, [strided_offset(ir, b, index, src_strides)])),
                         b.gep(to, [strided_offset(ir, b, index, dst_strides)]))
-            _nested(ir, b, shape, move, scalar=True)
+            _nested(ir, b, shape, move, scalar=math.prod(shape) <= SCALAR_COPY_ELEMENTS)
 
     def copy(self, src, dst, strides, start=None, out_strides=None, out_start=None):
         """``dst`` from ``src``, element ``i`` (a multi-index of ``dst``'s
@@ -1340,10 +1346,7 @@ class _Emitter:
         def move(index):
             b.store(b.load(b.gep(src, [strided_offset(ir, b, index, strides)])),
                     b.gep(dst, [strided_offset(ir, b, index, out_strides)]))
-        # left scalar: vectorising strided moves (gathers, shuffles) was a
-        # third of LLVM's time on ode-lv-vmap's program (its 166 column
-        # copies of 32 elements), and the calls ran as fast without it
-        _nested(ir, b, shape, move, scalar=True)
+        _nested(ir, b, shape, move, scalar=math.prod(shape) <= SCALAR_COPY_ELEMENTS)
 
     def emit(self, steps):
         ir, b, pointer = self.ir, self.b, self.pointer
