@@ -516,6 +516,36 @@ def test_a_kernel_writing_memory_apart_from_its_operands_says_so_and_one_in_plac
     assert ["noalias" in line for line in kernels] == [True, False]
 
 
+
+def test_loops_of_a_few_elements_and_strided_copies_are_left_scalar(monkeypatch):
+    # LLVM is asked not to vectorise a kernel called for FEW_ELEMENTS or
+    # fewer (its vector loop would never run; compiling it cost most of an
+    # ODE program's compile) nor a strided copy; the 64-element kernel is
+    # vectorised as before, and every result is the interpreted tier's bits
+    texts = []
+    compile_ir = program.compile_ir
+    monkeypatch.setattr(program, "compile_ir", lambda text, *args, **kwargs: (
+        texts.append(text() if callable(text) else text), compile_ir(text, *args, **kwargs))[1])
+
+    def f(x, y):
+        small = fnp.sin(y) * 2.0 + 1.0                  # 3 elements
+        big = fnp.cos(x) * 3.0 - 1.0                    # 64 elements
+        return small * y, fnp.transpose(big)            # and a strided copy
+    compiled, got, want = _both(f, np.linspace(-1, 1, 64).reshape(8, 8), np.linspace(0, 1, 3))
+    _agree(got, want, exact=True)
+    main, *kernels = texts[0].split('define void @"kernel')
+    assert "!llvm.loop" in main                         # the transpose's copy
+    sizes = {}
+    for line in main.splitlines():
+        if 'call void @"kernel' in line:
+            name, size = line.split('@"kernel')[1].split('"(i64 ')
+            sizes[name] = max(sizes.get(name, 0), int(size.split(",")[0]))
+    scalar = {k.split('"')[0] for k in kernels if "!llvm.loop" in k.split("\n}")[0]}
+    assert sorted(sizes.values()) == [3, 64]
+    assert scalar == {name for name, size in sizes.items() if size <= 4}
+    assert '!"llvm.loop.vectorize.enable", i1 0' in texts[0]
+
+
 _SECOND_PROCESS = """
 import sys, json
 sys.modules['numba'] = None             # importing it raises: the program needs LLVM only

@@ -37,6 +37,10 @@ _INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "exp2": "llvm.exp2",
                "sin": "llvm.sin", "cos": "llvm.cos", "floor": "llvm.floor",
                "ceil": "llvm.ceil", "trunc": "llvm.trunc", "rint": "llvm.rint",
                "power": "llvm.pow", "absolute": "llvm.fabs"}
+# a kernel of this many elements or fewer has its loop left scalar in a program
+# (`define_kernel`'s ``few``): vectorised, it would run the scalar remainder
+# anyway, after the runtime checks, and its vector code cost most of LLVM's time
+FEW_ELEMENTS = 4
 # literal exponents whose powers are products, as JAX's integer_pow computes
 # them, where the C library's pow took some 10 ns a call (most of the HMC
 # loop row's time: its potential's gradient is x ** 3): x * x is pow's
@@ -433,11 +437,13 @@ def kernel_ir(spec, name, object_offset):
     return str(module)
 
 
-def define_kernel(ir, module, spec, name, object_offset=None):
+def define_kernel(ir, module, spec, name, object_offset=None, few=False):
     """Define the function `kernel_ir` describes (``spec``'s loop, named
     ``name``) in the llvmlite ``module``, which may hold other kernels
     (`fgrad.compiler.program` writes a whole program's into one); returns
-    the ``ir.Function``."""
+    the ``ir.Function``. ``few`` says the function is only called for a
+    few elements (`FEW_ELEMENTS` at most): its loops are then left scalar
+    (`scalar_loop`)."""
     i64, i1 = ir.IntType(64), ir.IntType(1)
     params = [i64]
     for dtype, _ in spec.inputs:
@@ -551,7 +557,7 @@ def define_kernel(ir, module, spec, name, object_offset=None):
 
     def loop(fast):
         if m is None:
-            counted(ir, b, n, lambda i: body(i, None, None, fast), "i")
+            counted(ir, b, n, lambda i: body(i, None, None, fast), "i", scalar=few)
             return
         # m is 0 only when n is
         zero = ir.Constant(i64, 0)
@@ -560,8 +566,9 @@ def define_kernel(ir, module, spec, name, object_offset=None):
 
         def row(r):
             offset = b.mul(r, m)
-            counted(ir, b, m, lambda k: body(b.add(offset, k, name="i"), k, r, fast), "k")
-        counted(ir, b, rows, row, "r")
+            counted(ir, b, m, lambda k: body(b.add(offset, k, name="i"), k, r, fast), "k",
+                    scalar=few)
+        counted(ir, b, rows, row, "r", scalar=few)
 
     start()
     loop(spec.vectorised)
@@ -650,32 +657,63 @@ def strided_offset(ir, b, index, strides):
     (i64 values) in an array of ``strides`` (elements), the axes of stride 0
     left out. ``index`` may be a generator: each axis's index is then
     written just before its term."""
+    # no multiplication by 1 and no addition to 0: a program's many strided
+    # loops wrote thousands, each one more instruction for LLVM to fold
     i64 = ir.IntType(64)
-    total = ir.Constant(i64, 0)
+    total = None
     for i, s in zip(index, strides):
         if s:
-            total = b.add(total, b.mul(i, ir.Constant(i64, s)))
-    return total
+            term = i if s == 1 else b.mul(i, ir.Constant(i64, s))
+            total = term if total is None else b.add(total, term)
+    return ir.Constant(i64, 0) if total is None else total
 
 
-def counted(ir, b, count, body, name, start=None):
+def counted(ir, b, count, body, name, start=None, scalar=False):
     """``for name in range(start, count): body(name)`` at builder ``b``
-    (``start`` 0 when None; both i64 values); body may add blocks."""
+    (``start`` 0 when None; both i64 values); body may add blocks.
+    ``scalar`` marks the loop one LLVM neither vectorises nor unrolls
+    (`scalar_loop`): one that runs a few times at most."""
+    # written as LLVM's loop rotation would leave it (the test at the bottom,
+    # a guard before, none where the counts are constants that enter it):
+    # that pass then has nothing to do on a program's hundreds of loops
+    # (ode-lv-vmap's program function: 0.09 s of its 0.45 s of passes)
     i64 = ir.IntType(64)
+    start = ir.Constant(i64, 0) if start is None else start
     before = b.block
-    head = b.append_basic_block(name + ".loop")
-    inside = b.append_basic_block(name + ".body")
+    inside = b.append_basic_block(name + ".loop")
     after = b.append_basic_block(name + ".after")
-    b.branch(head)
-    b.position_at_end(head)
-    index = b.phi(i64, name=name)
-    index.add_incoming(ir.Constant(i64, 0) if start is None else start, before)
-    b.cbranch(b.icmp_signed("<", index, count), inside, after)
+    if isinstance(start, ir.Constant) and isinstance(count, ir.Constant) \
+            and start.constant < count.constant:
+        b.branch(inside)
+    else:
+        b.cbranch(b.icmp_signed("<", start, count), inside, after)
     b.position_at_end(inside)
+    index = b.phi(i64, name=name)
+    index.add_incoming(start, before)
     body(index)
-    index.add_incoming(b.add(index, ir.Constant(i64, 1)), b.block)
-    b.branch(head)
+    following = b.add(index, ir.Constant(i64, 1))
+    index.add_incoming(following, b.block)
+    back = b.cbranch(b.icmp_signed("<", following, count), inside, after)
+    if scalar:
+        back.set_metadata("llvm.loop", scalar_loop(ir, b.module))
     b.position_at_end(after)
+
+
+def scalar_loop(ir, module):
+    """Loop metadata (a new loop ID, for the branch back to a loop's head)
+    asking LLVM not to vectorise or unroll the loop: for a loop of a few
+    iterations whose count LLVM does not know, a vectorised loop never runs
+    but its checks, vector body and epilogue cost most of the compile
+    (ode-lv-jit's program: 0.82 s of LLVM's CPU, 0.46 s with its 87 kernels
+    of at most 4 elements marked)."""
+    vectorise = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                                     ir.Constant(ir.IntType(1), 0)])
+    unroll = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    # a loop ID names itself first (LLVM ignores one that does not); llvmlite's
+    # add_metadata makes no cycle, so the node is made and then pointed at itself
+    loop_id = ir.MDValue(module, (), name=str(len(module.metadata)))
+    loop_id.operands = (loop_id, vectorise, unroll)
+    return loop_id
 
 
 def data_pointer(ir, b, obj, element, object_offset, name=""):

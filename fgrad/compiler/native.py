@@ -176,7 +176,7 @@ class NativeFunction:
         return f"<native {self.name}>"
 
 
-def compile_ir(text, name, params, key=None, unroll=True, depends=()):
+def compile_ir(text, name, params, key=None, unroll=True, slp=True, depends=()):
     """Function ``name`` of the LLVM IR ``text``, compiled for this CPU (or
     loaded from the disk cache), as a `NativeFunction`. ``params`` names its
     parameters' kinds in order: ``"i64"`` (a Python int) or ``"array"`` (a
@@ -187,7 +187,9 @@ def compile_ir(text, name, params, key=None, unroll=True, depends=()):
     that determines what it writes: the disk cache is then looked up by the
     key, and the IR written only when the machine code is not there.
     ``unroll=False`` turns LLVM's loop unrolling off (a whole program's many
-    loops of constant trip counts, unrolled, took most of its compile time).
+    loops of constant trip counts, unrolled, took most of its compile time);
+    ``slp=False`` turns LLVM's straight-line (SLP) vectoriser off (on a whole
+    program it found almost nothing to do, and took a sixth of LLVM's time).
     ``depends`` are lines naming what else the machine code depends on (the
     BLAS its calls reach, `fgrad.compiler.blas.provider`): the disk cache
     key includes them.
@@ -201,12 +203,13 @@ def compile_ir(text, name, params, key=None, unroll=True, depends=()):
     if key is None:
         key = text
     keyed_on = (f"format {_FORMAT}", *host, f"array data at {array_data_offset()}",
-                *([] if unroll else ["no unrolling"]), *depends)
+                *([] if unroll else ["no unrolling"]),
+                *([] if slp else ["no straight-line vectorising"]), *depends)
     key = "native-" + hashlib.sha256("\n".join(keyed_on + (key,)).encode()).hexdigest()[:40]
     code = read_object(key)
     loaded = code is not None
     if not loaded:
-        code = _machine_code(llvm, host, text() if callable(text) else text, unroll)
+        code = _machine_code(llvm, host, text() if callable(text) else text, unroll, slp)
         write_object(key, code)
     # an empty module in a context of its own starts the engine (which keeps
     # both); the machine code goes in as an object file
@@ -228,16 +231,16 @@ def compile_ir(text, name, params, key=None, unroll=True, depends=()):
                           time.perf_counter() - start_time, keyed_on)
 
 
-def _machine_code(llvm, host, text, unroll=True):
+def _machine_code(llvm, host, text, unroll=True, slp=True):
     """The object code of IR ``text``, optimised as clang's -O3 would (loop
-    and straight-line vectorisation on; loop unrolling as ``unroll`` says)
-    for the host CPU."""
+    vectorisation on; loop unrolling and straight-line vectorisation as
+    ``unroll`` and ``slp`` say) for the host CPU."""
     module = llvm.parse_assembly(text, context=llvm.create_context())
     try:
         module.verify()
         machine = _target_machine(llvm, host)
         tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        tuning.slp_vectorization = True
+        tuning.slp_vectorization = slp
         tuning.loop_unrolling = unroll
         passes = llvm.create_pass_builder(machine, tuning)
         passes.getModulePassManager().run(module, passes)

@@ -104,6 +104,7 @@ from fgrad.compiler.cpu_fusion import (
 )
 from fgrad.compiler.fusion import plan_groups, reader_counts
 from fgrad.compiler.kernel_ir import (
+    FEW_ELEMENTS,
     KernelSpec,
     broadcast_strides,
     constant,
@@ -196,6 +197,12 @@ def enabled():
         return None
     return how
 
+
+# a strided copy of this many elements or fewer is left scalar (`counted`):
+# vectorising such moves (gathers, shuffles) was a third of LLVM's time on
+# ode-lv-vmap's program (its 166 column copies of 32 elements), and its calls
+# ran as fast without; jit-rnn's transposes of 256 elements ran slower
+SCALAR_COPY_ELEMENTS = 64
 
 # What a program's call costs beside the work, roughly (on one x86-64 core):
 # the checks, the outputs and the ctypes call; and each callout, a round trip
@@ -1327,10 +1334,16 @@ def compile_program(graph, steps=None):
     # no unrolling: most of a program's loops (copies, reductions) have
     # constant trip counts, which LLVM unrolled at great length (mlp8's
     # gradient: 1.9 s to compile, 58 kB of code; 0.8 s, 11 kB without)
+    # straight-line vectorising only with a kernel of the vector functions
+    # (`fgrad.compiler.vector_math`): it found next to nothing to do in the
+    # rest (ode-lv-vmap's program: 0.5 kB of its 115 kB of code, 0.2 s of
+    # its 1.2 s of passes), but ode-node-batch's tanh loop ran 4% slower
+    # without it
+    slp = any(isinstance(s, _Kernel) and s.spec.vectorised for s in _every_step(steps))
     # keyed on the BLAS too: the cached code calls SciPy's wrappers through the table
     native = compile_ir(write_ir if key is not None else write_ir(), "program",
                         ["array"] * (n_in + n_out + 2 + n_const) + ["i64"], key=key,
-                        unroll=False, depends=[f"blas {blas_provider()}"])
+                        unroll=False, slp=slp, depends=[f"blas {blas_provider()}"])
     program = Program()
     program.graph, program.steps, program.plan, program.native = graph, steps, plan, native
     program.callouts = [f"{s.index}: {s.eqn.prim.name}" for s in callouts]
@@ -1464,13 +1477,17 @@ class _Emitter:
                 if all(s == c for n, s, c in zip(shape, dst_strides, contiguous_strides(shape))
                        if n != 1):
                     runs = [(0, start), (start + math.prod(shape), total)]
+            # one memset a run (all bytes 0: 0.0, 0, False), not a loop LLVM
+            # has to recognise as one (ode-lv-vmap's program wrote 75)
+            i8p = ir.IntType(8).as_pointer()
+            memset = b.module.declare_intrinsic("llvm.memset", [i8p, i64])
             for begin, end in runs:
                 end = total if end is None else end
                 if end > begin:
-                    counted(ir, b, ir.Constant(i64, end),
-                            lambda index: b.store(ir.Constant(storage_type(ir, item), None),
-                                                  b.gep(dst, [index])),
-                            "z", start=ir.Constant(i64, begin))
+                    to = b.gep(b.bitcast(dst, i8p), [ir.Constant(i64, begin * item.itemsize)])
+                    b.call(memset, [to, ir.Constant(ir.IntType(8), 0),
+                                    ir.Constant(i64, (end - begin) * item.itemsize),
+                                    ir.Constant(ir.IntType(1), 0)])
         for src, shape, src_strides, dst_strides, start, src_start in step.pieces:
             src = self.pointer(src, item)
             src = b.gep(src, [ir.Constant(i64, src_start)]) if src_start else src
@@ -1479,7 +1496,7 @@ class _Emitter:
             def move(index, src=src, to=to, src_strides=src_strides, dst_strides=dst_strides):
                 b.store(b.load(b.gep(src, [strided_offset(ir, b, index, src_strides)])),
                         b.gep(to, [strided_offset(ir, b, index, dst_strides)]))
-            _nested(ir, b, shape, move)
+            _nested(ir, b, shape, move, scalar=math.prod(shape) <= SCALAR_COPY_ELEMENTS)
 
     def copy(self, src, dst, strides, start=None, out_strides=None, out_start=None):
         """``dst`` from ``src``, element ``i`` (a multi-index of ``dst``'s
@@ -1506,7 +1523,7 @@ class _Emitter:
         def move(index):
             b.store(b.load(b.gep(src, [strided_offset(ir, b, index, strides)])),
                     b.gep(dst, [strided_offset(ir, b, index, out_strides)]))
-        _nested(ir, b, shape, move)
+        _nested(ir, b, shape, move, scalar=math.prod(shape) <= SCALAR_COPY_ELEMENTS)
 
     def emit(self, steps):
         ir, b, pointer = self.ir, self.b, self.pointer
@@ -1516,10 +1533,11 @@ class _Emitter:
                 # outputs placed in one value write elements of their own
                 targets = step.targets()
                 apart = self.apart(targets, targets + step.inputs)
-                kernel = self.kernels.get((step.spec, apart))
+                few = step.size <= FEW_ELEMENTS
+                kernel = self.kernels.get((step.spec, apart, few))
                 if kernel is None:
-                    kernel = self.kernels[step.spec, apart] = define_kernel(
-                        ir, b.module, step.spec, f"kernel{len(self.kernels)}")
+                    kernel = self.kernels[step.spec, apart, few] = define_kernel(
+                        ir, b.module, step.spec, f"kernel{len(self.kernels)}", few=few)
                     # kept a function of its own, called with its sizes: with the
                     # sizes propagated in as constants (inlined, or internal) LLVM
                     # vectorised jit-elem's loop worse, 25 ms against 12-15 ms
@@ -1578,14 +1596,15 @@ class _Emitter:
         b.position_at_end(go_on)
 
 
-def _nested(ir, b, shape, body, name="d"):
-    """``body(index)`` for every multi-index of ``shape``, in C order."""
+def _nested(ir, b, shape, body, name="d", scalar=False):
+    """``body(index)`` for every multi-index of ``shape``, in C order
+    (loops LLVM neither vectorises nor unrolls if ``scalar``: `counted`)."""
     def level(d, index):
         if d == len(shape):
             body(index)
             return
         counted(ir, b, ir.Constant(ir.IntType(64), shape[d]),
-                lambda i: level(d + 1, index + [i]), f"{name}{d}")
+                lambda i: level(d + 1, index + [i]), f"{name}{d}", scalar=scalar)
     level(0, [])
 
 
