@@ -320,13 +320,19 @@ class _Kernel:
     to ``(value, element)``: that output is written into the value's memory
     from that element on, at its ``spec.out_strides`` entry (`_written_in_place`)."""
 
-    def __init__(self, spec, inputs, modes, outputs, reduced, size, placed=None):
+    def __init__(self, spec, inputs, modes, outputs, reduced, size, placed=None,
+                 pieces=None):
         self.spec, self.inputs, self.modes = spec, inputs, modes
         self.outputs, self.reduced, self.size = outputs, reduced, size
         self.placed = placed or {}
+        # {input position: [(source, first element, count, source's first
+        # element)]}: that input is never made, its runs are read from the
+        # sources (`_pieces_into_kernels`)
+        self.pieces = pieces or {}
 
     def reads(self):
-        return self.inputs
+        return [v for j, v in enumerate(self.inputs) if j not in self.pieces] + [
+            piece[0] for j in sorted(self.pieces) for piece in self.pieces[j]]
 
     def targets(self):
         """The values whose memory the outputs are written into, each once."""
@@ -563,7 +569,62 @@ def program_steps(graph, label=""):
             steps.append(_Copy(x, out, *_read_strides(eqn)))
         else:
             steps.append(_Callout(f"{label}{k}", eqn))
-    return steps
+    return _pieces_into_kernels(steps, graph)
+
+
+def _pieces_into_kernels(steps, graph):
+    """``steps`` with each concatenate (a `_Pieces` of runs of its flat
+    elements) read only by one flat elementwise loop, read by that loop from
+    its pieces instead: the loop runs once per piece, each run reading the
+    piece's source where it would have read the concatenate. A shift
+    (``concatenate([c, y[:-1]])``, GradBench's ode: four per Runge-Kutta
+    step) is then no copy of its own."""
+    reads = collections.Counter(v for s in steps for v in s.reads() if type(v) is Var)
+    reads.update(v for v in graph.outvars if type(v) is Var)
+    runs = {s.dst: s for s in steps if isinstance(s, _Pieces) and _flat_runs(s) is not None
+            and reads[s.dst] == 1}
+    fused, out = set(), []
+    for s in steps:
+        if isinstance(s, _Kernel) and any(type(v) is Var and v in runs for v in s.inputs) \
+                and _flat_kernel(s):
+            pieces = {j: _flat_runs(runs[v]) for j, v in enumerate(s.inputs)
+                      if type(v) is Var and v in runs and s.spec.inputs[j][1] == "i"}
+            if len(pieces) == sum(type(v) is Var and v in runs for v in s.inputs):
+                fused.update(s.inputs[j] for j in pieces)
+                s = _Kernel(s.spec, s.inputs, s.modes, s.outputs, s.reduced, s.size,
+                            s.placed, pieces)
+        out.append(s)
+    return [s for s in out if not (isinstance(s, _Pieces) and s.dst in fused)]
+
+
+def _flat_runs(step):
+    """``[(source, first element, count, source's first element)]`` if each
+    piece of `_Pieces` ``step`` is a run of its flat elements read from a run
+    of its source's, else None."""
+    shape = tuple(step.dst.aval.shape)
+    if step.zeros or not shape:
+        return None
+    runs = []
+    for src, piece, src_strides, dst_strides, start, src_start in step.pieces:
+        if tuple(piece[1:]) != shape[1:] or tuple(dst_strides) != contiguous_strides(shape) \
+                or tuple(src_strides) != contiguous_strides(tuple(piece)):
+            return None
+        if math.prod(piece):
+            runs.append((src, start, math.prod(piece), src_start))
+    return runs
+
+
+def _flat_kernel(step):
+    """Whether `_Kernel` ``step`` is one flat loop over its elements that
+    reads each operand at the loop's index or once, and may run over any
+    part of them."""
+    spec = step.spec
+    return not (spec.packed or spec.inner is not None or spec.reductions or step.placed
+                or spec.out_strides or step.pieces) \
+        and all(index in ("i", "one") for _, index in spec.inputs) \
+        and all(math.prod(v.aval.shape) == step.size
+                for v, (_, index) in zip(step.inputs, spec.inputs) if index == "i") \
+        and all(math.prod(v.aval.shape) == step.size for v in step.outputs)
 
 
 def _transposes_undone(graph):
@@ -814,7 +875,7 @@ def _written_in_place(steps, graph):
     # where the step computing a value can write it in place, it does
     done, placed_steps = {}, []
     for s in steps:
-        if isinstance(s, _Kernel):
+        if isinstance(s, _Kernel) and not s.pieces:
             placed, strides = {}, []
             for j, v in enumerate(s.outputs):
                 flat = _flat_stride(into[v][1]) if v in into else None
@@ -1027,7 +1088,7 @@ def _in_place(step):
     """{value written: values read whose buffer it may take}: an elementwise
     loop reads element i of a same-shaped operand before it writes element i
     (not one whose loop may run twice, `KernelSpec.vectorised`)."""
-    if not isinstance(step, _Kernel) or step.spec.vectorised:
+    if not isinstance(step, _Kernel) or step.spec.vectorised or step.pieces:
         return {}
     takes = {}
     for out in step.outputs:
@@ -1508,6 +1569,28 @@ class _Emitter:
                     b.gep(dst, [strided_offset(ir, b, index, out_strides)]))
         _nested(ir, b, shape, move)
 
+    def call_in_runs(self, kernel, step):
+        """Call ``kernel`` for `_Kernel` ``step`` (with ``pieces``) once per
+        run of elements in which each of its pieced inputs comes from one
+        piece, each operand read from that run's first element on."""
+        ir, b, pointer = self.ir, self.b, self.pointer
+        i64 = ir.IntType(64)
+        starts = sorted({start for runs in step.pieces.values() for _, start, _, _ in runs})
+        for first, end in zip(starts, starts[1:] + [step.size]):
+            def at(p, element):
+                return b.gep(p, [ir.Constant(i64, element)]) if element else p
+            args = [ir.Constant(i64, end - first)]
+            for j, (v, (_, index)) in enumerate(zip(step.inputs, step.spec.inputs)):
+                if j in step.pieces:
+                    src, start, _, src_start = next(
+                        run for run in step.pieces[j] if run[1] <= first < run[1] + run[2])
+                    args += [at(pointer(src), src_start + first - start),
+                             ir.Constant(i64, end - first)]
+                else:
+                    args += [at(pointer(v), first if index == "i" else 0),
+                             ir.Constant(i64, math.prod(v.aval.shape))]
+            b.call(kernel, args + [at(pointer(v), first) for v in step.outputs])
+
     def emit(self, steps):
         ir, b, pointer = self.ir, self.b, self.pointer
         i64 = ir.IntType(64)
@@ -1515,7 +1598,7 @@ class _Emitter:
             if isinstance(step, _Kernel):
                 # outputs placed in one value write elements of their own
                 targets = step.targets()
-                apart = self.apart(targets, targets + step.inputs)
+                apart = self.apart(targets, targets + step.reads())
                 kernel = self.kernels.get((step.spec, apart))
                 if kernel is None:
                     kernel = self.kernels[step.spec, apart] = define_kernel(
@@ -1532,6 +1615,9 @@ class _Emitter:
                         first = 1 + 2 * len(step.spec.inputs)
                         for arg in kernel.args[first:first + len(step.outputs)]:
                             arg.add_attribute("noalias")
+                if step.pieces:
+                    self.call_in_runs(kernel, step)
+                    continue
                 args = [ir.Constant(i64, step.size)]
                 for v in step.inputs:
                     args += [pointer(v), ir.Constant(i64, math.prod(v.aval.shape))]
