@@ -1097,7 +1097,12 @@ def test_a_concatenate_read_by_one_loop_is_read_from_its_pieces():
         y = fnp.sin(x)
         return fnp.concatenate([fnp.full(3, 2.0), y[:-3]]) * 2.0 + y
 
-    for fun, args in ((shifted, (x, x[::-1].copy())), (rows, (m,)), (in_place, (x,))):
+    def cotangent(x):
+        # the shifts' cotangents: the element no piece writes is read as a zero
+        return fgrad.grad(lambda x: fnp.sum(shifted(x, x) * fnp.cos(x)))(x)
+
+    for fun, args in ((shifted, (x, x[::-1].copy())), (rows, (m,)), (in_place, (x,)),
+                      (cotangent, (x,))):
         compiled, got, want = _both(fun, *args)
         assert compiled.callouts == [] and "_Pieces" not in _kinds(compiled)
         assert any(s.pieces for s in compiled.steps if isinstance(s, program._Kernel))
@@ -1109,6 +1114,12 @@ def test_a_concatenate_read_by_one_loop_is_read_from_its_pieces():
     compiled, got, want = _both(kept, x)
     assert "_Pieces" in _kinds(compiled)
     _agree(got, want, exact=True)
+    # zeros are read from a constant only where they are few
+    long = np.linspace(0.5, 2.0, program.MAX_ZEROS_READ + 2)
+    compiled, got, want = _both(fgrad.grad(lambda x: fnp.sum(x[:1] ** 2) + fnp.sum(fnp.sin(x))),
+                                long)
+    assert "_Pieces" in _kinds(compiled)
+    _agree(got, want)
 
 
 def test_a_runge_kutta_step_of_shifts_is_four_loops():
@@ -1132,3 +1143,12 @@ def test_a_runge_kutta_step_of_shifts_is_four_loops():
     kinds = [type(s).__name__ for s in loop.inner_steps()]
     assert compiled.callouts == [] and kinds.count("_Kernel") == 4 and "_Pieces" not in kinds
     _agree(got, want, exact=True)
+    # the gradient's reverse loop: the shifts' cotangents are no copies either
+    compiled, got, want = _both(fgrad.grad(lambda x: solve(x)[-1]), x)
+    forward, reverse = compiled.steps
+    assert compiled.callouts == [] and "_Pieces" not in _kinds_of(reverse.inner_steps())
+    _agree(got, want)
+
+
+def _kinds_of(steps):
+    return [type(s).__name__ for s in steps]

@@ -143,6 +143,7 @@ from fgrad.compiler.program_loops import (
 )
 from fgrad.compiler.random_ir import DrawStep, draw_mode
 from fgrad.core.graph import Equation, Graph, Literal, Var
+from fgrad.core.trace import ShapedArray
 from fgrad.primitives.products import matmul_p
 from fgrad.primitives.creation import stop_gradient_p
 from fgrad.primitives.indexing import build_index, getitem_p, scatter_add_p
@@ -572,29 +573,37 @@ def program_steps(graph, label=""):
     return _pieces_into_kernels(steps, graph)
 
 
+#: the most elements of zeros a loop reads from a constant (`_flat_runs`)
+MAX_ZEROS_READ = 1024
+
+
 def _pieces_into_kernels(steps, graph):
     """``steps`` with each concatenate (a `_Pieces` of runs of its flat
-    elements) read only by one flat elementwise loop, read by that loop from
-    its pieces instead: the loop runs once per piece, each run reading the
+    elements) read only by flat elementwise loops, read by them from its
+    pieces instead: such a loop runs once per piece, each run reading the
     piece's source where it would have read the concatenate. A shift
     (``concatenate([c, y[:-1]])``, GradBench's ode: four per Runge-Kutta
-    step) is then no copy of its own."""
-    reads = collections.Counter(v for s in steps for v in s.reads() if type(v) is Var)
-    reads.update(v for v in graph.outvars if type(v) is Var)
-    runs = {s.dst: s for s in steps if isinstance(s, _Pieces) and _flat_runs(s) is not None
-            and reads[s.dst] == 1}
-    fused, out = set(), []
+    step, and their cotangents) is then no copy of its own."""
+    runs = {s.dst: _flat_runs(s) for s in steps if isinstance(s, _Pieces)}
+    runs = {v: pieces for v, pieces in runs.items() if pieces is not None}
+    for v in graph.outvars:
+        runs.pop(v, None)
     for s in steps:
-        if isinstance(s, _Kernel) and any(type(v) is Var and v in runs for v in s.inputs) \
-                and _flat_kernel(s):
-            pieces = {j: _flat_runs(runs[v]) for j, v in enumerate(s.inputs)
-                      if type(v) is Var and v in runs and s.spec.inputs[j][1] == "i"}
-            if len(pieces) == sum(type(v) is Var and v in runs for v in s.inputs):
-                fused.update(s.inputs[j] for j in pieces)
-                s = _Kernel(s.spec, s.inputs, s.modes, s.outputs, s.reduced, s.size,
-                            s.placed, pieces)
+        flat = isinstance(s, _Kernel) and _flat_kernel(s)
+        for v in s.reads():
+            if type(v) is Var and v in runs and not (flat and all(
+                    index == "i" for w, (_, index) in zip(s.inputs, s.spec.inputs) if w is v)):
+                del runs[v]
+    out = []
+    for s in steps:
+        if isinstance(s, _Pieces) and s.dst in runs:
+            continue
+        if isinstance(s, _Kernel) and any(type(v) is Var and v in runs for v in s.inputs):
+            s = _Kernel(s.spec, s.inputs, s.modes, s.outputs, s.reduced, s.size, s.placed,
+                        {j: runs[v] for j, v in enumerate(s.inputs)
+                         if type(v) is Var and v in runs})
         out.append(s)
-    return [s for s in out if not (isinstance(s, _Pieces) and s.dst in fused)]
+    return out
 
 
 def _flat_runs(step):
@@ -602,16 +611,32 @@ def _flat_runs(step):
     piece of `_Pieces` ``step`` is a run of its flat elements read from a run
     of its source's, else None."""
     shape = tuple(step.dst.aval.shape)
-    if step.zeros or not shape:
+    if not shape:
         return None
+    def contiguous(shape, strides):     # (a stride along an axis of one is never used)
+        return all(s == c for n, s, c in zip(shape, strides, contiguous_strides(shape))
+                   if n != 1)
     runs = []
     for src, piece, src_strides, dst_strides, start, src_start in step.pieces:
-        if tuple(piece[1:]) != shape[1:] or tuple(dst_strides) != contiguous_strides(shape) \
-                or tuple(src_strides) != contiguous_strides(tuple(piece)):
+        if tuple(piece[1:]) != shape[1:] or not contiguous(shape, dst_strides) \
+                or not contiguous(piece, src_strides):
             return None
         if math.prod(piece):
             runs.append((src, start, math.prod(piece), src_start))
-    return runs
+    if not step.zeros:
+        return runs
+    # the elements no piece writes (a shift's cotangent: one) are read from
+    # a constant of zeros, where they are few
+    runs.sort(key=lambda run: run[1])
+    ends = [0] + [start + count for _, start, count, _ in runs]
+    gaps = [(end, start - end) for end, (_, start, _, _) in zip(ends, runs + [
+        (None, math.prod(shape), 0, 0)]) if start > end]
+    if sum(count for _, count in gaps) > MAX_ZEROS_READ:
+        return None
+    zeros = [(Literal(np.zeros(count, step.dst.aval.dtype),
+                      ShapedArray((count,), step.dst.aval.dtype)), start, count, 0)
+             for start, count in gaps]
+    return sorted(runs + zeros, key=lambda run: run[1])
 
 
 def _flat_kernel(step):
