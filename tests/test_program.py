@@ -1108,3 +1108,77 @@ def test_a_transpose_undone_through_a_reshape_is_a_view():
     compiled, got, want = _both(f, x)
     assert _kinds(compiled).count("_Copy") == 1          # `moved`, an output
     _agree(got, want, exact=True)
+
+
+def test_a_concatenate_read_by_one_loop_is_read_from_its_pieces():
+    # a shift (concatenate([c, y[:-1]])) and a piecewise operand of rows are
+    # no copies: the loop reading them runs once per piece, reading each
+    # piece's source; a result returned as well, or read by two loops, is made
+    x = np.linspace(0.5, 2.0, 12)
+    m = x.reshape(4, 3)
+
+    def shifted(x, y):
+        return x * fnp.concatenate([fnp.ones(1), y[:-1]]) + fnp.concatenate([y[2:], x[:2]])
+
+    def rows(m):
+        return fnp.sin(fnp.concatenate([m[1:] * 2.0, fnp.zeros((0, 3)), m[:1]])) + m
+
+    def in_place(x):
+        y = fnp.sin(x)
+        return fnp.concatenate([fnp.full(3, 2.0), y[:-3]]) * 2.0 + y
+
+    def cotangent(x):
+        # the shifts' cotangents: the element no piece writes is read as a zero
+        return fgrad.grad(lambda x: fnp.sum(shifted(x, x) * fnp.cos(x)))(x)
+
+    for fun, args in ((shifted, (x, x[::-1].copy())), (rows, (m,)), (in_place, (x,)),
+                      (cotangent, (x,))):
+        compiled, got, want = _both(fun, *args)
+        assert compiled.callouts == [] and "_Pieces" not in _kinds(compiled)
+        assert any(s.pieces for s in compiled.steps if isinstance(s, program._Kernel))
+        _agree(got, want, exact=True)
+
+    def kept(x):
+        z = fnp.concatenate([fnp.ones(1), x[:-1]])
+        return (z * 3.0 + 1.0) * x, z
+    compiled, got, want = _both(kept, x)
+    assert "_Pieces" in _kinds(compiled)
+    _agree(got, want, exact=True)
+    # zeros are read from a constant only where they are few
+    long = np.linspace(0.5, 2.0, program.MAX_ZEROS_READ + 2)
+    compiled, got, want = _both(fgrad.grad(lambda x: fnp.sum(x[:1] ** 2) + fnp.sum(fnp.sin(x))),
+                                long)
+    assert "_Pieces" in _kinds(compiled)
+    _agree(got, want)
+
+
+def test_a_runge_kutta_step_of_shifts_is_four_loops():
+    # GradBench's ode: each of the four right-hand sides reads a shift of
+    # the stage before, within one loop of the scan's body
+    x = np.linspace(0.1, 1.0, 50)
+
+    def solve(x):
+        def rhs(y):
+            return x * fnp.concatenate([fnp.ones(1), y[:-1]])
+
+        def step(_, y):
+            k1 = rhs(y)
+            k2 = rhs(y + 0.05 * k1)
+            k3 = rhs(y + 0.05 * k2)
+            k4 = rhs(y + 0.1 * k3)
+            return y + 0.1 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        return lax.fori_loop(0, 20, step, fnp.zeros_like(x))
+    compiled, got, want = _both(solve, x)
+    (loop,) = compiled.steps
+    kinds = [type(s).__name__ for s in loop.inner_steps()]
+    assert compiled.callouts == [] and kinds.count("_Kernel") == 4 and "_Pieces" not in kinds
+    _agree(got, want, exact=True)
+    # the gradient's reverse loop: the shifts' cotangents are no copies either
+    compiled, got, want = _both(fgrad.grad(lambda x: solve(x)[-1]), x)
+    forward, reverse = compiled.steps
+    assert compiled.callouts == [] and "_Pieces" not in _kinds_of(reverse.inner_steps())
+    _agree(got, want)
+
+
+def _kinds_of(steps):
+    return [type(s).__name__ for s in steps]

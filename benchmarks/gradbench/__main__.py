@@ -24,7 +24,7 @@ from .scoring import ToolRun, timed_from
 
 EVALS = ("hello", "lse", "llsq", "gmm", "kmeans", "ode", "det", "lstm", "ht", "ba",
          "particle", "saddle")
-TOOLS = ("manual", "fgrad", "jax", "jax-blocked", "pytorch")
+TOOLS = ("manual", "fgrad", "jax", "jax-blocked", "jax-x64", "pytorch")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: Workloads the eval's defaults ask for that GradBench's checkout cannot supply
@@ -68,6 +68,7 @@ def tool_command(tool: str, checkout: str) -> list[str]:
         "jax": [sys.executable, os.path.join(tools, "jax", "run.py")],
         "jax-blocked": [sys.executable, "-m", "benchmarks.gradbench.peers", "jax-blocked",
                         checkout],
+        "jax-x64": [sys.executable, "-m", "benchmarks.gradbench.peers", "jax-x64", checkout],
         "pytorch": [sys.executable, os.path.join(tools, "pytorch", "run.py")],
     }[tool]
 
@@ -78,7 +79,7 @@ def supported(tool: str, eval_name: str, checkout: str) -> str | None:
     GradBench lists in ``tools/<tool>/evals.txt`` the evals a tool implements,
     each optionally followed by the outcome its nightly accepts (``timeout``,
     ``error``); those are skipped here too rather than run into the timeout."""
-    name = "jax" if tool == "jax-blocked" else tool
+    name = "jax" if tool in ("jax-blocked", "jax-x64") else tool
     listing = os.path.join(os.path.dirname(os.path.abspath(__file__)), "evals.txt") \
         if tool == "fgrad" else os.path.join(checkout, "tools", name, "evals.txt")
     try:

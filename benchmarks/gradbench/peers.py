@@ -10,6 +10,11 @@ is already there.
 JAX tool unchanged except that each timed call waits for its result
 (``jax.block_until_ready``): the published tool times JAX's asynchronous
 dispatch, which can return before the work is done.
+
+``python -m benchmarks.gradbench.peers jax-x64 CHECKOUT`` is ``jax-blocked``
+computing in float64 (``JAX_ENABLE_X64=1`` before JAX is imported): the
+published tool leaves JAX's default of float32, while fgrad, ``manual`` and
+GradBench's inputs are float64.
 """
 
 from __future__ import annotations
@@ -69,9 +74,15 @@ def serve_jax_blocked(checkout: str) -> None:
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 
+def serve_jax_x64(checkout: str) -> None:
+    os.environ["JAX_ENABLE_X64"] = "1"  # read by JAX when it is first imported
+    serve_jax_blocked(checkout)
+
+
 if __name__ == "__main__":
     which, checkout = sys.argv[1], os.path.abspath(sys.argv[2])
     try:
-        {"manual": serve_manual, "jax-blocked": serve_jax_blocked}[which](checkout)
+        {"manual": serve_manual, "jax-blocked": serve_jax_blocked,
+         "jax-x64": serve_jax_x64}[which](checkout)
     except (BrokenPipeError, KeyboardInterrupt):
         pass

@@ -144,6 +144,7 @@ from fgrad.compiler.program_loops import (
 )
 from fgrad.compiler.random_ir import DrawStep, draw_mode
 from fgrad.core.graph import Equation, Graph, Literal, Var
+from fgrad.core.trace import ShapedArray
 from fgrad.primitives.products import matmul_p
 from fgrad.primitives.creation import stop_gradient_p
 from fgrad.primitives.indexing import build_index, getitem_p, scatter_add_p
@@ -327,13 +328,19 @@ class _Kernel:
     to ``(value, element)``: that output is written into the value's memory
     from that element on, at its ``spec.out_strides`` entry (`_written_in_place`)."""
 
-    def __init__(self, spec, inputs, modes, outputs, reduced, size, placed=None):
+    def __init__(self, spec, inputs, modes, outputs, reduced, size, placed=None,
+                 pieces=None):
         self.spec, self.inputs, self.modes = spec, inputs, modes
         self.outputs, self.reduced, self.size = outputs, reduced, size
         self.placed = placed or {}
+        # {input position: [(source, first element, count, source's first
+        # element)]}: that input is never made, its runs are read from the
+        # sources (`_pieces_into_kernels`)
+        self.pieces = pieces or {}
 
     def reads(self):
-        return self.inputs
+        return [v for j, v in enumerate(self.inputs) if j not in self.pieces] + [
+            piece[0] for j in sorted(self.pieces) for piece in self.pieces[j]]
 
     def targets(self):
         """The values whose memory the outputs are written into, each once."""
@@ -570,7 +577,86 @@ def program_steps(graph, label=""):
             steps.append(_Copy(x, out, *_read_strides(eqn)))
         else:
             steps.append(_Callout(f"{label}{k}", eqn))
-    return steps
+    return _pieces_into_kernels(steps, graph)
+
+
+#: the most elements of zeros a loop reads from a constant (`_flat_runs`)
+MAX_ZEROS_READ = 1024
+
+
+def _pieces_into_kernels(steps, graph):
+    """``steps`` with each concatenate (a `_Pieces` of runs of its flat
+    elements) read only by flat elementwise loops, read by them from its
+    pieces instead: such a loop runs once per piece, each run reading the
+    piece's source where it would have read the concatenate. A shift
+    (``concatenate([c, y[:-1]])``, GradBench's ode: four per Runge-Kutta
+    step, and their cotangents) is then no copy of its own."""
+    runs = {s.dst: _flat_runs(s) for s in steps if isinstance(s, _Pieces)}
+    runs = {v: pieces for v, pieces in runs.items() if pieces is not None}
+    for v in graph.outvars:
+        runs.pop(v, None)
+    for s in steps:
+        flat = isinstance(s, _Kernel) and _flat_kernel(s)
+        for v in s.reads():
+            if type(v) is Var and v in runs and not (flat and all(
+                    index == "i" for w, (_, index) in zip(s.inputs, s.spec.inputs) if w is v)):
+                del runs[v]
+    out = []
+    for s in steps:
+        if isinstance(s, _Pieces) and s.dst in runs:
+            continue
+        if isinstance(s, _Kernel) and any(type(v) is Var and v in runs for v in s.inputs):
+            s = _Kernel(s.spec, s.inputs, s.modes, s.outputs, s.reduced, s.size, s.placed,
+                        {j: runs[v] for j, v in enumerate(s.inputs)
+                         if type(v) is Var and v in runs})
+        out.append(s)
+    return out
+
+
+def _flat_runs(step):
+    """``[(source, first element, count, source's first element)]`` if each
+    piece of `_Pieces` ``step`` is a run of its flat elements read from a run
+    of its source's, else None."""
+    shape = tuple(step.dst.aval.shape)
+    if not shape:
+        return None
+    def contiguous(shape, strides):     # (a stride along an axis of one is never used)
+        return all(s == c for n, s, c in zip(shape, strides, contiguous_strides(shape))
+                   if n != 1)
+    runs = []
+    for src, piece, src_strides, dst_strides, start, src_start in step.pieces:
+        if tuple(piece[1:]) != shape[1:] or not contiguous(shape, dst_strides) \
+                or not contiguous(piece, src_strides):
+            return None
+        if math.prod(piece):
+            runs.append((src, start, math.prod(piece), src_start))
+    if not step.zeros:
+        return runs
+    # the elements no piece writes (a shift's cotangent: one) are read from
+    # a constant of zeros, where they are few
+    runs.sort(key=lambda run: run[1])
+    ends = [0] + [start + count for _, start, count, _ in runs]
+    gaps = [(end, start - end) for end, (_, start, _, _) in zip(ends, runs + [
+        (None, math.prod(shape), 0, 0)]) if start > end]
+    if sum(count for _, count in gaps) > MAX_ZEROS_READ:
+        return None
+    zeros = [(Literal(np.zeros(count, step.dst.aval.dtype),
+                      ShapedArray((count,), step.dst.aval.dtype)), start, count, 0)
+             for start, count in gaps]
+    return sorted(runs + zeros, key=lambda run: run[1])
+
+
+def _flat_kernel(step):
+    """Whether `_Kernel` ``step`` is one flat loop over its elements that
+    reads each operand at the loop's index or once, and may run over any
+    part of them."""
+    spec = step.spec
+    return not (spec.packed or spec.inner is not None or spec.reductions or step.placed
+                or spec.out_strides or step.pieces) \
+        and all(index in ("i", "one") for _, index in spec.inputs) \
+        and all(math.prod(v.aval.shape) == step.size
+                for v, (_, index) in zip(step.inputs, spec.inputs) if index == "i") \
+        and all(math.prod(v.aval.shape) == step.size for v in step.outputs)
 
 
 def _transposes_undone(graph):
@@ -821,7 +907,7 @@ def _written_in_place(steps, graph):
     # where the step computing a value can write it in place, it does
     done, placed_steps = {}, []
     for s in steps:
-        if isinstance(s, _Kernel):
+        if isinstance(s, _Kernel) and not s.pieces:
             placed, strides = {}, []
             for j, v in enumerate(s.outputs):
                 flat = _flat_stride(into[v][1]) if v in into else None
@@ -1034,7 +1120,7 @@ def _in_place(step):
     """{value written: values read whose buffer it may take}: an elementwise
     loop reads element i of a same-shaped operand before it writes element i
     (not one whose loop may run twice, `KernelSpec.vectorised`)."""
-    if not isinstance(step, _Kernel) or step.spec.vectorised:
+    if not isinstance(step, _Kernel) or step.spec.vectorised or step.pieces:
         return {}
     takes = {}
     for out in step.outputs:
@@ -1525,6 +1611,28 @@ class _Emitter:
                     b.gep(dst, [strided_offset(ir, b, index, out_strides)]))
         _nested(ir, b, shape, move, scalar=math.prod(shape) <= SCALAR_COPY_ELEMENTS)
 
+    def call_in_runs(self, kernel, step):
+        """Call ``kernel`` for `_Kernel` ``step`` (with ``pieces``) once per
+        run of elements in which each of its pieced inputs comes from one
+        piece, each operand read from that run's first element on."""
+        ir, b, pointer = self.ir, self.b, self.pointer
+        i64 = ir.IntType(64)
+        starts = sorted({start for runs in step.pieces.values() for _, start, _, _ in runs})
+        for first, end in zip(starts, starts[1:] + [step.size]):
+            def at(p, element):
+                return b.gep(p, [ir.Constant(i64, element)]) if element else p
+            args = [ir.Constant(i64, end - first)]
+            for j, (v, (_, index)) in enumerate(zip(step.inputs, step.spec.inputs)):
+                if j in step.pieces:
+                    src, start, _, src_start = next(
+                        run for run in step.pieces[j] if run[1] <= first < run[1] + run[2])
+                    args += [at(pointer(src), src_start + first - start),
+                             ir.Constant(i64, end - first)]
+                else:
+                    args += [at(pointer(v), first if index == "i" else 0),
+                             ir.Constant(i64, math.prod(v.aval.shape))]
+            b.call(kernel, args + [at(pointer(v), first) for v in step.outputs])
+
     def emit(self, steps):
         ir, b, pointer = self.ir, self.b, self.pointer
         i64 = ir.IntType(64)
@@ -1532,7 +1640,7 @@ class _Emitter:
             if isinstance(step, _Kernel):
                 # outputs placed in one value write elements of their own
                 targets = step.targets()
-                apart = self.apart(targets, targets + step.inputs)
+                apart = self.apart(targets, targets + step.reads())
                 few = step.size <= FEW_ELEMENTS
                 kernel = self.kernels.get((step.spec, apart, few))
                 if kernel is None:
@@ -1550,6 +1658,9 @@ class _Emitter:
                         first = 1 + 2 * len(step.spec.inputs)
                         for arg in kernel.args[first:first + len(step.outputs)]:
                             arg.add_attribute("noalias")
+                if step.pieces:
+                    self.call_in_runs(kernel, step)
+                    continue
                 args = [ir.Constant(i64, step.size)]
                 for v in step.inputs:
                     args += [pointer(v), ir.Constant(i64, math.prod(v.aval.shape))]
