@@ -62,10 +62,12 @@ def blas_on_one_thread():
     A limit set at run time (threadpoolctl) is not seen: the answer errs
     towards more threads.
 
-    >>> import os
-    >>> blas_on_one_thread() == (os.cpu_count() == 1 or next(
-    ...     (os.environ[v].strip() == "1" for v in _THREAD_VARIABLES if os.environ.get(v)),
-    ...     False))
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"OPENBLAS_NUM_THREADS": "1"}):
+    ...     blas_on_one_thread()
+    True
+    >>> with mock.patch.dict(os.environ, {"OPENBLAS_NUM_THREADS": "4", "OMP_NUM_THREADS": "1"}):
+    ...     blas_on_one_thread() == (os.cpu_count() == 1)     # OpenBLAS's own first
     True
     """
     if os.cpu_count() == 1:

@@ -1618,9 +1618,10 @@ class _Emitter:
         ir, b, pointer = self.ir, self.b, self.pointer
         i64 = ir.IntType(64)
         starts = sorted({start for runs in step.pieces.values() for _, start, _, _ in runs})
+
+        def at(p, element):
+            return b.gep(p, [ir.Constant(i64, element)]) if element else p
         for first, end in zip(starts, starts[1:] + [step.size]):
-            def at(p, element):
-                return b.gep(p, [ir.Constant(i64, element)]) if element else p
             args = [ir.Constant(i64, end - first)]
             for j, (v, (_, index)) in enumerate(zip(step.inputs, step.spec.inputs)):
                 if j in step.pieces:
