@@ -620,13 +620,10 @@ def _flat_runs(step):
     shape = tuple(step.dst.aval.shape)
     if not shape:
         return None
-    def contiguous(shape, strides):     # (a stride along an axis of one is never used)
-        return all(s == c for n, s, c in zip(shape, strides, contiguous_strides(shape))
-                   if n != 1)
     runs = []
     for src, piece, src_strides, dst_strides, start, src_start in step.pieces:
-        if tuple(piece[1:]) != shape[1:] or not contiguous(shape, dst_strides) \
-                or not contiguous(piece, src_strides):
+        if tuple(piece[1:]) != shape[1:] or not _in_c_order(shape, dst_strides) \
+                or not _in_c_order(piece, src_strides):
             return None
         if math.prod(piece):
             runs.append((src, start, math.prod(piece), src_start))
@@ -644,6 +641,13 @@ def _flat_runs(step):
                       ShapedArray((count,), step.dst.aval.dtype)), start, count, 0)
              for start, count in gaps]
     return sorted(runs + zeros, key=lambda run: run[1])
+
+
+def _in_c_order(shape, strides):
+    """Whether ``strides`` (elements) lay ``shape`` out contiguously in C
+    order; a stride along an axis of length one is never used, so it may be
+    anything."""
+    return all(s == c for n, s, c in zip(shape, strides, contiguous_strides(shape)) if n != 1)
 
 
 def _flat_kernel(step):
@@ -1560,8 +1564,7 @@ class _Emitter:
             total, runs = math.prod(step.dst.aval.shape), [(0, None)]
             if len(step.pieces) == 1:
                 _, shape, _, dst_strides, start, _ = step.pieces[0]
-                if all(s == c for n, s, c in zip(shape, dst_strides, contiguous_strides(shape))
-                       if n != 1):
+                if _in_c_order(shape, dst_strides):
                     runs = [(0, start), (start + math.prod(shape), total)]
             # one memset a run (all bytes 0: 0.0, 0, False), not a loop LLVM
             # has to recognise as one (ode-lv-vmap's program wrote 75)
